@@ -1,0 +1,25 @@
+"""jsample: seeded LLM token sampling with Triton kernels shared by JAX and PyTorch.
+
+The JAX API (`jsample.gumbel_sample`, ...) is loaded on first use, so `import jsample.kernels`,
+`import jsample.reference` and `import torch_backend` never import jax.
+"""
+
+import importlib
+
+from jsample._version import STREAM_VERSION, __version__
+
+_JAX_API = {"gumbel_sample": "jsample._jax.gumbel"}
+
+__all__ = ["STREAM_VERSION", "__version__", *_JAX_API]
+
+
+def __getattr__(name):
+    if name in _JAX_API:
+        value = getattr(importlib.import_module(_JAX_API[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'jsample' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_JAX_API))

@@ -1,0 +1,1 @@
+"""The JAX frontend (the only package that imports jax)."""

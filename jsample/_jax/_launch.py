@@ -1,0 +1,80 @@
+"""Launching a shared Triton kernel from JAX: jax-triton on a GPU, a host callback on the CPU.
+
+This is the only module that imports jax_triton. jax-triton 0.3.1 sets TRITON_CACHE_DIR to "" on
+import, which breaks torch's Triton launcher in the same process, so we restore it; and we hide
+the 0.3 (`out_shape=`) vs 0.4 (`out_type=`) keyword rename.
+"""
+
+import inspect
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jsample.validation import ArraySpec
+
+_jax_triton = None
+
+
+def _import_jax_triton():
+    global _jax_triton
+    if _jax_triton is None:
+        saved = os.environ.get("TRITON_CACHE_DIR")
+        import jax_triton
+
+        if saved is None:
+            os.environ.pop("TRITON_CACHE_DIR", None)
+        else:
+            os.environ["TRITON_CACHE_DIR"] = saved
+        _jax_triton = jax_triton
+    return _jax_triton
+
+
+def on_gpu() -> bool:
+    return jax.default_backend() in ("gpu", "cuda", "rocm")
+
+
+def spec(op: str, name: str, value):
+    """An ArraySpec for an array (traced or concrete), the value itself otherwise."""
+    if isinstance(value, np.ndarray) and value.dtype.itemsize == 8 and not jax.config.jax_enable_x64:
+        raise TypeError(f"{op}: {name} has dtype {value.dtype}, which JAX narrows to 32 bits unless "
+                        "jax_enable_x64 is on; enable it or pass a 32-bit array.")
+    if isinstance(value, (jax.Array, np.ndarray)):
+        return ArraySpec(tuple(value.shape), jnp.dtype(value.dtype).name)
+    return value
+
+
+def temperature_array(temperature, batch: int) -> jax.Array:
+    """Per-row temperatures as a float32 array [B]; a number is broadcast."""
+    if isinstance(temperature, (jax.Array, np.ndarray)):
+        return jnp.broadcast_to(jnp.asarray(temperature), (batch,))
+    return jnp.full((batch,), float(temperature), dtype=jnp.float32)
+
+
+def launch(kernel, *args, grid, out_shapes, num_warps, num_stages, enable_fp_fusion, **constexprs):
+    """Run `kernel` over `grid` with array and Python-int arguments; returns its outputs.
+
+    Outputs (`out_shapes`, a list of jax.ShapeDtypeStruct) follow all positional arguments in the
+    kernel's signature, as jax-triton appends them.
+    """
+    if on_gpu():
+        jax_triton = _import_jax_triton()
+        out_keyword = "out_type" if "out_type" in inspect.signature(jax_triton.triton_call).parameters else "out_shape"
+        return jax_triton.triton_call(
+            *args, kernel=kernel, grid=grid, num_warps=num_warps, num_stages=num_stages,
+            enable_fp_fusion=enable_fp_fusion, **{out_keyword: list(out_shapes)}, **constexprs)
+
+    from jsample.kernels.host import launch_on_host
+
+    array_positions = [i for i, a in enumerate(args) if not isinstance(a, int)]
+
+    def run_on_host(*arrays):
+        host_args = list(args)
+        for i, array in zip(array_positions, arrays):
+            host_args[i] = np.ascontiguousarray(array)
+        outputs = [np.empty(s.shape, s.dtype) for s in out_shapes]
+        launch_on_host(kernel, grid, *host_args, *outputs, **constexprs)
+        return outputs
+
+    return jax.pure_callback(run_on_host, list(out_shapes), *[args[i] for i in array_positions])

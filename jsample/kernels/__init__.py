@@ -1,0 +1,42 @@
+"""Triton kernels shared by both frontends. Imports triton (and numpy) only.
+
+On a machine with no GPU the kernels run through the Triton interpreter, which must be chosen
+before `triton` is first imported. If nobody chose (``TRITON_INTERPRET`` unset), triton is not yet
+imported and no GPU device node exists, we choose the interpreter here so that CPU tensors and the
+JAX CPU path work out of the box.
+"""
+
+import glob
+import os
+import sys
+
+
+def _gpu_device_present() -> bool:
+    return bool(glob.glob("/dev/nvidia[0-9]*") or os.path.exists("/dev/kfd"))
+
+
+if "TRITON_INTERPRET" not in os.environ and "triton" not in sys.modules and not _gpu_device_present():
+    os.environ["TRITON_INTERPRET"] = "1"
+
+import triton  # noqa: E402
+
+INTERPRETER = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+from jsample.kernels.gumbel import (  # noqa: E402
+    GumbelLaunchConfig,
+    argmax_reduce_kernel,
+    gumbel_launch_config,
+    gumbel_partial_kernel,
+)
+from jsample.kernels.stream import philox_words_kernel, uniforms_kernel  # noqa: E402
+
+__all__ = [
+    "INTERPRETER",
+    "GumbelLaunchConfig",
+    "argmax_reduce_kernel",
+    "gumbel_launch_config",
+    "gumbel_partial_kernel",
+    "philox_words_kernel",
+    "uniforms_kernel",
+    "triton",
+]

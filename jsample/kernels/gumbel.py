@@ -1,0 +1,141 @@
+"""Seeded Gumbel-max sampling: token = argmax_k (x_k / T + g(u_k)), greedy argmax_k x_k when T == 0.
+
+Two launches, both shared by the PyTorch and JAX frontends:
+
+1. `gumbel_partial_kernel`, grid (B, num_blocks): each program scores BLOCK_V columns of one row
+   and writes the block's best score and its column (lowest column on ties). The noise is
+   generated in registers from the counter-based stream (STREAM.md); no [B, V] noise tensor exists.
+2. `argmax_reduce_kernel`, grid (B,): the best block per row, lowest block on ties, so the token is
+   the lowest column among equal best scores; -1 when the row has no finite logit.
+
+Only finite logits are candidates: -inf, +inf and NaN logits are never chosen, so a row with no
+finite logit gives -1 (STREAM.md). A score that is NaN (e.g. a NaN temperature) is never chosen either.
+"""
+
+from dataclasses import dataclass
+
+import triton
+import triton.language as tl
+
+from jsample.kernels.stream import gumbel_noise, uniform_block
+
+_BLOCK_V_MAX = 4096  # 16 KiB of fp32 logits per program: enough bytes in flight, few partials
+_BLOCK_V_MIN = 16
+
+
+@dataclass(frozen=True)
+class GumbelLaunchConfig:
+    """How both frontends launch the two Gumbel kernels (tokens never depend on it)."""
+
+    block_v: int
+    num_blocks: int
+    reduce_block: int
+    row_align: int
+    num_warps: int
+    num_stages: int = 1
+    enable_fp_fusion: bool = False  # no FMA contraction: the same rounding as the NumPy reference
+
+
+def _largest_power_of_two_dividing(n: int, cap: int) -> int:
+    align = 1
+    while align < cap and n % (align * 2) == 0:
+        align *= 2
+    return align
+
+
+def gumbel_launch_config(vocab_size: int, row_stride: int, fp64: bool) -> GumbelLaunchConfig:
+    """The launch configuration of `gumbel_sample` for a [B, V] logits array with this row stride."""
+    block_v = max(_BLOCK_V_MIN, min(_BLOCK_V_MAX // (2 if fp64 else 1), triton.next_power_of_2(vocab_size)))
+    num_blocks = triton.cdiv(vocab_size, block_v)
+    return GumbelLaunchConfig(
+        block_v=block_v,
+        num_blocks=num_blocks,
+        reduce_block=triton.next_power_of_2(num_blocks),
+        row_align=_largest_power_of_two_dividing(row_stride, 16) if row_stride else 16,
+        num_warps=8 if block_v >= 2048 else 4,
+    )
+
+
+@triton.jit
+def block_scores(logits_ptr, row, row_stride, V, first_col, seed, position, temperature,
+                 STREAM: tl.constexpr, BLOCK_V: tl.constexpr, ROW_ALIGN: tl.constexpr, FP64: tl.constexpr):
+    """Gumbel-max scores of one row's columns first_col .. first_col + BLOCK_V - 1.
+
+    Non-candidates (padding, non-finite logits, NaN scores) score -inf.
+    """
+    cols = first_col + tl.arange(0, BLOCK_V)
+    row_offset = tl.multiple_of(row.to(tl.int64) * row_stride, ROW_ALIGN)
+    x = tl.load(logits_ptr + row_offset + cols, mask=cols < V, other=float("-inf")).to(tl.float32)
+    if FP64:
+        x = x.to(tl.float64)
+    candidate = tl.abs(x) < float("inf")  # false for +-inf and NaN
+    if temperature == 0:
+        score = x
+    else:
+        if FP64:
+            t = temperature.to(tl.float64)
+        else:
+            t = temperature
+        u = uniform_block(seed, position, first_col, STREAM, BLOCK_V, FP64)
+        score = x / t + gumbel_noise(u, FP64)
+        candidate = candidate & (score == score)
+    return tl.where(candidate, score, float("-inf"))
+
+
+@triton.jit
+def gumbel_partial_kernel(
+    logits_ptr,  # [B, V] f32|bf16|f16, rows `row_stride` elements apart, columns contiguous
+    seeds_ptr,  # [B] i32|u32|i64, the value is the 64-bit seed
+    positions_ptr,  # [B] i32|i64
+    temperature_ptr,  # [B] f32, 0 = greedy
+    V,
+    row_stride,
+    partial_score_ptr,  # [B, NUM_BLOCKS] f32; with FP64, f64 stored as [B, 2 * NUM_BLOCKS] f32 words
+    partial_index_ptr,  # [B, NUM_BLOCKS] i32
+    STREAM: tl.constexpr,
+    FP64: tl.constexpr,
+    BLOCK_V: tl.constexpr,
+    ROW_ALIGN: tl.constexpr,
+):
+    row = tl.program_id(0)
+    block = tl.program_id(1)
+    num_blocks = tl.num_programs(1)
+    seed = tl.load(seeds_ptr + row).to(tl.int64)
+    position = tl.load(positions_ptr + row).to(tl.int64)
+    temperature = tl.load(temperature_ptr + row)
+    first_col = block * BLOCK_V
+    score = block_scores(logits_ptr, row, row_stride, V, first_col, seed, position, temperature,
+                         STREAM, BLOCK_V, ROW_ALIGN, FP64)
+    best = tl.max(score, axis=0)
+    best_col = first_col + tl.argmax(score, axis=0, tie_break_left=True)
+    out = row.to(tl.int64) * num_blocks + block
+    if FP64:
+        tl.store(partial_score_ptr.to(tl.pointer_type(tl.float64)) + out, best)
+    else:
+        tl.store(partial_score_ptr + out, best)
+    tl.store(partial_index_ptr + out, best_col.to(tl.int32))
+
+
+@triton.jit
+def argmax_reduce_kernel(
+    partial_score_ptr,  # [B, NUM_BLOCKS] f32; with FP64, f64 stored as [B, 2 * NUM_BLOCKS] f32 words
+    partial_index_ptr,  # [B, NUM_BLOCKS] i32, the best column of each block
+    num_blocks,
+    tokens_ptr,  # [B] i32 output
+    FP64: tl.constexpr,
+    REDUCE_BLOCK: tl.constexpr,  # next power of two >= num_blocks
+):
+    """Second stage of every argmax in jsample: the lowest column among the row's best scores."""
+    row = tl.program_id(0)
+    blocks = tl.arange(0, REDUCE_BLOCK)
+    offsets = row.to(tl.int64) * num_blocks + blocks
+    if FP64:
+        scores = tl.load(partial_score_ptr.to(tl.pointer_type(tl.float64)) + offsets,
+                         mask=blocks < num_blocks, other=float("-inf"))
+    else:
+        scores = tl.load(partial_score_ptr + offsets, mask=blocks < num_blocks, other=float("-inf"))
+    best_block = tl.argmax(scores, axis=0, tie_break_left=True)
+    best = tl.max(scores, axis=0)
+    column = tl.load(partial_index_ptr + row.to(tl.int64) * num_blocks + best_block)
+    token = tl.where(best > float("-inf"), column, -1)
+    tl.store(tokens_ptr + row, token)

@@ -1,0 +1,140 @@
+"""The jsample random stream (shared/STREAM.md, version 1) as Triton device functions.
+
+A draw is keyed by the request's 64-bit `seed`; its Philox4x32-10 counter is
+`(i, low32(position), high32(position), stream)`, where `i` is the call index. FP32 noise of
+vocabulary column k uses word k % 4 of call k // 4; FP64 noise uses words (lo, hi) =
+(w[2*(k%2)], w[2*(k%2)+1]) of call k // 2. The mapping depends on k alone, never on block sizes,
+so tokens cannot depend on the launch configuration.
+
+Only interpreter-safe operations are used (no libdevice externs), so CPU CI runs this very source.
+"""
+
+import triton
+import triton.language as tl
+
+STREAM_TOKEN = 0  # the emitted token: target sampling, residual resampling, bonus token
+STREAM_DRAFT = 1  # draft-token sampling, independent of the target's noise
+STREAM_ACCEPT = 2  # acceptance uniforms of rejection sampling
+
+TWO_POW_M32 = 2.3283064365386963e-10  # 2**-32
+ONE_MINUS_TWO_POW_M24 = 0.99999994039535522  # 1 - 2**-24, largest fp32 below 1
+TWO_POW_M64 = 5.421010862427522e-20  # 2**-64
+ONE_MINUS_TWO_POW_M53 = 0.99999999999999989  # 1 - 2**-53, largest fp64 below 1
+
+
+@triton.jit
+def philox_block(seed, position, calls, STREAM: tl.constexpr):
+    """Four uint32 words per call index in `calls` (a uint32 block) for one (seed, position, stream).
+
+    `seed` and `position` are int64 scalars; the key is the seed's 64-bit two's complement.
+    """
+    zero = tl.zeros_like(calls)
+    position_lo = zero + (position & 0xFFFFFFFF).to(tl.uint32)
+    position_hi = zero + ((position >> 32) & 0xFFFFFFFF).to(tl.uint32)
+    stream = zero + STREAM
+    return tl.philox(seed, calls, position_lo, position_hi, stream, 10)
+
+
+@triton.jit
+def uniform_f32(word):
+    """uint32 word -> fp32 uniform in [2**-32, 1 - 2**-24]: round-to-nearest, exact scaling."""
+    u = word.to(tl.float32) * TWO_POW_M32
+    return tl.minimum(tl.maximum(u, TWO_POW_M32), ONE_MINUS_TWO_POW_M24)
+
+
+@triton.jit
+def uniform_f64(lo, hi):
+    """Two uint32 words -> fp64 uniform in [2**-64, 1 - 2**-53]."""
+    bits = (hi.to(tl.uint64) << 32) | lo.to(tl.uint64)
+    u = bits.to(tl.float64) * TWO_POW_M64
+    return tl.minimum(tl.maximum(u, TWO_POW_M64), ONE_MINUS_TWO_POW_M53)
+
+
+@triton.jit
+def neg_log1p_neg(u, FP64: tl.constexpr):
+    """-log1p(-u) for 0 < u < 1, accurate for small u where log(1 - u) would lose all bits.
+
+    Small u uses the series u + u^2/2 + ...; its truncation error is below the format's epsilon:
+    FP32: u < 2**-6 with 4 terms (relative error < u^4/5 < 2**-26);
+    FP64: u < 2**-8 with 7 terms (relative error < u^7/8 < 2**-59).
+    """
+    if FP64:
+        series = u * (1.0 + u * (0.5 + u * (1.0 / 3.0 + u * (0.25 + u * (0.2 + u * (1.0 / 6.0 + u * (1.0 / 7.0)))))))
+        return tl.where(u < 0.00390625, series, -tl.log(1.0 - u))
+    else:
+        series = u * (1.0 + u * (0.5 + u * (0.3333333432674408 + u * 0.25)))
+        return tl.where(u < 0.015625, series, -tl.log(1.0 - u))
+
+
+@triton.jit
+def uniform_block(seed, position, first_col, STREAM: tl.constexpr, BLOCK_V: tl.constexpr, FP64: tl.constexpr):
+    """Uniforms of columns first_col .. first_col + BLOCK_V - 1, in column order.
+
+    `first_col` must be a multiple of 4 (a multiple of BLOCK_V in practice). fp32, or fp64 when FP64.
+    """
+    if FP64:
+        calls = (first_col // 2 + tl.arange(0, BLOCK_V // 2)).to(tl.uint32)
+        w0, w1, w2, w3 = philox_block(seed, position, calls, STREAM)
+        # column 2i takes (lo, hi) = (w0, w1) of call i, column 2i + 1 takes (w2, w3)
+        return uniform_f64(tl.interleave(w0, w2), tl.interleave(w1, w3))
+    else:
+        calls = (first_col // 4 + tl.arange(0, BLOCK_V // 4)).to(tl.uint32)
+        w0, w1, w2, w3 = philox_block(seed, position, calls, STREAM)
+        # column 4i + j takes word j of call i
+        return uniform_f32(tl.interleave(tl.interleave(w0, w2), tl.interleave(w1, w3)))
+
+
+@triton.jit
+def gumbel_noise(u, FP64: tl.constexpr):
+    """g(u) = -log(-log1p(-u)): the large-noise tail (small u) keeps full resolution."""
+    return -tl.log(neg_log1p_neg(u, FP64))
+
+
+@triton.jit
+def philox_words_kernel(
+    seeds_ptr,  # [N] i64, the key of each draw
+    positions_ptr,  # [N] i64
+    streams_ptr,  # [N] i32
+    calls_ptr,  # [N] i32, call index i
+    words_ptr,  # [N, 4] u32 output
+):
+    """Test kernel: the four Philox words of one draw per program (checked against the NumPy twin)."""
+    n = tl.program_id(0)
+    seed = tl.load(seeds_ptr + n).to(tl.int64)
+    position = tl.load(positions_ptr + n).to(tl.int64)
+    stream = tl.load(streams_ptr + n).to(tl.uint32)
+    call = tl.load(calls_ptr + n).to(tl.uint32)
+    zero = tl.zeros([1], tl.uint32)
+    w0, w1, w2, w3 = tl.philox(
+        seed, zero + call, zero + (position & 0xFFFFFFFF).to(tl.uint32),
+        zero + ((position >> 32) & 0xFFFFFFFF).to(tl.uint32), zero + stream, 10)
+    out = words_ptr + n.to(tl.int64) * 4 + tl.arange(0, 1)
+    tl.store(out, w0)
+    tl.store(out + 1, w1)
+    tl.store(out + 2, w2)
+    tl.store(out + 3, w3)
+
+
+@triton.jit
+def uniforms_kernel(
+    seeds_ptr,  # [B] i32|u32|i64
+    positions_ptr,  # [B] i32|i64
+    V,
+    noise_ptr,  # [B, V] f32 (f64 when FP64) output: the Gumbel noise of every column
+    uniforms_ptr,  # [B, V] f32 (f64 when FP64) output: the uniforms behind it
+    STREAM: tl.constexpr,
+    BLOCK_V: tl.constexpr,
+    FP64: tl.constexpr,
+):
+    """Test kernel: materialises the stream's uniforms and noise of a [B, V] grid (never on a hot path)."""
+    row = tl.program_id(0)
+    block = tl.program_id(1)
+    seed = tl.load(seeds_ptr + row).to(tl.int64)
+    position = tl.load(positions_ptr + row).to(tl.int64)
+    first_col = block * BLOCK_V
+    cols = first_col + tl.arange(0, BLOCK_V)
+    u = uniform_block(seed, position, first_col, STREAM, BLOCK_V, FP64)
+    noise = gumbel_noise(u, FP64)
+    offsets = row.to(tl.int64) * V + cols
+    tl.store(uniforms_ptr + offsets, u, mask=cols < V)
+    tl.store(noise_ptr + offsets, noise, mask=cols < V)

@@ -1,0 +1,14 @@
+"""NumPy reference of the random stream and of every op. Imports numpy only."""
+
+from jsample.reference.gumbel import gumbel_sample_reference, gumbel_scores_reference
+from jsample.reference.stream import gumbel_noise, philox4x32, stream_uniforms, uniforms_f32, uniforms_f64
+
+__all__ = [
+    "gumbel_noise",
+    "gumbel_sample_reference",
+    "gumbel_scores_reference",
+    "philox4x32",
+    "stream_uniforms",
+    "uniforms_f32",
+    "uniforms_f64",
+]
