@@ -37,19 +37,26 @@ def gumbel_sample(logits, seeds, positions, temperature, *, fp64=False, draft=Fa
     check_gumbel_sample(op, spec(logits), spec(seeds), spec(positions), spec(temperature), fp64, draft)
     check_devices(op, logits, seeds=seeds, positions=positions, temperature=temperature)
     check_runnable(op, logits.device)
+    if logits.stride(1) != 1:
+        logits = logits.contiguous()
+    return _gumbel_sample_op(logits, seeds, positions, temperature_array(temperature, logits.shape[0], logits.device),
+                             fp64, draft)
+
+
+# A custom op, so torch.compile sees one opaque call (no graph break, shape known from the fake).
+@torch.library.custom_op("jsample::gumbel_sample", mutates_args=())
+def _gumbel_sample_op(logits: torch.Tensor, seeds: torch.Tensor, positions: torch.Tensor,
+                      temperature: torch.Tensor, fp64: bool, draft: bool) -> torch.Tensor:
     batch, vocab = logits.shape
     tokens = torch.empty(batch, dtype=torch.int32, device=logits.device)
     if batch == 0:
         return tokens
-    if logits.stride(1) != 1:
-        logits = logits.contiguous()
     config = kernels.gumbel_launch_config(vocab, logits.stride(0), fp64)
     words = 2 if fp64 else 1  # f64 partial scores are stored as two f32 words
     partial_score = torch.empty(batch, config.num_blocks * words, dtype=torch.float32, device=logits.device)
     partial_index = torch.empty(batch, config.num_blocks, dtype=torch.int32, device=logits.device)
     kernels.gumbel_partial_kernel[(batch, config.num_blocks)](
-        logits, seeds, positions, temperature_array(temperature, batch, logits.device),
-        vocab, logits.stride(0), partial_score, partial_index,
+        logits, seeds, positions, temperature, vocab, logits.stride(0), partial_score, partial_index,
         STREAM=1 if draft else 0, FP64=fp64, BLOCK_V=config.block_v, ROW_ALIGN=config.row_align,
         num_warps=config.num_warps, num_stages=config.num_stages, enable_fp_fusion=config.enable_fp_fusion)
     kernels.argmax_reduce_kernel[(batch,)](
@@ -57,3 +64,8 @@ def gumbel_sample(logits, seeds, positions, temperature, *, fp64=False, draft=Fa
         FP64=fp64, REDUCE_BLOCK=config.reduce_block,
         num_warps=1, num_stages=1, enable_fp_fusion=config.enable_fp_fusion)
     return tokens
+
+
+@_gumbel_sample_op.register_fake
+def _(logits, seeds, positions, temperature, fp64, draft):
+    return logits.new_empty(logits.shape[0], dtype=torch.int32)

@@ -1,0 +1,97 @@
+"""Shared benchmark harness: timing for torch and JAX, the measured read rate, result files.
+
+Torch providers are timed with CUDA events (`triton.testing.do_bench`, median); JAX providers with
+warm-up, N calls and one `block_until_ready`. Small inputs are rotated among several copies so
+that repeated calls do not measure the L2 cache.
+"""
+
+import json
+import os
+import platform
+import subprocess
+import time
+
+L2_FLUSH_BYTES = 256 * 2**20  # rotate inputs until the set is several times the H200's 60 MB L2
+
+
+def copies_needed(nbytes: int) -> int:
+    return max(1, min(64, -(-L2_FLUSH_BYTES // max(nbytes, 1))))
+
+
+def time_torch_us(fn, rotate: int = 1) -> float:
+    """Median microseconds of fn(i) (i cycles over `rotate` input sets), CUDA events."""
+    import triton
+
+    state = {"i": 0}
+
+    def call():
+        state["i"] = (state["i"] + 1) % rotate
+        fn(state["i"])
+
+    return triton.testing.do_bench(call, warmup=25, rep=100, return_mode="median") * 1e3
+
+
+def time_jax_us(fn, rotate: int = 1, calls: int = 100) -> float:
+    """Mean microseconds per call over `calls` calls after warm-up, one block_until_ready at the end."""
+    import jax
+
+    for i in range(3):
+        jax.block_until_ready(fn(i % rotate))
+    best = float("inf")
+    for _ in range(3):  # best of three runs of `calls` calls
+        start = time.perf_counter()
+        out = None
+        for i in range(calls):
+            out = fn(i % rotate)
+        jax.block_until_ready(out)
+        best = min(best, (time.perf_counter() - start) / calls * 1e6)
+    return best
+
+
+def measured_read_rate_gbs() -> float:
+    """HBM read rate (GB/s) of a plain reduction over a 4 GiB buffer (bytes read / time)."""
+    import torch
+
+    x = torch.randn(2**30, device="cuda")
+    us = time_torch_us(lambda i: torch.amax(x))
+    return x.numel() * 4 / (us * 1e-6) / 1e9
+
+
+def environment(git_sha: str) -> dict:
+    import torch
+    import triton
+
+    env = {"git_sha": git_sha, "python": platform.python_version(), "torch": torch.__version__,
+           "triton": triton.__version__, "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"}
+    try:
+        import jax
+        import jax_triton
+
+        env.update(jax=jax.__version__, jax_triton=jax_triton.__version__)
+    except ImportError:
+        pass
+    try:
+        env["driver"] = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                                       capture_output=True, text=True, timeout=20).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return env
+
+
+def write_results(out_dir: str, name: str, env: dict, rows: list, columns: list, notes: str = "") -> None:
+    """Writes <name>.json (everything) and <name>.md (a table) under out_dir."""
+    os.makedirs(out_dir, exist_ok=True)
+    with open(os.path.join(out_dir, f"{name}.json"), "w") as f:
+        json.dump({"environment": env, "rows": rows}, f, indent=1)
+    lines = [f"# {name}", "", "```", json.dumps(env, indent=1), "```", "", notes, "",
+             "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    for row in rows:
+        lines.append("| " + " | ".join(_fmt(row.get(c, "")) for c in columns) + " |")
+    with open(os.path.join(out_dir, f"{name}.md"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+
+
+def _fmt(value) -> str:
+    if isinstance(value, float):
+        return f"{value:.3f}" if abs(value) < 10 else f"{value:.1f}"
+    return str(value)

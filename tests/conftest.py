@@ -1,0 +1,93 @@
+"""Shared fixtures: every op test runs on both frontends with NumPy inputs and NumPy outputs.
+
+On a CPU machine both frontends run the same Triton kernels through the interpreter (the JAX
+frontend through a host callback); with a GPU, torch runs CUDA tensors and JAX runs jax-triton.
+Sizes grow on the GPU (`SIZE`), so the same tests check real shapes there.
+"""
+
+import os
+
+import jsample.kernels  # noqa: F401  (chooses the Triton interpreter on CPU-only machines first)
+import jax
+import numpy as np
+import pytest
+import torch
+
+jax.config.update("jax_enable_x64", True)  # int64 seeds/positions; x64-off is tested explicitly
+
+import jsample  # noqa: E402
+import torch_backend  # noqa: E402
+
+ON_GPU = torch.cuda.is_available()
+TORCH_DEVICE = "cuda" if ON_GPU else "cpu"
+# Problem scale: the interpreter runs ~5 ms per program, the GPU runs real sizes.
+SIZE = "gpu" if ON_GPU else "cpu"
+os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+
+
+def pytest_collection_modifyitems(config, items):
+    skip_gpu = pytest.mark.skip(reason="needs a CUDA GPU")
+    for item in items:
+        if "gpu" in item.keywords and not ON_GPU:
+            item.add_marker(skip_gpu)
+
+
+def to_torch(value):
+    if isinstance(value, np.ndarray):
+        value = np.ascontiguousarray(value)
+        if value.dtype.name == "bfloat16":  # ml_dtypes' bfloat16: torch cannot wrap it directly
+            return torch.from_numpy(value.view(np.uint16)).view(torch.bfloat16).to(TORCH_DEVICE)
+        return torch.from_numpy(value).to(TORCH_DEVICE)
+    return value
+
+
+def run_torch(op_name, *args, **kwargs):
+    out = getattr(torch_backend, op_name)(*map(to_torch, args), **kwargs)
+    if isinstance(out, tuple):
+        return tuple(o.cpu().numpy() for o in out)
+    return out.cpu().numpy()
+
+
+_jitted = {}
+
+
+def run_jax(op_name, *args, **kwargs):
+    """Calls the JAX op under jax.jit: NumPy arrays are traced, everything else is static."""
+    arg_is_array = tuple(isinstance(a, np.ndarray) for a in args)
+    static_args = [a for a, is_array in zip(args, arg_is_array) if not is_array]
+    static_kwargs = {k: v for k, v in kwargs.items() if not isinstance(v, np.ndarray)}
+    array_kwarg_names = tuple(sorted(k for k in kwargs if k not in static_kwargs))
+    key = (op_name, arg_is_array, repr(static_args), repr(sorted(static_kwargs.items())), array_kwarg_names)
+    if key not in _jitted:
+        op = getattr(jsample, op_name)
+
+        def call(positional_arrays, keyword_arrays):
+            arrays, statics = iter(positional_arrays), iter(static_args)
+            full = [next(arrays) if is_array else next(statics) for is_array in arg_is_array]
+            return op(*full, **static_kwargs, **keyword_arrays)
+
+        _jitted[key] = jax.jit(call)
+    out = _jitted[key]([jax.numpy.asarray(a) for a in args if isinstance(a, np.ndarray)],
+                       {k: jax.numpy.asarray(kwargs[k]) for k in array_kwarg_names})
+    if isinstance(out, tuple):
+        return tuple(np.asarray(o) for o in out)
+    return np.asarray(out)
+
+
+FRONTENDS = {"torch": run_torch, "jax": run_jax}
+
+
+@pytest.fixture(params=list(FRONTENDS))
+def frontend(request):
+    """run(op_name, *numpy_args, **kwargs) -> numpy outputs, for one frontend."""
+    return FRONTENDS[request.param]
+
+
+def both_frontends(op_name, *args, **kwargs):
+    """Runs the op in torch and JAX and asserts the outputs are identical; returns them."""
+    from_torch = run_torch(op_name, *args, **kwargs)
+    from_jax = run_jax(op_name, *args, **kwargs)
+    for t, j in zip(from_torch if isinstance(from_torch, tuple) else (from_torch,),
+                    from_jax if isinstance(from_jax, tuple) else (from_jax,)):
+        np.testing.assert_array_equal(t, j, err_msg=f"{op_name}: torch and JAX differ")
+    return from_torch

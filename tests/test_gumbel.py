@@ -1,0 +1,340 @@
+"""gumbel_sample: tokens vs the NumPy reference, torch == JAX, invariants, distribution, errors."""
+
+import ml_dtypes
+import numpy as np
+import pytest
+from conftest import SIZE, both_frontends, run_jax, run_torch
+from scipy import stats
+
+from jsample.reference import gumbel_sample_reference, gumbel_scores_reference
+
+# Rows whose reference top-2 scores are closer than this may differ (GPU logs are not NumPy's).
+MARGIN = {False: 1e-4, True: 1e-9}
+BATCH, VOCAB = {"cpu": (24, 9000), "gpu": (64, 151936)}[SIZE]  # 9000 > 2 blocks of 4096; B=1024: test_gumbel_gpu
+DRAWS = {"cpu": 1200, "gpu": 200_000}[SIZE]  # draws per distribution test
+
+
+def make_logits(rng, batch, vocab, scale=3.0):
+    return (rng.standard_normal((batch, vocab)) * scale).astype(np.float32)
+
+
+def make_requests(rng, batch, seed_dtype="int64", position_dtype="int64"):
+    seeds = rng.integers(-(2**62), 2**62, size=batch)
+    seeds[::3] = rng.integers(2**31, 2**40, size=len(seeds[::3]))  # >= 2**31
+    positions = rng.integers(0, 2**20, size=batch)
+    positions[1::4] = rng.integers(2**32, 2**40, size=len(positions[1::4]))  # >= 2**32
+    if seed_dtype != "int64":
+        seeds = seeds.astype(np.int64) & 0xFFFFFFFF
+        seeds = seeds.astype(np.uint32).view(np.int32) if seed_dtype == "int32" else seeds.astype(np.uint32)
+    if position_dtype == "int32":
+        positions = positions & 0x7FFFFFFF
+    return seeds.astype(seed_dtype), positions.astype(position_dtype)
+
+
+def assert_tokens_match_reference(tokens, logits, seeds, positions, temperature, fp64=False, draft=False):
+    """Exact, except rows whose reference top-2 scores lie within MARGIN; those must be rare."""
+    expected = gumbel_sample_reference(logits, seeds, positions, temperature, fp64=fp64, draft=draft)
+    scores = np.sort(gumbel_scores_reference(logits, seeds, positions, temperature, fp64=fp64, draft=draft), axis=1)
+    with np.errstate(invalid="ignore"):
+        near_tie = (scores[:, -1] - scores[:, -2]) < MARGIN[fp64] * np.maximum(1.0, np.abs(scores[:, -1]))
+    greedy = np.broadcast_to(np.asarray(temperature) == 0, near_tie.shape)
+    checked = ~near_tie | greedy  # greedy rows are exact whatever the gap
+    assert checked.mean() > 0.99, f"{(~checked).sum()} near-tie rows: the test would lose its teeth"
+    np.testing.assert_array_equal(tokens[checked], expected[checked])
+
+
+@pytest.mark.parametrize("fp64", [False, True], ids=["fp32", "fp64"])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
+def test_gumbel_tokens_match_reference(frontend, fp64, dtype):
+    rng = np.random.default_rng(1)
+    logits = make_logits(rng, BATCH, VOCAB).astype(getattr(ml_dtypes, dtype, dtype))
+    seeds, positions = make_requests(rng, BATCH)
+    temperature = rng.choice(np.float32([0.0, 0.3, 0.7, 1.0, 1.5, 4.0]), size=BATCH)
+    tokens = frontend("gumbel_sample", logits, seeds, positions, temperature, fp64=fp64)
+    assert tokens.dtype == np.int32 and tokens.shape == (BATCH,)
+    assert_tokens_match_reference(tokens, logits.astype(np.float32), seeds, positions, temperature, fp64=fp64)
+
+
+@pytest.mark.parametrize("fp64", [False, True], ids=["fp32", "fp64"])
+@pytest.mark.parametrize("draft", [False, True], ids=["target", "draft"])
+@pytest.mark.parametrize("seed_dtype", ["int32", "uint32", "int64"])
+@pytest.mark.parametrize("position_dtype", ["int32", "int64"])
+def test_gumbel_conformance_torch_equals_jax(fp64, draft, seed_dtype, position_dtype):
+    rng = np.random.default_rng(2)
+    batch, vocab = (16, 5000) if SIZE == "cpu" else (32, 262144)
+    logits = make_logits(rng, batch, vocab)
+    seeds, positions = make_requests(rng, batch, seed_dtype, position_dtype)
+    temperature = rng.choice(np.float32([0.0, 0.6, 1.0, 2.0]), size=batch)
+    for temp in (temperature, 0.8, 0.0):  # an array, a Python float, greedy
+        tokens = both_frontends("gumbel_sample", logits, seeds, positions, temp, fp64=fp64, draft=draft)
+        assert_tokens_match_reference(tokens, logits, seeds, positions, temp, fp64=fp64, draft=draft)
+
+
+def test_gumbel_conformance_with_x64_disabled():
+    import jax
+
+    rng = np.random.default_rng(3)
+    logits = make_logits(rng, 8, 700)
+    seeds, positions = make_requests(rng, 8, "uint32", "int32")
+    with jax.enable_x64(False):
+        for fp64 in (False, True):
+            from_jax = run_jax("gumbel_sample", logits, seeds, positions, 0.9, fp64=fp64)
+            np.testing.assert_array_equal(from_jax, run_torch("gumbel_sample", logits, seeds, positions, 0.9, fp64=fp64))
+
+
+def test_gumbel_greedy_ties_and_non_finite(frontend):
+    vocab = 9000
+    logits = np.full((6, vocab), -5.0, dtype=np.float32)
+    logits[0, [4100, 17, 8999]] = 2.0  # tie across blocks: lowest column wins
+    logits[1, :] = -np.inf
+    logits[1, 8500] = -1e30  # the only finite logit
+    logits[2, :] = np.nan  # no finite logit
+    logits[3, :] = -np.inf  # no finite logit
+    logits[4, [3, 5000]] = [np.inf, np.nan]  # non-finite never chosen, even +inf
+    logits[4, 6000] = 1.0
+    logits[5, [0, 4096]] = 7.0  # tie at two block starts
+    seeds, positions = np.arange(6, dtype=np.int64), np.zeros(6, dtype=np.int64)
+    expected = [17, 8500, -1, -1, 6000, 0]
+    for fp64 in (False, True):
+        np.testing.assert_array_equal(frontend("gumbel_sample", logits, seeds, positions, 0.0, fp64=fp64), expected)
+        sampled = frontend("gumbel_sample", logits, seeds, positions, 1.0, fp64=fp64)
+        assert sampled[1] == 8500 and sampled[2] == -1 and sampled[3] == -1
+        assert sampled[4] not in (3, 5000)
+
+
+def test_gumbel_invariants(frontend):
+    rng = np.random.default_rng(4)
+    batch, vocab = 12, 5000
+    logits = make_logits(rng, batch, vocab)
+    seeds, positions = make_requests(rng, batch)
+    temperature = rng.choice(np.float32([0.0, 0.5, 1.0]), size=batch)
+    tokens = frontend("gumbel_sample", logits, seeds, positions, temperature)
+    # same inputs twice
+    np.testing.assert_array_equal(frontend("gumbel_sample", logits, seeds, positions, temperature), tokens)
+    # a row alone equals the row inside the batch
+    for row in (0, 5, 11):
+        alone = frontend("gumbel_sample", logits[row:row + 1], seeds[row:row + 1], positions[row:row + 1],
+                         temperature[row:row + 1])
+        assert alone[0] == tokens[row]
+    # permuting requests permutes tokens
+    perm = rng.permutation(batch)
+    np.testing.assert_array_equal(frontend("gumbel_sample", logits[perm], seeds[perm], positions[perm],
+                                           temperature[perm]), tokens[perm])
+    # a larger batch (the same rows repeated) changes nothing
+    np.testing.assert_array_equal(frontend("gumbel_sample", np.tile(logits, (3, 1)), np.tile(seeds, 3),
+                                           np.tile(positions, 3), np.tile(temperature, 3)), np.tile(tokens, 3))
+    # padding the vocabulary with -inf columns (across a block boundary) changes nothing
+    padded = np.concatenate([logits, np.full((batch, 4096 + 37), -np.inf, np.float32)], axis=1)
+    np.testing.assert_array_equal(frontend("gumbel_sample", padded, seeds, positions, temperature), tokens)
+
+
+def test_gumbel_row_stride_changes_nothing():
+    import torch
+
+    import torch_backend
+    from conftest import TORCH_DEVICE
+
+    rng = np.random.default_rng(5)
+    logits = make_logits(rng, 6, 3001)
+    seeds, positions = make_requests(rng, 6)
+    expected = run_torch("gumbel_sample", logits, seeds, positions, 0.7)
+    for extra in (1, 3, 64):  # row stride V + extra (odd strides break 16-byte alignment)
+        wide = torch.zeros(6, 3001 + extra, device=TORCH_DEVICE)
+        wide[:, :3001] = torch.from_numpy(logits)
+        tokens = torch_backend.gumbel_sample(wide[:, :3001], torch.from_numpy(seeds).to(TORCH_DEVICE),
+                                             torch.from_numpy(positions).to(TORCH_DEVICE), 0.7)
+        np.testing.assert_array_equal(tokens.cpu().numpy(), expected)
+    transposed = torch.from_numpy(np.ascontiguousarray(logits.T)).to(TORCH_DEVICE).T  # column stride != 1
+    tokens = torch_backend.gumbel_sample(transposed, torch.from_numpy(seeds).to(TORCH_DEVICE),
+                                         torch.from_numpy(positions).to(TORCH_DEVICE), 0.7)
+    np.testing.assert_array_equal(tokens.cpu().numpy(), expected)
+
+
+def _draws(frontend, row, num_draws, temperature, fp64, draft=False, first_seed=0):
+    logits = np.broadcast_to(np.float32(row), (num_draws, len(row)))
+    seeds = np.arange(first_seed, first_seed + num_draws, dtype=np.int64)
+    positions = np.full(num_draws, 11, dtype=np.int64)
+    return frontend("gumbel_sample", logits, seeds, positions, np.float32(temperature), fp64=fp64, draft=draft)
+
+
+def _chi_square_pvalue(tokens, probs, min_expected=5.0):
+    """Chi-square goodness of fit; categories with small expected counts are pooled."""
+    counts = np.bincount(tokens, minlength=len(probs)).astype(float)
+    probs = np.asarray(probs, dtype=np.float64)
+    expected = probs / probs.sum() * len(tokens)
+    small = expected < min_expected
+    if small.any():
+        counts = np.append(counts[~small], counts[small].sum())
+        expected = np.append(expected[~small], expected[small].sum())
+    return stats.chisquare(counts, expected).pvalue
+
+
+def _softmax(x):
+    e = np.exp(x - x.max())
+    return e / e.sum()
+
+
+@pytest.mark.parametrize("fp64", [False, True], ids=["fp32", "fp64"])
+def test_gumbel_distribution_follows_softmax(frontend, fp64):
+    row = np.float32(np.linspace(-3, 2, 12))
+    tokens = _draws(frontend, row, DRAWS, 0.7, fp64)
+    assert _chi_square_pvalue(tokens, _softmax(row / 0.7)) > 1e-4
+
+
+@pytest.mark.parametrize("fp64", [False, True], ids=["fp32", "fp64"])
+def test_gumbel_distribution_heavy_tail(frontend, fp64):
+    # One top token; 97% of the mass lies in 3000 tokens 4.5 nats below it.
+    row = np.zeros(3001, dtype=np.float32)
+    row[0] = 4.5
+    probs = _softmax(np.float64(row))
+    tokens = _draws(frontend, row, DRAWS, 1.0, fp64)
+    assert abs(probs[0] - 0.029) < 0.001
+    tail = np.minimum(tokens, 1)  # top token vs the tail, and the tail's spread over its columns
+    assert _chi_square_pvalue(tail, np.array([probs[0], 1 - probs[0]])) > 1e-4
+    tail_tokens = tokens[tokens > 0]
+    assert stats.chisquare(np.bincount((tail_tokens - 1) * 10 // 3000, minlength=10)).pvalue > 1e-4
+
+
+def test_gumbel_distribution_reference_large_sample():
+    """The documented stream itself, with many draws (NumPy only: fast on any machine)."""
+    row = np.float32([3.0, 2.5, 0.0, -1.0, -4.0, -8.0, -12.0, 1.0])
+    num = 400_000
+    for fp64 in (False, True):
+        tokens = gumbel_sample_reference(np.broadcast_to(row, (num, 8)), np.arange(num), np.full(num, 3), 1.3,
+                                         fp64=fp64)
+        assert _chi_square_pvalue(tokens, _softmax(np.float64(row) / 1.3)) > 1e-4
+
+
+def test_gumbel_draft_stream_is_independent(frontend):
+    row = np.zeros(64, dtype=np.float32)  # uniform over 64 tokens
+    target = _draws(frontend, row, DRAWS, 1.0, False)
+    draft = _draws(frontend, row, DRAWS, 1.0, False, draft=True)
+    assert (target != draft).any()
+    # independent draws agree with probability 1/64; a shared stream would agree always
+    agree = (target == draft).sum()
+    assert stats.binomtest(agree, DRAWS, 1 / 64).pvalue > 1e-4
+    # and the draft stream itself follows the distribution
+    assert _chi_square_pvalue(draft, np.full(64, 1 / 64)) > 1e-4
+
+
+def test_gumbel_seed_and_position_change_the_draw(frontend):
+    row = np.zeros(1000, dtype=np.float32)
+    base = _draws(frontend, row, 64, 1.0, False)
+    other_seed = _draws(frontend, row, 64, 1.0, False, first_seed=64)
+    assert (base != other_seed).mean() > 0.9
+    logits = np.zeros((2, 1000), np.float32)
+    positions = np.array([0, 2**32], dtype=np.int64)  # differ only in the high word
+    tokens = frontend("gumbel_sample", logits, np.array([5, 5]), positions, 1.0)
+    expected = gumbel_sample_reference(logits, np.array([5, 5]), positions, 1.0)
+    np.testing.assert_array_equal(tokens, expected)
+    assert tokens[0] != tokens[1]
+
+
+def test_gumbel_empty_batch(frontend):
+    out = frontend("gumbel_sample", np.zeros((0, 10), np.float32), np.zeros(0, np.int64), np.zeros(0, np.int64), 1.0)
+    assert out.shape == (0,) and out.dtype == np.int32
+
+
+BAD_INPUTS = [
+    # (description, argument overrides, exception type, message)
+    ("1-D logits", {"logits": np.zeros(5, np.float32)}, ValueError,
+     "gumbel_sample: logits must be a 2-D array [B, V], got shape (5,)."),
+    ("float64 logits", {"logits": np.zeros((3, 5), np.float64)}, TypeError,
+     "gumbel_sample: logits must have dtype float32, bfloat16 or float16, got float64."),
+    ("int logits", {"logits": np.zeros((3, 5), np.int32)}, TypeError,
+     "gumbel_sample: logits must have dtype float32, bfloat16 or float16, got int32."),
+    ("empty vocabulary", {"logits": np.zeros((3, 0), np.float32)}, ValueError,
+     "gumbel_sample: logits must have a vocabulary size V in [1, 2**31), got V = 0."),
+    ("float seeds", {"seeds": np.zeros(3, np.float32)}, TypeError,
+     "gumbel_sample: seeds must have dtype int32, uint32 or int64, got float32."),
+    ("bool seeds", {"seeds": np.zeros(3, bool)}, TypeError,
+     "gumbel_sample: seeds must have dtype int32, uint32 or int64, got bool."),
+    ("uint64 seeds", {"seeds": np.zeros(3, np.uint64)}, TypeError,
+     "gumbel_sample: seeds must have dtype int32, uint32 or int64, got uint64. Seeds are integers; "
+     "a 64-bit unsigned seed can be passed as int64 (same bits)."),
+    ("seeds batch", {"seeds": np.zeros(4, np.int64)}, ValueError,
+     "gumbel_sample: seeds must be a 1-D array [B] with B = 3 (the batch size of the logits), got shape (4,)."),
+    ("2-D seeds", {"seeds": np.zeros((3, 1), np.int64)}, ValueError,
+     "gumbel_sample: seeds must be a 1-D array [B] with B = 3 (the batch size of the logits), got shape (3, 1)."),
+    ("list seeds", {"seeds": [1, 2, 3]}, TypeError, "gumbel_sample: seeds must be an array [B], got list."),
+    ("float positions", {"positions": np.zeros(3, np.float64)}, TypeError,
+     "gumbel_sample: positions must have dtype int32 or int64, got float64."),
+    ("uint32 positions", {"positions": np.zeros(3, np.uint32)}, TypeError,
+     "gumbel_sample: positions must have dtype int32 or int64, got uint32."),
+    ("positions batch", {"positions": np.zeros(2, np.int64)}, ValueError,
+     "gumbel_sample: positions must be a 1-D array [B] with B = 3 (the batch size of the logits), got shape (2,)."),
+    ("negative temperature", {"temperature": -0.5}, ValueError,
+     "gumbel_sample: temperature must be finite and >= 0 (0 means greedy), got -0.5."),
+    ("nan temperature", {"temperature": float("nan")}, ValueError,
+     "gumbel_sample: temperature must be finite and >= 0 (0 means greedy), got nan."),
+    ("bool temperature", {"temperature": True}, TypeError,
+     "gumbel_sample: temperature must be a float32 array [B] or a number, got bool."),
+    ("float64 temperature", {"temperature": np.ones(3, np.float64)}, TypeError,
+     "gumbel_sample: temperature must have dtype float32, got float64."),
+    ("temperature batch", {"temperature": np.ones(2, np.float32)}, ValueError,
+     "gumbel_sample: temperature must be a number or an array of shape [B] with B = 3, got shape (2,)."),
+    ("fp64 flag", {"fp64": 1}, TypeError, "gumbel_sample: fp64 must be True or False, got 1 (int)."),
+    ("draft flag", {"draft": "yes"}, TypeError, "gumbel_sample: draft must be True or False, got 'yes' (str)."),
+]
+
+
+def _call_with(runner, overrides):
+    args = {"logits": np.zeros((3, 5), np.float32), "seeds": np.zeros(3, np.int64),
+            "positions": np.zeros(3, np.int64), "temperature": 1.0}
+    flags = {"fp64": False, "draft": False}
+    for key, value in overrides.items():
+        (flags if key in flags else args)[key] = value
+    return runner("gumbel_sample", args["logits"], args["seeds"], args["positions"], args["temperature"], **flags)
+
+
+@pytest.mark.parametrize("case", BAD_INPUTS, ids=[c[0] for c in BAD_INPUTS])
+def test_gumbel_errors_same_text_in_both_frontends(case):
+    import jax
+    import jax.numpy as jnp
+    import torch
+
+    import jsample
+    import torch_backend
+
+    _, overrides, error, message = case
+
+    def torch_runner(name, *args, **kwargs):
+        return getattr(torch_backend, name)(*(torch.from_numpy(a) if isinstance(a, np.ndarray) else a
+                                              for a in args), **kwargs)
+
+    def jax_runner(name, *args, **kwargs):
+        return getattr(jsample, name)(*(jnp.asarray(a) if isinstance(a, np.ndarray) else a for a in args), **kwargs)
+
+    for runner in (torch_runner, jax_runner):
+        with pytest.raises(error) as info:
+            _call_with(runner, overrides)
+        assert str(info.value) == message
+    # under jax.jit the same error comes at trace time
+    if all(isinstance(v, np.ndarray) for v in overrides.values()):
+        names = list(overrides)
+        with pytest.raises(error) as info:
+            jax.jit(lambda *arrays: _call_with(jax_runner, dict(zip(names, arrays))))(
+                *(jnp.asarray(v) for v in overrides.values()))
+        assert str(info.value) == message
+
+
+def test_gumbel_torch_rejects_mixed_devices():
+    import torch
+
+    import torch_backend
+
+    logits = torch.zeros(3, 5)
+    meta = torch.zeros(3, dtype=torch.int64, device="meta")
+    with pytest.raises(ValueError, match=r"gumbel_sample: seeds must be on the same device as the logits \(cpu\), "
+                                         r"got meta\."):
+        torch_backend.gumbel_sample(logits, meta, torch.zeros(3, dtype=torch.int64), 1.0)
+
+
+def test_gumbel_jax_rejects_silent_int64_narrowing():
+    import jax
+
+    import jsample
+
+    with jax.enable_x64(False):
+        with pytest.raises(TypeError, match="gumbel_sample: seeds has dtype int64, which JAX narrows to 32 bits"):
+            jsample.gumbel_sample(np.zeros((3, 5), np.float32), np.zeros(3, np.int64), np.zeros(3, np.int32), 1.0)

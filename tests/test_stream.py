@@ -1,0 +1,72 @@
+"""Bits: the NumPy twin of the stream equals the words and uniforms the Triton kernels produce."""
+
+import numpy as np
+import pytest
+import torch
+from conftest import TORCH_DEVICE
+
+from jsample import kernels
+from jsample.reference import gumbel_noise, philox4x32, stream_uniforms
+
+SEEDS = [0, 1, -1, -(2**31), 2**31 - 1, 2**31, 2**32 - 1, 2**32, 2**40 + 12345, 2**63 - 1, -(2**63), -987654321987]
+POSITIONS = [0, 1, 7, 2**31 - 1, 2**31, 2**32 - 1, 2**32, 2**32 + 5, 2**40 + 3]
+STREAMS = [0, 1, 2]
+CALLS = [0, 1, 3, 1000, 2**20 + 1]
+
+
+def test_stream_philox_words_match_reference():
+    grid = np.array(np.meshgrid(np.arange(len(SEEDS)), np.arange(len(POSITIONS)), STREAMS, CALLS)).reshape(4, -1)
+    seeds = np.array(SEEDS, dtype=np.int64)[grid[0]]
+    positions = np.array(POSITIONS, dtype=np.int64)[grid[1]]
+    streams, calls = grid[2].astype(np.int32), grid[3].astype(np.int32)
+    words = torch.zeros(len(seeds), 4, dtype=torch.int32, device=TORCH_DEVICE)
+    kernels.philox_words_kernel[(len(seeds),)](*(torch.from_numpy(a).to(TORCH_DEVICE)
+                                                 for a in (seeds, positions, streams, calls)), words)
+    got = words.cpu().numpy().view(np.uint32)
+    expected = np.stack(philox4x32(seeds, calls, positions & 0xFFFFFFFF, positions >> 32, streams), axis=1)
+    np.testing.assert_array_equal(got, expected)
+
+
+def test_stream_philox_known_answer():
+    # Random123's published known-answer vectors for philox4x32-10.
+    words = philox4x32(np.uint64(0), 0, 0, 0, 0)
+    assert [hex(int(w)) for w in words] == ["0x6627e8d5", "0xe169c58d", "0xbc57ac4c", "0x9b00dbd8"]
+    key = np.uint64(0x299F31D0A4093822)  # key words (k0, k1) = (0xa4093822, 0x299f31d0)
+    words = philox4x32(key, 0x243F6A88, 0x85A308D3, 0x13198A2E, 0x03707344)
+    assert [hex(int(w)) for w in words] == ["0xd16cfe09", "0x94fdcceb", "0x5001e420", "0x24126ea1"]
+
+
+@pytest.mark.parametrize("fp64", [False, True], ids=["fp32", "fp64"])
+@pytest.mark.parametrize("seed_dtype", ["int32", "uint32", "int64"])
+def test_stream_uniforms_and_noise_match_reference(fp64, seed_dtype):
+    vocab, block_v = 37, 16  # several blocks and a ragged last block
+    info = np.iinfo(seed_dtype)
+    seeds = np.array([s for s in SEEDS if info.min <= s <= info.max], dtype=seed_dtype)
+    positions = np.array((POSITIONS * 3)[: len(seeds)], dtype=np.int64)
+    float_dtype = torch.float64 if fp64 else torch.float32
+    for stream in STREAMS:
+        noise = torch.zeros(len(seeds), vocab, dtype=float_dtype, device=TORCH_DEVICE)
+        uniforms = torch.zeros_like(noise)
+        torch_seeds = torch.from_numpy(seeds.view(np.int32) if seed_dtype == "uint32" else seeds)
+        if seed_dtype == "uint32":
+            torch_seeds = torch_seeds.view(torch.uint32)
+        kernels.uniforms_kernel[(len(seeds), 3)](torch_seeds.to(TORCH_DEVICE), torch.from_numpy(positions).to(TORCH_DEVICE),
+                                                 vocab, noise, uniforms, STREAM=stream, BLOCK_V=block_v, FP64=fp64)
+        expected_u = stream_uniforms(seeds, positions, stream, vocab, fp64=fp64)
+        np.testing.assert_array_equal(uniforms.cpu().numpy(), expected_u)  # bit-exact
+        # The noise uses GPU logs: close to the float64 ideal, not bit-equal.
+        np.testing.assert_allclose(noise.cpu().numpy(), gumbel_noise(expected_u), rtol=0, atol=1e-12 if fp64 else 2e-6)
+
+
+def test_stream_uniform_extremes_are_clamped():
+    from jsample.reference import uniforms_f32, uniforms_f64
+
+    assert uniforms_f32(np.uint32(0)) == np.float32(2.0**-32)
+    assert uniforms_f32(np.uint32(2**32 - 1)) == np.float32(1 - 2.0**-24)
+    assert uniforms_f32(np.uint32(1)) == np.float32(2.0**-32)
+    assert uniforms_f32(np.uint32(3)) == np.float32(3 * 2.0**-32)  # small u keeps full resolution
+    assert uniforms_f64(np.uint32(0), np.uint32(0)) == 2.0**-64
+    assert uniforms_f64(np.uint32(2**32 - 1), np.uint32(2**32 - 1)) == 1 - 2.0**-53
+    # the tails the STREAM promises: about 22 (FP32) and 44 (FP64)
+    assert 22.1 < gumbel_noise(np.float32(2.0**-32)) < 22.2
+    assert 44.3 < gumbel_noise(2.0**-64) < 44.4
