@@ -16,10 +16,10 @@ STREAM_TOKEN = 0  # the emitted token: target sampling, residual resampling, bon
 STREAM_DRAFT = 1  # draft-token sampling, independent of the target's noise
 STREAM_ACCEPT = 2  # acceptance uniforms of rejection sampling
 
-TWO_POW_M32 = 2.3283064365386963e-10  # 2**-32
-ONE_MINUS_TWO_POW_M24 = 0.99999994039535522  # 1 - 2**-24, largest fp32 below 1
-TWO_POW_M64 = 5.421010862427522e-20  # 2**-64
-ONE_MINUS_TWO_POW_M53 = 0.99999999999999989  # 1 - 2**-53, largest fp64 below 1
+TWO_POW_M32 = tl.constexpr(2.3283064365386963e-10)  # 2**-32
+ONE_MINUS_TWO_POW_M24 = tl.constexpr(0.99999994039535522)  # 1 - 2**-24, largest fp32 below 1
+TWO_POW_M64 = tl.constexpr(5.421010862427522e-20)  # 2**-64
+ONE_MINUS_TWO_POW_M53 = tl.constexpr(0.99999999999999989)  # 1 - 2**-53, largest fp64 below 1
 
 
 @triton.jit
