@@ -7,10 +7,26 @@ The JAX API (`jsample.gumbel_sample`, ...) is loaded on first use, so `import js
 import importlib
 
 from jsample._version import STREAM_VERSION, __version__
+from jsample.rates import (  # plain Python: no jax import
+    acceptance_length_to_rates,
+    resolve_synthetic_acceptance_rates,
+    unconditional_to_conditional_rates,
+)
 
-_JAX_API = {"gumbel_sample": "jsample._jax.gumbel"}
+_JAX_API = {
+    "gumbel_sample": "jsample._jax.gumbel",
+    "rejection_sample": "jsample._jax.rejection",
+    "synthetic_rejection_sample": "jsample._jax.rejection",
+}
 
-__all__ = ["STREAM_VERSION", "__version__", *_JAX_API]
+__all__ = [
+    "STREAM_VERSION",
+    "__version__",
+    "acceptance_length_to_rates",
+    "resolve_synthetic_acceptance_rates",
+    "unconditional_to_conditional_rates",
+    *_JAX_API,
+]
 
 
 def __getattr__(name):

@@ -95,3 +95,68 @@ def check_gumbel_sample(op: str, logits, seeds, positions, temperature, fp64, dr
 def check_same_device(op: str, name: str, device, expected) -> None:
     if device != expected:
         raise ValueError(f"{op}: {name} must be on the same device as the logits ({expected}), got {device}.")
+
+
+REJECTION_METHODS = ("probabilistic", "strict")
+TOKEN_DTYPES = ("int32",)
+
+
+def check_shape(op: str, name: str, spec: ArraySpec, expected: tuple, expected_text: str) -> None:
+    """`spec` must have exactly the shape `expected`; the message shows `expected_text` and the values."""
+    if tuple(spec.shape) != tuple(expected):
+        raise ValueError(f"{op}: {name} must be a {len(expected)}-D array {expected_text} = "
+                         f"{list(expected)}, got shape {tuple(spec.shape)}.")
+
+
+def check_tokens_array(op: str, name: str, spec, expected: tuple, expected_text: str) -> None:
+    check_array(op, name, spec, expected_text)
+    check_dtype(op, name, spec, TOKEN_DTYPES)
+    check_shape(op, name, spec, expected, expected_text)
+
+
+def check_num_draft_tokens(op: str, spec, batch: int) -> None:
+    check_array(op, "num_draft_tokens", spec, "[B]")
+    check_dtype(op, "num_draft_tokens", spec, TOKEN_DTYPES)
+    check_batch_vector(op, "num_draft_tokens", spec, batch)
+
+
+def check_rejection_sample(op: str, target_logits, draft_tokens, num_draft_tokens, seeds, positions, temperature,
+                           draft_logits, method, fp64) -> None:
+    check_logits(op, "target_logits", target_logits, "[B, K+1, V]")
+    batch, rows, vocab = target_logits.shape
+    if rows < 1:
+        raise ValueError(f"{op}: target_logits must have K+1 >= 1 rows per request, got shape "
+                         f"{tuple(target_logits.shape)}.")
+    k = rows - 1
+    check_tokens_array(op, "draft_tokens", draft_tokens, (batch, k), "[B, K]")
+    check_num_draft_tokens(op, num_draft_tokens, batch)
+    check_seeds_positions(op, seeds, positions, batch)
+    check_temperature(op, temperature, batch)
+    if draft_logits is not None:
+        check_array(op, "draft_logits", draft_logits, "[B, K, V] or None")
+        check_dtype(op, "draft_logits", draft_logits, ("float32",),
+                    " Draft logits are kept in float32 because the acceptance ratio p/q is precision-sensitive; "
+                    "cast them to float32.")
+        check_shape(op, "draft_logits", draft_logits, (batch, k, vocab), "[B, K, V]")
+    if not isinstance(method, str) or method not in REJECTION_METHODS:
+        raise ValueError(f"{op}: method must be {_or_list([repr(m) for m in REJECTION_METHODS])}, got {method!r}.")
+    check_flag(op, "fp64", fp64)
+
+
+def check_synthetic_rejection_sample(op: str, target_tokens, draft_tokens, num_draft_tokens, seeds, positions,
+                                     conditional_rates, fp64) -> None:
+    check_array(op, "target_tokens", target_tokens, "[B, K+1]")
+    check_dtype(op, "target_tokens", target_tokens, TOKEN_DTYPES)
+    if len(target_tokens.shape) != 2 or target_tokens.shape[1] < 1:
+        raise ValueError(f"{op}: target_tokens must be a 2-D array [B, K+1] with K+1 >= 1, "
+                         f"got shape {tuple(target_tokens.shape)}.")
+    batch, k = target_tokens.shape[0], target_tokens.shape[1] - 1
+    check_tokens_array(op, "draft_tokens", draft_tokens, (batch, k), "[B, K]")
+    check_num_draft_tokens(op, num_draft_tokens, batch)
+    check_seeds_positions(op, seeds, positions, batch)
+    check_array(op, "conditional_rates", conditional_rates, "[K] or [B, K]")
+    check_dtype(op, "conditional_rates", conditional_rates, ("float32",))
+    if tuple(conditional_rates.shape) not in ((k,), (batch, k)):
+        raise ValueError(f"{op}: conditional_rates must be an array [K] = [{k}] (one schedule) or [B, K] = "
+                         f"[{batch}, {k}] (one per request), got shape {tuple(conditional_rates.shape)}.")
+    check_flag(op, "fp64", fp64)

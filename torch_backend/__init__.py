@@ -4,6 +4,21 @@ Importing this package never imports jax.
 """
 
 from jsample._version import STREAM_VERSION, __version__
+from jsample.rates import (
+    acceptance_length_to_rates,
+    resolve_synthetic_acceptance_rates,
+    unconditional_to_conditional_rates,
+)
 from torch_backend.gumbel import gumbel_sample
+from torch_backend.rejection import rejection_sample, synthetic_rejection_sample
 
-__all__ = ["STREAM_VERSION", "__version__", "gumbel_sample"]
+__all__ = [
+    "STREAM_VERSION",
+    "__version__",
+    "acceptance_length_to_rates",
+    "gumbel_sample",
+    "rejection_sample",
+    "resolve_synthetic_acceptance_rates",
+    "synthetic_rejection_sample",
+    "unconditional_to_conditional_rates",
+]

@@ -20,13 +20,23 @@ if "TRITON_INTERPRET" not in os.environ and "triton" not in sys.modules and not 
 
 import triton  # noqa: E402
 
-INTERPRETER = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
-
 from jsample.kernels.gumbel import (  # noqa: E402
     GumbelLaunchConfig,
     argmax_reduce_kernel,
     gumbel_launch_config,
     gumbel_partial_kernel,
+    interpreting,
+)
+
+INTERPRETER = interpreting()
+from jsample.kernels.rejection import (  # noqa: E402
+    RejectionLaunchConfig,
+    rejection_assemble_kernel,
+    rejection_decide_kernel,
+    rejection_emit_kernel,
+    rejection_launch_config,
+    rejection_stats_kernel,
+    synthetic_rejection_kernel,
 )
 from jsample.kernels.stream import philox_words_kernel, uniforms_kernel  # noqa: E402
 
@@ -37,6 +47,13 @@ __all__ = [
     "gumbel_launch_config",
     "gumbel_partial_kernel",
     "philox_words_kernel",
+    "RejectionLaunchConfig",
+    "rejection_assemble_kernel",
+    "rejection_decide_kernel",
+    "rejection_emit_kernel",
+    "rejection_launch_config",
+    "rejection_stats_kernel",
+    "synthetic_rejection_kernel",
     "uniforms_kernel",
     "triton",
 ]

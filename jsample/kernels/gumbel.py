@@ -12,6 +12,7 @@ Only finite logits are candidates: -inf, +inf and NaN logits are never chosen, s
 finite logit gives -1 (STREAM.md). A score that is NaN (e.g. a NaN temperature) is never chosen either.
 """
 
+import os
 from dataclasses import dataclass
 
 import triton
@@ -32,6 +33,7 @@ class GumbelLaunchConfig:
     reduce_block: int
     row_align: int
     num_warps: int
+    fast_log: bool  # FP32 noise through the GPU's lg2.approx (not in the interpreter)
     num_stages: int = 1
     enable_fp_fusion: bool = False  # no FMA contraction: the same rounding as the NumPy reference
 
@@ -41,6 +43,10 @@ def _largest_power_of_two_dividing(n: int, cap: int) -> int:
     while align < cap and n % (align * 2) == 0:
         align *= 2
     return align
+
+
+def interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
 def gumbel_launch_config(vocab_size: int, row_stride: int, fp64: bool) -> GumbelLaunchConfig:
@@ -53,12 +59,14 @@ def gumbel_launch_config(vocab_size: int, row_stride: int, fp64: bool) -> Gumbel
         reduce_block=triton.next_power_of_2(num_blocks),
         row_align=_largest_power_of_two_dividing(row_stride, 16) if row_stride else 16,
         num_warps=8 if block_v >= 2048 else 4,
+        fast_log=not fp64 and not interpreting(),
     )
 
 
 @triton.jit
 def block_scores(logits_ptr, row, row_stride, V, first_col, seed, position, temperature,
-                 STREAM: tl.constexpr, BLOCK_V: tl.constexpr, ROW_ALIGN: tl.constexpr, FP64: tl.constexpr):
+                 STREAM: tl.constexpr, BLOCK_V: tl.constexpr, ROW_ALIGN: tl.constexpr, FP64: tl.constexpr,
+                 FAST_LOG: tl.constexpr):
     """Gumbel-max scores of one row's columns first_col .. first_col + BLOCK_V - 1.
 
     Non-candidates (padding, non-finite logits, NaN scores) score -inf.
@@ -73,11 +81,11 @@ def block_scores(logits_ptr, row, row_stride, V, first_col, seed, position, temp
         score = x
     else:
         if FP64:
-            t = temperature.to(tl.float64)
+            inverse_t = 1.0 / temperature.to(tl.float64)
         else:
-            t = temperature
+            inverse_t = 1.0 / temperature  # one division per program, not one per column
         u = uniform_block(seed, position, first_col, STREAM, BLOCK_V, FP64)
-        score = x / t + gumbel_noise(u, FP64)
+        score = x * inverse_t + gumbel_noise(u, FP64, FAST_LOG)
         candidate = candidate & (score == score)
     return tl.where(candidate, score, float("-inf"))
 
@@ -96,6 +104,7 @@ def gumbel_partial_kernel(
     FP64: tl.constexpr,
     BLOCK_V: tl.constexpr,
     ROW_ALIGN: tl.constexpr,
+    FAST_LOG: tl.constexpr,
 ):
     row = tl.program_id(0)
     block = tl.program_id(1)
@@ -105,7 +114,7 @@ def gumbel_partial_kernel(
     temperature = tl.load(temperature_ptr + row)
     first_col = block * BLOCK_V
     score = block_scores(logits_ptr, row, row_stride, V, first_col, seed, position, temperature,
-                         STREAM, BLOCK_V, ROW_ALIGN, FP64)
+                         STREAM, BLOCK_V, ROW_ALIGN, FP64, FAST_LOG)
     best = tl.max(score, axis=0)
     best_col = first_col + tl.argmax(score, axis=0, tie_break_left=True)
     out = row.to(tl.int64) * num_blocks + block

@@ -1,6 +1,7 @@
 """NumPy reference of the random stream and of every op. Imports numpy only."""
 
 from jsample.reference.gumbel import gumbel_sample_reference, gumbel_scores_reference
+from jsample.reference.rejection import rejection_sample_reference, synthetic_rejection_sample_reference
 from jsample.reference.stream import gumbel_noise, philox4x32, stream_uniforms, uniforms_f32, uniforms_f64
 
 __all__ = [
@@ -8,7 +9,9 @@ __all__ = [
     "gumbel_sample_reference",
     "gumbel_scores_reference",
     "philox4x32",
+    "rejection_sample_reference",
     "stream_uniforms",
+    "synthetic_rejection_sample_reference",
     "uniforms_f32",
     "uniforms_f64",
 ]

@@ -1,0 +1,461 @@
+"""Speculative-decoding verification: rejection sampling of K draft tokens against K+1 target rows.
+
+Request b has target rows j = 0..K (row j scores the token after draft j-1) and n_b <= K drafts
+d_j. Row j is drawn at position P_b + j (STREAM.md, "Rejection sampling"):
+
+* probabilistic, T > 0: p = softmax(x_j / T), q = softmax(y_j / T) (one-hot on d_j without draft
+  logits); accept d_j iff u_j < p(d_j) / q(d_j), u_j the stream-2 uniform (call 0) of row j;
+* strict (any T), and greedy rows (T == 0) of either method: accept iff d_j equals the row's
+  stream-0 Gumbel-max sample (the argmax when T == 0);
+* a = the first rejected row (a = n_b when all drafts are accepted). Row a emits, with the stream-0
+  noise g of row a: after a probabilistic rejection argmax_k (log r_k + g_k), r = max(p - q, 0)
+  (p with d_a removed for one-hot drafts), falling back to p when r is all zero; otherwise the
+  Gumbel-max sample of row a, computed by the very code of `gumbel_sample` (`block_scores`), so the
+  bonus token equals `gumbel_sample` of that row with position P_b + n_b bit for bit.
+
+Launches, all shared by the PyTorch and JAX frontends (no host synchronisation between them):
+
+1. `rejection_stats_kernel`, grid (B, K, NUM_BLOCKS), rows j < n_b only: per vocabulary block the
+   online-softmax partials (max, sum of exp) of x_j / T and y_j / T, or, for strict and greedy rows,
+   the block's best Gumbel score and its column.
+2. `rejection_decide_kernel`, grid (B,): merges the partials of all K rows of a request, decides
+   every row, and writes a_b, whether row a_b resamples the residual, and its log-normalisers.
+3. `rejection_emit_kernel`, grid (B, NUM_BLOCKS), row a_b only: block partials of the residual
+   scores (rows B..) and of the Gumbel-max scores (rows B..2B-1) of the emitted row.
+4. `argmax_reduce_kernel` (gumbel.py) over those 2B partial rows.
+5. `rejection_assemble_kernel`, grid (B,): tokens [B, K+1] = accepted drafts, the emitted token, -1;
+   num_sampled = a_b + 1.
+
+`synthetic_rejection_kernel` (one launch, grid (B,)) accepts draft j iff the stream-2 uniform of row
+j is below conditional_rates[j] and emits target_tokens[b, a_b].
+
+All maths is FP32 (FP64 when FP64): logits are widened, divided by T, and the softmax statistics,
+ratios and residual logs use that precision. Non-finite target logits have probability 0.
+"""
+
+import math
+from dataclasses import dataclass
+
+import triton
+import triton.language as tl
+
+from jsample.kernels.gumbel import _largest_power_of_two_dividing, block_scores, gumbel_launch_config
+from jsample.kernels.stream import (
+    gumbel_noise,
+    neg_log1p_neg,
+    philox_block,
+    uniform_block,
+    uniform_f32,
+    uniform_f64,
+)
+
+# Globals used inside kernels must be constexpr (the compiler rejects plain Python globals).
+STATS_PER_BLOCK = 4  # per row and block: target max, target sum of exp, draft max, draft sum of exp
+NUM_STATS = tl.constexpr(STATS_PER_BLOCK)
+STREAM_TOKEN = tl.constexpr(0)  # STREAM.md stream 0: the emitted token
+STREAM_ACCEPT = tl.constexpr(2)  # STREAM.md stream 2: acceptance uniforms
+
+
+@dataclass(frozen=True)
+class RejectionLaunchConfig:
+    """How both frontends launch the rejection kernels (tokens never depend on it)."""
+
+    block_v: int  # the vocabulary tile of the two row kernels, as gumbel_sample's
+    num_blocks: int
+    reduce_block: int  # next power of two >= num_blocks
+    block_k: int  # next power of two >= K + 1: the rows of one request in the per-request kernels
+    row_align: int  # power of two dividing every row and batch stride of the logits (<= 16)
+    num_warps: int
+    fast_log: bool  # gumbel_sample's FAST_LOG: the bonus token must use the very same noise code
+    num_stages: int = 1
+    enable_fp_fusion: bool = False  # no FMA contraction: the same rounding as the NumPy reference
+
+
+def rejection_launch_config(vocab_size: int, num_speculative_tokens: int, strides, fp64: bool) -> RejectionLaunchConfig:
+    """The launch configuration of `rejection_sample` / `synthetic_rejection_sample`.
+
+    Args:
+        vocab_size: V.
+        num_speculative_tokens: K (the target has K + 1 rows per request).
+        strides: the batch and row strides (in elements) of the target and draft logits; zeros are
+            ignored (a broadcast dimension).
+        fp64: FP64 mode (halves the vocabulary tile, as gumbel_sample does).
+    """
+    stride_gcd = 0
+    for stride in strides:
+        stride_gcd = math.gcd(stride_gcd, int(stride))
+    gumbel = gumbel_launch_config(vocab_size, stride_gcd, fp64)
+    return RejectionLaunchConfig(
+        block_v=gumbel.block_v,
+        num_blocks=gumbel.num_blocks,
+        reduce_block=gumbel.reduce_block,
+        block_k=triton.next_power_of_2(num_speculative_tokens + 1),
+        row_align=_largest_power_of_two_dividing(stride_gcd, 16) if stride_gcd else 16,
+        num_warps=gumbel.num_warps,
+        fast_log=gumbel.fast_log,
+        num_stages=gumbel.num_stages,
+        enable_fp_fusion=gumbel.enable_fp_fusion,
+    )
+
+
+@triton.jit
+def _scaled_block(row_ptr, cols, V, temperature, FP64: tl.constexpr):
+    """x / T of columns `cols` of one row, in FP32 (FP64); -inf for padding and non-finite logits."""
+    x = tl.load(row_ptr + cols, mask=cols < V, other=float("-inf")).to(tl.float32)
+    if FP64:
+        x = x.to(tl.float64)
+        scaled = x / temperature.to(tl.float64)
+    else:
+        scaled = x / temperature
+    return tl.where(tl.abs(x) < float("inf"), scaled, float("-inf"))
+
+
+@triton.jit
+def _softmax_partials(scaled):
+    """(max, sum of exp(scaled - max)) of a block; (-inf, 0) when it has no candidate."""
+    block_max = tl.max(scaled, axis=0)
+    block_sum = tl.sum(tl.where(scaled > float("-inf"), tl.exp(scaled - block_max), 0.0), axis=0)
+    return block_max, block_sum
+
+
+@triton.jit
+def _merge_log_normalizer(block_max, block_sum):
+    """log sum exp of rows of [R, NUM_BLOCKS] softmax partials -> [R] (-inf for an empty row)."""
+    row_max = tl.max(block_max, axis=1)
+    scale = tl.where(block_max > float("-inf"), tl.exp(block_max - row_max[:, None]), 0.0)
+    return row_max + tl.log(tl.sum(block_sum * scale, axis=1))
+
+
+@triton.jit
+def _acceptance_uniforms(seed, positions, FP64: tl.constexpr):
+    """The acceptance uniform of each position in `positions` (int64 [N]): call 0 of stream 2."""
+    calls = tl.zeros(positions.shape, tl.uint32)
+    w0, w1, w2, w3 = philox_block(seed, positions, calls, STREAM_ACCEPT)
+    if FP64:
+        return uniform_f64(w0, w1)
+    else:
+        return uniform_f32(w0)
+
+
+@triton.jit
+def _first_rejection(accept, rows, num_drafts):
+    """a = the first row < num_drafts whose draft is rejected, num_drafts when all are accepted."""
+    return tl.min(tl.where(rows < num_drafts, tl.where(accept, num_drafts, rows), num_drafts), axis=0)
+
+
+@triton.jit
+def _store_best(partial_score_ptr, partial_index_ptr, out, score, first_col, FP64: tl.constexpr):
+    """The block's best score and its lowest column, in gumbel_partial_kernel's layout."""
+    best = tl.max(score, axis=0)
+    best_col = first_col + tl.argmax(score, axis=0, tie_break_left=True)
+    if FP64:
+        tl.store(partial_score_ptr.to(tl.pointer_type(tl.float64)) + out, best)
+    else:
+        tl.store(partial_score_ptr + out, best)
+    tl.store(partial_index_ptr + out, best_col.to(tl.int32))
+
+
+@triton.jit
+def rejection_stats_kernel(
+    target_logits_ptr,  # [B, K+1, V] f32|bf16|f16, columns contiguous
+    draft_logits_ptr,  # [B, K, V] f32, columns contiguous (unused when ONE_HOT)
+    seeds_ptr,  # [B] i32|u32|i64
+    positions_ptr,  # [B] i32|i64, position of row 0
+    temperature_ptr,  # [B] f32, 0 = greedy
+    num_draft_tokens_ptr,  # [B] i32, n_b (clamped to [0, K])
+    V,
+    K,
+    target_batch_stride,
+    target_row_stride,
+    draft_batch_stride,
+    draft_row_stride,
+    stats_ptr,  # [B * K, NUM_STATS * NUM_BLOCKS] f32; with FP64, f64 stored as twice as many f32 words
+    partial_score_ptr,  # [B * K, NUM_BLOCKS] f32; with FP64, f64 stored as [B * K, 2 * NUM_BLOCKS] f32 words
+    partial_index_ptr,  # [B * K, NUM_BLOCKS] i32
+    STRICT: tl.constexpr,
+    ONE_HOT: tl.constexpr,
+    FP64: tl.constexpr,
+    BLOCK_V: tl.constexpr,
+    ROW_ALIGN: tl.constexpr,
+    FAST_LOG: tl.constexpr,  # gumbel_sample's noise log (config.fast_log)
+):
+    """Per (request, draft row, vocabulary block): softmax partials, or Gumbel-max partials for
+    strict and greedy rows. Rows j >= n_b are skipped (nothing reads them)."""
+    b = tl.program_id(0)
+    j = tl.program_id(1)
+    block = tl.program_id(2)
+    num_blocks = tl.num_programs(2)
+    num_drafts = tl.minimum(tl.maximum(tl.load(num_draft_tokens_ptr + b), 0), K)
+    if j < num_drafts:
+        temperature = tl.load(temperature_ptr + b)
+        first_col = block * BLOCK_V
+        row = b.to(tl.int64) * K + j
+        target_row_ptr = target_logits_ptr + tl.multiple_of(b.to(tl.int64) * target_batch_stride, ROW_ALIGN)
+        if STRICT:
+            seed = tl.load(seeds_ptr + b).to(tl.int64)
+            position = tl.load(positions_ptr + b).to(tl.int64) + j
+            score = block_scores(target_row_ptr, j, target_row_stride, V, first_col, seed, position, temperature,
+                                 STREAM_TOKEN, BLOCK_V, ROW_ALIGN, FP64, FAST_LOG)
+            _store_best(partial_score_ptr, partial_index_ptr, row * num_blocks + block, score, first_col, FP64)
+        else:
+            if temperature == 0:
+                seed = tl.load(seeds_ptr + b).to(tl.int64)
+                position = tl.load(positions_ptr + b).to(tl.int64) + j
+                score = block_scores(target_row_ptr, j, target_row_stride, V, first_col, seed, position,
+                                     temperature, STREAM_TOKEN, BLOCK_V, ROW_ALIGN, FP64, FAST_LOG)
+                _store_best(partial_score_ptr, partial_index_ptr, row * num_blocks + block, score, first_col, FP64)
+            else:
+                cols = first_col + tl.arange(0, BLOCK_V)
+                out = row * (NUM_STATS * num_blocks) + block
+                if FP64:
+                    stats = stats_ptr.to(tl.pointer_type(tl.float64))
+                else:
+                    stats = stats_ptr
+                row_offset = tl.multiple_of(j.to(tl.int64) * target_row_stride, ROW_ALIGN)
+                target_max, target_sum = _softmax_partials(
+                    _scaled_block(target_row_ptr + row_offset, cols, V, temperature, FP64))
+                tl.store(stats + out, target_max)
+                tl.store(stats + out + num_blocks, target_sum)
+                if not ONE_HOT:
+                    draft_row_ptr = (draft_logits_ptr + tl.multiple_of(b.to(tl.int64) * draft_batch_stride, ROW_ALIGN)
+                                     + tl.multiple_of(j.to(tl.int64) * draft_row_stride, ROW_ALIGN))
+                    draft_max, draft_sum = _softmax_partials(_scaled_block(draft_row_ptr, cols, V, temperature, FP64))
+                    tl.store(stats + out + 2 * num_blocks, draft_max)
+                    tl.store(stats + out + 3 * num_blocks, draft_sum)
+
+
+@triton.jit
+def _decide_by_target_token(partial_score_ptr, partial_index_ptr, b64, K, num_blocks, rows, drafts, valid,
+                            num_drafts, FP64: tl.constexpr, REDUCE_BLOCK: tl.constexpr):
+    """Strict and greedy rows: accept iff the draft equals the row's Gumbel-max (argmax) token."""
+    active = rows < num_drafts
+    flat_rows = b64 * K + rows  # row index into the [B * K, NUM_BLOCKS] partials
+    blocks = tl.arange(0, REDUCE_BLOCK)
+    offsets = flat_rows[:, None] * num_blocks + blocks[None, :]
+    mask = active[:, None] & (blocks[None, :] < num_blocks)
+    if FP64:
+        scores = tl.load(partial_score_ptr.to(tl.pointer_type(tl.float64)) + offsets, mask=mask, other=float("-inf"))
+    else:
+        scores = tl.load(partial_score_ptr + offsets, mask=mask, other=float("-inf"))
+    # the lowest column among the best block partials, as argmax_reduce_kernel
+    best_block = tl.argmax(scores, axis=1, tie_break_left=True)
+    best = tl.max(scores, axis=1)
+    column = tl.load(partial_index_ptr + flat_rows * num_blocks + best_block, mask=active, other=-1)
+    target_tokens = tl.where(best > float("-inf"), column, -1)
+    return _first_rejection(valid & (drafts == target_tokens), rows, num_drafts)
+
+
+@triton.jit
+def rejection_decide_kernel(
+    target_logits_ptr,  # [B, K+1, V] f32|bf16|f16, columns contiguous
+    draft_logits_ptr,  # [B, K, V] f32, columns contiguous (unused when ONE_HOT)
+    draft_tokens_ptr,  # [B, K] i32, contiguous
+    num_draft_tokens_ptr,  # [B] i32
+    seeds_ptr,  # [B] i32|u32|i64
+    positions_ptr,  # [B] i32|i64
+    temperature_ptr,  # [B] f32
+    stats_ptr,  # [B * K, NUM_STATS * NUM_BLOCKS] f32 (f64 words when FP64), from rejection_stats_kernel
+    partial_score_ptr,  # [B * K, NUM_BLOCKS] f32 (f64 words when FP64)
+    partial_index_ptr,  # [B * K, NUM_BLOCKS] i32
+    V,
+    K,
+    target_batch_stride,
+    target_row_stride,
+    draft_batch_stride,
+    draft_row_stride,
+    num_blocks,
+    emit_row_ptr,  # [B] i32 output: a_b, the number of accepted drafts (= the emitted row)
+    resample_ptr,  # [B] i32 output: 1 when row a_b resamples the residual
+    log_normalizer_ptr,  # [B, 2] f32 output (f64 as [B, 4] words): log sum exp of x / T and y / T of row a_b
+    STRICT: tl.constexpr,
+    ONE_HOT: tl.constexpr,
+    FP64: tl.constexpr,
+    BLOCK_K: tl.constexpr,  # next power of two >= K + 1
+    REDUCE_BLOCK: tl.constexpr,  # next power of two >= num_blocks
+):
+    """Per request: every draft row's decision, then a_b and what row a_b emits."""
+    b = tl.program_id(0)
+    b64 = b.to(tl.int64)
+    num_drafts = tl.minimum(tl.maximum(tl.load(num_draft_tokens_ptr + b), 0), K)
+    temperature = tl.load(temperature_ptr + b)
+    rows = tl.arange(0, BLOCK_K)
+    active = rows < num_drafts
+    drafts = tl.load(draft_tokens_ptr + b64 * K + rows, mask=active, other=-1)
+    valid = active & (drafts >= 0) & (drafts < V)  # an out-of-range draft has probability 0: rejected
+    if STRICT:
+        emit_row = _decide_by_target_token(partial_score_ptr, partial_index_ptr, b64, K, num_blocks, rows, drafts,
+                                           valid, num_drafts, FP64, REDUCE_BLOCK)
+        tl.store(resample_ptr + b, 0)
+    else:
+        if temperature == 0:
+            emit_row = _decide_by_target_token(partial_score_ptr, partial_index_ptr, b64, K, num_blocks, rows,
+                                               drafts, valid, num_drafts, FP64, REDUCE_BLOCK)
+            tl.store(resample_ptr + b, 0)
+        else:
+            if FP64:
+                stats = stats_ptr.to(tl.pointer_type(tl.float64))
+                log_normalizer = log_normalizer_ptr.to(tl.pointer_type(tl.float64))
+                t = temperature.to(tl.float64)
+            else:
+                stats = stats_ptr
+                log_normalizer = log_normalizer_ptr
+                t = temperature
+            blocks = tl.arange(0, REDUCE_BLOCK)
+            mask = active[:, None] & (blocks[None, :] < num_blocks)
+            offsets = (b64 * K + rows)[:, None] * (NUM_STATS * num_blocks) + blocks[None, :]
+            target_lse = _merge_log_normalizer(tl.load(stats + offsets, mask=mask, other=float("-inf")),
+                                               tl.load(stats + offsets + num_blocks, mask=mask, other=0.0))
+            target_rows = target_logits_ptr + b64 * target_batch_stride + rows.to(tl.int64) * target_row_stride
+            x = tl.load(target_rows + drafts, mask=valid, other=float("-inf")).to(tl.float32)
+            if FP64:
+                x = x.to(tl.float64)
+            log_ratio = tl.where(tl.abs(x) < float("inf"), x / t, float("-inf")) - target_lse  # log p(d)
+            if ONE_HOT:
+                draft_lse = tl.zeros_like(target_lse)
+            else:
+                draft_lse = _merge_log_normalizer(
+                    tl.load(stats + offsets + 2 * num_blocks, mask=mask, other=float("-inf")),
+                    tl.load(stats + offsets + 3 * num_blocks, mask=mask, other=0.0))
+                draft_rows = draft_logits_ptr + b64 * draft_batch_stride + rows.to(tl.int64) * draft_row_stride
+                y = tl.load(draft_rows + drafts, mask=valid, other=float("-inf"))
+                if FP64:
+                    y = y.to(tl.float64)
+                log_ratio = log_ratio - (tl.where(tl.abs(y) < float("inf"), y / t, float("-inf")) - draft_lse)
+            seed = tl.load(seeds_ptr + b).to(tl.int64)
+            position = tl.load(positions_ptr + b).to(tl.int64)
+            u = _acceptance_uniforms(seed, position + rows.to(tl.int64), FP64)
+            emit_row = _first_rejection(valid & (u < tl.exp(log_ratio)), rows, num_drafts)  # NaN ratios reject
+            tl.store(resample_ptr + b, (emit_row < num_drafts).to(tl.int32))
+            chosen = rows == emit_row
+            tl.store(log_normalizer + b64 * 2, tl.sum(tl.where(chosen, target_lse, 0.0), axis=0))
+            tl.store(log_normalizer + b64 * 2 + 1, tl.sum(tl.where(chosen, draft_lse, 0.0), axis=0))
+    tl.store(emit_row_ptr + b, emit_row)
+
+
+@triton.jit
+def rejection_emit_kernel(
+    target_logits_ptr,  # [B, K+1, V] f32|bf16|f16, columns contiguous
+    draft_logits_ptr,  # [B, K, V] f32, columns contiguous (unused when ONE_HOT)
+    draft_tokens_ptr,  # [B, K] i32, contiguous
+    seeds_ptr,  # [B] i32|u32|i64
+    positions_ptr,  # [B] i32|i64
+    temperature_ptr,  # [B] f32
+    emit_row_ptr,  # [B] i32, a_b
+    resample_ptr,  # [B] i32
+    log_normalizer_ptr,  # [B, 2] f32 (f64 as [B, 4] words)
+    V,
+    K,
+    B,
+    target_batch_stride,
+    target_row_stride,
+    draft_batch_stride,
+    draft_row_stride,
+    partial_score_ptr,  # [2B, NUM_BLOCKS] f32 (f64 words when FP64): rows < B residual, rows >= B Gumbel
+    partial_index_ptr,  # [2B, NUM_BLOCKS] i32
+    ONE_HOT: tl.constexpr,
+    FP64: tl.constexpr,
+    BLOCK_V: tl.constexpr,
+    ROW_ALIGN: tl.constexpr,
+    FAST_LOG: tl.constexpr,  # gumbel_sample's noise log (config.fast_log)
+):
+    """Block partials of the emitted row a_b: residual scores (or -inf) and Gumbel-max scores."""
+    b = tl.program_id(0)
+    block = tl.program_id(1)
+    num_blocks = tl.num_programs(1)
+    b64 = b.to(tl.int64)
+    emit_row = tl.load(emit_row_ptr + b)
+    seed = tl.load(seeds_ptr + b).to(tl.int64)
+    position = tl.load(positions_ptr + b).to(tl.int64) + emit_row
+    temperature = tl.load(temperature_ptr + b)
+    first_col = block * BLOCK_V
+    cols = first_col + tl.arange(0, BLOCK_V)
+    target_row_ptr = target_logits_ptr + tl.multiple_of(b64 * target_batch_stride, ROW_ALIGN)
+    # exactly gumbel_sample's scores of this row: the bonus, strict, greedy and fallback token
+    score = block_scores(target_row_ptr, emit_row, target_row_stride, V, first_col, seed, position, temperature,
+                         STREAM_TOKEN, BLOCK_V, ROW_ALIGN, FP64, FAST_LOG)
+    _store_best(partial_score_ptr, partial_index_ptr, (B + b64) * num_blocks + block, score, first_col, FP64)
+    residual = tl.where(cols < 0, score, float("-inf"))  # all -inf: no residual unless resampling
+    if tl.load(resample_ptr + b) != 0:
+        if ONE_HOT:
+            draft = tl.load(draft_tokens_ptr + b64 * K + emit_row)
+            residual = tl.where(cols == draft, float("-inf"), score)  # r = p with the draft removed
+        else:
+            if FP64:
+                log_normalizer = log_normalizer_ptr.to(tl.pointer_type(tl.float64))
+            else:
+                log_normalizer = log_normalizer_ptr
+            target_lse = tl.load(log_normalizer + b64 * 2)
+            draft_lse = tl.load(log_normalizer + b64 * 2 + 1)
+            row_offset = tl.multiple_of(emit_row.to(tl.int64) * target_row_stride, ROW_ALIGN)
+            log_p = _scaled_block(target_row_ptr + row_offset, cols, V, temperature, FP64) - target_lse
+            draft_row_ptr = (draft_logits_ptr + tl.multiple_of(b64 * draft_batch_stride, ROW_ALIGN)
+                             + tl.multiple_of(emit_row.to(tl.int64) * draft_row_stride, ROW_ALIGN))
+            log_q = _scaled_block(draft_row_ptr, cols, V, temperature, FP64) - draft_lse
+            # log r = log(p - q) = log p + log(1 - q / p) where p > q; -log1p(-e) is accurate for small e
+            log_r = tl.where(log_q < log_p, log_p - neg_log1p_neg(tl.exp(log_q - log_p), FP64), float("-inf"))
+            noise = gumbel_noise(uniform_block(seed, position, first_col, STREAM_TOKEN, BLOCK_V, FP64), FP64, FAST_LOG)
+            residual_score = log_r + noise
+            residual = tl.where(residual_score == residual_score, residual_score, float("-inf"))
+    _store_best(partial_score_ptr, partial_index_ptr, b64 * num_blocks + block, residual, first_col, FP64)
+
+
+@triton.jit
+def _write_request(tokens_ptr, num_sampled_ptr, draft_tokens_ptr, b64, K, emit_row, emitted, BLOCK_K: tl.constexpr):
+    """tokens[b] = accepted drafts, the emitted token, then -1; num_sampled[b] = a_b + 1."""
+    rows = tl.arange(0, BLOCK_K)
+    drafts = tl.load(draft_tokens_ptr + b64 * K + rows, mask=rows < emit_row, other=-1)
+    out = tl.where(rows < emit_row, drafts, tl.where(rows == emit_row, emitted, -1))
+    tl.store(tokens_ptr + b64 * (K + 1) + rows, out, mask=rows < K + 1)
+    tl.store(num_sampled_ptr + b64, emit_row + 1)
+
+
+@triton.jit
+def rejection_assemble_kernel(
+    draft_tokens_ptr,  # [B, K] i32, contiguous
+    emit_row_ptr,  # [B] i32, a_b
+    sampled_ptr,  # [2B] i32 from argmax_reduce_kernel: residual tokens, then Gumbel-max tokens
+    K,
+    B,
+    tokens_ptr,  # [B, K+1] i32 output
+    num_sampled_ptr,  # [B] i32 output
+    BLOCK_K: tl.constexpr,  # next power of two >= K + 1
+):
+    """The emitted token is the residual sample when there is one, else the Gumbel-max sample."""
+    b = tl.program_id(0)
+    b64 = b.to(tl.int64)
+    residual = tl.load(sampled_ptr + b64)
+    emitted = tl.where(residual >= 0, residual, tl.load(sampled_ptr + B + b64))
+    _write_request(tokens_ptr, num_sampled_ptr, draft_tokens_ptr, b64, K, tl.load(emit_row_ptr + b), emitted, BLOCK_K)
+
+
+@triton.jit
+def synthetic_rejection_kernel(
+    target_tokens_ptr,  # [B, K+1] i32, contiguous
+    draft_tokens_ptr,  # [B, K] i32, contiguous
+    num_draft_tokens_ptr,  # [B] i32, n_b (clamped to [0, K])
+    seeds_ptr,  # [B] i32|u32|i64
+    positions_ptr,  # [B] i32|i64
+    conditional_rates_ptr,  # [K] or [B, K] f32, contiguous
+    K,
+    rates_batch_stride,  # 0 for [K] rates, K for [B, K]
+    tokens_ptr,  # [B, K+1] i32 output
+    num_sampled_ptr,  # [B] i32 output
+    FP64: tl.constexpr,
+    BLOCK_K: tl.constexpr,  # next power of two >= K + 1
+):
+    """Accept draft j iff u_j < conditional_rates[j] (u_j: stream 2, position P + j); emit target_tokens[b, a_b]."""
+    b = tl.program_id(0)
+    b64 = b.to(tl.int64)
+    num_drafts = tl.minimum(tl.maximum(tl.load(num_draft_tokens_ptr + b), 0), K)
+    rows = tl.arange(0, BLOCK_K)
+    active = rows < num_drafts
+    rates = tl.load(conditional_rates_ptr + b64 * rates_batch_stride + rows, mask=active, other=0.0)
+    seed = tl.load(seeds_ptr + b).to(tl.int64)
+    u = _acceptance_uniforms(seed, tl.load(positions_ptr + b).to(tl.int64) + rows.to(tl.int64), FP64)
+    if FP64:
+        accept = active & (u < rates.to(tl.float64))
+    else:
+        accept = active & (u < rates)
+    emit_row = _first_rejection(accept, rows, num_drafts)
+    emitted = tl.load(target_tokens_ptr + b64 * (K + 1) + emit_row)
+    _write_request(tokens_ptr, num_sampled_ptr, draft_tokens_ptr, b64, K, emit_row, emitted, BLOCK_K)

@@ -1,0 +1,154 @@
+"""NumPy reference of `rejection_sample` and `synthetic_rejection_sample` (STREAM.md, "Rejection sampling").
+
+Written from the contract, independently of the kernels: probabilities in float64 (from x / T
+rounded to fp32 in FP32 mode, as the kernels see it), the residual as max(p - q, 0) in linear
+space, a plain per-request loop. Imports numpy only.
+"""
+
+import numpy as np
+
+from jsample.reference.stream import STREAM_ACCEPT, STREAM_TOKEN, gumbel_noise, stream_uniforms
+
+
+def _row_positions(seeds, positions, rows):
+    seeds = np.repeat(np.asarray(seeds).reshape(-1), rows)
+    positions = (np.asarray(positions).astype(np.int64).reshape(-1)[:, None] + np.arange(rows)).reshape(-1)
+    return seeds, positions
+
+
+def _scaled(logits, temperature, fp64):
+    """x / T in float64 (computed in fp32 unless fp64); -inf for non-finite logits."""
+    logits = np.asarray(logits, dtype=np.float32)
+    t = temperature.reshape((-1,) + (1,) * (logits.ndim - 1))
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        scaled = logits.astype(np.float64) / t.astype(np.float64) if fp64 else (logits / t).astype(np.float64)
+    return np.where(np.isfinite(logits), scaled, -np.inf)
+
+
+def _softmax(scaled):
+    with np.errstate(invalid="ignore", divide="ignore"):
+        top = scaled.max(axis=-1, keepdims=True)
+        e = np.where(np.isneginf(scaled), 0.0, np.exp(scaled - np.where(np.isfinite(top), top, 0.0)))
+        return e / e.sum(axis=-1, keepdims=True)
+
+
+def _argmax_and_gap(scores):
+    """(first argmax or -1 when all -inf, gap between the two best scores; inf when < 2 candidates)."""
+    best = scores.max()
+    if np.isneginf(best) or np.isnan(best):
+        return -1, np.inf
+    top2 = np.sort(scores[np.isfinite(scores)])[-2:]
+    gap = np.inf if len(top2) < 2 else top2[1] - top2[0]
+    return int(np.argmax(scores)), gap / max(1.0, abs(best))
+
+
+def rejection_sample_reference(target_logits, draft_tokens, num_draft_tokens, seeds, positions, temperature, *,
+                               draft_logits=None, method="probabilistic", fp64=False, return_margins=False):
+    """Reference (tokens [B, K+1] int32, num_sampled [B] int32) of `rejection_sample`.
+
+    With `return_margins=True` also returns, per request, how close its decisions were to flipping
+    (float64 [B] each; inf when no such decision was taken):
+    `ratio_margin` = min over examined probabilistic rows of |u - p(d)/q(d)| / (p(d)/q(d)), and
+    `score_margin` = min over the argmaxes taken with noise (strict target tokens, the emitted token)
+    of the top-2 score gap / max(1, |best|). Greedy argmaxes are exact and never count.
+    """
+    target_logits = np.asarray(target_logits, dtype=np.float32)
+    batch, rows, vocab = target_logits.shape
+    k = rows - 1
+    draft_tokens = np.asarray(draft_tokens).reshape(batch, k)
+    num_drafts = np.clip(np.asarray(num_draft_tokens).astype(np.int64), 0, k)
+    temperature = np.broadcast_to(np.asarray(temperature, dtype=np.float32), (batch,)).copy()
+    row_seeds, row_positions = _row_positions(seeds, positions, rows)
+    noise = gumbel_noise(stream_uniforms(row_seeds, row_positions, STREAM_TOKEN, vocab, fp64=fp64))
+    noise = noise.reshape(batch, rows, vocab)
+    accept_u = stream_uniforms(row_seeds, row_positions, STREAM_ACCEPT, 1, fp64=fp64).reshape(batch, rows)
+    scaled_target = _scaled(target_logits, temperature, fp64)
+    target_probs = _softmax(scaled_target)
+    draft_probs = None
+    if draft_logits is not None:
+        draft_probs = _softmax(_scaled(np.asarray(draft_logits, dtype=np.float32), temperature, fp64))
+    finite = np.isfinite(target_logits)
+
+    def gumbel_scores(b, j):
+        if temperature[b] == 0:
+            return np.where(finite[b, j], target_logits[b, j].astype(np.float64), -np.inf)
+        scores = scaled_target[b, j] + noise[b, j]
+        return np.where(finite[b, j] & ~np.isnan(scores), scores, -np.inf)
+
+    tokens = np.full((batch, rows), -1, dtype=np.int32)
+    num_sampled = np.zeros(batch, dtype=np.int32)
+    ratio_margin = np.full(batch, np.inf)
+    score_margin = np.full(batch, np.inf)
+    for b in range(batch):
+        n = int(num_drafts[b])
+        greedy = temperature[b] == 0
+        by_token = greedy or method == "strict"
+        accepted = n
+        for j in range(n):
+            d = int(draft_tokens[b, j])
+            in_range = 0 <= d < vocab
+            if by_token:
+                target_token, gap = _argmax_and_gap(gumbel_scores(b, j))
+                if not greedy:
+                    score_margin[b] = min(score_margin[b], gap)
+                accept = in_range and d == target_token
+            else:
+                p_d = target_probs[b, j, d] if in_range else 0.0
+                q_d = 1.0 if draft_probs is None else (draft_probs[b, j, d] if in_range else 0.0)
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    ratio = p_d / q_d
+                accept = bool(accept_u[b, j] < ratio)
+                if 0 < ratio < np.inf:
+                    ratio_margin[b] = min(ratio_margin[b], abs(accept_u[b, j] - ratio) / ratio)
+            if not accept:
+                accepted = j
+                break
+        scores = gumbel_scores(b, accepted)
+        if accepted < n and not by_token:
+            d = int(draft_tokens[b, accepted])
+            if draft_probs is None:  # r = p with the draft removed
+                residual = scores.copy()
+                if 0 <= d < vocab:
+                    residual[d] = -np.inf
+            else:  # r = max(p - q, 0)
+                r = np.maximum(target_probs[b, accepted] - draft_probs[b, accepted], 0.0)
+                with np.errstate(divide="ignore"):
+                    residual = np.where(finite[b, accepted] & (r > 0), np.log(r) + noise[b, accepted], -np.inf)
+            if np.isfinite(residual).any():  # all-zero residual: fall back to p
+                scores = residual
+        token, gap = _argmax_and_gap(scores)
+        if not greedy:
+            score_margin[b] = min(score_margin[b], gap)
+        tokens[b, :accepted] = draft_tokens[b, :accepted]
+        tokens[b, accepted] = token
+        num_sampled[b] = accepted + 1
+    if return_margins:
+        return tokens, num_sampled, ratio_margin, score_margin
+    return tokens, num_sampled
+
+
+def synthetic_rejection_sample_reference(target_tokens, draft_tokens, num_draft_tokens, seeds, positions,
+                                         conditional_rates, *, fp64=False):
+    """Reference (tokens [B, K+1] int32, num_sampled [B] int32) of `synthetic_rejection_sample`.
+
+    Draft j of request b is accepted iff u < conditional_rates[(b,) j], u the stream-2 uniform (call 0)
+    at position positions[b] + j; the first rejected row a (n_b when none) emits target_tokens[b, a].
+    """
+    target_tokens = np.asarray(target_tokens)
+    batch, rows = target_tokens.shape
+    k = rows - 1
+    draft_tokens = np.asarray(draft_tokens).reshape(batch, k)
+    num_drafts = np.clip(np.asarray(num_draft_tokens).astype(np.int64), 0, k)
+    rates = np.broadcast_to(np.asarray(conditional_rates, dtype=np.float32), (batch, k))
+    row_seeds, row_positions = _row_positions(seeds, positions, rows)
+    u = stream_uniforms(row_seeds, row_positions, STREAM_ACCEPT, 1, fp64=fp64).reshape(batch, rows)[:, :k]
+    tokens = np.full((batch, rows), -1, dtype=np.int32)
+    num_sampled = np.zeros(batch, dtype=np.int32)
+    for b in range(batch):
+        n = int(num_drafts[b])
+        rejected = [j for j in range(n) if not u[b, j] < rates[b, j].astype(u.dtype)]
+        accepted = rejected[0] if rejected else n
+        tokens[b, :accepted] = draft_tokens[b, :accepted]
+        tokens[b, accepted] = target_tokens[b, accepted]
+        num_sampled[b] = accepted + 1
+    return tokens, num_sampled

@@ -1,0 +1,39 @@
+"""The import rule is the architecture: torch_backend -> jsample.kernels <- jsample (JAX)."""
+
+import subprocess
+import sys
+
+import pytest
+
+
+def _run(code: str) -> None:
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+
+
+@pytest.mark.parametrize("module", ["torch_backend", "jsample", "jsample.kernels", "jsample.reference",
+                                    "jsample.validation"])
+def test_imports_do_not_pull_jax(module):
+    _run(f"import sys, {module}; assert 'jax' not in sys.modules, '{module} imported jax'")
+
+
+def test_torch_backend_works_with_jax_blocked():
+    _run("import sys; sys.modules['jax'] = None\n"
+         "import torch, torch_backend\n"
+         "t = torch_backend.gumbel_sample(torch.zeros(2, 8), torch.tensor([1, 2]), torch.tensor([0, 0]), 1.0)\n"
+         "assert t.shape == (2,)")
+
+
+def test_jax_frontend_works_with_torch_blocked():
+    _run("import sys; sys.modules['torch'] = None\n"
+         "import numpy as np, jax, jsample\n"
+         "t = jax.jit(jsample.gumbel_sample)(np.zeros((2, 8), np.float32), np.int32([1, 2]), np.int32([0, 0]), 1.0)\n"
+         "assert t.shape == (2,) and 'torch' not in [m for m in sys.modules if sys.modules[m] is not None]")
+
+
+def test_versions_match():
+    import jsample
+    import torch_backend
+
+    assert jsample.__version__ == torch_backend.__version__
+    assert jsample.STREAM_VERSION == torch_backend.STREAM_VERSION == 1

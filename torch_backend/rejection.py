@@ -1,0 +1,199 @@
+"""`rejection_sample` and `synthetic_rejection_sample` for PyTorch: validate, allocate, launch."""
+
+from typing import Optional
+
+import torch
+
+from jsample import kernels
+from jsample.validation import check_rejection_sample, check_synthetic_rejection_sample
+from torch_backend._launch import check_devices, check_runnable, spec, temperature_array
+
+
+def rejection_sample(target_logits, draft_tokens, num_draft_tokens, seeds, positions, temperature, *,
+                     draft_logits=None, method="probabilistic", fp64=False):
+    """Speculative-decoding verification: accept a prefix of the drafts, then emit one target token.
+
+    Row j of request b (j = 0..K) is drawn at position positions[b] + j (STREAM.md, "Rejection
+    sampling"). With p = softmax(target_logits[b, j] / T_b) and q = softmax(draft_logits[b, j] / T_b)
+    (q one-hot on the draft when `draft_logits` is None):
+
+    * method="probabilistic": draft d_j is accepted iff u_j < p(d_j) / q(d_j), u_j the stream-2
+      uniform of row j. At the first rejected row a the emitted token is
+      argmax_k (log r_k + g_k), r = max(p - q, 0) (p without d_a for one-hot drafts; p itself if r
+      is all zero), g the stream-0 Gumbel noise of row a. So the emitted tokens are distributed as the
+      target model's (the speculative-sampling theorem) when the drafts were sampled from q.
+    * method="strict": d_j is accepted iff it equals the stream-0 Gumbel-max sample of row j; at the
+      first rejection that sample is emitted.
+    * Rows of a request with T_b == 0 are greedy under either method: accept iff d_j == argmax_k
+      target_logits[b, j, k]; emit that argmax at the first rejection.
+    * All n_b drafts accepted: the bonus token is the stream-0 Gumbel-max sample of row n_b, equal to
+      `gumbel_sample(target_logits[:, n_b], seeds, positions + n_b, temperature)`.
+
+    Determinism: a request's outputs depend only on its own rows, seed, position, temperature, n_b,
+    method and `fp64`: not on the batch, row order, strides or CUDA graphs; they equal
+    `jsample.rejection_sample`'s bit for bit. No host synchronisation; every decision is made by the
+    shared Triton kernels.
+
+    Args:
+        target_logits: [B, K+1, V] float32, bfloat16 or float16; columns are made contiguous.
+        draft_tokens: [B, K] int32. Entries at j >= n_b are ignored; a draft outside [0, V) is
+            always rejected.
+        num_draft_tokens: [B] int32, n_b in [0, K] (unchecked; values outside are clamped).
+        seeds: [B] int32, uint32 or int64; the element's value is the 64-bit seed.
+        positions: [B] int32 or int64, the position of row 0 (>= 0, unchecked).
+        temperature: [B] or scalar float32 tensor, or a finite number >= 0; 0 means greedy.
+            Tensor values are not checked.
+        draft_logits: [B, K, V] float32, or None for one-hot drafts. Ignored by method="strict".
+        method: "probabilistic" or "strict".
+        fp64: FP64 softmax, ratios, uniforms and scores instead of FP32.
+
+    Returns:
+        tokens: [B, K+1] int32 — the accepted drafts, the emitted token, then -1 (the emitted token is
+            -1 when its row has no finite logit).
+        num_sampled: [B] int32, accepted drafts + 1.
+    """
+    op = "rejection_sample"
+    check_rejection_sample(op, spec(target_logits), spec(draft_tokens), spec(num_draft_tokens), spec(seeds),
+                           spec(positions), spec(temperature), spec(draft_logits), method, fp64)
+    check_devices(op, target_logits, draft_tokens=draft_tokens, num_draft_tokens=num_draft_tokens, seeds=seeds,
+                  positions=positions, temperature=temperature, draft_logits=draft_logits)
+    check_runnable(op, target_logits.device)
+    if target_logits.stride(2) != 1:
+        target_logits = target_logits.contiguous()
+    if draft_logits is not None and draft_logits.stride(2) != 1:
+        draft_logits = draft_logits.contiguous()
+    return _rejection_sample_op(
+        target_logits, draft_tokens.contiguous(), num_draft_tokens.contiguous(), seeds.contiguous(),
+        positions.contiguous(), temperature_array(temperature, target_logits.shape[0], target_logits.device),
+        None if method == "strict" else draft_logits, method == "strict", fp64)
+
+
+# A custom op, so torch.compile sees one opaque call (no graph break, shapes known from the fake).
+@torch.library.custom_op("jsample::rejection_sample", mutates_args=())
+def _rejection_sample_op(target_logits: torch.Tensor, draft_tokens: torch.Tensor, num_draft_tokens: torch.Tensor,
+                         seeds: torch.Tensor, positions: torch.Tensor, temperature: torch.Tensor,
+                         draft_logits: Optional[torch.Tensor], strict: bool,
+                         fp64: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    batch, rows, vocab = target_logits.shape
+    k = rows - 1
+    device = target_logits.device
+    tokens = torch.empty(batch, rows, dtype=torch.int32, device=device)
+    num_sampled = torch.empty(batch, dtype=torch.int32, device=device)
+    if batch == 0:
+        return tokens, num_sampled
+    one_hot = draft_logits is None
+    draft = target_logits if one_hot else draft_logits  # never read when ONE_HOT
+    strides = (target_logits.stride(0), target_logits.stride(1), draft.stride(0), draft.stride(1))
+    config = kernels.rejection_launch_config(vocab, k, strides, fp64)
+    words = 2 if fp64 else 1  # f64 values are stored as two f32 words
+    if k == 0:
+        draft_tokens = torch.zeros(1, dtype=torch.int32, device=device)  # never read; avoids a null pointer
+    options = dict(num_stages=config.num_stages, enable_fp_fusion=config.enable_fp_fusion)
+    draft_rows = batch * max(k, 1)
+    stats = torch.empty(draft_rows, kernels.rejection.STATS_PER_BLOCK * config.num_blocks * words, dtype=torch.float32,
+                        device=device)
+    row_score = torch.empty(draft_rows, config.num_blocks * words, dtype=torch.float32, device=device)
+    row_index = torch.empty(draft_rows, config.num_blocks, dtype=torch.int32, device=device)
+    if k > 0:
+        kernels.rejection_stats_kernel[(batch, k, config.num_blocks)](
+            target_logits, draft, seeds, positions, temperature, num_draft_tokens,
+            vocab, k, *strides, stats, row_score, row_index,
+            STRICT=strict, ONE_HOT=one_hot, FP64=fp64, BLOCK_V=config.block_v, ROW_ALIGN=config.row_align, FAST_LOG=config.fast_log,
+            num_warps=config.num_warps, **options)
+    emit_row = torch.empty(batch, dtype=torch.int32, device=device)
+    resample = torch.empty(batch, dtype=torch.int32, device=device)
+    log_normalizer = torch.empty(batch, 2 * words, dtype=torch.float32, device=device)
+    kernels.rejection_decide_kernel[(batch,)](
+        target_logits, draft, draft_tokens, num_draft_tokens, seeds, positions, temperature,
+        stats, row_score, row_index, vocab, k, *strides, config.num_blocks,
+        emit_row, resample, log_normalizer,
+        STRICT=strict, ONE_HOT=one_hot, FP64=fp64, BLOCK_K=config.block_k, REDUCE_BLOCK=config.reduce_block,
+        num_warps=1, **options)
+    emit_score = torch.empty(2 * batch, config.num_blocks * words, dtype=torch.float32, device=device)
+    emit_index = torch.empty(2 * batch, config.num_blocks, dtype=torch.int32, device=device)
+    kernels.rejection_emit_kernel[(batch, config.num_blocks)](
+        target_logits, draft, draft_tokens, seeds, positions, temperature, emit_row, resample, log_normalizer,
+        vocab, k, batch, *strides, emit_score, emit_index,
+        ONE_HOT=one_hot, FP64=fp64, BLOCK_V=config.block_v, ROW_ALIGN=config.row_align, FAST_LOG=config.fast_log,
+        num_warps=config.num_warps, **options)
+    sampled = torch.empty(2 * batch, dtype=torch.int32, device=device)
+    kernels.argmax_reduce_kernel[(2 * batch,)](
+        emit_score, emit_index, config.num_blocks, sampled, FP64=fp64, REDUCE_BLOCK=config.reduce_block,
+        num_warps=1, **options)
+    kernels.rejection_assemble_kernel[(batch,)](
+        draft_tokens, emit_row, sampled, k, batch, tokens, num_sampled, BLOCK_K=config.block_k,
+        num_warps=1, **options)
+    return tokens, num_sampled
+
+
+@_rejection_sample_op.register_fake
+def _(target_logits, draft_tokens, num_draft_tokens, seeds, positions, temperature, draft_logits, strict, fp64):
+    batch, rows, _ = target_logits.shape
+    return (target_logits.new_empty(batch, rows, dtype=torch.int32),
+            target_logits.new_empty(batch, dtype=torch.int32))
+
+
+def synthetic_rejection_sample(target_tokens, draft_tokens, num_draft_tokens, seeds, positions, conditional_rates, *,
+                               fp64=False):
+    """Rejection with prescribed acceptance rates (benchmarking a serving stack at a chosen acceptance).
+
+    Draft j of request b is accepted iff u_j < conditional_rates[(b,) j], u_j the stream-2 uniform
+    (call 0) at position positions[b] + j (STREAM.md). At the first rejected row a (a = n_b when all
+    are accepted) the emitted token is target_tokens[b, a]. So P(a_b > j) = prod_{i <= j} c_i, the
+    unconditional rate of position j (see `jsample.rates`).
+
+    Determinism: as `rejection_sample`; equal to `jsample.synthetic_rejection_sample` bit for bit.
+    Changing the rate values never recompiles (they are read on the device).
+
+    Args:
+        target_tokens: [B, K+1] int32, the target's sampled token of each row (e.g. gumbel_sample's).
+        draft_tokens: [B, K] int32 (entries at j >= n_b ignored).
+        num_draft_tokens: [B] int32, n_b in [0, K] (unchecked; clamped).
+        seeds: [B] int32, uint32 or int64.
+        positions: [B] int32 or int64, the position of row 0.
+        conditional_rates: float32 [K] (one schedule) or [B, K] (one per request), values in [0, 1]
+            (unchecked: reading them would synchronise).
+        fp64: FP64 uniforms (compared with the rates widened to FP64).
+
+    Returns:
+        tokens [B, K+1] int32 (accepted drafts, the emitted token, then -1) and num_sampled [B] int32.
+    """
+    op = "synthetic_rejection_sample"
+    check_synthetic_rejection_sample(op, spec(target_tokens), spec(draft_tokens), spec(num_draft_tokens), spec(seeds),
+                                     spec(positions), spec(conditional_rates), fp64)
+    check_devices(op, target_tokens, draft_tokens=draft_tokens, num_draft_tokens=num_draft_tokens, seeds=seeds,
+                  positions=positions, conditional_rates=conditional_rates)
+    check_runnable(op, target_tokens.device)
+    return _synthetic_rejection_sample_op(target_tokens.contiguous(), draft_tokens.contiguous(),
+                                          num_draft_tokens.contiguous(), seeds.contiguous(), positions.contiguous(),
+                                          conditional_rates.contiguous(), fp64)
+
+
+@torch.library.custom_op("jsample::synthetic_rejection_sample", mutates_args=())
+def _synthetic_rejection_sample_op(target_tokens: torch.Tensor, draft_tokens: torch.Tensor,
+                                   num_draft_tokens: torch.Tensor, seeds: torch.Tensor, positions: torch.Tensor,
+                                   conditional_rates: torch.Tensor, fp64: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    batch, rows = target_tokens.shape
+    k = rows - 1
+    device = target_tokens.device
+    tokens = torch.empty(batch, rows, dtype=torch.int32, device=device)
+    num_sampled = torch.empty(batch, dtype=torch.int32, device=device)
+    if batch == 0:
+        return tokens, num_sampled
+    if k == 0:  # never read; avoids null pointers
+        draft_tokens = torch.zeros(1, dtype=torch.int32, device=device)
+        conditional_rates = torch.zeros(1, dtype=torch.float32, device=device)
+    config = kernels.rejection_launch_config(1, k, (), fp64)
+    kernels.synthetic_rejection_kernel[(batch,)](
+        target_tokens, draft_tokens, num_draft_tokens, seeds, positions, conditional_rates,
+        k, k if conditional_rates.dim() == 2 else 0, tokens, num_sampled,
+        FP64=fp64, BLOCK_K=config.block_k, num_warps=1, num_stages=config.num_stages,
+        enable_fp_fusion=config.enable_fp_fusion)
+    return tokens, num_sampled
+
+
+@_synthetic_rejection_sample_op.register_fake
+def _(target_tokens, draft_tokens, num_draft_tokens, seeds, positions, conditional_rates, fp64):
+    batch, rows = target_tokens.shape
+    return (target_tokens.new_empty(batch, rows, dtype=torch.int32),
+            target_tokens.new_empty(batch, dtype=torch.int32))
