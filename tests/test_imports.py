@@ -20,7 +20,9 @@ def test_imports_do_not_pull_jax(module):
 def test_torch_backend_works_with_jax_blocked():
     _run("import sys; sys.modules['jax'] = None\n"
          "import torch, torch_backend\n"
-         "t = torch_backend.gumbel_sample(torch.zeros(2, 8), torch.tensor([1, 2]), torch.tensor([0, 0]), 1.0)\n"
+         "d = 'cuda' if torch.cuda.is_available() else 'cpu'\n"
+         "t = torch_backend.gumbel_sample(torch.zeros(2, 8, device=d), torch.tensor([1, 2], device=d),\n"
+         "                                torch.tensor([0, 0], device=d), 1.0)\n"
          "assert t.shape == (2,)")
 
 
