@@ -91,6 +91,18 @@ def block_scores(logits_ptr, row, row_stride, V, first_col, seed, position, temp
 
 
 @triton.jit
+def store_block_best(partial_score_ptr, partial_index_ptr, out, score, first_col, FP64: tl.constexpr):
+    """The block's best score and its lowest column, in the layout argmax_reduce_kernel reads."""
+    best = tl.max(score, axis=0)
+    best_col = first_col + tl.argmax(score, axis=0, tie_break_left=True)
+    if FP64:
+        tl.store(partial_score_ptr.to(tl.pointer_type(tl.float64)) + out, best)
+    else:
+        tl.store(partial_score_ptr + out, best)
+    tl.store(partial_index_ptr + out, best_col.to(tl.int32))
+
+
+@triton.jit
 def gumbel_partial_kernel(
     logits_ptr,  # [B, V] f32|bf16|f16, rows `row_stride` elements apart, columns contiguous
     seeds_ptr,  # [B] i32|u32|i64, the value is the 64-bit seed
@@ -115,14 +127,8 @@ def gumbel_partial_kernel(
     first_col = block * BLOCK_V
     score = block_scores(logits_ptr, row, row_stride, V, first_col, seed, position, temperature,
                          STREAM, BLOCK_V, ROW_ALIGN, FP64, FAST_LOG)
-    best = tl.max(score, axis=0)
-    best_col = first_col + tl.argmax(score, axis=0, tie_break_left=True)
-    out = row.to(tl.int64) * num_blocks + block
-    if FP64:
-        tl.store(partial_score_ptr.to(tl.pointer_type(tl.float64)) + out, best)
-    else:
-        tl.store(partial_score_ptr + out, best)
-    tl.store(partial_index_ptr + out, best_col.to(tl.int32))
+    store_block_best(partial_score_ptr, partial_index_ptr, row.to(tl.int64) * num_blocks + block, score, first_col,
+                     FP64)
 
 
 @triton.jit

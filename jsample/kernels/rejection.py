@@ -39,7 +39,8 @@ from dataclasses import dataclass
 import triton
 import triton.language as tl
 
-from jsample.kernels.gumbel import _largest_power_of_two_dividing, block_scores, gumbel_launch_config
+from jsample.kernels.gumbel import (_largest_power_of_two_dividing, block_scores, gumbel_launch_config,
+                                    store_block_best)
 from jsample.kernels.stream import (
     gumbel_noise,
     neg_log1p_neg,
@@ -144,18 +145,6 @@ def _first_rejection(accept, rows, num_drafts):
 
 
 @triton.jit
-def _store_best(partial_score_ptr, partial_index_ptr, out, score, first_col, FP64: tl.constexpr):
-    """The block's best score and its lowest column, in gumbel_partial_kernel's layout."""
-    best = tl.max(score, axis=0)
-    best_col = first_col + tl.argmax(score, axis=0, tie_break_left=True)
-    if FP64:
-        tl.store(partial_score_ptr.to(tl.pointer_type(tl.float64)) + out, best)
-    else:
-        tl.store(partial_score_ptr + out, best)
-    tl.store(partial_index_ptr + out, best_col.to(tl.int32))
-
-
-@triton.jit
 def rejection_stats_kernel(
     target_logits_ptr,  # [B, K+1, V] f32|bf16|f16, columns contiguous
     draft_logits_ptr,  # [B, K, V] f32, columns contiguous (unused when ONE_HOT)
@@ -196,14 +185,14 @@ def rejection_stats_kernel(
             position = tl.load(positions_ptr + b).to(tl.int64) + j
             score = block_scores(target_row_ptr, j, target_row_stride, V, first_col, seed, position, temperature,
                                  STREAM_TOKEN, BLOCK_V, ROW_ALIGN, FP64, FAST_LOG)
-            _store_best(partial_score_ptr, partial_index_ptr, row * num_blocks + block, score, first_col, FP64)
+            store_block_best(partial_score_ptr, partial_index_ptr, row * num_blocks + block, score, first_col, FP64)
         else:
             if temperature == 0:
                 seed = tl.load(seeds_ptr + b).to(tl.int64)
                 position = tl.load(positions_ptr + b).to(tl.int64) + j
                 score = block_scores(target_row_ptr, j, target_row_stride, V, first_col, seed, position,
                                      temperature, STREAM_TOKEN, BLOCK_V, ROW_ALIGN, FP64, FAST_LOG)
-                _store_best(partial_score_ptr, partial_index_ptr, row * num_blocks + block, score, first_col, FP64)
+                store_block_best(partial_score_ptr, partial_index_ptr, row * num_blocks + block, score, first_col, FP64)
             else:
                 cols = first_col + tl.arange(0, BLOCK_V)
                 out = row * (NUM_STATS * num_blocks) + block
@@ -373,7 +362,7 @@ def rejection_emit_kernel(
     # exactly gumbel_sample's scores of this row: the bonus, strict, greedy and fallback token
     score = block_scores(target_row_ptr, emit_row, target_row_stride, V, first_col, seed, position, temperature,
                          STREAM_TOKEN, BLOCK_V, ROW_ALIGN, FP64, FAST_LOG)
-    _store_best(partial_score_ptr, partial_index_ptr, (B + b64) * num_blocks + block, score, first_col, FP64)
+    store_block_best(partial_score_ptr, partial_index_ptr, (B + b64) * num_blocks + block, score, first_col, FP64)
     residual = tl.where(cols < 0, score, float("-inf"))  # all -inf: no residual unless resampling
     if tl.load(resample_ptr + b) != 0:
         if ONE_HOT:
@@ -396,7 +385,7 @@ def rejection_emit_kernel(
             noise = gumbel_noise(uniform_block(seed, position, first_col, STREAM_TOKEN, BLOCK_V, FP64), FP64, FAST_LOG)
             residual_score = log_r + noise
             residual = tl.where(residual_score == residual_score, residual_score, float("-inf"))
-    _store_best(partial_score_ptr, partial_index_ptr, b64 * num_blocks + block, residual, first_col, FP64)
+    store_block_best(partial_score_ptr, partial_index_ptr, b64 * num_blocks + block, residual, first_col, FP64)
 
 
 @triton.jit
