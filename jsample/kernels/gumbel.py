@@ -32,6 +32,7 @@ class GumbelLaunchConfig:
     num_blocks: int
     reduce_block: int
     row_align: int
+    vocab_align: int  # power of two (<= 16) dividing V: tells the compiler masked row loads can be vectorised
     num_warps: int
     fast_log: bool  # FP32 noise through the GPU's lg2.approx (not in the interpreter)
     num_stages: int = 1
@@ -58,9 +59,22 @@ def gumbel_launch_config(vocab_size: int, row_stride: int, fp64: bool) -> Gumbel
         num_blocks=num_blocks,
         reduce_block=triton.next_power_of_2(num_blocks),
         row_align=_largest_power_of_two_dividing(row_stride, 16) if row_stride else 16,
+        vocab_align=_largest_power_of_two_dividing(vocab_size, 16),
         num_warps=8 if block_v >= 2048 else 4,
         fast_log=not fp64 and not interpreting(),
     )
+
+
+@triton.jit
+def aligned(n, ALIGN: tl.constexpr):
+    """`n` itself (a multiple of ALIGN), in a form the compiler knows is a multiple of ALIGN.
+
+    torch's Triton launcher tells the compiler which integer arguments are multiples of 16;
+    jax-triton does not, and then every masked load of a row (`cols < V`) is split into scalar loads
+    (2-byte loads for bf16, 8x the instructions). tl.multiple_of has no effect on a scalar argument;
+    this product does (checked in the PTX of both frontends' kernels, tests/test_kernel_ptx.py).
+    """
+    return (n // ALIGN) * ALIGN
 
 
 @triton.jit
@@ -116,8 +130,10 @@ def gumbel_partial_kernel(
     FP64: tl.constexpr,
     BLOCK_V: tl.constexpr,
     ROW_ALIGN: tl.constexpr,
+    VOCAB_ALIGN: tl.constexpr,  # config.vocab_align
     FAST_LOG: tl.constexpr,
 ):
+    V = aligned(V, VOCAB_ALIGN)
     row = tl.program_id(0)
     block = tl.program_id(1)
     num_blocks = tl.num_programs(1)
@@ -132,16 +148,10 @@ def gumbel_partial_kernel(
 
 
 @triton.jit
-def argmax_reduce_kernel(
-    partial_score_ptr,  # [B, NUM_BLOCKS] f32; with FP64, f64 stored as [B, 2 * NUM_BLOCKS] f32 words
-    partial_index_ptr,  # [B, NUM_BLOCKS] i32, the best column of each block
-    num_blocks,
-    tokens_ptr,  # [B] i32 output
-    FP64: tl.constexpr,
-    REDUCE_BLOCK: tl.constexpr,  # next power of two >= num_blocks
-):
-    """Second stage of every argmax in jsample: the lowest column among the row's best scores."""
-    row = tl.program_id(0)
+def reduce_block_best(partial_score_ptr, partial_index_ptr, row, num_blocks, FP64: tl.constexpr,
+                      REDUCE_BLOCK: tl.constexpr):
+    """Second stage of every argmax in jsample: the lowest column among row `row`'s best block scores
+    (lowest block on ties, and each block holds its lowest best column); -1 when no score is finite."""
     blocks = tl.arange(0, REDUCE_BLOCK)
     offsets = row.to(tl.int64) * num_blocks + blocks
     if FP64:
@@ -152,5 +162,19 @@ def argmax_reduce_kernel(
     best_block = tl.argmax(scores, axis=0, tie_break_left=True)
     best = tl.max(scores, axis=0)
     column = tl.load(partial_index_ptr + row.to(tl.int64) * num_blocks + best_block)
-    token = tl.where(best > float("-inf"), column, -1)
-    tl.store(tokens_ptr + row, token)
+    return tl.where(best > float("-inf"), column, -1)
+
+
+@triton.jit
+def argmax_reduce_kernel(
+    partial_score_ptr,  # [B, NUM_BLOCKS] f32; with FP64, f64 stored as [B, 2 * NUM_BLOCKS] f32 words
+    partial_index_ptr,  # [B, NUM_BLOCKS] i32, the best column of each block
+    num_blocks,
+    tokens_ptr,  # [B] i32 output
+    FP64: tl.constexpr,
+    REDUCE_BLOCK: tl.constexpr,  # next power of two >= num_blocks
+):
+    """One token per row from gumbel_partial_kernel's block partials."""
+    row = tl.program_id(0)
+    tl.store(tokens_ptr + row, reduce_block_best(partial_score_ptr, partial_index_ptr, row, num_blocks, FP64,
+                                                 REDUCE_BLOCK))

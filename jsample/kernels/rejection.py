@@ -13,17 +13,16 @@ d_j. Row j is drawn at position P_b + j (STREAM.md, "Rejection sampling"):
   Gumbel-max sample of row a, computed by the very code of `gumbel_sample` (`block_scores`), so the
   bonus token equals `gumbel_sample` of that row with position P_b + n_b bit for bit.
 
-Launches, all shared by the PyTorch and JAX frontends (no host synchronisation between them):
+Three launches, all shared by the PyTorch and JAX frontends (no host synchronisation between them):
 
 1. `rejection_stats_kernel`, grid (B, K, NUM_BLOCKS), rows j < n_b only: per vocabulary block the
    online-softmax partials (max, sum of exp) of x_j / T and y_j / T, or, for strict and greedy rows,
    the block's best Gumbel score and its column.
-2. `rejection_decide_kernel`, grid (B,): merges the partials of all K rows of a request, decides
-   every row, and writes a_b, whether row a_b resamples the residual, and its log-normalisers.
-3. `rejection_emit_kernel`, grid (B, NUM_BLOCKS), row a_b only: block partials of the residual
-   scores (rows B..) and of the Gumbel-max scores (rows B..2B-1) of the emitted row.
-4. `argmax_reduce_kernel` (gumbel.py) over those 2B partial rows.
-5. `rejection_assemble_kernel`, grid (B,): tokens [B, K+1] = accepted drafts, the emitted token, -1;
+2. `rejection_emit_kernel`, grid (B, NUM_BLOCKS): every program first makes its request's decision
+   (`_decide`: merges the partials of the K rows, finds a_b; a few KiB read from L2, cheaper than a
+   launch of its own), then writes the block partials of row a_b: residual scores and Gumbel-max scores.
+3. `rejection_finish_kernel`, grid (B,): reduces both partial rows (lowest column on ties, as every
+   argmax in jsample) and writes tokens [B, K+1] = accepted drafts, the emitted token, -1, and
    num_sampled = a_b + 1.
 
 `synthetic_rejection_kernel` (one launch, grid (B,)) accepts draft j iff the stream-2 uniform of row
@@ -39,8 +38,8 @@ from dataclasses import dataclass
 import triton
 import triton.language as tl
 
-from jsample.kernels.gumbel import (_largest_power_of_two_dividing, block_scores, gumbel_launch_config,
-                                    store_block_best)
+from jsample.kernels.gumbel import (_largest_power_of_two_dividing, aligned, block_scores, gumbel_launch_config,
+                                    reduce_block_best, store_block_best)
 from jsample.kernels.stream import (
     gumbel_noise,
     neg_log1p_neg,
@@ -66,6 +65,7 @@ class RejectionLaunchConfig:
     reduce_block: int  # next power of two >= num_blocks
     block_k: int  # next power of two >= K + 1: the rows of one request in the per-request kernels
     row_align: int  # power of two dividing every row and batch stride of the logits (<= 16)
+    vocab_align: int  # power of two (<= 16) dividing V (gumbel.aligned)
     num_warps: int
     fast_log: bool  # gumbel_sample's FAST_LOG: the bonus token must use the very same noise code
     num_stages: int = 1
@@ -92,6 +92,7 @@ def rejection_launch_config(vocab_size: int, num_speculative_tokens: int, stride
         reduce_block=gumbel.reduce_block,
         block_k=triton.next_power_of_2(num_speculative_tokens + 1),
         row_align=_largest_power_of_two_dividing(stride_gcd, 16) if stride_gcd else 16,
+        vocab_align=gumbel.vocab_align,
         num_warps=gumbel.num_warps,
         fast_log=gumbel.fast_log,
         num_stages=gumbel.num_stages,
@@ -166,10 +167,12 @@ def rejection_stats_kernel(
     FP64: tl.constexpr,
     BLOCK_V: tl.constexpr,
     ROW_ALIGN: tl.constexpr,
+    VOCAB_ALIGN: tl.constexpr,  # config.vocab_align
     FAST_LOG: tl.constexpr,  # gumbel_sample's noise log (config.fast_log)
 ):
     """Per (request, draft row, vocabulary block): softmax partials, or Gumbel-max partials for
     strict and greedy rows. Rows j >= n_b are skipped (nothing reads them)."""
+    V = aligned(V, VOCAB_ALIGN)
     b = tl.program_id(0)
     j = tl.program_id(1)
     block = tl.program_id(2)
@@ -235,60 +238,38 @@ def _decide_by_target_token(partial_score_ptr, partial_index_ptr, b64, K, num_bl
 
 
 @triton.jit
-def rejection_decide_kernel(
-    target_logits_ptr,  # [B, K+1, V] f32|bf16|f16, columns contiguous
-    draft_logits_ptr,  # [B, K, V] f32, columns contiguous (unused when ONE_HOT)
-    draft_tokens_ptr,  # [B, K] i32, contiguous
-    num_draft_tokens_ptr,  # [B] i32
-    seeds_ptr,  # [B] i32|u32|i64
-    positions_ptr,  # [B] i32|i64
-    temperature_ptr,  # [B] f32
-    stats_ptr,  # [B * K, NUM_STATS * NUM_BLOCKS] f32 (f64 words when FP64), from rejection_stats_kernel
-    partial_score_ptr,  # [B * K, NUM_BLOCKS] f32 (f64 words when FP64)
-    partial_index_ptr,  # [B * K, NUM_BLOCKS] i32
-    V,
-    K,
-    target_batch_stride,
-    target_row_stride,
-    draft_batch_stride,
-    draft_row_stride,
-    num_blocks,
-    emit_row_ptr,  # [B] i32 output: a_b, the number of accepted drafts (= the emitted row)
-    resample_ptr,  # [B] i32 output: 1 when row a_b resamples the residual
-    log_normalizer_ptr,  # [B, 2] f32 output (f64 as [B, 4] words): log sum exp of x / T and y / T of row a_b
-    STRICT: tl.constexpr,
-    ONE_HOT: tl.constexpr,
-    FP64: tl.constexpr,
-    BLOCK_K: tl.constexpr,  # next power of two >= K + 1
-    REDUCE_BLOCK: tl.constexpr,  # next power of two >= num_blocks
-):
-    """Per request: every draft row's decision, then a_b and what row a_b emits."""
-    b = tl.program_id(0)
-    b64 = b.to(tl.int64)
-    num_drafts = tl.minimum(tl.maximum(tl.load(num_draft_tokens_ptr + b), 0), K)
-    temperature = tl.load(temperature_ptr + b)
+def _decide(target_logits_ptr, draft_logits_ptr, draft_tokens_ptr, stats_ptr, partial_score_ptr, partial_index_ptr,
+            b64, num_drafts, seed, position, temperature, V, K, target_batch_stride, target_row_stride,
+            draft_batch_stride, draft_row_stride, num_blocks, STRICT: tl.constexpr, ONE_HOT: tl.constexpr,
+            FP64: tl.constexpr, BLOCK_K: tl.constexpr, REDUCE_BLOCK: tl.constexpr):
+    """Every draft row's decision for one request -> (a_b, whether row a_b resamples the residual, and
+    the log-normalisers of x / T and y / T of row a_b, used only when it resamples)."""
     rows = tl.arange(0, BLOCK_K)
     active = rows < num_drafts
     drafts = tl.load(draft_tokens_ptr + b64 * K + rows, mask=active, other=-1)
     valid = active & (drafts >= 0) & (drafts < V)  # an out-of-range draft has probability 0: rejected
+    if FP64:
+        stats = stats_ptr.to(tl.pointer_type(tl.float64))
+        t = temperature.to(tl.float64)
+        no_normalizer = tl.zeros([BLOCK_K], tl.float64)  # for requests that never resample
+    else:
+        stats = stats_ptr
+        t = temperature
+        no_normalizer = tl.zeros([BLOCK_K], tl.float32)
     if STRICT:
         emit_row = _decide_by_target_token(partial_score_ptr, partial_index_ptr, b64, K, num_blocks, rows, drafts,
                                            valid, num_drafts, FP64, REDUCE_BLOCK)
-        tl.store(resample_ptr + b, 0)
+        resample = emit_row < 0  # never
+        target_lse = no_normalizer
+        draft_lse = no_normalizer
     else:
         if temperature == 0:
             emit_row = _decide_by_target_token(partial_score_ptr, partial_index_ptr, b64, K, num_blocks, rows,
                                                drafts, valid, num_drafts, FP64, REDUCE_BLOCK)
-            tl.store(resample_ptr + b, 0)
+            resample = emit_row < 0  # never
+            target_lse = no_normalizer
+            draft_lse = no_normalizer
         else:
-            if FP64:
-                stats = stats_ptr.to(tl.pointer_type(tl.float64))
-                log_normalizer = log_normalizer_ptr.to(tl.pointer_type(tl.float64))
-                t = temperature.to(tl.float64)
-            else:
-                stats = stats_ptr
-                log_normalizer = log_normalizer_ptr
-                t = temperature
             blocks = tl.arange(0, REDUCE_BLOCK)
             mask = active[:, None] & (blocks[None, :] < num_blocks)
             offsets = (b64 * K + rows)[:, None] * (NUM_STATS * num_blocks) + blocks[None, :]
@@ -300,7 +281,7 @@ def rejection_decide_kernel(
                 x = x.to(tl.float64)
             log_ratio = tl.where(tl.abs(x) < float("inf"), x / t, float("-inf")) - target_lse  # log p(d)
             if ONE_HOT:
-                draft_lse = tl.zeros_like(target_lse)
+                draft_lse = no_normalizer
             else:
                 draft_lse = _merge_log_normalizer(
                     tl.load(stats + offsets + 2 * num_blocks, mask=mask, other=float("-inf")),
@@ -310,15 +291,12 @@ def rejection_decide_kernel(
                 if FP64:
                     y = y.to(tl.float64)
                 log_ratio = log_ratio - (tl.where(tl.abs(y) < float("inf"), y / t, float("-inf")) - draft_lse)
-            seed = tl.load(seeds_ptr + b).to(tl.int64)
-            position = tl.load(positions_ptr + b).to(tl.int64)
             u = _acceptance_uniforms(seed, position + rows.to(tl.int64), FP64)
             emit_row = _first_rejection(valid & (u < tl.exp(log_ratio)), rows, num_drafts)  # NaN ratios reject
-            tl.store(resample_ptr + b, (emit_row < num_drafts).to(tl.int32))
-            chosen = rows == emit_row
-            tl.store(log_normalizer + b64 * 2, tl.sum(tl.where(chosen, target_lse, 0.0), axis=0))
-            tl.store(log_normalizer + b64 * 2 + 1, tl.sum(tl.where(chosen, draft_lse, 0.0), axis=0))
-    tl.store(emit_row_ptr + b, emit_row)
+            resample = emit_row < num_drafts
+    chosen = rows == emit_row
+    return (emit_row, resample, tl.sum(tl.where(chosen, target_lse, 0.0), axis=0),
+            tl.sum(tl.where(chosen, draft_lse, 0.0), axis=0))
 
 
 @triton.jit
@@ -326,12 +304,13 @@ def rejection_emit_kernel(
     target_logits_ptr,  # [B, K+1, V] f32|bf16|f16, columns contiguous
     draft_logits_ptr,  # [B, K, V] f32, columns contiguous (unused when ONE_HOT)
     draft_tokens_ptr,  # [B, K] i32, contiguous
+    num_draft_tokens_ptr,  # [B] i32, n_b (clamped to [0, K])
     seeds_ptr,  # [B] i32|u32|i64
-    positions_ptr,  # [B] i32|i64
+    positions_ptr,  # [B] i32|i64, position of row 0
     temperature_ptr,  # [B] f32
-    emit_row_ptr,  # [B] i32, a_b
-    resample_ptr,  # [B] i32
-    log_normalizer_ptr,  # [B, 2] f32 (f64 as [B, 4] words)
+    stats_ptr,  # [B * K, NUM_STATS * NUM_BLOCKS] f32 (f64 words when FP64), from rejection_stats_kernel
+    row_score_ptr,  # [B * K, NUM_BLOCKS] f32 (f64 words when FP64), from rejection_stats_kernel
+    row_index_ptr,  # [B * K, NUM_BLOCKS] i32, from rejection_stats_kernel
     V,
     K,
     B,
@@ -339,23 +318,37 @@ def rejection_emit_kernel(
     target_row_stride,
     draft_batch_stride,
     draft_row_stride,
-    partial_score_ptr,  # [2B, NUM_BLOCKS] f32 (f64 words when FP64): rows < B residual, rows >= B Gumbel
-    partial_index_ptr,  # [2B, NUM_BLOCKS] i32
+    emit_row_ptr,  # [B] i32 output: a_b, the number of accepted drafts (= the emitted row)
+    partial_score_ptr,  # [2B, NUM_BLOCKS] f32 output (f64 words when FP64): rows < B residual, rows >= B Gumbel
+    partial_index_ptr,  # [2B, NUM_BLOCKS] i32 output
+    STRICT: tl.constexpr,
     ONE_HOT: tl.constexpr,
     FP64: tl.constexpr,
     BLOCK_V: tl.constexpr,
+    BLOCK_K: tl.constexpr,  # next power of two >= K + 1
+    REDUCE_BLOCK: tl.constexpr,  # next power of two >= NUM_BLOCKS
     ROW_ALIGN: tl.constexpr,
+    VOCAB_ALIGN: tl.constexpr,  # config.vocab_align
     FAST_LOG: tl.constexpr,  # gumbel_sample's noise log (config.fast_log)
 ):
-    """Block partials of the emitted row a_b: residual scores (or -inf) and Gumbel-max scores."""
+    """The request's decision, then block partials of the emitted row a_b: residual scores (or -inf)
+    and Gumbel-max scores."""
+    V = aligned(V, VOCAB_ALIGN)
     b = tl.program_id(0)
     block = tl.program_id(1)
     num_blocks = tl.num_programs(1)
     b64 = b.to(tl.int64)
-    emit_row = tl.load(emit_row_ptr + b)
+    num_drafts = tl.minimum(tl.maximum(tl.load(num_draft_tokens_ptr + b), 0), K)
     seed = tl.load(seeds_ptr + b).to(tl.int64)
-    position = tl.load(positions_ptr + b).to(tl.int64) + emit_row
+    base_position = tl.load(positions_ptr + b).to(tl.int64)
     temperature = tl.load(temperature_ptr + b)
+    emit_row, resample, target_lse, draft_lse = _decide(
+        target_logits_ptr, draft_logits_ptr, draft_tokens_ptr, stats_ptr, row_score_ptr, row_index_ptr, b64,
+        num_drafts, seed, base_position, temperature, V, K, target_batch_stride, target_row_stride,
+        draft_batch_stride, draft_row_stride, num_blocks, STRICT, ONE_HOT, FP64, BLOCK_K, REDUCE_BLOCK)
+    if block == 0:
+        tl.store(emit_row_ptr + b, emit_row)
+    position = base_position + emit_row
     first_col = block * BLOCK_V
     cols = first_col + tl.arange(0, BLOCK_V)
     target_row_ptr = target_logits_ptr + tl.multiple_of(b64 * target_batch_stride, ROW_ALIGN)
@@ -364,17 +357,11 @@ def rejection_emit_kernel(
                          STREAM_TOKEN, BLOCK_V, ROW_ALIGN, FP64, FAST_LOG)
     store_block_best(partial_score_ptr, partial_index_ptr, (B + b64) * num_blocks + block, score, first_col, FP64)
     residual = tl.where(cols < 0, score, float("-inf"))  # all -inf: no residual unless resampling
-    if tl.load(resample_ptr + b) != 0:
+    if resample:
         if ONE_HOT:
             draft = tl.load(draft_tokens_ptr + b64 * K + emit_row)
             residual = tl.where(cols == draft, float("-inf"), score)  # r = p with the draft removed
         else:
-            if FP64:
-                log_normalizer = log_normalizer_ptr.to(tl.pointer_type(tl.float64))
-            else:
-                log_normalizer = log_normalizer_ptr
-            target_lse = tl.load(log_normalizer + b64 * 2)
-            draft_lse = tl.load(log_normalizer + b64 * 2 + 1)
             row_offset = tl.multiple_of(emit_row.to(tl.int64) * target_row_stride, ROW_ALIGN)
             log_p = _scaled_block(target_row_ptr + row_offset, cols, V, temperature, FP64) - target_lse
             draft_row_ptr = (draft_logits_ptr + tl.multiple_of(b64 * draft_batch_stride, ROW_ALIGN)
@@ -399,21 +386,26 @@ def _write_request(tokens_ptr, num_sampled_ptr, draft_tokens_ptr, b64, K, emit_r
 
 
 @triton.jit
-def rejection_assemble_kernel(
+def rejection_finish_kernel(
     draft_tokens_ptr,  # [B, K] i32, contiguous
-    emit_row_ptr,  # [B] i32, a_b
-    sampled_ptr,  # [2B] i32 from argmax_reduce_kernel: residual tokens, then Gumbel-max tokens
+    emit_row_ptr,  # [B] i32, a_b, from rejection_emit_kernel
+    partial_score_ptr,  # [2B, NUM_BLOCKS] f32 (f64 words when FP64), from rejection_emit_kernel
+    partial_index_ptr,  # [2B, NUM_BLOCKS] i32
+    num_blocks,
     K,
     B,
     tokens_ptr,  # [B, K+1] i32 output
     num_sampled_ptr,  # [B] i32 output
+    FP64: tl.constexpr,
     BLOCK_K: tl.constexpr,  # next power of two >= K + 1
+    REDUCE_BLOCK: tl.constexpr,  # next power of two >= num_blocks
 ):
     """The emitted token is the residual sample when there is one, else the Gumbel-max sample."""
     b = tl.program_id(0)
     b64 = b.to(tl.int64)
-    residual = tl.load(sampled_ptr + b64)
-    emitted = tl.where(residual >= 0, residual, tl.load(sampled_ptr + B + b64))
+    residual = reduce_block_best(partial_score_ptr, partial_index_ptr, b64, num_blocks, FP64, REDUCE_BLOCK)
+    sampled = reduce_block_best(partial_score_ptr, partial_index_ptr, B + b64, num_blocks, FP64, REDUCE_BLOCK)
+    emitted = tl.where(residual >= 0, residual, sampled)
     _write_request(tokens_ptr, num_sampled_ptr, draft_tokens_ptr, b64, K, tl.load(emit_row_ptr + b), emitted, BLOCK_K)
 
 

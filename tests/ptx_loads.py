@@ -1,0 +1,64 @@
+"""Compile jsample's row kernels for an H100/H200 (sm_90) without a GPU, as jax-triton specialises
+them (pointers 16-byte aligned, no facts about integer arguments), and print the global-load
+instructions of each as JSON. Run in its own process: TRITON_INTERPRET must be 0 before triton loads.
+
+    TRITON_INTERPRET=0 python tests/ptx_loads.py [VOCAB_ALIGN]
+"""
+
+import collections
+import json
+import os
+import re
+import sys
+
+os.environ["TRITON_INTERPRET"] = "0"
+
+import triton  # noqa: E402
+from triton.backends.compiler import GPUTarget  # noqa: E402
+from triton.compiler import ASTSource  # noqa: E402
+
+from jsample import kernels  # noqa: E402
+
+
+def global_loads(kernel, arg_types, constexprs, num_warps):
+    """{load instruction: count} of `kernel` compiled for sm_90; arg_types maps every non-constexpr argument."""
+    signature = {name: arg_types.get(name, "constexpr") for name in kernel.arg_names}
+    # jax-triton: every array argument is 16-byte aligned; integer arguments carry no divisibility
+    attrs = {(i,): [["tt.divisibility", 16]] for i, name in enumerate(kernel.arg_names)
+             if signature[name].startswith("*")}
+    source = ASTSource(fn=kernel, signature=signature, constexprs=constexprs, attrs=attrs)
+    compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32),
+                              options=dict(num_warps=num_warps, num_stages=1, enable_fp_fusion=False))
+    return dict(collections.Counter(re.findall(r"ld\.global[\w.]*", compiled.asm["ptx"])))
+
+
+def main():
+    vocab = 151936
+    vocab_align = int(sys.argv[1]) if len(sys.argv) > 1 else None
+    gumbel = kernels.gumbel_launch_config(vocab, vocab, False)
+    rejection = kernels.rejection_launch_config(vocab, 4, (5 * vocab, vocab, 4 * vocab, vocab), False)
+    align = gumbel.vocab_align if vocab_align is None else vocab_align
+    common = dict(FP64=False, ROW_ALIGN=16, VOCAB_ALIGN=align, FAST_LOG=True, BLOCK_V=gumbel.block_v)
+    ints = {name: "i32" for name in ("V", "K", "B", "row_stride", "target_batch_stride", "target_row_stride",
+                                     "draft_batch_stride", "draft_row_stride", "num_blocks")}
+    pointers = {"logits_ptr": "*bf16", "target_logits_ptr": "*bf16", "draft_logits_ptr": "*fp32",
+                "seeds_ptr": "*i64", "positions_ptr": "*i64", "temperature_ptr": "*fp32",
+                "num_draft_tokens_ptr": "*i32", "draft_tokens_ptr": "*i32", "stats_ptr": "*fp32",
+                "row_score_ptr": "*fp32", "row_index_ptr": "*i32", "emit_row_ptr": "*i32",
+                "partial_score_ptr": "*fp32", "partial_index_ptr": "*i32"}
+    types = {**ints, **pointers}
+    report = {
+        "gumbel_partial_kernel": global_loads(kernels.gumbel_partial_kernel, types, dict(common, STREAM=0),
+                                              gumbel.num_warps),
+        "rejection_stats_kernel": global_loads(kernels.rejection_stats_kernel, types,
+                                               dict(common, STRICT=False, ONE_HOT=False), rejection.num_warps),
+        "rejection_emit_kernel": global_loads(
+            kernels.rejection_emit_kernel, types,
+            dict(common, STRICT=False, ONE_HOT=False, BLOCK_K=rejection.block_k, REDUCE_BLOCK=rejection.reduce_block),
+            rejection.num_warps),
+    }
+    print(json.dumps(report))
+
+
+if __name__ == "__main__":
+    main()
