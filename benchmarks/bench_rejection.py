@@ -1,33 +1,28 @@
 """Benchmark rejection_sample (speculative-decoding verification) on a GPU.
 
-Providers: torch_backend, jsample (jax.jit), a plain PyTorch implementation of the same algorithm
-(softmax, ratio, residual, multinomial) and FlashInfer's chain_speculative_sampling when importable.
-Reports microseconds and the time as a fraction of reading the target + draft logits once at the
-read bandwidth measured in the same run (a plain torch.sum over a large buffer).
+Providers, side by side in one run: torch_backend.rejection_sample (eager, and CUDA-graph replay),
+jsample.rejection_sample (jitted), a plain PyTorch implementation of the same algorithm (softmax,
+ratio, residual, multinomial) and FlashInfer's chain_speculative_sampling when it can be imported.
+Reports microseconds and `read_floor_fraction`: the time needed to read the target and draft logits
+once at the HBM read rate measured in the same run, divided by the provider's time (1 = at the
+floor; the issue's target is >= 0.5, "within 2x").
 
-    python benchmarks/bench_rejection.py --out benchmarks/results/rejection.md
-
-Writes a markdown table to --out and the same rows as JSON next to it (.json), with versions and the
-git SHA. Imports on a CPU machine; running needs CUDA.
+    XLA_PYTHON_CLIENT_PREALLOCATE=false python benchmarks/bench_rejection.py --out benchmarks/results \
+        --git-sha $(git rev-parse HEAD)
 """
 
 import argparse
-import json
-import pathlib
-import subprocess
+import os
 import sys
-import time
 
-import numpy as np
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # run from a checkout without installing
-
-BATCHES = (1, 64, 256)
-DRAFTS = (1, 4, 8)
-VOCAB = 151936
+import harness  # noqa: E402
 
 
-def plain_torch_rejection(target_logits, draft_logits, draft_tokens, temperature, generator=None):
+def plain_torch_rejection(target_logits, draft_logits, draft_tokens, temperature):
     """The algorithm in plain PyTorch: softmax, ratio, first rejection, residual multinomial, bonus."""
     import torch
 
@@ -38,133 +33,118 @@ def plain_torch_rejection(target_logits, draft_logits, draft_tokens, temperature
     draft_probs = torch.softmax(draft_logits / t, dim=-1)
     index = draft_tokens.long().unsqueeze(-1)
     ratio = (target_probs[:, :k].gather(-1, index) / draft_probs.gather(-1, index)).squeeze(-1)
-    uniform = torch.rand(batch, k, device=target_logits.device, generator=generator)
+    uniform = torch.rand(batch, k, device=target_logits.device)
     accepted = (uniform < ratio).int().cumprod(dim=1).sum(dim=1)  # [B]: accepted prefix length
     rows_b = torch.arange(batch, device=target_logits.device)
-    emit = accepted.clamp(max=k)
     residual = (target_probs[:, :k] - draft_probs).clamp_min(0)
-    residual = torch.cat([residual, target_probs[:, k:]], dim=1)[rows_b, emit]  # bonus row: p itself
-    residual = torch.where(residual.sum(-1, keepdim=True) > 0, residual, target_probs[rows_b, emit])
-    emitted = torch.multinomial(residual, 1, generator=generator).squeeze(-1).int()
+    residual = torch.cat([residual, target_probs[:, k:]], dim=1)[rows_b, accepted]  # bonus row: p itself
+    residual = torch.where(residual.sum(-1, keepdim=True) > 0, residual, target_probs[rows_b, accepted])
+    emitted = torch.multinomial(residual, 1).squeeze(-1).int()
     tokens = torch.full((batch, rows), -1, dtype=torch.int32, device=target_logits.device)
-    keep = torch.arange(rows, device=target_logits.device)[None, :k] < accepted[:, None]
+    keep = torch.arange(k, device=target_logits.device)[None, :] < accepted[:, None]
     tokens[:, :k] = torch.where(keep, draft_tokens, tokens[:, :k])
-    tokens[rows_b, emit] = emitted
+    tokens[rows_b, accepted] = emitted
     return tokens, accepted.int() + 1
 
 
-def read_bandwidth_gbs(torch, nbytes=2 << 30):
-    """HBM read rate (GB/s) of torch.sum over a buffer of `nbytes`, measured with do_bench."""
-    from triton.testing import do_bench
-
-    buffer = torch.empty(nbytes // 4, dtype=torch.float32, device="cuda").uniform_()
-    ms = do_bench(lambda: buffer.sum(), warmup=25, rep=200)
-    return nbytes / (ms * 1e-3) / 1e9
-
-
-def time_jax(fn, *args, calls=100):
-    out = fn(*args)
-    for leaf in out:
-        leaf.block_until_ready()
-    for _ in range(10):
-        out = fn(*args)
-    out[0].block_until_ready()
-    start = time.perf_counter()
-    for _ in range(calls):
-        out = fn(*args)
-    out[0].block_until_ready()
-    return (time.perf_counter() - start) / calls * 1e6
-
-
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", required=True, help="markdown output path (a .json twin is written too)")
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", default="benchmarks/results")
+    parser.add_argument("--batches", default="1,64,256")
+    parser.add_argument("--drafts", default="1,4,8")
+    parser.add_argument("--vocab", type=int, default=151936)
     parser.add_argument("--dtype", default="bfloat16", choices=["float32", "bfloat16", "float16"])
+    parser.add_argument("--git-sha", default="unknown")
     args = parser.parse_args()
 
     import jax
     import jax.numpy as jnp
     import torch
-    import triton
-    from triton.testing import do_bench
 
     import jsample
     import torch_backend
 
     jax.config.update("jax_enable_x64", True)  # int64 seeds and positions
-    if not torch.cuda.is_available():
-        raise SystemExit("bench_rejection: needs a CUDA GPU")
     try:
         import flashinfer.sampling as flashinfer_sampling
     except Exception:  # noqa: BLE001  (not installed, or built for another CUDA)
         flashinfer_sampling = None
-
-    bandwidth = read_bandwidth_gbs(torch)
-    rows_out = []
-    torch_dtype = getattr(torch, args.dtype)
-    for batch in BATCHES:
-        for k in DRAFTS:
+    print(f"flashinfer: {'importable' if flashinfer_sampling else 'not importable'}", flush=True)
+    read_rate = harness.measured_read_rate_gbs()
+    print(f"measured read rate: {read_rate:.0f} GB/s", flush=True)
+    vocab, dtype = args.vocab, getattr(torch, args.dtype)
+    rows = []
+    for batch in map(int, args.batches.split(",")):
+        for k in map(int, args.drafts.split(",")):
+            nbytes = batch * (k + 1) * vocab * dtype.itemsize + batch * k * vocab * 4
+            rotate = harness.copies_needed(nbytes)
             gen = torch.Generator(device="cuda").manual_seed(batch * 100 + k)
-            target = (torch.randn(batch, k + 1, VOCAB, device="cuda", generator=gen) * 3).to(torch_dtype)
-            draft = target[:, :k].float() + torch.randn(batch, k, VOCAB, device="cuda", generator=gen)
-            draft_tokens = torch.randint(0, VOCAB, (batch, k), device="cuda", generator=gen, dtype=torch.int32)
+            targets = [(torch.randn(batch, k + 1, vocab, device="cuda", generator=gen) * 3).to(dtype)
+                       for _ in range(rotate)]
+            drafts = [t[:, :k].float() + torch.randn(batch, k, vocab, device="cuda", generator=gen) for t in targets]
+            draft_tokens = torch.randint(0, vocab, (batch, k), device="cuda", generator=gen, dtype=torch.int32)
             num_drafts = torch.full((batch,), k, dtype=torch.int32, device="cuda")
             seeds = torch.randint(0, 2**62, (batch,), device="cuda", generator=gen)
             positions = torch.randint(0, 2**20, (batch,), device="cuda", generator=gen)
             temperature = torch.full((batch,), 0.8, device="cuda")
-            logit_bytes = target.numel() * target.element_size() + draft.numel() * draft.element_size()
-            read_us = logit_bytes / (bandwidth * 1e9) * 1e6
+            jtargets, jdrafts = [jnp.from_dlpack(t) for t in targets], [jnp.from_dlpack(d) for d in drafts]
+            jrest = [jnp.from_dlpack(t) for t in (draft_tokens, num_drafts, seeds, positions, temperature)]
+            read_floor_us = nbytes / (read_rate * 1e9) * 1e6
 
-            def ours():
-                return torch_backend.rejection_sample(target, draft_tokens, num_drafts, seeds, positions, temperature,
-                                                      draft_logits=draft)
+            def ours(i):
+                return torch_backend.rejection_sample(targets[i], draft_tokens, num_drafts, seeds, positions,
+                                                      temperature, draft_logits=drafts[i])
 
-            # correctness before timing: torch == JAX bit for bit
-            jax_args = [jnp.asarray(np.asarray(x.float().cpu() if x.dtype == torch.bfloat16 else x.cpu()))
-                        for x in (target, draft_tokens, num_drafts, seeds, positions, temperature, draft)]
-            jax_args[0] = jax_args[0].astype(jnp.dtype(args.dtype))
             jitted = jax.jit(lambda t, d, n, s, p, temp, dl: jsample.rejection_sample(t, d, n, s, p, temp,
                                                                                         draft_logits=dl))
-            expected = ours()
-            got = jitted(*jax_args)
-            same = (np.array_equal(expected[0].cpu().numpy(), np.asarray(got[0]))
-                    and np.array_equal(expected[1].cpu().numpy(), np.asarray(got[1])))
-            timings = {
-                "torch_backend": do_bench(ours, warmup=25, rep=200) * 1e3,
-                "jsample (jit)": time_jax(jitted, *jax_args),
-                "plain torch": do_bench(lambda: plain_torch_rejection(target, draft, draft_tokens, temperature),
-                                        warmup=25, rep=200) * 1e3,
-            }
-            if flashinfer_sampling is not None and hasattr(flashinfer_sampling, "chain_speculative_sampling"):
-                target_probs = torch.softmax(target.float() / 0.8, dim=-1)
-                draft_probs = torch.softmax(draft / 0.8, dim=-1)
-                try:
-                    timings["flashinfer chain_speculative_sampling (probs given)"] = do_bench(
-                        lambda: flashinfer_sampling.chain_speculative_sampling(draft_probs, draft_tokens, target_probs),
-                        warmup=25, rep=200) * 1e3
-                except Exception as error:  # noqa: BLE001  (API drift between FlashInfer versions)
-                    print(f"flashinfer skipped: {error}")
-            for provider, us in timings.items():
-                rows_out.append(dict(batch=batch, k=k, vocab=VOCAB, dtype=args.dtype, provider=provider,
-                                     us=round(us, 2), read_once_us=round(read_us, 2),
-                                     fraction_of_read=round(read_us / us, 3), torch_equals_jax=same))
-                print(rows_out[-1], flush=True)
+            # correctness before timing: torch == JAX bit for bit
+            expected, got = ours(0), jitted(jtargets[0], *jrest, jdrafts[0])
+            for e, g in zip(expected, got):
+                if not torch.equal(e.cpu(), torch.from_numpy(jax.device_get(g).copy())):
+                    raise SystemExit(f"torch and JAX differ at B={batch} K={k}")
 
-    try:
-        sha = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
-    except Exception:  # noqa: BLE001
-        sha = "unknown"
-    meta = dict(git_sha=sha, torch=torch.__version__, jax=jax.__version__, triton=triton.__version__,
-                jsample=jsample.__version__, device=torch.cuda.get_device_name(), read_gbs=round(bandwidth, 1))
-    out = pathlib.Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    lines = [f"# rejection_sample, V = {VOCAB}, {args.dtype} target logits, float32 draft logits", "",
-             ", ".join(f"{k}: {v}" for k, v in meta.items()), "",
-             "| B | K | provider | us | read-once us | read-once / us | torch == JAX |", "|---|---|---|---|---|---|---|"]
-    lines += [f"| {r['batch']} | {r['k']} | {r['provider']} | {r['us']} | {r['read_once_us']} | "
-              f"{r['fraction_of_read']} | {r['torch_equals_jax']} |" for r in rows_out]
-    out.write_text("\n".join(lines) + "\n")
-    out.with_suffix(".json").write_text(json.dumps(dict(meta=meta, rows=rows_out), indent=1))
+            def record(provider, us):
+                rows.append(dict(B=batch, K=k, V=vocab, provider=provider, us=us, read_floor_us=read_floor_us,
+                                 read_floor_fraction=read_floor_us / us))
+                print(f"B={batch:4d} K={k} {provider:44s} {us:9.1f} us  floor {read_floor_us:7.1f} us  "
+                      f"{read_floor_us / us:5.3f}", flush=True)
+
+            record("torch_backend.rejection_sample", harness.time_torch_us(ours, rotate))
+            graphs = []
+            for i in range(rotate):
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph):
+                    ours(i)
+                graphs.append(graph)
+            record("torch_backend (CUDA graph)", harness.time_torch_us(lambda i: graphs[i].replay(), rotate))
+            del graphs
+            record("jsample.rejection_sample (jit)", harness.time_jax_us(
+                lambda i: jitted(jtargets[i], *jrest, jdrafts[i]), rotate))
+            record("plain torch (softmax, ratio, multinomial)", harness.time_torch_us(
+                lambda i: plain_torch_rejection(targets[i], drafts[i], draft_tokens, temperature), rotate))
+            if flashinfer_sampling is not None:
+                # FlashInfer takes probabilities: the softmaxes are timed with it, as a user must run them
+                def flashinfer(i):
+                    target_probs = torch.softmax(targets[i].float() / temperature.view(-1, 1, 1), dim=-1)
+                    draft_probs = torch.softmax(drafts[i] / temperature.view(-1, 1, 1), dim=-1)
+                    return flashinfer_sampling.chain_speculative_sampling(draft_probs, draft_tokens, target_probs)
+
+                try:
+                    record("flashinfer chain_speculative_sampling", harness.time_torch_us(flashinfer, rotate))
+                except Exception as error:  # noqa: BLE001  (API drift between FlashInfer versions)
+                    print(f"flashinfer skipped: {error}", flush=True)
+            del targets, drafts, jtargets, jdrafts
+            torch.cuda.empty_cache()
+    env = harness.environment(args.git_sha)
+    env["read_rate_GBps"] = read_rate
+    env["flashinfer"] = "importable" if flashinfer_sampling else "not importable"
+    harness.write_results(
+        args.out, "rejection", env, rows, ["B", "K", "V", "provider", "us", "read_floor_us", "read_floor_fraction"],
+        notes=f"{args.dtype} target logits [B, K+1, V], float32 draft logits [B, K, V], temperature 0.8, all K "
+              "drafts given. `us`: median (torch, CUDA events) or best mean of 100 calls (JAX, including "
+              "dispatch). `read_floor_us`: target + draft logit bytes / measured read rate. Command: "
+              "`XLA_PYTHON_CLIENT_PREALLOCATE=false python benchmarks/bench_rejection.py --out "
+              "benchmarks/results --git-sha <sha>`.")
 
 
 if __name__ == "__main__":

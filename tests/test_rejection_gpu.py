@@ -1,0 +1,90 @@
+"""rejection_sample and synthetic_rejection_sample on a real GPU: torch.compile, no recompilation,
+the benchmark's sizes with torch and JAX in one process. Skipped without a CUDA GPU (see conftest)."""
+
+import numpy as np
+import pytest
+from conftest import ON_GPU
+
+from jsample.reference import rejection_sample_reference
+
+pytestmark = pytest.mark.gpu
+
+if ON_GPU:
+    import jax
+    import jax.numpy as jnp
+    import torch
+
+    import jsample
+    import torch_backend
+
+
+def _problem(batch, k, vocab, seed=0, dtype=None):
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    target = (torch.randn(batch, k + 1, vocab, device="cuda", generator=gen) * 3).to(dtype or torch.bfloat16)
+    draft = target[:, :k].float() + torch.randn(batch, k, vocab, device="cuda", generator=gen)
+    # drafts from the draft distribution, so that acceptances and rejections both happen
+    draft_tokens = torch.multinomial(torch.softmax(draft.reshape(-1, vocab), -1), 1, generator=gen)
+    draft_tokens = draft_tokens.view(batch, k).int()
+    num_drafts = torch.randint(0, k + 1, (batch,), device="cuda", generator=gen, dtype=torch.int32)
+    seeds = torch.randint(-(2**62), 2**62, (batch,), device="cuda", generator=gen)
+    positions = torch.randint(0, 2**40, (batch,), device="cuda", generator=gen)
+    temperature = torch.rand(batch, device="cuda", generator=gen) + 0.3
+    temperature[::5] = 0
+    return target, draft_tokens, num_drafts, seeds, positions, temperature, draft
+
+
+def test_rejection_gpu_torch_compile_equals_eager():
+    target, draft_tokens, num_drafts, seeds, positions, temperature, draft = _problem(16, 4, 32000)
+
+    def step(t, d, n, s, p, temp, dl):
+        verified = torch_backend.rejection_sample(t * 1, d, n, s, p + 1, temp, draft_logits=dl)
+        synthetic = torch_backend.synthetic_rejection_sample(
+            verified[0], d, n, s, p, torch.full((d.shape[1],), 0.7, device=d.device))
+        return verified, synthetic
+
+    args = (target, draft_tokens, num_drafts, seeds, positions, temperature, draft)
+    compiled = torch.compile(step, fullgraph=True)
+    for got, expected in zip(compiled(*args), step(*args)):
+        torch.testing.assert_close(got, expected, rtol=0, atol=0)
+
+
+def test_rejection_gpu_no_recompilation_when_values_change():
+    from jsample import kernels
+
+    target, draft_tokens, num_drafts, seeds, positions, temperature, draft = _problem(8, 4, 32000)
+    torch_backend.rejection_sample(target, draft_tokens, num_drafts, seeds, positions, temperature, draft_logits=draft)
+    device = torch.cuda.current_device()
+    watched = (kernels.rejection_stats_kernel, kernels.rejection_emit_kernel, kernels.rejection_finish_kernel)
+
+    def compiled_variants():
+        return [sum(len(c) for c in kernel.device_caches[device][0:1]) for kernel in watched]
+
+    before = compiled_variants()
+    for step in range(4):
+        torch_backend.rejection_sample(target, draft_tokens, (num_drafts + step) % 5, seeds + step, positions * step,
+                                       temperature * (step + 1), draft_logits=draft)
+    assert compiled_variants() == before
+
+
+@pytest.mark.parametrize("batch,k,dtype", [(256, 8, "bfloat16"), (64, 4, "float32"), (1, 1, "float16")])
+def test_rejection_gpu_benchmark_sizes_torch_equals_jax_and_reference(batch, k, dtype):
+    vocab = 151936
+    problem = _problem(batch, k, vocab, seed=batch + k, dtype=getattr(torch, dtype))
+    target, draft_tokens, num_drafts, seeds, positions, temperature, draft = problem
+    for kwargs in (dict(draft_logits=draft), dict(method="strict")):
+        from_torch = torch_backend.rejection_sample(*problem[:6], **kwargs)
+        jax_kwargs = {name: jnp.from_dlpack(v) if isinstance(v, torch.Tensor) else v for name, v in kwargs.items()}
+        from_jax = jax.jit(lambda *a: jsample.rejection_sample(*a, **jax_kwargs))(
+            *(jnp.from_dlpack(t) for t in problem[:6]))
+        for t, j in zip(from_torch, from_jax):
+            np.testing.assert_array_equal(t.cpu().numpy(), np.asarray(j))
+        rows = np.arange(0, batch, max(1, batch // 8))  # the NumPy reference on a subset of requests
+        tokens, num_sampled, ratio_margin, score_margin = rejection_sample_reference(
+            target[rows].float().cpu().numpy(), draft_tokens[rows].cpu().numpy(), num_drafts[rows].cpu().numpy(),
+            seeds[rows].cpu().numpy(), positions[rows].cpu().numpy(), temperature[rows].cpu().numpy(),
+            draft_logits=draft[rows].cpu().numpy() if "draft_logits" in kwargs else None,
+            method=kwargs.get("method", "probabilistic"), return_margins=True)
+        checked = (ratio_margin >= 1e-5) & (score_margin >= 1e-4)  # GPU logs are not NumPy's: skip near-ties
+        assert checked.sum() >= len(rows) - 1
+        np.testing.assert_array_equal(from_torch[0].cpu().numpy()[rows][checked], tokens[checked])
+        np.testing.assert_array_equal(from_torch[1].cpu().numpy()[rows][checked], num_sampled[checked])
