@@ -47,6 +47,25 @@ def plain_torch_rejection(target_logits, draft_logits, draft_tokens, temperature
     return tokens, accepted.int() + 1
 
 
+def kernel_times_us(fn, rotate, calls=20):
+    """Mean device microseconds per call of each GPU kernel fn launches (torch.profiler)."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    fn(0)
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for i in range(calls):
+            fn(i % rotate)
+        torch.cuda.synchronize()
+    times = {}
+    for event in prof.key_averages():
+        total = getattr(event, "device_time_total", None) or getattr(event, "cuda_time_total", 0)
+        if total > 0:
+            times[event.key] = total / calls
+    return times
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", default="benchmarks/results")
@@ -110,6 +129,8 @@ def main():
                       f"{read_floor_us / us:5.3f}", flush=True)
 
             record("torch_backend.rejection_sample", harness.time_torch_us(ours, rotate))
+            for kernel, us in kernel_times_us(ours, rotate).items():  # where the time goes
+                record(f"  kernel {kernel}", us)
             graphs = []
             for i in range(rotate):
                 graph = torch.cuda.CUDAGraph()

@@ -78,42 +78,67 @@ def aligned(n, ALIGN: tl.constexpr):
 
 
 @triton.jit
-def block_scores(logits_ptr, row, row_stride, V, first_col, seed, position, temperature,
-                 STREAM: tl.constexpr, BLOCK_V: tl.constexpr, ROW_ALIGN: tl.constexpr, FP64: tl.constexpr,
-                 FAST_LOG: tl.constexpr):
-    """Gumbel-max scores of one row's columns first_col .. first_col + BLOCK_V - 1.
-
-    Non-candidates (padding, non-finite logits, NaN scores) score -inf.
-    """
-    cols = first_col + tl.arange(0, BLOCK_V)
-    row_offset = tl.multiple_of(row.to(tl.int64) * row_stride, ROW_ALIGN)
-    x = tl.load(logits_ptr + row_offset + cols, mask=cols < V, other=float("-inf")).to(tl.float32)
+def load_block(row_ptr, cols, V, FP64: tl.constexpr):
+    """Logits of columns `cols` of one row, widened to FP32 (FP64 when FP64); -inf for padding."""
+    x = tl.load(row_ptr + cols, mask=cols < V, other=float("-inf")).to(tl.float32)
     if FP64:
         x = x.to(tl.float64)
+    return x
+
+
+@triton.jit
+def inverse_temperature(temperature, FP64: tl.constexpr):
+    """1 / T, in FP32 (FP64): x / T is computed as x * (1 / T), one division per program, not per column."""
+    if FP64:
+        return 1.0 / temperature.to(tl.float64)
+    else:
+        return 1.0 / temperature
+
+
+@triton.jit
+def block_noise(seed, position, first_col, STREAM: tl.constexpr, BLOCK_V: tl.constexpr, FP64: tl.constexpr,
+                FAST_LOG: tl.constexpr):
+    """The Gumbel noise g of columns first_col .. first_col + BLOCK_V - 1 (STREAM.md)."""
+    return gumbel_noise(uniform_block(seed, position, first_col, STREAM, BLOCK_V, FP64), FP64, FAST_LOG)
+
+
+@triton.jit
+def noisy_scores(x, noise, temperature, FP64: tl.constexpr):
+    """The Gumbel-max scores x / T + g (x itself when T == 0: greedy); non-candidates (padding,
+    non-finite logits, NaN scores) score -inf. Every Gumbel-max in jsample scores with this."""
     candidate = tl.abs(x) < float("inf")  # false for +-inf and NaN
     if temperature == 0:
         score = x
     else:
-        if FP64:
-            inverse_t = 1.0 / temperature.to(tl.float64)
-        else:
-            inverse_t = 1.0 / temperature  # one division per program, not one per column
-        u = uniform_block(seed, position, first_col, STREAM, BLOCK_V, FP64)
-        score = x * inverse_t + gumbel_noise(u, FP64, FAST_LOG)
+        score = x * inverse_temperature(temperature, FP64) + noise
         candidate = candidate & (score == score)
     return tl.where(candidate, score, float("-inf"))
 
 
 @triton.jit
+def block_scores(logits_ptr, row, row_stride, V, first_col, seed, position, temperature,
+                 STREAM: tl.constexpr, BLOCK_V: tl.constexpr, ROW_ALIGN: tl.constexpr, FP64: tl.constexpr,
+                 FAST_LOG: tl.constexpr):
+    """Gumbel-max scores of one row's columns first_col .. first_col + BLOCK_V - 1 (no noise when T == 0)."""
+    cols = first_col + tl.arange(0, BLOCK_V)
+    row_offset = tl.multiple_of(row.to(tl.int64) * row_stride, ROW_ALIGN)
+    x = load_block(logits_ptr + row_offset, cols, V, FP64)
+    if temperature == 0:
+        noise = tl.zeros_like(x)
+    else:
+        noise = block_noise(seed, position, first_col, STREAM, BLOCK_V, FP64, FAST_LOG)
+    return noisy_scores(x, noise, temperature, FP64)
+
+
+@triton.jit
 def store_block_best(partial_score_ptr, partial_index_ptr, out, score, first_col, FP64: tl.constexpr):
-    """The block's best score and its lowest column, in the layout argmax_reduce_kernel reads."""
-    best = tl.max(score, axis=0)
-    best_col = first_col + tl.argmax(score, axis=0, tie_break_left=True)
+    """The block's best score and its lowest column (one reduction), in the layout reduce_block_best reads."""
+    best, best_offset = tl.max(score, axis=0, return_indices=True, return_indices_tie_break_left=True)
     if FP64:
         tl.store(partial_score_ptr.to(tl.pointer_type(tl.float64)) + out, best)
     else:
         tl.store(partial_score_ptr + out, best)
-    tl.store(partial_index_ptr + out, best_col.to(tl.int32))
+    tl.store(partial_index_ptr + out, (first_col + best_offset).to(tl.int32))
 
 
 @triton.jit

@@ -38,16 +38,19 @@ from dataclasses import dataclass
 import triton
 import triton.language as tl
 
-from jsample.kernels.gumbel import (_largest_power_of_two_dividing, aligned, block_scores, gumbel_launch_config,
-                                    reduce_block_best, store_block_best)
-from jsample.kernels.stream import (
-    gumbel_noise,
-    neg_log1p_neg,
-    philox_block,
-    uniform_block,
-    uniform_f32,
-    uniform_f64,
+from jsample.kernels.gumbel import (
+    _largest_power_of_two_dividing,
+    aligned,
+    block_noise,
+    block_scores,
+    gumbel_launch_config,
+    inverse_temperature,
+    load_block,
+    noisy_scores,
+    reduce_block_best,
+    store_block_best,
 )
+from jsample.kernels.stream import neg_log1p_neg, philox_block, uniform_f32, uniform_f64
 
 # Globals used inside kernels must be constexpr (the compiler rejects plain Python globals).
 STATS_PER_BLOCK = 4  # per row and block: target max, target sum of exp, draft max, draft sum of exp
@@ -101,23 +104,27 @@ def rejection_launch_config(vocab_size: int, num_speculative_tokens: int, stride
 
 
 @triton.jit
-def _scaled_block(row_ptr, cols, V, temperature, FP64: tl.constexpr):
-    """x / T of columns `cols` of one row, in FP32 (FP64); -inf for padding and non-finite logits."""
-    x = tl.load(row_ptr + cols, mask=cols < V, other=float("-inf")).to(tl.float32)
+def _scaled(x, inverse_t):
+    """x / T (as x * (1 / T), the Gumbel scores' rounding); -inf for non-finite logits (probability 0)."""
+    return tl.where(tl.abs(x) < float("inf"), x * inverse_t, float("-inf"))
+
+
+@triton.jit
+def _gather(row_ptrs, cols, mask, FP64: tl.constexpr):
+    """The logit at column cols[i] of row row_ptrs[i] where mask[i], widened; -inf elsewhere."""
+    x = tl.load(row_ptrs + cols, mask=mask, other=float("-inf")).to(tl.float32)
     if FP64:
         x = x.to(tl.float64)
-        scaled = x / temperature.to(tl.float64)
-    else:
-        scaled = x / temperature
-    return tl.where(tl.abs(x) < float("inf"), scaled, float("-inf"))
+    return x
 
 
 @triton.jit
 def _softmax_partials(scaled):
     """(max, sum of exp(scaled - max)) of a block; (-inf, 0) when it has no candidate."""
     block_max = tl.max(scaled, axis=0)
-    block_sum = tl.sum(tl.where(scaled > float("-inf"), tl.exp(scaled - block_max), 0.0), axis=0)
-    return block_max, block_sum
+    # exp(-inf - shift) = 0 covers the non-candidates; the shift keeps an all -inf block at sum 0, not NaN
+    shift = tl.where(block_max > float("-inf"), block_max, 0.0)
+    return block_max, tl.sum(tl.exp(scaled - shift), axis=0)
 
 
 @triton.jit
@@ -204,14 +211,16 @@ def rejection_stats_kernel(
                 else:
                     stats = stats_ptr
                 row_offset = tl.multiple_of(j.to(tl.int64) * target_row_stride, ROW_ALIGN)
+                inverse_t = inverse_temperature(temperature, FP64)
                 target_max, target_sum = _softmax_partials(
-                    _scaled_block(target_row_ptr + row_offset, cols, V, temperature, FP64))
+                    _scaled(load_block(target_row_ptr + row_offset, cols, V, FP64), inverse_t))
                 tl.store(stats + out, target_max)
                 tl.store(stats + out + num_blocks, target_sum)
                 if not ONE_HOT:
                     draft_row_ptr = (draft_logits_ptr + tl.multiple_of(b.to(tl.int64) * draft_batch_stride, ROW_ALIGN)
                                      + tl.multiple_of(j.to(tl.int64) * draft_row_stride, ROW_ALIGN))
-                    draft_max, draft_sum = _softmax_partials(_scaled_block(draft_row_ptr, cols, V, temperature, FP64))
+                    draft_max, draft_sum = _softmax_partials(_scaled(load_block(draft_row_ptr, cols, V, FP64),
+                                                                     inverse_t))
                     tl.store(stats + out + 2 * num_blocks, draft_max)
                     tl.store(stats + out + 3 * num_blocks, draft_sum)
 
@@ -250,11 +259,9 @@ def _decide(target_logits_ptr, draft_logits_ptr, draft_tokens_ptr, stats_ptr, pa
     valid = active & (drafts >= 0) & (drafts < V)  # an out-of-range draft has probability 0: rejected
     if FP64:
         stats = stats_ptr.to(tl.pointer_type(tl.float64))
-        t = temperature.to(tl.float64)
         no_normalizer = tl.zeros([BLOCK_K], tl.float64)  # for requests that never resample
     else:
         stats = stats_ptr
-        t = temperature
         no_normalizer = tl.zeros([BLOCK_K], tl.float32)
     if STRICT:
         emit_row = _decide_by_target_token(partial_score_ptr, partial_index_ptr, b64, K, num_blocks, rows, drafts,
@@ -275,11 +282,9 @@ def _decide(target_logits_ptr, draft_logits_ptr, draft_tokens_ptr, stats_ptr, pa
             offsets = (b64 * K + rows)[:, None] * (NUM_STATS * num_blocks) + blocks[None, :]
             target_lse = _merge_log_normalizer(tl.load(stats + offsets, mask=mask, other=float("-inf")),
                                                tl.load(stats + offsets + num_blocks, mask=mask, other=0.0))
+            inverse_t = inverse_temperature(temperature, FP64)
             target_rows = target_logits_ptr + b64 * target_batch_stride + rows.to(tl.int64) * target_row_stride
-            x = tl.load(target_rows + drafts, mask=valid, other=float("-inf")).to(tl.float32)
-            if FP64:
-                x = x.to(tl.float64)
-            log_ratio = tl.where(tl.abs(x) < float("inf"), x / t, float("-inf")) - target_lse  # log p(d)
+            log_ratio = _scaled(_gather(target_rows, drafts, valid, FP64), inverse_t) - target_lse  # log p(d)
             if ONE_HOT:
                 draft_lse = no_normalizer
             else:
@@ -287,10 +292,7 @@ def _decide(target_logits_ptr, draft_logits_ptr, draft_tokens_ptr, stats_ptr, pa
                     tl.load(stats + offsets + 2 * num_blocks, mask=mask, other=float("-inf")),
                     tl.load(stats + offsets + 3 * num_blocks, mask=mask, other=0.0))
                 draft_rows = draft_logits_ptr + b64 * draft_batch_stride + rows.to(tl.int64) * draft_row_stride
-                y = tl.load(draft_rows + drafts, mask=valid, other=float("-inf"))
-                if FP64:
-                    y = y.to(tl.float64)
-                log_ratio = log_ratio - (tl.where(tl.abs(y) < float("inf"), y / t, float("-inf")) - draft_lse)
+                log_ratio = log_ratio - (_scaled(_gather(draft_rows, drafts, valid, FP64), inverse_t) - draft_lse)
             u = _acceptance_uniforms(seed, position + rows.to(tl.int64), FP64)
             emit_row = _first_rejection(valid & (u < tl.exp(log_ratio)), rows, num_drafts)  # NaN ratios reject
             resample = emit_row < num_drafts
@@ -351,26 +353,30 @@ def rejection_emit_kernel(
     position = base_position + emit_row
     first_col = block * BLOCK_V
     cols = first_col + tl.arange(0, BLOCK_V)
-    target_row_ptr = target_logits_ptr + tl.multiple_of(b64 * target_batch_stride, ROW_ALIGN)
-    # exactly gumbel_sample's scores of this row: the bonus, strict, greedy and fallback token
-    score = block_scores(target_row_ptr, emit_row, target_row_stride, V, first_col, seed, position, temperature,
-                         STREAM_TOKEN, BLOCK_V, ROW_ALIGN, FP64, FAST_LOG)
+    target_row_ptr = (target_logits_ptr + tl.multiple_of(b64 * target_batch_stride, ROW_ALIGN)
+                      + tl.multiple_of(emit_row.to(tl.int64) * target_row_stride, ROW_ALIGN))
+    x = load_block(target_row_ptr, cols, V, FP64)
+    if temperature == 0:
+        noise = tl.zeros_like(x)
+    else:
+        noise = block_noise(seed, position, first_col, STREAM_TOKEN, BLOCK_V, FP64, FAST_LOG)
+    # exactly gumbel_sample's scores of this row (block_scores): the bonus, strict, greedy and fallback token
+    score = noisy_scores(x, noise, temperature, FP64)
     store_block_best(partial_score_ptr, partial_index_ptr, (B + b64) * num_blocks + block, score, first_col, FP64)
-    residual = tl.where(cols < 0, score, float("-inf"))  # all -inf: no residual unless resampling
+    residual = tl.full(score.shape, float("-inf"), score.dtype)  # no residual unless resampling
     if resample:
         if ONE_HOT:
             draft = tl.load(draft_tokens_ptr + b64 * K + emit_row)
             residual = tl.where(cols == draft, float("-inf"), score)  # r = p with the draft removed
         else:
-            row_offset = tl.multiple_of(emit_row.to(tl.int64) * target_row_stride, ROW_ALIGN)
-            log_p = _scaled_block(target_row_ptr + row_offset, cols, V, temperature, FP64) - target_lse
+            inverse_t = inverse_temperature(temperature, FP64)
+            log_p = _scaled(x, inverse_t) - target_lse
             draft_row_ptr = (draft_logits_ptr + tl.multiple_of(b64 * draft_batch_stride, ROW_ALIGN)
                              + tl.multiple_of(emit_row.to(tl.int64) * draft_row_stride, ROW_ALIGN))
-            log_q = _scaled_block(draft_row_ptr, cols, V, temperature, FP64) - draft_lse
+            log_q = _scaled(load_block(draft_row_ptr, cols, V, FP64), inverse_t) - draft_lse
             # log r = log(p - q) = log p + log(1 - q / p) where p > q; -log1p(-e) is accurate for small e
             log_r = tl.where(log_q < log_p, log_p - neg_log1p_neg(tl.exp(log_q - log_p), FP64), float("-inf"))
-            noise = gumbel_noise(uniform_block(seed, position, first_col, STREAM_TOKEN, BLOCK_V, FP64), FP64, FAST_LOG)
-            residual_score = log_r + noise
+            residual_score = log_r + noise  # the same stream-0 noise as the row's Gumbel-max scores
             residual = tl.where(residual_score == residual_score, residual_score, float("-inf"))
     store_block_best(partial_score_ptr, partial_index_ptr, b64 * num_blocks + block, residual, first_col, FP64)
 
