@@ -44,7 +44,8 @@ def main():
     pointers = {"logits_ptr": "*bf16", "target_logits_ptr": "*bf16", "draft_logits_ptr": "*fp32",
                 "seeds_ptr": "*i64", "positions_ptr": "*i64", "temperature_ptr": "*fp32",
                 "num_draft_tokens_ptr": "*i32", "draft_tokens_ptr": "*i32", "stats_ptr": "*fp32",
-                "row_score_ptr": "*fp32", "row_index_ptr": "*i32", "emit_row_ptr": "*i32",
+                "row_score_ptr": "*fp32", "row_index_ptr": "*i32", "emit_row_ptr": "*i32", "resample_ptr": "*i32",
+                "log_normalizer_ptr": "*fp32",
                 "partial_score_ptr": "*fp32", "partial_index_ptr": "*i32"}
     types = {**ints, **pointers}
     report = {
@@ -54,7 +55,7 @@ def main():
                                                dict(common, STRICT=False, ONE_HOT=False), rejection.num_warps),
         "rejection_emit_kernel": global_loads(
             kernels.rejection_emit_kernel, types,
-            dict(common, STRICT=False, ONE_HOT=False, BLOCK_K=rejection.block_k, REDUCE_BLOCK=rejection.reduce_block),
+            dict(common, ONE_HOT=False),
             rejection.num_warps),
     }
     print(json.dumps(report))

@@ -54,7 +54,8 @@ def test_rejection_gpu_no_recompilation_when_values_change():
     target, draft_tokens, num_drafts, seeds, positions, temperature, draft = _problem(8, 4, 32000)
     torch_backend.rejection_sample(target, draft_tokens, num_drafts, seeds, positions, temperature, draft_logits=draft)
     device = torch.cuda.current_device()
-    watched = (kernels.rejection_stats_kernel, kernels.rejection_emit_kernel, kernels.rejection_finish_kernel)
+    watched = (kernels.rejection_stats_kernel, kernels.rejection_decide_kernel, kernels.rejection_emit_kernel,
+               kernels.rejection_finish_kernel)
 
     def compiled_variants():
         return [sum(len(c) for c in kernel.device_caches[device][0:1]) for kernel in watched]

@@ -101,14 +101,20 @@ def _rejection_sample_op(target_logits: torch.Tensor, draft_tokens: torch.Tensor
             STRICT=strict, ONE_HOT=one_hot, FP64=fp64, BLOCK_V=config.block_v, ROW_ALIGN=config.row_align,
             VOCAB_ALIGN=config.vocab_align, FAST_LOG=config.fast_log, num_warps=config.num_warps, **options)
     emit_row = torch.empty(batch, dtype=torch.int32, device=device)
+    resample = torch.empty(batch, dtype=torch.int32, device=device)
+    log_normalizer = torch.empty(batch, 2 * words, dtype=torch.float32, device=device)
+    kernels.rejection_decide_kernel[(batch,)](
+        target_logits, draft, draft_tokens, num_draft_tokens, seeds, positions, temperature, stats, row_score,
+        row_index, vocab, k, *strides, config.num_blocks, emit_row, resample, log_normalizer,
+        STRICT=strict, ONE_HOT=one_hot, FP64=fp64, BLOCK_K=config.block_k, REDUCE_BLOCK=config.reduce_block,
+        num_warps=1, **options)
     emit_score = torch.empty(2 * batch, config.num_blocks * words, dtype=torch.float32, device=device)
     emit_index = torch.empty(2 * batch, config.num_blocks, dtype=torch.int32, device=device)
     kernels.rejection_emit_kernel[(batch, config.num_blocks)](
-        target_logits, draft, draft_tokens, num_draft_tokens, seeds, positions, temperature, stats, row_score,
-        row_index, vocab, k, batch, *strides, emit_row, emit_score, emit_index,
-        STRICT=strict, ONE_HOT=one_hot, FP64=fp64, BLOCK_V=config.block_v, BLOCK_K=config.block_k,
-        REDUCE_BLOCK=config.reduce_block, ROW_ALIGN=config.row_align, VOCAB_ALIGN=config.vocab_align,
-        FAST_LOG=config.fast_log, num_warps=config.num_warps, **options)
+        target_logits, draft, draft_tokens, seeds, positions, temperature, emit_row, resample, log_normalizer,
+        vocab, k, batch, *strides, emit_score, emit_index,
+        ONE_HOT=one_hot, FP64=fp64, BLOCK_V=config.block_v, ROW_ALIGN=config.row_align,
+        VOCAB_ALIGN=config.vocab_align, FAST_LOG=config.fast_log, num_warps=config.num_warps, **options)
     kernels.rejection_finish_kernel[(batch,)](
         draft_tokens, emit_row, emit_score, emit_index, config.num_blocks, k, batch, tokens, num_sampled,
         FP64=fp64, BLOCK_K=config.block_k, REDUCE_BLOCK=config.reduce_block, num_warps=1, **options)

@@ -85,16 +85,22 @@ def rejection_sample(target_logits, draft_tokens, num_draft_tokens, seeds, posit
     else:  # never read: no request has a draft row
         stats = row_score = jnp.zeros((1,), f32)
         row_index = jnp.zeros((1,), i32)
-    emit_row, emit_score, emit_index = launch(
-        kernels.rejection_emit_kernel, target_logits, draft, draft_tokens, num_draft_tokens, seeds, positions,
-        temperature, stats, row_score, row_index, vocab, k, batch, *strides,
+    emit_row, resample, log_normalizer = launch(
+        kernels.rejection_decide_kernel, target_logits, draft, draft_tokens, num_draft_tokens, seeds, positions,
+        temperature, stats, row_score, row_index, vocab, k, *strides, config.num_blocks,
+        grid=(batch,),
+        out_shapes=[jax.ShapeDtypeStruct((batch,), i32), jax.ShapeDtypeStruct((batch,), i32),
+                    jax.ShapeDtypeStruct((batch, 2 * words), f32)],
+        STRICT=strict, ONE_HOT=one_hot, FP64=fp64, BLOCK_K=config.block_k, REDUCE_BLOCK=config.reduce_block,
+        num_warps=1, **options)
+    emit_score, emit_index = launch(
+        kernels.rejection_emit_kernel, target_logits, draft, draft_tokens, seeds, positions, temperature, emit_row,
+        resample, log_normalizer, vocab, k, batch, *strides,
         grid=(batch, config.num_blocks),
-        out_shapes=[jax.ShapeDtypeStruct((batch,), i32),
-                    jax.ShapeDtypeStruct((2 * batch, config.num_blocks * words), f32),
+        out_shapes=[jax.ShapeDtypeStruct((2 * batch, config.num_blocks * words), f32),
                     jax.ShapeDtypeStruct((2 * batch, config.num_blocks), i32)],
-        STRICT=strict, ONE_HOT=one_hot, FP64=fp64, BLOCK_V=config.block_v, BLOCK_K=config.block_k,
-        REDUCE_BLOCK=config.reduce_block, ROW_ALIGN=config.row_align, VOCAB_ALIGN=config.vocab_align,
-        FAST_LOG=config.fast_log, num_warps=config.num_warps, **options)
+        ONE_HOT=one_hot, FP64=fp64, BLOCK_V=config.block_v, ROW_ALIGN=config.row_align,
+        VOCAB_ALIGN=config.vocab_align, FAST_LOG=config.fast_log, num_warps=config.num_warps, **options)
     tokens, num_sampled = launch(
         kernels.rejection_finish_kernel, draft_tokens, emit_row, emit_score, emit_index, config.num_blocks, k, batch,
         grid=(batch,),

@@ -13,15 +13,19 @@ d_j. Row j is drawn at position P_b + j (STREAM.md, "Rejection sampling"):
   Gumbel-max sample of row a, computed by the very code of `gumbel_sample` (`block_scores`), so the
   bonus token equals `gumbel_sample` of that row with position P_b + n_b bit for bit.
 
-Three launches, all shared by the PyTorch and JAX frontends (no host synchronisation between them):
+Four launches, all shared by the PyTorch and JAX frontends (no host synchronisation between them):
 
 1. `rejection_stats_kernel`, grid (B, K, NUM_BLOCKS), rows j < n_b only: per vocabulary block the
    online-softmax partials (max, sum of exp) of x_j / T and y_j / T, or, for strict and greedy rows,
    the block's best Gumbel score and its column.
-2. `rejection_emit_kernel`, grid (B, NUM_BLOCKS): every program first makes its request's decision
-   (`_decide`: merges the partials of the K rows, finds a_b; a few KiB read from L2, cheaper than a
-   launch of its own), then writes the block partials of row a_b: residual scores and Gumbel-max scores.
-3. `rejection_finish_kernel`, grid (B,): reduces both partial rows (lowest column on ties, as every
+2. `rejection_decide_kernel`, grid (B,): merges the partials of all K rows of a request, decides
+   every row, and writes a_b, whether row a_b resamples the residual, and its log-normalisers.
+   (Folding this into every program of the next launch cost more than the launch: each program's
+   chain of dependent loads was latency-bound, 50 us at B = 256, K = 8 on an H200.)
+3. `rejection_emit_kernel`, grid (B, NUM_BLOCKS), row a_b only: block partials of the residual
+   scores (rows < B) and of the Gumbel-max scores (rows B..2B-1) of the emitted row, from one
+   evaluation of its stream-0 noise.
+4. `rejection_finish_kernel`, grid (B,): reduces both partial rows (lowest column on ties, as every
    argmax in jsample) and writes tokens [B, K+1] = accepted drafts, the emitted token, -1, and
    num_sampled = a_b + 1.
 
@@ -302,7 +306,7 @@ def _decide(target_logits_ptr, draft_logits_ptr, draft_tokens_ptr, stats_ptr, pa
 
 
 @triton.jit
-def rejection_emit_kernel(
+def rejection_decide_kernel(
     target_logits_ptr,  # [B, K+1, V] f32|bf16|f16, columns contiguous
     draft_logits_ptr,  # [B, K, V] f32, columns contiguous (unused when ONE_HOT)
     draft_tokens_ptr,  # [B, K] i32, contiguous
@@ -315,41 +319,81 @@ def rejection_emit_kernel(
     row_index_ptr,  # [B * K, NUM_BLOCKS] i32, from rejection_stats_kernel
     V,
     K,
+    target_batch_stride,
+    target_row_stride,
+    draft_batch_stride,
+    draft_row_stride,
+    num_blocks,
+    emit_row_ptr,  # [B] i32 output: a_b, the number of accepted drafts (= the emitted row)
+    resample_ptr,  # [B] i32 output: 1 when row a_b resamples the residual
+    log_normalizer_ptr,  # [B, 2] f32 output (f64 as [B, 4] words): log sum exp of x / T and y / T of row a_b
+    STRICT: tl.constexpr,
+    ONE_HOT: tl.constexpr,
+    FP64: tl.constexpr,
+    BLOCK_K: tl.constexpr,  # next power of two >= K + 1
+    REDUCE_BLOCK: tl.constexpr,  # next power of two >= NUM_BLOCKS
+):
+    """Per request: every draft row's decision, then a_b and what row a_b emits."""
+    b = tl.program_id(0)
+    b64 = b.to(tl.int64)
+    num_drafts = tl.minimum(tl.maximum(tl.load(num_draft_tokens_ptr + b), 0), K)
+    emit_row, resample, target_lse, draft_lse = _decide(
+        target_logits_ptr, draft_logits_ptr, draft_tokens_ptr, stats_ptr, row_score_ptr, row_index_ptr, b64,
+        num_drafts, tl.load(seeds_ptr + b).to(tl.int64), tl.load(positions_ptr + b).to(tl.int64),
+        tl.load(temperature_ptr + b), V, K, target_batch_stride, target_row_stride, draft_batch_stride,
+        draft_row_stride, num_blocks, STRICT, ONE_HOT, FP64, BLOCK_K, REDUCE_BLOCK)
+    tl.store(emit_row_ptr + b, emit_row)
+    tl.store(resample_ptr + b, resample.to(tl.int32))
+    if FP64:
+        log_normalizer = log_normalizer_ptr.to(tl.pointer_type(tl.float64))
+    else:
+        log_normalizer = log_normalizer_ptr
+    tl.store(log_normalizer + b64 * 2, target_lse)
+    tl.store(log_normalizer + b64 * 2 + 1, draft_lse)
+
+
+@triton.jit
+def rejection_emit_kernel(
+    target_logits_ptr,  # [B, K+1, V] f32|bf16|f16, columns contiguous
+    draft_logits_ptr,  # [B, K, V] f32, columns contiguous (unused when ONE_HOT)
+    draft_tokens_ptr,  # [B, K] i32, contiguous
+    seeds_ptr,  # [B] i32|u32|i64
+    positions_ptr,  # [B] i32|i64, position of row 0
+    temperature_ptr,  # [B] f32
+    emit_row_ptr,  # [B] i32, a_b, from rejection_decide_kernel
+    resample_ptr,  # [B] i32, from rejection_decide_kernel
+    log_normalizer_ptr,  # [B, 2] f32 (f64 as [B, 4] words), from rejection_decide_kernel
+    V,
+    K,
     B,
     target_batch_stride,
     target_row_stride,
     draft_batch_stride,
     draft_row_stride,
-    emit_row_ptr,  # [B] i32 output: a_b, the number of accepted drafts (= the emitted row)
     partial_score_ptr,  # [2B, NUM_BLOCKS] f32 output (f64 words when FP64): rows < B residual, rows >= B Gumbel
     partial_index_ptr,  # [2B, NUM_BLOCKS] i32 output
-    STRICT: tl.constexpr,
     ONE_HOT: tl.constexpr,
     FP64: tl.constexpr,
     BLOCK_V: tl.constexpr,
-    BLOCK_K: tl.constexpr,  # next power of two >= K + 1
-    REDUCE_BLOCK: tl.constexpr,  # next power of two >= NUM_BLOCKS
     ROW_ALIGN: tl.constexpr,
     VOCAB_ALIGN: tl.constexpr,  # config.vocab_align
     FAST_LOG: tl.constexpr,  # gumbel_sample's noise log (config.fast_log)
 ):
-    """The request's decision, then block partials of the emitted row a_b: residual scores (or -inf)
-    and Gumbel-max scores."""
+    """Block partials of the emitted row a_b: residual scores (or -inf) and Gumbel-max scores."""
     V = aligned(V, VOCAB_ALIGN)
     b = tl.program_id(0)
     block = tl.program_id(1)
     num_blocks = tl.num_programs(1)
     b64 = b.to(tl.int64)
-    num_drafts = tl.minimum(tl.maximum(tl.load(num_draft_tokens_ptr + b), 0), K)
     seed = tl.load(seeds_ptr + b).to(tl.int64)
-    base_position = tl.load(positions_ptr + b).to(tl.int64)
     temperature = tl.load(temperature_ptr + b)
-    emit_row, resample, target_lse, draft_lse = _decide(
-        target_logits_ptr, draft_logits_ptr, draft_tokens_ptr, stats_ptr, row_score_ptr, row_index_ptr, b64,
-        num_drafts, seed, base_position, temperature, V, K, target_batch_stride, target_row_stride,
-        draft_batch_stride, draft_row_stride, num_blocks, STRICT, ONE_HOT, FP64, BLOCK_K, REDUCE_BLOCK)
-    if block == 0:
-        tl.store(emit_row_ptr + b, emit_row)
+    emit_row = tl.load(emit_row_ptr + b)
+    resample = tl.load(resample_ptr + b) != 0
+    if FP64:
+        log_normalizer = log_normalizer_ptr.to(tl.pointer_type(tl.float64))
+    else:
+        log_normalizer = log_normalizer_ptr
+    base_position = tl.load(positions_ptr + b).to(tl.int64)
     position = base_position + emit_row
     first_col = block * BLOCK_V
     cols = first_col + tl.arange(0, BLOCK_V)
@@ -370,12 +414,13 @@ def rejection_emit_kernel(
             residual = tl.where(cols == draft, float("-inf"), score)  # r = p with the draft removed
         else:
             inverse_t = inverse_temperature(temperature, FP64)
-            log_p = _scaled(x, inverse_t) - target_lse
+            log_p = _scaled(x, inverse_t) - tl.load(log_normalizer + b64 * 2)
             draft_row_ptr = (draft_logits_ptr + tl.multiple_of(b64 * draft_batch_stride, ROW_ALIGN)
                              + tl.multiple_of(emit_row.to(tl.int64) * draft_row_stride, ROW_ALIGN))
-            log_q = _scaled(load_block(draft_row_ptr, cols, V, FP64), inverse_t) - draft_lse
+            log_q = _scaled(load_block(draft_row_ptr, cols, V, FP64), inverse_t) - tl.load(log_normalizer + b64 * 2 + 1)
             # log r = log(p - q) = log p + log(1 - q / p) where p > q; -log1p(-e) is accurate for small e
-            log_r = tl.where(log_q < log_p, log_p - neg_log1p_neg(tl.exp(log_q - log_p), FP64), float("-inf"))
+            log_r = tl.where(log_q < log_p, log_p - neg_log1p_neg(tl.exp(log_q - log_p), FP64, FAST_LOG),
+                             float("-inf"))
             residual_score = log_r + noise  # the same stream-0 noise as the row's Gumbel-max scores
             residual = tl.where(residual_score == residual_score, residual_score, float("-inf"))
     store_block_best(partial_score_ptr, partial_index_ptr, b64 * num_blocks + block, residual, first_col, FP64)
@@ -394,7 +439,7 @@ def _write_request(tokens_ptr, num_sampled_ptr, draft_tokens_ptr, b64, K, emit_r
 @triton.jit
 def rejection_finish_kernel(
     draft_tokens_ptr,  # [B, K] i32, contiguous
-    emit_row_ptr,  # [B] i32, a_b, from rejection_emit_kernel
+    emit_row_ptr,  # [B] i32, a_b, from rejection_decide_kernel
     partial_score_ptr,  # [2B, NUM_BLOCKS] f32 (f64 words when FP64), from rejection_emit_kernel
     partial_index_ptr,  # [2B, NUM_BLOCKS] i32
     num_blocks,
