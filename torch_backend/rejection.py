@@ -107,7 +107,7 @@ def _rejection_sample_op(target_logits: torch.Tensor, draft_tokens: torch.Tensor
         target_logits, draft, draft_tokens, num_draft_tokens, seeds, positions, temperature, stats, row_score,
         row_index, vocab, k, *strides, config.num_blocks, emit_row, resample, log_normalizer,
         STRICT=strict, ONE_HOT=one_hot, FP64=fp64, BLOCK_K=config.block_k, REDUCE_BLOCK=config.reduce_block,
-        num_warps=1, **options)
+        num_warps=config.decide_num_warps, **options)
     emit_score = torch.empty(2 * batch, config.num_blocks * words, dtype=torch.float32, device=device)
     emit_index = torch.empty(2 * batch, config.num_blocks, dtype=torch.int32, device=device)
     kernels.rejection_emit_kernel[(batch, config.num_blocks)](
@@ -117,7 +117,8 @@ def _rejection_sample_op(target_logits: torch.Tensor, draft_tokens: torch.Tensor
         VOCAB_ALIGN=config.vocab_align, FAST_LOG=config.fast_log, num_warps=config.num_warps, **options)
     kernels.rejection_finish_kernel[(batch,)](
         draft_tokens, emit_row, emit_score, emit_index, config.num_blocks, k, batch, tokens, num_sampled,
-        FP64=fp64, BLOCK_K=config.block_k, REDUCE_BLOCK=config.reduce_block, num_warps=1, **options)
+        FP64=fp64, BLOCK_K=config.block_k, REDUCE_BLOCK=config.reduce_block,
+        num_warps=config.per_request_num_warps, **options)
     return tokens, num_sampled
 
 
@@ -182,7 +183,7 @@ def _synthetic_rejection_sample_op(target_tokens: torch.Tensor, draft_tokens: to
     kernels.synthetic_rejection_kernel[(batch,)](
         target_tokens, draft_tokens, num_draft_tokens, seeds, positions, conditional_rates,
         k, k if conditional_rates.dim() == 2 else 0, tokens, num_sampled,
-        FP64=fp64, BLOCK_K=config.block_k, num_warps=1, num_stages=config.num_stages,
+        FP64=fp64, BLOCK_K=config.block_k, num_warps=config.per_request_num_warps, num_stages=config.num_stages,
         enable_fp_fusion=config.enable_fp_fusion)
     return tokens, num_sampled
 

@@ -92,7 +92,7 @@ def rejection_sample(target_logits, draft_tokens, num_draft_tokens, seeds, posit
         out_shapes=[jax.ShapeDtypeStruct((batch,), i32), jax.ShapeDtypeStruct((batch,), i32),
                     jax.ShapeDtypeStruct((batch, 2 * words), f32)],
         STRICT=strict, ONE_HOT=one_hot, FP64=fp64, BLOCK_K=config.block_k, REDUCE_BLOCK=config.reduce_block,
-        num_warps=1, **options)
+        num_warps=config.decide_num_warps, **options)
     emit_score, emit_index = launch(
         kernels.rejection_emit_kernel, target_logits, draft, draft_tokens, seeds, positions, temperature, emit_row,
         resample, log_normalizer, vocab, k, batch, *strides,
@@ -105,7 +105,8 @@ def rejection_sample(target_logits, draft_tokens, num_draft_tokens, seeds, posit
         kernels.rejection_finish_kernel, draft_tokens, emit_row, emit_score, emit_index, config.num_blocks, k, batch,
         grid=(batch,),
         out_shapes=[jax.ShapeDtypeStruct((batch, rows), i32), jax.ShapeDtypeStruct((batch,), i32)],
-        FP64=fp64, BLOCK_K=config.block_k, REDUCE_BLOCK=config.reduce_block, num_warps=1, **options)
+        FP64=fp64, BLOCK_K=config.block_k, REDUCE_BLOCK=config.reduce_block,
+        num_warps=config.per_request_num_warps, **options)
     return tokens, num_sampled
 
 
@@ -153,5 +154,5 @@ def synthetic_rejection_sample(target_tokens, draft_tokens, num_draft_tokens, se
         jnp.asarray(num_draft_tokens), jnp.asarray(seeds), jnp.asarray(positions), jnp.asarray(conditional_rates),
         k, rates_batch_stride, grid=(batch,),
         out_shapes=[jax.ShapeDtypeStruct((batch, rows), jnp.int32), jax.ShapeDtypeStruct((batch,), jnp.int32)],
-        FP64=fp64, BLOCK_K=config.block_k, num_warps=1, num_stages=config.num_stages,
+        FP64=fp64, BLOCK_K=config.block_k, num_warps=config.per_request_num_warps, num_stages=config.num_stages,
         enable_fp_fusion=config.enable_fp_fusion))

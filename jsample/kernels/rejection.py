@@ -65,7 +65,10 @@ STREAM_ACCEPT = tl.constexpr(2)  # STREAM.md stream 2: acceptance uniforms
 
 @dataclass(frozen=True)
 class RejectionLaunchConfig:
-    """How both frontends launch the rejection kernels (tokens never depend on it)."""
+    """How both frontends launch the rejection kernels: a function of V, K, fp64 and the strides'
+    alignment only, never of the batch size or a request's place in the batch. Argmaxes are exact
+    whatever the tiling; the softmax normalisers' rounding follows the tiling, which is why the
+    tiling must not depend on the batch."""
 
     block_v: int  # the vocabulary tile of the two row kernels, as gumbel_sample's
     num_blocks: int
@@ -73,10 +76,12 @@ class RejectionLaunchConfig:
     block_k: int  # next power of two >= K + 1: the rows of one request in the per-request kernels
     row_align: int  # power of two dividing every row and batch stride of the logits (<= 16)
     vocab_align: int  # power of two (<= 16) dividing V (gumbel.aligned)
-    num_warps: int
+    num_warps: int  # the row kernels (stats, emit)
     fast_log: bool  # gumbel_sample's FAST_LOG: the bonus token must use the very same noise code
     num_stages: int = 1
     enable_fp_fusion: bool = False  # no FMA contraction: the same rounding as the NumPy reference
+    decide_num_warps: int = 4  # one warp took 8 us for a K = 8 request on an H200, four take less
+    per_request_num_warps: int = 1  # the finish and synthetic kernels: a few values per request
 
 
 def rejection_launch_config(vocab_size: int, num_speculative_tokens: int, strides, fp64: bool) -> RejectionLaunchConfig:
