@@ -10,8 +10,9 @@ d_j. Row j is drawn at position P_b + j (STREAM.md, "Rejection sampling"):
 * a = the first rejected row (a = n_b when all drafts are accepted). Row a emits, with the stream-0
   noise g of row a: after a probabilistic rejection argmax_k (log r_k + g_k), r = max(p - q, 0)
   (p with d_a removed for one-hot drafts), falling back to p when r is all zero; otherwise the
-  Gumbel-max sample of row a, computed by the very code of `gumbel_sample` (`block_scores`), so the
-  bonus token equals `gumbel_sample` of that row with position P_b + n_b bit for bit.
+  Gumbel-max sample of row a, computed by the very code of `gumbel_sample` (`noisy_scores` of
+  `block_noise`, the two halves of `block_scores`), so the bonus token equals `gumbel_sample` of
+  that row with position P_b + n_b bit for bit.
 
 Four launches, all shared by the PyTorch and JAX frontends (no host synchronisation between them):
 
@@ -32,8 +33,9 @@ Four launches, all shared by the PyTorch and JAX frontends (no host synchronisat
 `synthetic_rejection_kernel` (one launch, grid (B,)) accepts draft j iff the stream-2 uniform of row
 j is below conditional_rates[j] and emits target_tokens[b, a_b].
 
-All maths is FP32 (FP64 when FP64): logits are widened, divided by T, and the softmax statistics,
-ratios and residual logs use that precision. Non-finite target logits have probability 0.
+All maths is FP32 (FP64 when FP64): logits are widened and scaled by 1 / T (x * (1 / T), as the
+Gumbel scores), and the softmax statistics, ratios and residual logs use that precision. The FP32
+residual log uses gumbel_sample's FAST_LOG. Non-finite target logits have probability 0.
 """
 
 import math
