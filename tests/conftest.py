@@ -74,6 +74,22 @@ def run_jax(op_name, *args, **kwargs):
     return np.asarray(out)
 
 
+def make_requests(rng, batch, seed_dtype="int64", position_dtype="int64", *, wide_seeds=True):
+    """Seeds and positions of `batch` requests: 64-bit seeds (every third >= 2**31 when wide_seeds) and
+    positions, every fourth >= 2**32, narrowed to the dtypes asked for."""
+    seeds = rng.integers(-(2**62), 2**62, size=batch)
+    if wide_seeds:
+        seeds[::3] = rng.integers(2**31, 2**40, size=len(seeds[::3]))  # >= 2**31
+    positions = rng.integers(0, 2**20, size=batch)
+    positions[1::4] = rng.integers(2**32, 2**40, size=len(positions[1::4]))  # >= 2**32
+    if seed_dtype != "int64":
+        seeds = seeds.astype(np.int64) & 0xFFFFFFFF
+        seeds = seeds.astype(np.uint32).view(np.int32) if seed_dtype == "int32" else seeds.astype(np.uint32)
+    if position_dtype == "int32":
+        positions = positions & 0x7FFFFFFF
+    return seeds.astype(seed_dtype), positions.astype(position_dtype)
+
+
 FRONTENDS = {"torch": run_torch, "jax": run_jax}
 
 

@@ -3,7 +3,7 @@
 import ml_dtypes
 import numpy as np
 import pytest
-from conftest import SIZE, both_frontends, run_jax, run_torch
+from conftest import SIZE, both_frontends, make_requests, run_jax, run_torch
 from scipy import stats
 
 from jsample.reference import gumbel_sample_reference, gumbel_scores_reference
@@ -16,19 +16,6 @@ DRAWS = {"cpu": 1200, "gpu": 200_000}[SIZE]  # draws per distribution test
 
 def make_logits(rng, batch, vocab, scale=3.0):
     return (rng.standard_normal((batch, vocab)) * scale).astype(np.float32)
-
-
-def make_requests(rng, batch, seed_dtype="int64", position_dtype="int64"):
-    seeds = rng.integers(-(2**62), 2**62, size=batch)
-    seeds[::3] = rng.integers(2**31, 2**40, size=len(seeds[::3]))  # >= 2**31
-    positions = rng.integers(0, 2**20, size=batch)
-    positions[1::4] = rng.integers(2**32, 2**40, size=len(positions[1::4]))  # >= 2**32
-    if seed_dtype != "int64":
-        seeds = seeds.astype(np.int64) & 0xFFFFFFFF
-        seeds = seeds.astype(np.uint32).view(np.int32) if seed_dtype == "int32" else seeds.astype(np.uint32)
-    if position_dtype == "int32":
-        positions = positions & 0x7FFFFFFF
-    return seeds.astype(seed_dtype), positions.astype(position_dtype)
 
 
 def assert_tokens_match_reference(tokens, logits, seeds, positions, temperature, fp64=False, draft=False):
