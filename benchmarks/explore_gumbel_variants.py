@@ -13,7 +13,7 @@ import torch
 import triton
 import triton.language as tl
 
-from jsample.kernels.stream import neg_log1p_neg, uniform_block
+from jsample.kernels.stream import uniform_block
 
 
 @triton.jit
