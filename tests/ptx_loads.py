@@ -38,7 +38,7 @@ def main():
     gumbel = kernels.gumbel_launch_config(vocab, vocab, False)
     rejection = kernels.rejection_launch_config(vocab, 4, (5 * vocab, vocab, 4 * vocab, vocab), False)
     align = gumbel.vocab_align if vocab_align is None else vocab_align
-    common = dict(FP64=False, ROW_ALIGN=16, VOCAB_ALIGN=align, FAST_LOG=True, BLOCK_V=gumbel.block_v)
+    common = dict(FP64=False, ROW_ALIGN=16, VOCAB_ALIGN=align, FAST_MATH=True, BLOCK_V=gumbel.block_v)
     ints = {name: "i32" for name in ("V", "K", "B", "row_stride", "target_batch_stride", "target_row_stride",
                                      "draft_batch_stride", "draft_row_stride", "num_blocks")}
     pointers = {"logits_ptr": "*bf16", "target_logits_ptr": "*bf16", "draft_logits_ptr": "*fp32",

@@ -14,14 +14,17 @@ STREAMS = [0, 1, 2]
 CALLS = [0, 1, 3, 1000, 2**20 + 1]
 
 
-def test_stream_philox_words_match_reference():
+@pytest.mark.parametrize("fast_math", [False, pytest.param(True, marks=pytest.mark.gpu)],
+                         ids=["tl_ops", "mul_wide"])
+def test_stream_philox_words_match_reference(fast_math):
     grid = np.array(np.meshgrid(np.arange(len(SEEDS)), np.arange(len(POSITIONS)), STREAMS, CALLS)).reshape(4, -1)
     seeds = np.array(SEEDS, dtype=np.int64)[grid[0]]
     positions = np.array(POSITIONS, dtype=np.int64)[grid[1]]
     streams, calls = grid[2].astype(np.int32), grid[3].astype(np.int32)
     words = torch.zeros(len(seeds), 4, dtype=torch.int32, device=TORCH_DEVICE)
     kernels.philox_words_kernel[(len(seeds),)](*(torch.from_numpy(a).to(TORCH_DEVICE)
-                                                 for a in (seeds, positions, streams, calls)), words)
+                                                 for a in (seeds, positions, streams, calls)), words,
+                                               FAST_MATH=fast_math)
     got = words.cpu().numpy().view(np.uint32)
     expected = np.stack(philox4x32(seeds, calls, positions & 0xFFFFFFFF, positions >> 32, streams), axis=1)
     np.testing.assert_array_equal(got, expected)
@@ -36,10 +39,10 @@ def test_stream_philox_known_answer():
     assert [hex(int(w)) for w in words] == ["0xd16cfe09", "0x94fdcceb", "0x5001e420", "0x24126ea1"]
 
 
-@pytest.mark.parametrize("fast_log", [False, pytest.param(True, marks=pytest.mark.gpu)], ids=["log", "fast_log"])
+@pytest.mark.parametrize("fast_math", [False, pytest.param(True, marks=pytest.mark.gpu)], ids=["exact", "fast_math"])
 @pytest.mark.parametrize("fp64", [False, True], ids=["fp32", "fp64"])
 @pytest.mark.parametrize("seed_dtype", ["int32", "uint32", "int64"])
-def test_stream_uniforms_and_noise_match_reference(fp64, seed_dtype, fast_log):
+def test_stream_uniforms_and_noise_match_reference(fp64, seed_dtype, fast_math):
     vocab, block_v = 37, 16  # several blocks and a ragged last block
     info = np.iinfo(seed_dtype)
     seeds = np.array([s for s in SEEDS if info.min <= s <= info.max], dtype=seed_dtype)
@@ -53,11 +56,11 @@ def test_stream_uniforms_and_noise_match_reference(fp64, seed_dtype, fast_log):
             torch_seeds = torch_seeds.view(torch.uint32)
         kernels.uniforms_kernel[(len(seeds), 3)](torch_seeds.to(TORCH_DEVICE), torch.from_numpy(positions).to(TORCH_DEVICE),
                                                  vocab, noise, uniforms, STREAM=stream, BLOCK_V=block_v, FP64=fp64,
-                                                 FAST_LOG=fast_log)
+                                                 FAST_MATH=fast_math)
         expected_u = stream_uniforms(seeds, positions, stream, vocab, fp64=fp64)
         np.testing.assert_array_equal(uniforms.cpu().numpy(), expected_u)  # bit-exact
         # The noise uses GPU logs: close to the float64 ideal, not bit-equal (lg2.approx: ~1e-5).
-        atol = 1e-12 if fp64 else (2e-5 if fast_log else 2e-6)
+        atol = 1e-12 if fp64 else (2e-5 if fast_math else 2e-6)
         np.testing.assert_allclose(noise.cpu().numpy(), gumbel_noise(expected_u), rtol=0, atol=atol)
 
 

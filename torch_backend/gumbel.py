@@ -58,7 +58,7 @@ def _gumbel_sample_op(logits: torch.Tensor, seeds: torch.Tensor, positions: torc
     kernels.gumbel_partial_kernel[(batch, config.num_blocks)](
         logits, seeds, positions, temperature, vocab, logits.stride(0), partial_score, partial_index,
         STREAM=1 if draft else 0, FP64=fp64, BLOCK_V=config.block_v, ROW_ALIGN=config.row_align,
-        VOCAB_ALIGN=config.vocab_align, FAST_LOG=config.fast_log,
+        VOCAB_ALIGN=config.vocab_align, FAST_MATH=config.fast_math,
         num_warps=config.num_warps, num_stages=config.num_stages, enable_fp_fusion=config.enable_fp_fusion)
     kernels.argmax_reduce_kernel[(batch,)](
         partial_score, partial_index, config.num_blocks, tokens,

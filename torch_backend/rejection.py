@@ -99,7 +99,7 @@ def _rejection_sample_op(target_logits: torch.Tensor, draft_tokens: torch.Tensor
             target_logits, draft, seeds, positions, temperature, num_draft_tokens,
             vocab, k, *strides, stats, row_score, row_index,
             STRICT=strict, ONE_HOT=one_hot, FP64=fp64, BLOCK_V=config.block_v, ROW_ALIGN=config.row_align,
-            VOCAB_ALIGN=config.vocab_align, FAST_LOG=config.fast_log, num_warps=config.num_warps, **options)
+            VOCAB_ALIGN=config.vocab_align, FAST_MATH=config.fast_math, num_warps=config.num_warps, **options)
     emit_row = torch.empty(batch, dtype=torch.int32, device=device)
     resample = torch.empty(batch, dtype=torch.int32, device=device)
     log_normalizer = torch.empty(batch, 2 * words, dtype=torch.float32, device=device)
@@ -114,7 +114,7 @@ def _rejection_sample_op(target_logits: torch.Tensor, draft_tokens: torch.Tensor
         target_logits, draft, draft_tokens, seeds, positions, temperature, emit_row, resample, log_normalizer,
         vocab, k, batch, *strides, emit_score, emit_index,
         ONE_HOT=one_hot, FP64=fp64, BLOCK_V=config.block_v, ROW_ALIGN=config.row_align,
-        VOCAB_ALIGN=config.vocab_align, FAST_LOG=config.fast_log, num_warps=config.num_warps, **options)
+        VOCAB_ALIGN=config.vocab_align, FAST_MATH=config.fast_math, num_warps=config.num_warps, **options)
     kernels.rejection_finish_kernel[(batch,)](
         draft_tokens, emit_row, emit_score, emit_index, config.num_blocks, k, batch, tokens, num_sampled,
         FP64=fp64, BLOCK_K=config.block_k, REDUCE_BLOCK=config.reduce_block,

@@ -50,7 +50,7 @@ def gumbel_sample(logits, seeds, positions, temperature, *, fp64=False, draft=Fa
         out_shapes=[jax.ShapeDtypeStruct((batch, config.num_blocks * words), jnp.float32),
                     jax.ShapeDtypeStruct((batch, config.num_blocks), jnp.int32)],
         STREAM=1 if draft else 0, FP64=fp64, BLOCK_V=config.block_v, ROW_ALIGN=config.row_align,
-        VOCAB_ALIGN=config.vocab_align, FAST_LOG=config.fast_log,
+        VOCAB_ALIGN=config.vocab_align, FAST_MATH=config.fast_math,
         **launch_options)
     (tokens,) = launch(
         kernels.argmax_reduce_kernel, partial_score, partial_index, config.num_blocks,

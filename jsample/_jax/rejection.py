@@ -81,7 +81,7 @@ def rejection_sample(target_logits, draft_tokens, num_draft_tokens, seeds, posit
                         jax.ShapeDtypeStruct((batch * k, config.num_blocks * words), f32),
                         jax.ShapeDtypeStruct((batch * k, config.num_blocks), i32)],
             STRICT=strict, ONE_HOT=one_hot, FP64=fp64, BLOCK_V=config.block_v, ROW_ALIGN=config.row_align,
-            VOCAB_ALIGN=config.vocab_align, FAST_LOG=config.fast_log, num_warps=config.num_warps, **options)
+            VOCAB_ALIGN=config.vocab_align, FAST_MATH=config.fast_math, num_warps=config.num_warps, **options)
     else:  # never read: no request has a draft row
         stats = row_score = jnp.zeros((1,), f32)
         row_index = jnp.zeros((1,), i32)
@@ -100,7 +100,7 @@ def rejection_sample(target_logits, draft_tokens, num_draft_tokens, seeds, posit
         out_shapes=[jax.ShapeDtypeStruct((2 * batch, config.num_blocks * words), f32),
                     jax.ShapeDtypeStruct((2 * batch, config.num_blocks), i32)],
         ONE_HOT=one_hot, FP64=fp64, BLOCK_V=config.block_v, ROW_ALIGN=config.row_align,
-        VOCAB_ALIGN=config.vocab_align, FAST_LOG=config.fast_log, num_warps=config.num_warps, **options)
+        VOCAB_ALIGN=config.vocab_align, FAST_MATH=config.fast_math, num_warps=config.num_warps, **options)
     tokens, num_sampled = launch(
         kernels.rejection_finish_kernel, draft_tokens, emit_row, emit_score, emit_index, config.num_blocks, k, batch,
         grid=(batch,),

@@ -35,7 +35,7 @@ j is below conditional_rates[j] and emits target_tokens[b, a_b].
 
 All maths is FP32 (FP64 when FP64): logits are widened and scaled by 1 / T (x * (1 / T), as the
 Gumbel scores), and the softmax statistics, ratios and residual logs use that precision. The FP32
-residual log uses gumbel_sample's FAST_LOG. Non-finite target logits have probability 0.
+residual log uses gumbel_sample's FAST_MATH. Non-finite target logits have probability 0.
 """
 
 import math
@@ -56,7 +56,7 @@ from jsample.kernels.gumbel import (
     reduce_block_best,
     store_block_best,
 )
-from jsample.kernels.stream import neg_log1p_neg, philox_block, uniform_f32, uniform_f64
+from jsample.kernels.stream import exp, log, philox_block, uniform_f32, uniform_f64
 
 # Globals used inside kernels must be constexpr (the compiler rejects plain Python globals).
 STATS_PER_BLOCK = 4  # per row and block: target max, target sum of exp, draft max, draft sum of exp
@@ -79,7 +79,7 @@ class RejectionLaunchConfig:
     row_align: int  # power of two dividing every row and batch stride of the logits (<= 16)
     vocab_align: int  # power of two (<= 16) dividing V (gumbel.aligned)
     num_warps: int  # the row kernels (stats, emit)
-    fast_log: bool  # gumbel_sample's FAST_LOG: the bonus token must use the very same noise code
+    fast_math: bool  # gumbel_sample's FAST_MATH: the bonus token must use the very same noise code
     num_stages: int = 1
     enable_fp_fusion: bool = False  # no FMA contraction: the same rounding as the NumPy reference
     decide_num_warps: int = 4  # one warp took 8 us for a K = 8 request on an H200, four take less
@@ -108,7 +108,7 @@ def rejection_launch_config(vocab_size: int, num_speculative_tokens: int, stride
         row_align=_largest_power_of_two_dividing(stride_gcd, 16) if stride_gcd else 16,
         vocab_align=gumbel.vocab_align,
         num_warps=gumbel.num_warps,
-        fast_log=gumbel.fast_log,
+        fast_math=gumbel.fast_math,
         num_stages=gumbel.num_stages,
         enable_fp_fusion=gumbel.enable_fp_fusion,
     )
@@ -186,7 +186,7 @@ def rejection_stats_kernel(
     BLOCK_V: tl.constexpr,
     ROW_ALIGN: tl.constexpr,
     VOCAB_ALIGN: tl.constexpr,  # config.vocab_align
-    FAST_LOG: tl.constexpr,  # gumbel_sample's noise log (config.fast_log)
+    FAST_MATH: tl.constexpr,  # gumbel_sample's noise log (config.fast_math)
 ):
     """Per (request, draft row, vocabulary block): softmax partials, or Gumbel-max partials for
     strict and greedy rows. Rows j >= n_b are skipped (nothing reads them)."""
@@ -205,14 +205,14 @@ def rejection_stats_kernel(
             seed = tl.load(seeds_ptr + b).to(tl.int64)
             position = tl.load(positions_ptr + b).to(tl.int64) + j
             score = block_scores(target_row_ptr, j, target_row_stride, V, first_col, seed, position, temperature,
-                                 STREAM_TOKEN, BLOCK_V, ROW_ALIGN, FP64, FAST_LOG)
+                                 STREAM_TOKEN, BLOCK_V, ROW_ALIGN, FP64, FAST_MATH)
             store_block_best(partial_score_ptr, partial_index_ptr, row * num_blocks + block, score, first_col, FP64)
         else:
             if temperature == 0:
                 seed = tl.load(seeds_ptr + b).to(tl.int64)
                 position = tl.load(positions_ptr + b).to(tl.int64) + j
                 score = block_scores(target_row_ptr, j, target_row_stride, V, first_col, seed, position,
-                                     temperature, STREAM_TOKEN, BLOCK_V, ROW_ALIGN, FP64, FAST_LOG)
+                                     temperature, STREAM_TOKEN, BLOCK_V, ROW_ALIGN, FP64, FAST_MATH)
                 store_block_best(partial_score_ptr, partial_index_ptr, row * num_blocks + block, score, first_col, FP64)
             else:
                 cols = first_col + tl.arange(0, BLOCK_V)
@@ -384,7 +384,7 @@ def rejection_emit_kernel(
     BLOCK_V: tl.constexpr,
     ROW_ALIGN: tl.constexpr,
     VOCAB_ALIGN: tl.constexpr,  # config.vocab_align
-    FAST_LOG: tl.constexpr,  # gumbel_sample's noise log (config.fast_log)
+    FAST_MATH: tl.constexpr,  # gumbel_sample's noise log (config.fast_math)
 ):
     """Block partials of the emitted row a_b: residual scores (or -inf) and Gumbel-max scores."""
     V = aligned(V, VOCAB_ALIGN)
@@ -410,7 +410,7 @@ def rejection_emit_kernel(
     if temperature == 0:
         noise = tl.zeros_like(x)
     else:
-        noise = block_noise(seed, position, first_col, STREAM_TOKEN, BLOCK_V, FP64, FAST_LOG)
+        noise = block_noise(seed, position, first_col, STREAM_TOKEN, BLOCK_V, FP64, FAST_MATH)
     # exactly gumbel_sample's scores of this row (block_scores): the bonus, strict, greedy and fallback token
     score = noisy_scores(x, noise, temperature, FP64)
     store_block_best(partial_score_ptr, partial_index_ptr, (B + b64) * num_blocks + block, score, first_col, FP64)
@@ -420,16 +420,24 @@ def rejection_emit_kernel(
             draft = tl.load(draft_tokens_ptr + b64 * K + emit_row)
             residual = tl.where(cols == draft, float("-inf"), score)  # r = p with the draft removed
         else:
-            inverse_t = inverse_temperature(temperature, FP64)
-            log_p = _scaled(x, inverse_t) - tl.load(log_normalizer + b64 * 2)
+            target_lse = tl.load(log_normalizer + b64 * 2)
+            draft_lse = tl.load(log_normalizer + b64 * 2 + 1)
             draft_row_ptr = (draft_logits_ptr + tl.multiple_of(b64 * draft_batch_stride, ROW_ALIGN)
                              + tl.multiple_of(emit_row.to(tl.int64) * draft_row_stride, ROW_ALIGN))
-            log_q = _scaled(load_block(draft_row_ptr, cols, V, FP64), inverse_t) - tl.load(log_normalizer + b64 * 2 + 1)
-            # log r = log(p - q) = log p + log(1 - q / p) where p > q; -log1p(-e) is accurate for small e
-            log_r = tl.where(log_q < log_p, log_p - neg_log1p_neg(tl.exp(log_q - log_p), FP64, FAST_LOG),
-                             float("-inf"))
-            residual_score = log_r + noise  # the same stream-0 noise as the row's Gumbel-max scores
-            residual = tl.where(residual_score == residual_score, residual_score, float("-inf"))
+            y = load_block(draft_row_ptr, cols, V, FP64)
+            # log(q / p) = (y - x) / T + log Z_p - log Z_q; a +inf or NaN draft logit means q = 0 there
+            # (NaN where both logits are -inf, p = 0 there: compared below as false)
+            log_ratio = (tl.where(y < float("inf"), y - x, float("-inf")) * inverse_temperature(temperature, FP64)
+                         + (target_lse - draft_lse))
+            # log r + g = log p + log(1 - q / p) + g = (score - log Z_p) + log(1 - q / p) where q < p; only
+            # the absolute error of log(1 - q / p) matters next to the score, so no log1p series is needed
+            if FP64:
+                log_one_minus_ratio = tl.log(1.0 - tl.exp(log_ratio))
+            else:
+                log_one_minus_ratio = log(1.0 - exp(log_ratio, FAST_MATH), FAST_MATH)
+            residual_score = (score - target_lse) + log_one_minus_ratio  # the row's stream-0 noise, in `score`
+            # false for NaN: non-candidates of `score` are -inf, and q >= p has no residual
+            residual = tl.where((log_ratio < 0) & (residual_score > float("-inf")), residual_score, float("-inf"))
     store_block_best(partial_score_ptr, partial_index_ptr, b64 * num_blocks + block, residual, first_col, FP64)
 
 

@@ -21,19 +21,62 @@ ONE_MINUS_TWO_POW_M24 = tl.constexpr(0.99999994039535522)  # 1 - 2**-24, largest
 TWO_POW_M64 = tl.constexpr(5.421010862427522e-20)  # 2**-64
 ONE_MINUS_TWO_POW_M53 = tl.constexpr(0.99999999999999989)  # 1 - 2**-53, largest fp64 below 1
 LN2 = tl.constexpr(0.6931471805599453)
+LOG2E = tl.constexpr(1.4426950408889634)
+
+
+PHILOX_ROUND_A = tl.constexpr(0xD2511F53)
+PHILOX_ROUND_B = tl.constexpr(0xCD9E8D57)
+PHILOX_KEY_A = tl.constexpr(0x9E3779B9)
+PHILOX_KEY_B = tl.constexpr(0xBB67AE85)
 
 
 @triton.jit
-def philox_block(seed, position, calls, STREAM: tl.constexpr):
+def _wide_multiply(a, MULTIPLIER: tl.constexpr, FAST_MATH: tl.constexpr):
+    """(high, low) 32-bit halves of the 64-bit product a * MULTIPLIER (a uint32 block).
+
+    FAST_MATH (a GPU) asks for one mul.wide.u32 (one IMAD.WIDE): compiled from separate high and low
+    multiplies, ptxas issues two IMADs, and Philox's multiplies were a fifth of gumbel_sample's
+    instructions. Same bits either way (tests/test_stream.py checks the words on the GPU)."""
+    if FAST_MATH:
+        return tl.inline_asm_elementwise(
+            "{ .reg .b64 t; mul.wide.u32 t, $2, $3; mov.b64 {$1, $0}, t; }",
+            "=r,=r,r,r", [a, tl.full(a.shape, MULTIPLIER, tl.uint32)], dtype=(tl.uint32, tl.uint32),
+            is_pure=True, pack=1)
+    else:
+        return tl.umulhi(a, MULTIPLIER), tl.mul(a, MULTIPLIER, sanitize_overflow=False)
+
+
+@triton.jit
+def philox(seed, c0, c1, c2, c3, FAST_MATH: tl.constexpr = False):
+    """Philox4x32-10 of counter (c0, c1, c2, c3) (uint32 blocks) under the 64-bit key `seed` (an int64
+    scalar, taken as two's complement): the words of Triton's tl.philox(seed, c0, c1, c2, c3, 10)."""
+    seed = seed.to(tl.uint64)
+    k0 = (seed & 0xFFFFFFFF).to(tl.uint32)
+    k1 = ((seed >> 32) & 0xFFFFFFFF).to(tl.uint32)
+    for _ in tl.static_range(10):
+        hi_b, lo_b = _wide_multiply(c2, PHILOX_ROUND_B, FAST_MATH)
+        hi_a, lo_a = _wide_multiply(c0, PHILOX_ROUND_A, FAST_MATH)
+        c0 = hi_b ^ c1 ^ k0
+        c2 = hi_a ^ c3 ^ k1
+        c1 = lo_b
+        c3 = lo_a
+        k0 = tl.add(k0, PHILOX_KEY_A, sanitize_overflow=False)
+        k1 = tl.add(k1, PHILOX_KEY_B, sanitize_overflow=False)
+    return c0, c1, c2, c3
+
+
+@triton.jit
+def philox_block(seed, position, calls, STREAM: tl.constexpr, FAST_MATH: tl.constexpr = False):
     """Four uint32 words per call index in `calls` (a uint32 block) for one (seed, position, stream).
 
-    `seed` and `position` are int64 scalars; the key is the seed's 64-bit two's complement.
+    `seed` and `position` are int64 scalars (or `position` an int64 block shaped like `calls`); the key
+    is the seed's 64-bit two's complement.
     """
     zero = tl.zeros_like(calls)
     position_lo = zero + (position & 0xFFFFFFFF).to(tl.uint32)
     position_hi = zero + ((position >> 32) & 0xFFFFFFFF).to(tl.uint32)
     stream = zero + STREAM
-    return tl.philox(seed, calls, position_lo, position_hi, stream, 10)
+    return philox(seed, calls, position_lo, position_hi, stream, FAST_MATH)
 
 
 @triton.jit
@@ -52,60 +95,78 @@ def uniform_f64(lo, hi):
 
 
 @triton.jit
-def log(x, FAST_LOG: tl.constexpr):
-    """Natural log. FAST_LOG (FP32 on a GPU) uses the hardware's lg2.approx (relative error ~2**-22):
-    1.6x faster sampling than libdevice's logf (benchmarks/results/explore_gumbel_variants.txt).
-    The interpreter cannot run inline assembly, so CPU runs use tl.log; STREAM.md allows fast
-    approximations because both frontends launch the same kernel with the same FAST_LOG."""
-    if FAST_LOG:
-        return tl.inline_asm_elementwise("lg2.approx.f32 $0, $1;", "=r,r", [x], dtype=tl.float32,
+def log(x, FAST_MATH: tl.constexpr):
+    """Natural log of a positive *normal* FP32 x. FAST_MATH (FP32 on a GPU) uses the hardware's
+    lg2.approx.ftz (relative error ~2**-22): 1.6x faster sampling than libdevice's logf
+    (benchmarks/results/explore_gumbel_variants.txt); ftz drops the subnormal-input fix-up, three
+    instructions per log, and every caller's argument is >= 2**-32. The interpreter cannot run
+    inline assembly, so CPU runs use tl.log; STREAM.md allows fast approximations because both
+    frontends launch the same kernel with the same FAST_MATH."""
+    if FAST_MATH:
+        return tl.inline_asm_elementwise("lg2.approx.ftz.f32 $0, $1;", "=r,r", [x], dtype=tl.float32,
                                          is_pure=True, pack=1) * LN2
     else:
         return tl.log(x)
 
 
 @triton.jit
-def neg_log1p_neg(u, FP64: tl.constexpr, FAST_LOG: tl.constexpr = False):
+def exp(x, FAST_MATH: tl.constexpr):
+    """e**x in FP32. FAST_MATH (a GPU) uses ex2.approx.ftz: tl.exp's ex2 also fixes up subnormal
+    results, three more instructions per call for values below 2**-126 that nobody needs here."""
+    if FAST_MATH:
+        return tl.inline_asm_elementwise("ex2.approx.ftz.f32 $0, $1;", "=r,r", [x * LOG2E], dtype=tl.float32,
+                                         is_pure=True, pack=1)
+    else:
+        return tl.exp(x)
+
+
+@triton.jit
+def neg_log1p_neg(u, FP64: tl.constexpr, FAST_MATH: tl.constexpr = False):
     """-log1p(-u) for 0 < u < 1, accurate for small u where log(1 - u) would lose all bits.
 
     Small u uses the series u + u^2/2 + ...; its truncation error is below the format's epsilon:
     FP32: u < 2**-6 with 4 terms (relative error < u^4/5 < 2**-26);
     FP64: u < 2**-8 with 7 terms (relative error < u^7/8 < 2**-59).
+    FAST_MATH evaluates the FP32 series with fused multiply-adds (4 instructions instead of 8).
     """
     if FP64:
         series = u * (1.0 + u * (0.5 + u * (1.0 / 3.0 + u * (0.25 + u * (0.2 + u * (1.0 / 6.0 + u * (1.0 / 7.0)))))))
         return tl.where(u < 0.00390625, series, -tl.log(1.0 - u))
     else:
-        series = u * (1.0 + u * (0.5 + u * (0.3333333432674408 + u * 0.25)))
-        return tl.where(u < 0.015625, series, -log(1.0 - u, FAST_LOG))
+        if FAST_MATH:
+            series = u * tl.fma(u, tl.fma(u, tl.fma(u, 0.25, 0.3333333432674408), 0.5), 1.0)
+        else:
+            series = u * (1.0 + u * (0.5 + u * (0.3333333432674408 + u * 0.25)))
+        return tl.where(u < 0.015625, series, -log(1.0 - u, FAST_MATH))
 
 
 @triton.jit
-def uniform_block(seed, position, first_col, STREAM: tl.constexpr, BLOCK_V: tl.constexpr, FP64: tl.constexpr):
+def uniform_block(seed, position, first_col, STREAM: tl.constexpr, BLOCK_V: tl.constexpr, FP64: tl.constexpr,
+                  FAST_MATH: tl.constexpr = False):
     """Uniforms of columns first_col .. first_col + BLOCK_V - 1, in column order.
 
     `first_col` must be a multiple of 4 (a multiple of BLOCK_V in practice). fp32, or fp64 when FP64.
     """
     if FP64:
         calls = (first_col // 2 + tl.arange(0, BLOCK_V // 2)).to(tl.uint32)
-        w0, w1, w2, w3 = philox_block(seed, position, calls, STREAM)
+        w0, w1, w2, w3 = philox_block(seed, position, calls, STREAM, FAST_MATH)
         # column 2i takes (lo, hi) = (w0, w1) of call i, column 2i + 1 takes (w2, w3)
         return uniform_f64(tl.interleave(w0, w2), tl.interleave(w1, w3))
     else:
         calls = (first_col // 4 + tl.arange(0, BLOCK_V // 4)).to(tl.uint32)
-        w0, w1, w2, w3 = philox_block(seed, position, calls, STREAM)
+        w0, w1, w2, w3 = philox_block(seed, position, calls, STREAM, FAST_MATH)
         # column 4i + j takes word j of call i
         return uniform_f32(tl.interleave(tl.interleave(w0, w2), tl.interleave(w1, w3)))
 
 
 @triton.jit
-def gumbel_noise(u, FP64: tl.constexpr, FAST_LOG: tl.constexpr = False):
+def gumbel_noise(u, FP64: tl.constexpr, FAST_MATH: tl.constexpr = False):
     """g(u) = -log(-log1p(-u)): the large-noise tail (small u) keeps full resolution.
-    FAST_LOG applies to FP32 only (FP64 always uses the accurate log)."""
+    FAST_MATH applies to FP32 only (FP64 always uses the accurate log)."""
     if FP64:
         return -tl.log(neg_log1p_neg(u, FP64))
     else:
-        return -log(neg_log1p_neg(u, FP64, FAST_LOG), FAST_LOG)
+        return -log(neg_log1p_neg(u, FP64, FAST_MATH), FAST_MATH)
 
 
 @triton.jit
@@ -115,6 +176,7 @@ def philox_words_kernel(
     streams_ptr,  # [N] i32
     calls_ptr,  # [N] i32, call index i
     words_ptr,  # [N, 4] u32 output
+    FAST_MATH: tl.constexpr = False,
 ):
     """Test kernel: the four Philox words of one draw per program (checked against the NumPy twin)."""
     n = tl.program_id(0)
@@ -123,9 +185,9 @@ def philox_words_kernel(
     stream = tl.load(streams_ptr + n).to(tl.uint32)
     call = tl.load(calls_ptr + n).to(tl.uint32)
     zero = tl.zeros([1], tl.uint32)
-    w0, w1, w2, w3 = tl.philox(
+    w0, w1, w2, w3 = philox(
         seed, zero + call, zero + (position & 0xFFFFFFFF).to(tl.uint32),
-        zero + ((position >> 32) & 0xFFFFFFFF).to(tl.uint32), zero + stream, 10)
+        zero + ((position >> 32) & 0xFFFFFFFF).to(tl.uint32), zero + stream, FAST_MATH)
     out = words_ptr + n.to(tl.int64) * 4 + tl.arange(0, 1)
     tl.store(out, w0)
     tl.store(out + 1, w1)
@@ -143,7 +205,7 @@ def uniforms_kernel(
     STREAM: tl.constexpr,
     BLOCK_V: tl.constexpr,
     FP64: tl.constexpr,
-    FAST_LOG: tl.constexpr = False,
+    FAST_MATH: tl.constexpr = False,
 ):
     """Test kernel: materialises the stream's uniforms and noise of a [B, V] grid (never on a hot path)."""
     row = tl.program_id(0)
@@ -152,8 +214,8 @@ def uniforms_kernel(
     position = tl.load(positions_ptr + row).to(tl.int64)
     first_col = block * BLOCK_V
     cols = first_col + tl.arange(0, BLOCK_V)
-    u = uniform_block(seed, position, first_col, STREAM, BLOCK_V, FP64)
-    noise = gumbel_noise(u, FP64, FAST_LOG)
+    u = uniform_block(seed, position, first_col, STREAM, BLOCK_V, FP64, FAST_MATH)
+    noise = gumbel_noise(u, FP64, FAST_MATH)
     offsets = row.to(tl.int64) * V + cols
     tl.store(uniforms_ptr + offsets, u, mask=cols < V)
     tl.store(noise_ptr + offsets, noise, mask=cols < V)
