@@ -72,7 +72,7 @@ def aligned(n, ALIGN: tl.constexpr):
     torch's Triton launcher tells the compiler which integer arguments are multiples of 16;
     jax-triton does not, and then every masked load of a row (`cols < V`) is split into scalar loads
     (2-byte loads for bf16, 8x the instructions). tl.multiple_of has no effect on a scalar argument;
-    this product does (checked in the PTX of both frontends' kernels, tests/test_kernel_ptx.py).
+    this product does (checked in the PTX of both frontends' kernels, tests/test_compiled_kernels.py).
     """
     return (n // ALIGN) * ALIGN
 

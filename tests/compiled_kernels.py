@@ -1,0 +1,88 @@
+"""Compile jsample's row kernels for an H100/H200 (sm_90) without a GPU, as jax-triton specialises
+them (pointers 16-byte aligned, no facts about integer arguments), and print as JSON, per kernel,
+its global-load PTX instructions and its SASS instructions per vocabulary column (ptxas and
+cuobjdump ship with triton). Run in its own process: TRITON_INTERPRET must be 0 before triton loads.
+
+    TRITON_INTERPRET=0 python tests/compiled_kernels.py [VOCAB_ALIGN] [--exact-math]
+
+`--exact-math` compiles with FAST_MATH=False (the interpreter's code path) as a control.
+"""
+
+import collections
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+os.environ["TRITON_INTERPRET"] = "0"
+
+import triton  # noqa: E402
+from triton.backends.compiler import GPUTarget  # noqa: E402
+from triton.compiler import ASTSource  # noqa: E402
+
+from jsample import kernels  # noqa: E402
+
+
+def compile_for_sm90(kernel, arg_types, constexprs, num_warps):
+    """`kernel` compiled for sm_90; arg_types maps every non-constexpr argument."""
+    signature = {name: arg_types.get(name, "constexpr") for name in kernel.arg_names}
+    # jax-triton: every array argument is 16-byte aligned; integer arguments carry no divisibility
+    attrs = {(i,): [["tt.divisibility", 16]] for i, name in enumerate(kernel.arg_names)
+             if signature[name].startswith("*")}
+    source = ASTSource(fn=kernel, signature=signature, constexprs=constexprs, attrs=attrs)
+    return triton.compile(source, target=GPUTarget("cuda", 90, 32),
+                          options=dict(num_warps=num_warps, num_stages=1, enable_fp_fusion=False))
+
+
+def global_loads(compiled):
+    """{load instruction: count} in the PTX."""
+    return dict(collections.Counter(re.findall(r"ld\.global[\w.]*", compiled.asm["ptx"])))
+
+
+def sass_instructions(compiled):
+    """How many SASS instructions one thread's code holds (straight-line kernels: each runs at most once)."""
+    cuobjdump = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "kernel.cubin")
+        with open(path, "wb") as f:
+            f.write(compiled.asm["cubin"])
+        sass = subprocess.run([cuobjdump, "-sass", path], capture_output=True, text=True, check=True).stdout
+    return len(re.findall(r"/\*[0-9a-f]{4}\*/\s+\S", sass))
+
+
+def main():
+    vocab = 151936
+    args = [a for a in sys.argv[1:] if not a.startswith("--")]
+    fast_math = "--exact-math" not in sys.argv
+    vocab_align = int(args[0]) if args else None
+    gumbel = kernels.gumbel_launch_config(vocab, vocab, False)
+    rejection = kernels.rejection_launch_config(vocab, 4, (5 * vocab, vocab, 4 * vocab, vocab), False)
+    align = gumbel.vocab_align if vocab_align is None else vocab_align
+    common = dict(FP64=False, ROW_ALIGN=16, VOCAB_ALIGN=align, FAST_MATH=fast_math, BLOCK_V=gumbel.block_v)
+    ints = {name: "i32" for name in ("V", "K", "B", "row_stride", "target_batch_stride", "target_row_stride",
+                                     "draft_batch_stride", "draft_row_stride", "num_blocks")}
+    pointers = {"logits_ptr": "*bf16", "target_logits_ptr": "*bf16", "draft_logits_ptr": "*fp32",
+                "seeds_ptr": "*i64", "positions_ptr": "*i64", "temperature_ptr": "*fp32",
+                "num_draft_tokens_ptr": "*i32", "draft_tokens_ptr": "*i32", "stats_ptr": "*fp32",
+                "row_score_ptr": "*fp32", "row_index_ptr": "*i32", "emit_row_ptr": "*i32", "resample_ptr": "*i32",
+                "log_normalizer_ptr": "*fp32",
+                "partial_score_ptr": "*fp32", "partial_index_ptr": "*i32"}
+    types = {**ints, **pointers}
+    compiled = {
+        "gumbel_partial_kernel": compile_for_sm90(kernels.gumbel_partial_kernel, types, dict(common, STREAM=0),
+                                                  gumbel.num_warps),
+        "rejection_stats_kernel": compile_for_sm90(kernels.rejection_stats_kernel, types,
+                                                   dict(common, STRICT=False, ONE_HOT=False), rejection.num_warps),
+        "rejection_emit_kernel": compile_for_sm90(kernels.rejection_emit_kernel, types, dict(common, ONE_HOT=False),
+                                                  rejection.num_warps),
+    }
+    columns_per_thread = gumbel.block_v / (32 * gumbel.num_warps)
+    report = {name: {"loads": global_loads(c), "sass_per_column": sass_instructions(c) / columns_per_thread}
+              for name, c in compiled.items()}
+    print(json.dumps(report))
+
+
+if __name__ == "__main__":
+    main()
