@@ -4,6 +4,8 @@ Tokens never depend on the configuration (tests check it); only speed does. Time
 torch_backend.rejection_sample (CUDA events, median) with bf16 target and f32 draft logits.
 
     python benchmarks/explore_rejection_variants.py
+
+Then the same for gumbel_sample (fp32 logits, B = 256, V = 151936).
 """
 
 import dataclasses
@@ -36,8 +38,8 @@ def main():
         positions = torch.arange(batch, device="cuda")
         temperature = torch.full((batch,), 0.8, device="cuda")
         reference = None
-        for block_v in (2048, 4096, 8192):
-            for num_warps in (4, 8, 16):
+        for block_v in (1024, 2048, 4096):
+            for num_warps in (4, 8):
                 def config(vocab_size, num_speculative_tokens, strides, fp64, block_v=block_v, num_warps=num_warps):
                     base = shipped(vocab_size, num_speculative_tokens, strides, fp64)
                     num_blocks = triton.cdiv(vocab_size, block_v)
@@ -57,6 +59,44 @@ def main():
                     print(f"{batch:4d} {k:2d} {block_v:7d} {num_warps:5d} {harness.time_torch_us(run):9.1f}", flush=True)
                 finally:
                     kernels.rejection_launch_config = shipped
+    explore_gumbel()
+
+
+def explore_gumbel():
+    import torch
+    import triton
+
+    import torch_backend
+    from jsample import kernels
+
+    shipped = kernels.gumbel_launch_config
+    batch, vocab = 256, 151936
+    logits = torch.randn(batch, vocab, device="cuda", generator=torch.Generator(device="cuda").manual_seed(0)) * 3
+    seeds = torch.arange(batch, device="cuda")
+    positions = torch.arange(batch, device="cuda")
+    temperature = torch.full((batch,), 0.8, device="cuda")
+    print(f"gumbel_sample B={batch} V={vocab} fp32\n{'block_v':>7} {'warps':>5} {'us':>9}")
+    reference = None
+    for block_v in (1024, 2048, 4096, 8192):
+        for num_warps in (4, 8):
+            def config(vocab_size, row_stride, fp64, block_v=block_v, num_warps=num_warps):
+                num_blocks = triton.cdiv(vocab_size, block_v)
+                return dataclasses.replace(shipped(vocab_size, row_stride, fp64), block_v=block_v,
+                                           num_blocks=num_blocks, reduce_block=triton.next_power_of_2(num_blocks),
+                                           num_warps=num_warps)
+
+            kernels.gumbel_launch_config = config
+            try:
+                def run(i):
+                    return torch_backend.gumbel_sample(logits, seeds, positions, temperature)
+
+                out = run(0)
+                if reference is None:
+                    reference = out
+                assert torch.equal(out, reference), "tokens depend on the config"
+                print(f"{block_v:7d} {num_warps:5d} {harness.time_torch_us(run):9.1f}", flush=True)
+            finally:
+                kernels.gumbel_launch_config = shipped
 
 
 if __name__ == "__main__":
