@@ -60,7 +60,7 @@ def main():
     gumbel = kernels.gumbel_launch_config(vocab, vocab, False)
     rejection = kernels.rejection_launch_config(vocab, 4, (5 * vocab, vocab, 4 * vocab, vocab), False)
     align = gumbel.vocab_align if vocab_align is None else vocab_align
-    common = dict(FP64=False, ROW_ALIGN=16, VOCAB_ALIGN=align, FAST_MATH=fast_math, BLOCK_V=gumbel.block_v)
+    common = dict(FP64=False, ROW_ALIGN=16, VOCAB_ALIGN=align, FAST_MATH=fast_math)
     ints = {name: "i32" for name in ("V", "K", "B", "row_stride", "target_batch_stride", "target_row_stride",
                                      "draft_batch_stride", "draft_row_stride", "num_blocks")}
     pointers = {"logits_ptr": "*bf16", "target_logits_ptr": "*bf16", "draft_logits_ptr": "*fp32",
@@ -70,17 +70,18 @@ def main():
                 "log_normalizer_ptr": "*fp32",
                 "partial_score_ptr": "*fp32", "partial_index_ptr": "*i32"}
     types = {**ints, **pointers}
-    compiled = {
-        "gumbel_partial_kernel": compile_for_sm90(kernels.gumbel_partial_kernel, types, dict(common, STREAM=0),
-                                                  gumbel.num_warps),
-        "rejection_stats_kernel": compile_for_sm90(kernels.rejection_stats_kernel, types,
-                                                   dict(common, STRICT=False, ONE_HOT=False), rejection.num_warps),
-        "rejection_emit_kernel": compile_for_sm90(kernels.rejection_emit_kernel, types, dict(common, ONE_HOT=False),
-                                                  rejection.num_warps),
+    launches = {  # name: (kernel, constexprs, config)
+        "gumbel_partial_kernel": (kernels.gumbel_partial_kernel, dict(STREAM=0), gumbel),
+        "rejection_stats_kernel": (kernels.rejection_stats_kernel, dict(STRICT=False, ONE_HOT=False), rejection),
+        "rejection_emit_kernel": (kernels.rejection_emit_kernel, dict(ONE_HOT=False), rejection),
     }
-    columns_per_thread = gumbel.block_v / (32 * gumbel.num_warps)
-    report = {name: {"loads": global_loads(c), "sass_per_column": sass_instructions(c) / columns_per_thread}
-              for name, c in compiled.items()}
+    report = {}
+    for name, (kernel, constexprs, config) in launches.items():
+        compiled = compile_for_sm90(kernel, types, dict(common, **constexprs, BLOCK_V=config.block_v),
+                                    config.num_warps)
+        columns_per_thread = config.block_v / (32 * config.num_warps)
+        report[name] = {"loads": global_loads(compiled),
+                        "sass_per_column": sass_instructions(compiled) / columns_per_thread}
     print(json.dumps(report))
 
 

@@ -23,7 +23,7 @@ from jsample.reference import (
 RATIO_MARGIN = {False: 1e-5, True: 1e-12}
 SCORE_MARGIN = {False: 1e-4, True: 1e-9}
 P_VALUE = 1e-4  # statistical tests use fixed seeds: deterministic, and this threshold keeps them honest
-# (batch, K, vocab) of the token tests; 5000 > one 4096-column block (two blocks FP32, three FP64)
+# (batch, K, vocab) of the token tests; 5000 = three 2048-column blocks FP32, five 1024-column blocks FP64
 BATCH, K, VOCAB = {"cpu": (6, 3, 5000), "gpu": (64, 8, 151936)}[SIZE]
 # Requests per speculative-sampling theorem test. 500 detects "resample from p instead of the residual"
 # (chi-square noncentrality ~50-90 against a critical value of 30 at p = 1e-4).
