@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Every GPU result in benchmarks/results/, in one command on a CUDA machine (the device image lacks
 # jax-triton: see benchmarks/results/README.md). Writes to $OUT (default benchmarks/results).
-#   bash benchmarks/run_gpu.sh [tests] [bench] [explore]      (default: tests bench)
+#   bash benchmarks/run_gpu.sh [tests] [multi] [bench] [explore]      (default: tests bench)
+# `multi` needs two or more GPUs.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-benchmarks/results}
@@ -13,13 +14,19 @@ for step in $steps; do
   case $step in
     tests)
       { echo "commit $SHA"; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-        timeout -s INT 330 python3 -m pytest tests -q -n 8 -rf -p no:cacheprovider --durations=10; } \
+        timeout -s INT 330 python3 -m pytest tests -q -n 8 -rf -p no:cacheprovider --durations=10 \
+          --ignore=tests/test_multi_gpu.py; } \
         > "$OUT/gpu_tests.txt" 2>&1
       tail -3 "$OUT/gpu_tests.txt" ;;
+    multi)
+      { echo "commit $SHA"; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+        timeout -s INT 300 python3 -m pytest tests/test_multi_gpu.py -q -rA -p no:cacheprovider; } \
+        > "$OUT/gpu_tests_multi_gpu.txt" 2>&1
+      tail -3 "$OUT/gpu_tests_multi_gpu.txt" ;;
     bench)
       python3 benchmarks/bench_gumbel.py --out "$OUT" --git-sha "$SHA" > "$OUT/bench_gumbel_log.txt" 2>&1
       python3 benchmarks/bench_rejection.py --out "$OUT" --git-sha "$SHA" > "$OUT/bench_rejection_log.txt" 2>&1
-      tail -2 "$OUT/bench_gumbel_log.txt" "$OUT/bench_rejection_log.txt" ;;
+      tail -n 2 "$OUT/bench_gumbel_log.txt" "$OUT/bench_rejection_log.txt" ;;
     explore)
       python3 benchmarks/explore_gumbel_variants.py > "$OUT/explore_gumbel_variants.txt" 2>&1 ;;
   esac
