@@ -23,7 +23,8 @@ for step in $steps; do
         timeout -s INT 300 python3 -m pytest tests/test_multi_gpu.py -q -rA -p no:cacheprovider; } \
         > "$OUT/gpu_tests_multi_gpu.txt" 2>&1
       tail -3 "$OUT/gpu_tests_multi_gpu.txt" ;;
-    bench)
+    bench)  # one GPU: the harness hands torch tensors to JAX, which fails across device indices
+      export CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0}
       python3 benchmarks/bench_gumbel.py --out "$OUT" --git-sha "$SHA" > "$OUT/bench_gumbel_log.txt" 2>&1
       python3 benchmarks/bench_rejection.py --out "$OUT" --git-sha "$SHA" > "$OUT/bench_rejection_log.txt" 2>&1
       tail -n 2 "$OUT/bench_gumbel_log.txt" "$OUT/bench_rejection_log.txt" ;;
