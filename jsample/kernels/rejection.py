@@ -34,8 +34,10 @@ Four launches, all shared by the PyTorch and JAX frontends (no host synchronisat
 j is below conditional_rates[j] and emits target_tokens[b, a_b].
 
 All maths is FP32 (FP64 when FP64): logits are widened and scaled by 1 / T (x * (1 / T), as the
-Gumbel scores), and the softmax statistics, ratios and residual logs use that precision. The FP32
-residual log uses gumbel_sample's FAST_MATH. Non-finite target logits have probability 0.
+Gumbel scores), and the softmax statistics, ratios and residual logs use that precision. The residual
+score log r_k + g_k is computed as (s_k - log Z_p) + log(1 - q_k / p_k) from the row's Gumbel score
+s_k = x_k / T + g_k, with q_k / p_k = exp((y_k - x_k) / T + log Z_p - log Z_q): one exp and one log per
+column, FAST_MATH's on a GPU. Non-finite target logits have probability 0.
 """
 
 import math
