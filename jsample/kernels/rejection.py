@@ -16,19 +16,21 @@ d_j. Row j is drawn at position P_b + j (STREAM.md, "Rejection sampling"):
 
 Four launches, all shared by the PyTorch and JAX frontends (no host synchronisation between them):
 
-1. `rejection_stats_kernel`, grid (B, K, NUM_BLOCKS), rows j < n_b only: per vocabulary block the
-   online-softmax partials (max, sum of exp) of x_j / T and y_j / T, or, for strict and greedy rows,
-   the block's best Gumbel score and its column.
+1. `rejection_stats_kernel`, grid (B, K+1, NUM_BLOCKS), rows j <= n_b only: per vocabulary block the
+   Gumbel-max partials (best score, its column) of every row whose token may be emitted as sampled
+   (row n_b, the bonus row, and every row of strict and greedy requests), and the online-softmax
+   partials (max, sum of exp) of x_j / T and y_j / T of the other draft rows. Computing the bonus
+   row's noise here, before any decision, lets that compute overlap the memory-bound softmax passes.
 2. `rejection_decide_kernel`, grid (B,): merges the partials of all K rows of a request, decides
    every row, and writes a_b, whether row a_b resamples the residual, and its log-normalisers.
    (Folding this into every program of the next launch cost more than the launch: each program's
    chain of dependent loads was latency-bound, 50 us at B = 256, K = 8 on an H200.)
-3. `rejection_emit_kernel`, grid (B, NUM_BLOCKS), row a_b only: block partials of the residual
-   scores (rows < B) and of the Gumbel-max scores (rows B..2B-1) of the emitted row, from one
-   evaluation of its stream-0 noise.
-4. `rejection_finish_kernel`, grid (B,): reduces both partial rows (lowest column on ties, as every
-   argmax in jsample) and writes tokens [B, K+1] = accepted drafts, the emitted token, -1, and
-   num_sampled = a_b + 1.
+3. `rejection_emit_kernel`, grid (B, NUM_BLOCKS), requests that resample row a_b only (not launched
+   for the strict method): block partials of the residual scores and of the row's Gumbel-max scores
+   (the fallback when the residual is all zero), from one evaluation of its stream-0 noise.
+4. `rejection_finish_kernel`, grid (B,): reduces the partials of the emitted token (lowest column on
+   ties, as every argmax in jsample) and writes tokens [B, K+1] = accepted drafts, the emitted token,
+   -1, and num_sampled = a_b + 1.
 
 `synthetic_rejection_kernel` (one launch, grid (B,)) accepts draft j iff the stream-2 uniform of row
 j is below conditional_rates[j] and emits target_tokens[b, a_b].
@@ -58,7 +60,7 @@ from jsample.kernels.gumbel import (
     reduce_block_best,
     store_block_best,
 )
-from jsample.kernels.stream import exp, log, philox_block, uniform_f32, uniform_f64
+from jsample.kernels.stream import LOG2E, exp, log, philox_block, uniform_f32, uniform_f64
 
 # Globals used inside kernels must be constexpr (the compiler rejects plain Python globals).
 STATS_PER_BLOCK = 4  # per row and block: target max, target sum of exp, draft max, draft sum of exp
@@ -138,12 +140,22 @@ def _gather(row_ptrs, cols, mask, FP64: tl.constexpr):
 
 
 @triton.jit
-def _softmax_partials(scaled):
+def _softmax_partials(scaled, FP64: tl.constexpr, FAST_MATH: tl.constexpr):
     """(max, sum of exp(scaled - max)) of a block; (-inf, 0) when it has no candidate."""
     block_max = tl.max(scaled, axis=0)
     # exp(-inf - shift) = 0 covers the non-candidates; the shift keeps an all -inf block at sum 0, not NaN
     shift = tl.where(block_max > float("-inf"), block_max, 0.0)
-    return block_max, tl.sum(tl.exp(scaled - shift), axis=0)
+    if FP64:
+        terms = tl.exp(scaled - shift)
+    elif FAST_MATH:
+        # ex2.approx.ftz of one fused multiply-add: 2 instructions a column, not 6 for tl.exp; the
+        # flushed terms (< 2**-126) are far below the sum's rounding (the sum is >= 1)
+        terms = tl.inline_asm_elementwise("ex2.approx.ftz.f32 $0, $1;", "=r,r",
+                                          [tl.fma(scaled, LOG2E, -shift * LOG2E)], dtype=tl.float32,
+                                          is_pure=True, pack=1)
+    else:
+        terms = tl.exp(scaled - shift)
+    return block_max, tl.sum(terms, axis=0)
 
 
 @triton.jit
@@ -186,8 +198,8 @@ def rejection_stats_kernel(
     draft_batch_stride,
     draft_row_stride,
     stats_ptr,  # [B * K, NUM_STATS * NUM_BLOCKS] f32; with FP64, f64 stored as twice as many f32 words
-    partial_score_ptr,  # [B * K, NUM_BLOCKS] f32; with FP64, f64 stored as [B * K, 2 * NUM_BLOCKS] f32 words
-    partial_index_ptr,  # [B * K, NUM_BLOCKS] i32
+    partial_score_ptr,  # [B * (K+1), NUM_BLOCKS] f32; with FP64, f64 as [B * (K+1), 2 * NUM_BLOCKS] f32 words
+    partial_index_ptr,  # [B * (K+1), NUM_BLOCKS] i32
     STRICT: tl.constexpr,
     ONE_HOT: tl.constexpr,
     FP64: tl.constexpr,
@@ -196,52 +208,54 @@ def rejection_stats_kernel(
     VOCAB_ALIGN: tl.constexpr,  # config.vocab_align
     FAST_MATH: tl.constexpr,  # gumbel_sample's noise log (config.fast_math)
 ):
-    """Per (request, draft row, vocabulary block): softmax partials, or Gumbel-max partials for
-    strict and greedy rows. Rows j >= n_b are skipped (nothing reads them)."""
+    """Per (request, row j <= n_b, vocabulary block): the Gumbel-max partials (best score, its column)
+    of the rows whose token may be emitted as sampled: every row of strict and greedy requests, and
+    row n_b (the bonus row) of every request; the softmax partials of the other draft rows.
+
+    The bonus row's noise is computed here, before the decisions, so that this compute overlaps the
+    memory-bound softmax passes of the other programs and the emit launch only runs for requests
+    that resample a residual. Rows j > n_b are skipped (nothing reads them)."""
     V = aligned(V, VOCAB_ALIGN)
     b = tl.program_id(0)
     j = tl.program_id(1)
     block = tl.program_id(2)
     num_blocks = tl.num_programs(2)
     num_drafts = tl.minimum(tl.maximum(tl.load(num_draft_tokens_ptr + b), 0), K)
-    if j < num_drafts:
+    if j <= num_drafts:
         temperature = tl.load(temperature_ptr + b)
         first_col = block * BLOCK_V
-        row = b.to(tl.int64) * K + j
         target_row_ptr = target_logits_ptr + tl.multiple_of(b.to(tl.int64) * target_batch_stride, ROW_ALIGN)
         if STRICT:
+            sampled_row = j <= num_drafts  # every row
+        else:
+            sampled_row = (j == num_drafts) | (temperature == 0)
+        if sampled_row:
             seed = tl.load(seeds_ptr + b).to(tl.int64)
             position = tl.load(positions_ptr + b).to(tl.int64) + j
             score = block_scores(target_row_ptr, j, target_row_stride, V, first_col, seed, position, temperature,
                                  STREAM_TOKEN, BLOCK_V, ROW_ALIGN, FP64, FAST_MATH)
-            store_block_best(partial_score_ptr, partial_index_ptr, row * num_blocks + block, score, first_col, FP64)
+            store_block_best(partial_score_ptr, partial_index_ptr, (b.to(tl.int64) * (K + 1) + j) * num_blocks + block,
+                             score, first_col, FP64)
         else:
-            if temperature == 0:
-                seed = tl.load(seeds_ptr + b).to(tl.int64)
-                position = tl.load(positions_ptr + b).to(tl.int64) + j
-                score = block_scores(target_row_ptr, j, target_row_stride, V, first_col, seed, position,
-                                     temperature, STREAM_TOKEN, BLOCK_V, ROW_ALIGN, FP64, FAST_MATH)
-                store_block_best(partial_score_ptr, partial_index_ptr, row * num_blocks + block, score, first_col, FP64)
+            cols = first_col + tl.arange(0, BLOCK_V)
+            out = (b.to(tl.int64) * K + j) * (NUM_STATS * num_blocks) + block
+            if FP64:
+                stats = stats_ptr.to(tl.pointer_type(tl.float64))
             else:
-                cols = first_col + tl.arange(0, BLOCK_V)
-                out = row * (NUM_STATS * num_blocks) + block
-                if FP64:
-                    stats = stats_ptr.to(tl.pointer_type(tl.float64))
-                else:
-                    stats = stats_ptr
-                row_offset = tl.multiple_of(j.to(tl.int64) * target_row_stride, ROW_ALIGN)
-                inverse_t = inverse_temperature(temperature, FP64)
-                target_max, target_sum = _softmax_partials(
-                    _scaled(load_block(target_row_ptr + row_offset, cols, V, FP64), inverse_t))
-                tl.store(stats + out, target_max)
-                tl.store(stats + out + num_blocks, target_sum)
-                if not ONE_HOT:
-                    draft_row_ptr = (draft_logits_ptr + tl.multiple_of(b.to(tl.int64) * draft_batch_stride, ROW_ALIGN)
-                                     + tl.multiple_of(j.to(tl.int64) * draft_row_stride, ROW_ALIGN))
-                    draft_max, draft_sum = _softmax_partials(_scaled(load_block(draft_row_ptr, cols, V, FP64),
-                                                                     inverse_t))
-                    tl.store(stats + out + 2 * num_blocks, draft_max)
-                    tl.store(stats + out + 3 * num_blocks, draft_sum)
+                stats = stats_ptr
+            row_offset = tl.multiple_of(j.to(tl.int64) * target_row_stride, ROW_ALIGN)
+            inverse_t = inverse_temperature(temperature, FP64)
+            target_max, target_sum = _softmax_partials(
+                _scaled(load_block(target_row_ptr + row_offset, cols, V, FP64), inverse_t), FP64, FAST_MATH)
+            tl.store(stats + out, target_max)
+            tl.store(stats + out + num_blocks, target_sum)
+            if not ONE_HOT:
+                draft_row_ptr = (draft_logits_ptr + tl.multiple_of(b.to(tl.int64) * draft_batch_stride, ROW_ALIGN)
+                                 + tl.multiple_of(j.to(tl.int64) * draft_row_stride, ROW_ALIGN))
+                draft_max, draft_sum = _softmax_partials(
+                    _scaled(load_block(draft_row_ptr, cols, V, FP64), inverse_t), FP64, FAST_MATH)
+                tl.store(stats + out + 2 * num_blocks, draft_max)
+                tl.store(stats + out + 3 * num_blocks, draft_sum)
 
 
 @triton.jit
@@ -249,7 +263,7 @@ def _decide_by_target_token(partial_score_ptr, partial_index_ptr, b64, K, num_bl
                             num_drafts, FP64: tl.constexpr, REDUCE_BLOCK: tl.constexpr):
     """Strict and greedy rows: accept iff the draft equals the row's Gumbel-max (argmax) token."""
     active = rows < num_drafts
-    flat_rows = b64 * K + rows  # row index into the [B * K, NUM_BLOCKS] partials
+    flat_rows = b64 * (K + 1) + rows  # row index into the [B * (K+1), NUM_BLOCKS] partials
     blocks = tl.arange(0, REDUCE_BLOCK)
     offsets = flat_rows[:, None] * num_blocks + blocks[None, :]
     mask = active[:, None] & (blocks[None, :] < num_blocks)
@@ -330,8 +344,8 @@ def rejection_decide_kernel(
     positions_ptr,  # [B] i32|i64, position of row 0
     temperature_ptr,  # [B] f32
     stats_ptr,  # [B * K, NUM_STATS * NUM_BLOCKS] f32 (f64 words when FP64), from rejection_stats_kernel
-    row_score_ptr,  # [B * K, NUM_BLOCKS] f32 (f64 words when FP64), from rejection_stats_kernel
-    row_index_ptr,  # [B * K, NUM_BLOCKS] i32, from rejection_stats_kernel
+    row_score_ptr,  # [B * (K+1), NUM_BLOCKS] f32 (f64 words when FP64), from rejection_stats_kernel
+    row_index_ptr,  # [B * (K+1), NUM_BLOCKS] i32, from rejection_stats_kernel
     V,
     K,
     target_batch_stride,
@@ -394,36 +408,33 @@ def rejection_emit_kernel(
     VOCAB_ALIGN: tl.constexpr,  # config.vocab_align
     FAST_MATH: tl.constexpr,  # gumbel_sample's noise log (config.fast_math)
 ):
-    """Block partials of the emitted row a_b: residual scores (or -inf) and Gumbel-max scores."""
-    V = aligned(V, VOCAB_ALIGN)
+    """Requests that resample row a_b only (the others emit a Gumbel-max sample that
+    rejection_stats_kernel already reduced): block partials of the residual scores (or -inf), and of
+    the Gumbel-max scores, the fallback when the residual is all zero, from one evaluation of the
+    row's stream-0 noise."""
     b = tl.program_id(0)
-    block = tl.program_id(1)
-    num_blocks = tl.num_programs(1)
-    b64 = b.to(tl.int64)
-    seed = tl.load(seeds_ptr + b).to(tl.int64)
-    temperature = tl.load(temperature_ptr + b)
-    emit_row = tl.load(emit_row_ptr + b)
-    resample = tl.load(resample_ptr + b) != 0
-    if FP64:
-        log_normalizer = log_normalizer_ptr.to(tl.pointer_type(tl.float64))
-    else:
-        log_normalizer = log_normalizer_ptr
-    base_position = tl.load(positions_ptr + b).to(tl.int64)
-    position = base_position + emit_row
-    first_col = block * BLOCK_V
-    cols = first_col + tl.arange(0, BLOCK_V)
-    target_row_ptr = (target_logits_ptr + tl.multiple_of(b64 * target_batch_stride, ROW_ALIGN)
-                      + tl.multiple_of(emit_row.to(tl.int64) * target_row_stride, ROW_ALIGN))
-    x = load_block(target_row_ptr, cols, V, FP64)
-    if temperature == 0:
-        noise = tl.zeros_like(x)
-    else:
+    if tl.load(resample_ptr + b) != 0:
+        V = aligned(V, VOCAB_ALIGN)
+        block = tl.program_id(1)
+        num_blocks = tl.num_programs(1)
+        b64 = b.to(tl.int64)
+        seed = tl.load(seeds_ptr + b).to(tl.int64)
+        temperature = tl.load(temperature_ptr + b)  # > 0: greedy rows never resample
+        emit_row = tl.load(emit_row_ptr + b)
+        if FP64:
+            log_normalizer = log_normalizer_ptr.to(tl.pointer_type(tl.float64))
+        else:
+            log_normalizer = log_normalizer_ptr
+        position = tl.load(positions_ptr + b).to(tl.int64) + emit_row
+        first_col = block * BLOCK_V
+        cols = first_col + tl.arange(0, BLOCK_V)
+        target_row_ptr = (target_logits_ptr + tl.multiple_of(b64 * target_batch_stride, ROW_ALIGN)
+                          + tl.multiple_of(emit_row.to(tl.int64) * target_row_stride, ROW_ALIGN))
+        x = load_block(target_row_ptr, cols, V, FP64)
         noise = block_noise(seed, position, first_col, STREAM_TOKEN, BLOCK_V, FP64, FAST_MATH)
-    # exactly gumbel_sample's scores of this row (block_scores): the bonus, strict, greedy and fallback token
-    score = noisy_scores(x, noise, temperature, FP64)
-    store_block_best(partial_score_ptr, partial_index_ptr, (B + b64) * num_blocks + block, score, first_col, FP64)
-    residual = tl.full(score.shape, float("-inf"), score.dtype)  # no residual unless resampling
-    if resample:
+        # exactly gumbel_sample's scores of this row (block_scores): the fallback token
+        score = noisy_scores(x, noise, temperature, FP64)
+        store_block_best(partial_score_ptr, partial_index_ptr, (B + b64) * num_blocks + block, score, first_col, FP64)
         if ONE_HOT:
             draft = tl.load(draft_tokens_ptr + b64 * K + emit_row)
             residual = tl.where(cols == draft, float("-inf"), score)  # r = p with the draft removed
@@ -446,7 +457,7 @@ def rejection_emit_kernel(
             residual_score = (score - target_lse) + log_one_minus_ratio  # the row's stream-0 noise, in `score`
             # false for NaN: non-candidates of `score` are -inf, and q >= p has no residual
             residual = tl.where((log_ratio < 0) & (residual_score > float("-inf")), residual_score, float("-inf"))
-    store_block_best(partial_score_ptr, partial_index_ptr, b64 * num_blocks + block, residual, first_col, FP64)
+        store_block_best(partial_score_ptr, partial_index_ptr, b64 * num_blocks + block, residual, first_col, FP64)
 
 
 @triton.jit
@@ -463,8 +474,11 @@ def _write_request(tokens_ptr, num_sampled_ptr, draft_tokens_ptr, b64, K, emit_r
 def rejection_finish_kernel(
     draft_tokens_ptr,  # [B, K] i32, contiguous
     emit_row_ptr,  # [B] i32, a_b, from rejection_decide_kernel
-    partial_score_ptr,  # [2B, NUM_BLOCKS] f32 (f64 words when FP64), from rejection_emit_kernel
-    partial_index_ptr,  # [2B, NUM_BLOCKS] i32
+    resample_ptr,  # [B] i32, from rejection_decide_kernel
+    row_score_ptr,  # [B * (K+1), NUM_BLOCKS] f32 (f64 words when FP64), from rejection_stats_kernel
+    row_index_ptr,  # [B * (K+1), NUM_BLOCKS] i32
+    emit_score_ptr,  # [2B, NUM_BLOCKS] f32 (f64 words when FP64), from rejection_emit_kernel
+    emit_index_ptr,  # [2B, NUM_BLOCKS] i32
     num_blocks,
     K,
     B,
@@ -474,13 +488,19 @@ def rejection_finish_kernel(
     BLOCK_K: tl.constexpr,  # next power of two >= K + 1
     REDUCE_BLOCK: tl.constexpr,  # next power of two >= num_blocks
 ):
-    """The emitted token is the residual sample when there is one, else the Gumbel-max sample."""
+    """The emitted token: the residual sample when row a_b resamples one (its Gumbel-max sample when
+    the residual is all zero), else row a_b's Gumbel-max sample from rejection_stats_kernel."""
     b = tl.program_id(0)
     b64 = b.to(tl.int64)
-    residual = reduce_block_best(partial_score_ptr, partial_index_ptr, b64, num_blocks, FP64, REDUCE_BLOCK)
-    sampled = reduce_block_best(partial_score_ptr, partial_index_ptr, B + b64, num_blocks, FP64, REDUCE_BLOCK)
-    emitted = tl.where(residual >= 0, residual, sampled)
-    _write_request(tokens_ptr, num_sampled_ptr, draft_tokens_ptr, b64, K, tl.load(emit_row_ptr + b), emitted, BLOCK_K)
+    emit_row = tl.load(emit_row_ptr + b)
+    if tl.load(resample_ptr + b) != 0:
+        residual = reduce_block_best(emit_score_ptr, emit_index_ptr, b64, num_blocks, FP64, REDUCE_BLOCK)
+        sampled = reduce_block_best(emit_score_ptr, emit_index_ptr, B + b64, num_blocks, FP64, REDUCE_BLOCK)
+        emitted = tl.where(residual >= 0, residual, sampled)
+    else:
+        emitted = reduce_block_best(row_score_ptr, row_index_ptr, b64 * (K + 1) + emit_row, num_blocks, FP64,
+                                    REDUCE_BLOCK)
+    _write_request(tokens_ptr, num_sampled_ptr, draft_tokens_ptr, b64, K, emit_row, emitted, BLOCK_K)
 
 
 @triton.jit
