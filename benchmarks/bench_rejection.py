@@ -121,10 +121,14 @@ def main():
             for e, g in zip(expected, got):
                 if not torch.equal(e.cpu(), torch.from_numpy(jax.device_get(g).copy())):
                     raise SystemExit(f"torch and JAX differ at B={batch} K={k}")
+            # the workload's acceptance: the time depends on how many requests resample a residual
+            mean_accepted = (expected[1].double().mean().item() - 1.0)
+            all_accepted = (expected[1] == k + 1).double().mean().item()
 
-            def record(provider, us):
+            def record(provider, us, acceptance=(mean_accepted, all_accepted)):
                 rows.append(dict(B=batch, K=k, V=vocab, provider=provider, us=us, read_floor_us=read_floor_us,
-                                 read_floor_fraction=read_floor_us / us))
+                                 read_floor_fraction=read_floor_us / us, mean_accepted=acceptance[0],
+                                 all_accepted=acceptance[1]))
                 print(f"B={batch:4d} K={k} {provider:44s} {us:9.1f} us  floor {read_floor_us:7.1f} us  "
                       f"{read_floor_us / us:5.3f}", flush=True)
 
@@ -138,6 +142,21 @@ def main():
                     ours(i)
                 graphs.append(graph)
             record("torch_backend (CUDA graph)", harness.time_torch_us(lambda i: graphs[i].replay(), rotate))
+            # the slowest workload: every request rejects draft 0 (its least likely target token) and
+            # resamples a residual, so no request's bonus row was enough
+            worst_tokens = targets[0][:, :k].argmin(dim=-1).int()
+            worst = torch_backend.rejection_sample(targets[0], worst_tokens, num_drafts, seeds, positions, temperature,
+                                                   draft_logits=drafts[0])[1]
+            graphs = []
+            for i in range(rotate):
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph):
+                    torch_backend.rejection_sample(targets[i], worst_tokens, num_drafts, seeds, positions,
+                                                   temperature, draft_logits=drafts[i])
+                graphs.append(graph)
+            record("torch_backend (CUDA graph), draft 0 rejected", harness.time_torch_us(
+                lambda i: graphs[i].replay(), rotate),
+                   ((worst.double().mean() - 1).item(), (worst == k + 1).double().mean().item()))
             del graphs
             record("jsample.rejection_sample (jit)", harness.time_jax_us(
                 lambda i: jitted(jtargets[i], *jrest, jdrafts[i]), rotate))
@@ -160,9 +179,12 @@ def main():
     env["read_rate_GBps"] = read_rate
     env["flashinfer"] = "importable" if flashinfer_sampling else "not importable"
     harness.write_results(
-        args.out, "rejection", env, rows, ["B", "K", "V", "provider", "us", "read_floor_us", "read_floor_fraction"],
+        args.out, "rejection", env, rows, ["B", "K", "V", "provider", "us", "read_floor_us", "read_floor_fraction", "mean_accepted",
+                                 "all_accepted"],
         notes=f"{args.dtype} target logits [B, K+1, V], float32 draft logits [B, K, V], temperature 0.8, all K "
-              "drafts given. `us`: median (torch, CUDA events) or best mean of 100 calls (JAX, including "
+              "drafts given (uniformly random draft tokens; draft logits = target logits + N(0, 1)). `mean_accepted`: "
+              "accepted drafts per request, `all_accepted`: the fraction of requests that accept every draft "
+              "(they emit the bonus token, the others resample a residual). `us`: median (torch, CUDA events) or best mean of 100 calls (JAX, including "
               "dispatch). `read_floor_us`: target + draft logit bytes / measured read rate. Command: "
               "`XLA_PYTHON_CLIENT_PREALLOCATE=false python benchmarks/bench_rejection.py --out "
               "benchmarks/results --git-sha <sha>`.")
