@@ -107,6 +107,25 @@ def test_rejection_tokens_match_reference(frontend, fp64, method, one_hot):
                              draft_logits=draft_logits, method=method, fp64=fp64)
 
 
+@pytest.mark.parametrize("fp64, method, one_hot", [(False, "probabilistic", False), (False, "probabilistic", True),
+                                                  (False, "strict", False), (True, "probabilistic", False)],
+                         ids=["draft_logits", "one_hot", "strict", "fp64"])
+def test_single_draft_rejection_matches_reference(fp64, method, one_hot):
+    """K = 1 takes the other launch plan (config.bonus_in_stats: the stats launch reduces the bonus
+    row): tokens against the reference and torch == JAX, with n_b of 0 and 1 and greedy rows."""
+    rng = np.random.default_rng(90 + 4 * fp64 + 2 * (method == "strict") + one_hot)
+    batch, k = (12, 1) if SIZE == "cpu" else (64, 1)
+    target, draft, drafts, num_drafts, seeds, positions, temperature = rejection_inputs(rng, batch=batch, k=k)
+    sure = np.arange(0, batch, 2)
+    target[sure, 0, drafts[sure, 0]] += 20.0  # these drafts are (almost) sure to be accepted: bonus rows
+    draft_logits = None if one_hot else draft
+    out = both_frontends("rejection_sample", target, drafts, num_drafts, seeds, positions, temperature,
+                         draft_logits=draft_logits, method=method, fp64=fp64)
+    assert_matches_reference(out, target, drafts, num_drafts, seeds, positions, temperature,
+                             draft_logits=draft_logits, method=method, fp64=fp64)
+    assert set(num_drafts) == {0, 1} and set(out[1]) == {1, 2}  # bonus tokens of rows 0 and 1, and rejections
+
+
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 def test_rejection_conformance_torch_equals_jax(dtype):
     rng = np.random.default_rng(20)

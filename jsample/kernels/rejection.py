@@ -16,18 +16,20 @@ d_j. Row j is drawn at position P_b + j (STREAM.md, "Rejection sampling"):
 
 Four launches, all shared by the PyTorch and JAX frontends (no host synchronisation between them):
 
-1. `rejection_stats_kernel`, grid (B, K+1, NUM_BLOCKS), rows j <= n_b only: per vocabulary block the
-   Gumbel-max partials (best score, its column) of every row whose token may be emitted as sampled
-   (row n_b, the bonus row, and every row of strict and greedy requests), and the online-softmax
-   partials (max, sum of exp) of x_j / T and y_j / T of the other draft rows. Computing the bonus
-   row's noise here, before any decision, lets that compute overlap the memory-bound softmax passes.
+1. `rejection_stats_kernel`, grid (B, max(K, 1), NUM_BLOCKS), rows j < n_b only: per vocabulary
+   block the Gumbel-max partials (best score, its column) of strict and greedy rows, the
+   online-softmax partials (max, sum of exp) of x_j / T and y_j / T of the others. When K <= 1
+   (config.bonus_in_stats) its row-0 programs also reduce row n_b's Gumbel-max partials: the bonus
+   row's noise, the launch's compute, overlaps the draft row's memory-bound softmax pass.
 2. `rejection_decide_kernel`, grid (B,): merges the partials of all K rows of a request, decides
-   every row, and writes a_b, whether row a_b resamples the residual, and its log-normalisers.
-   (Folding this into every program of the next launch cost more than the launch: each program's
-   chain of dependent loads was latency-bound, 50 us at B = 256, K = 8 on an H200.)
-3. `rejection_emit_kernel`, grid (B, NUM_BLOCKS), requests that resample row a_b only (not launched
-   for the strict method): block partials of the residual scores and of the row's Gumbel-max scores
-   (the fallback when the residual is all zero), from one evaluation of its stream-0 noise.
+   every row, and writes a_b, what row a_b emits (EMIT_STATS_ROW: a Gumbel-max sample the stats
+   launch reduced; EMIT_RESIDUAL; EMIT_SAMPLE: a Gumbel-max sample left to the emit launch) and the
+   log-normalisers of row a_b. (Folding this into every program of the next launch cost more than
+   the launch: each program's chain of dependent loads was latency-bound, 50 us at B = 256, K = 8 on
+   an H200.)
+3. `rejection_emit_kernel`, grid (B, NUM_BLOCKS), requests with EMIT_RESIDUAL or EMIT_SAMPLE only:
+   block partials of row a_b's Gumbel-max scores and, for EMIT_RESIDUAL, of its residual scores,
+   from one evaluation of its stream-0 noise (the Gumbel-max sample is the residual's fallback).
 4. `rejection_finish_kernel`, grid (B,): reduces the partials of the emitted token (lowest column on
    ties, as every argmax in jsample) and writes tokens [B, K+1] = accepted drafts, the emitted token,
    -1, and num_sampled = a_b + 1.
@@ -67,6 +69,10 @@ STATS_PER_BLOCK = 4  # per row and block: target max, target sum of exp, draft m
 NUM_STATS = tl.constexpr(STATS_PER_BLOCK)
 STREAM_TOKEN = tl.constexpr(0)  # STREAM.md stream 0: the emitted token
 STREAM_ACCEPT = tl.constexpr(2)  # STREAM.md stream 2: acceptance uniforms
+# What row a_b emits, written by rejection_decide_kernel for the emit and finish kernels
+EMIT_STATS_ROW = tl.constexpr(0)  # row a_b's Gumbel-max sample, reduced by rejection_stats_kernel
+EMIT_RESIDUAL = tl.constexpr(1)  # the residual sample (the row's Gumbel-max sample if the residual is zero)
+EMIT_SAMPLE = tl.constexpr(2)  # row a_b's Gumbel-max sample, reduced by rejection_emit_kernel
 
 
 @dataclass(frozen=True)
@@ -84,6 +90,8 @@ class RejectionLaunchConfig:
     vocab_align: int  # power of two (<= 16) dividing V (gumbel.aligned)
     num_warps: int  # the row kernels (stats, emit)
     fast_math: bool  # gumbel_sample's FAST_MATH: the bonus token must use the very same noise code
+    bonus_in_stats: bool  # the stats launch also reduces row n_b's Gumbel-max sample (K <= 1)
+    stats_rows: int  # the stats launch's second grid dimension: max(K, 1)
     num_stages: int = 1
     enable_fp_fusion: bool = False  # no FMA contraction: the same rounding as the NumPy reference
     decide_num_warps: int = 4  # one warp took 8 us for a K = 8 request on an H200, four take less
@@ -119,6 +127,12 @@ def rejection_launch_config(vocab_size: int, num_speculative_tokens: int, stride
         vocab_align=gumbel.vocab_align,
         num_warps=4,
         fast_math=gumbel.fast_math,
+        # K <= 1: the bonus row's noise (the compute of the emit launch) overlaps the one draft row's
+        # memory-bound softmax pass in the same programs: 0.45 -> ... of the read floor at B = 256,
+        # K = 1 on an H200. With more draft rows the stats launch is memory-bound, and the noise's
+        # registers (55, not 31) cost the softmax programs occupancy: K = 8 got 12% slower.
+        bonus_in_stats=num_speculative_tokens <= 1,
+        stats_rows=max(num_speculative_tokens, 1),
         num_stages=gumbel.num_stages,
         enable_fp_fusion=gumbel.enable_fp_fusion,
     )
@@ -184,6 +198,16 @@ def _first_rejection(accept, rows, num_drafts):
 
 
 @triton.jit
+def _store_sampled_partials(target_row_ptr, row, target_row_stride, V, first_col, seed, position, temperature,
+                            partial_score_ptr, partial_index_ptr, out, BLOCK_V: tl.constexpr,
+                            ROW_ALIGN: tl.constexpr, FP64: tl.constexpr, FAST_MATH: tl.constexpr):
+    """The block partials of target row `row`'s Gumbel-max sample (gumbel_sample's block_scores)."""
+    score = block_scores(target_row_ptr, row, target_row_stride, V, first_col, seed, position, temperature,
+                         STREAM_TOKEN, BLOCK_V, ROW_ALIGN, FP64, FAST_MATH)
+    store_block_best(partial_score_ptr, partial_index_ptr, out, score, first_col, FP64)
+
+
+@triton.jit
 def rejection_stats_kernel(
     target_logits_ptr,  # [B, K+1, V] f32|bf16|f16, columns contiguous
     draft_logits_ptr,  # [B, K, V] f32, columns contiguous (unused when ONE_HOT)
@@ -202,60 +226,69 @@ def rejection_stats_kernel(
     partial_index_ptr,  # [B * (K+1), NUM_BLOCKS] i32
     STRICT: tl.constexpr,
     ONE_HOT: tl.constexpr,
+    BONUS_IN_STATS: tl.constexpr,  # config.bonus_in_stats
     FP64: tl.constexpr,
     BLOCK_V: tl.constexpr,
     ROW_ALIGN: tl.constexpr,
     VOCAB_ALIGN: tl.constexpr,  # config.vocab_align
     FAST_MATH: tl.constexpr,  # gumbel_sample's noise log (config.fast_math)
 ):
-    """Per (request, row j <= n_b, vocabulary block): the Gumbel-max partials (best score, its column)
-    of the rows whose token may be emitted as sampled: every row of strict and greedy requests, and
-    row n_b (the bonus row) of every request; the softmax partials of the other draft rows.
-
-    The bonus row's noise is computed here, before the decisions, so that this compute overlaps the
-    memory-bound softmax passes of the other programs and the emit launch only runs for requests
-    that resample a residual. Rows j > n_b are skipped (nothing reads them)."""
+    """Per (request, draft row j < n_b, vocabulary block): the Gumbel-max partials (best score, its
+    column) of strict and greedy rows, the softmax partials of the others. With BONUS_IN_STATS, the
+    programs of row 0 also reduce the Gumbel-max partials of row n_b (the bonus row), between
+    issuing their loads and using them. Rows j >= n_b are skipped (nothing reads them)."""
     V = aligned(V, VOCAB_ALIGN)
     b = tl.program_id(0)
     j = tl.program_id(1)
     block = tl.program_id(2)
     num_blocks = tl.num_programs(2)
+    b64 = b.to(tl.int64)
     num_drafts = tl.minimum(tl.maximum(tl.load(num_draft_tokens_ptr + b), 0), K)
-    if j <= num_drafts:
-        temperature = tl.load(temperature_ptr + b)
-        first_col = block * BLOCK_V
-        target_row_ptr = target_logits_ptr + tl.multiple_of(b.to(tl.int64) * target_batch_stride, ROW_ALIGN)
-        if STRICT:
-            sampled_row = j <= num_drafts  # every row
-        else:
-            sampled_row = (j == num_drafts) | (temperature == 0)
+    temperature = tl.load(temperature_ptr + b)
+    first_col = block * BLOCK_V
+    target_row_ptr = target_logits_ptr + tl.multiple_of(b64 * target_batch_stride, ROW_ALIGN)
+    seed = tl.load(seeds_ptr + b).to(tl.int64)
+    position = tl.load(positions_ptr + b).to(tl.int64)
+    bonus_out = (b64 * (K + 1) + num_drafts) * num_blocks + block
+    if STRICT:
+        sampled_row = j < num_drafts  # every row
+    else:
+        sampled_row = temperature == 0
+    if j < num_drafts:
         if sampled_row:
-            seed = tl.load(seeds_ptr + b).to(tl.int64)
-            position = tl.load(positions_ptr + b).to(tl.int64) + j
-            score = block_scores(target_row_ptr, j, target_row_stride, V, first_col, seed, position, temperature,
-                                 STREAM_TOKEN, BLOCK_V, ROW_ALIGN, FP64, FAST_MATH)
-            store_block_best(partial_score_ptr, partial_index_ptr, (b.to(tl.int64) * (K + 1) + j) * num_blocks + block,
-                             score, first_col, FP64)
+            _store_sampled_partials(target_row_ptr, j, target_row_stride, V, first_col, seed, position + j,
+                                    temperature, partial_score_ptr, partial_index_ptr,
+                                    (b64 * (K + 1) + j) * num_blocks + block, BLOCK_V, ROW_ALIGN, FP64, FAST_MATH)
         else:
             cols = first_col + tl.arange(0, BLOCK_V)
-            out = (b.to(tl.int64) * K + j) * (NUM_STATS * num_blocks) + block
+            out = (b64 * K + j) * (NUM_STATS * num_blocks) + block
             if FP64:
                 stats = stats_ptr.to(tl.pointer_type(tl.float64))
             else:
                 stats = stats_ptr
             row_offset = tl.multiple_of(j.to(tl.int64) * target_row_stride, ROW_ALIGN)
+            x = load_block(target_row_ptr + row_offset, cols, V, FP64)
+            if not ONE_HOT:
+                draft_row_ptr = (draft_logits_ptr + tl.multiple_of(b64 * draft_batch_stride, ROW_ALIGN)
+                                 + tl.multiple_of(j.to(tl.int64) * draft_row_stride, ROW_ALIGN))
+                y = load_block(draft_row_ptr, cols, V, FP64)
+            if BONUS_IN_STATS:  # j == 0 < n_b: the noise's compute while x and y arrive
+                _store_sampled_partials(target_row_ptr, num_drafts, target_row_stride, V, first_col, seed,
+                                        position + num_drafts, temperature, partial_score_ptr, partial_index_ptr,
+                                        bonus_out, BLOCK_V, ROW_ALIGN, FP64, FAST_MATH)
             inverse_t = inverse_temperature(temperature, FP64)
-            target_max, target_sum = _softmax_partials(
-                _scaled(load_block(target_row_ptr + row_offset, cols, V, FP64), inverse_t), FP64, FAST_MATH)
+            target_max, target_sum = _softmax_partials(_scaled(x, inverse_t), FP64, FAST_MATH)
             tl.store(stats + out, target_max)
             tl.store(stats + out + num_blocks, target_sum)
             if not ONE_HOT:
-                draft_row_ptr = (draft_logits_ptr + tl.multiple_of(b.to(tl.int64) * draft_batch_stride, ROW_ALIGN)
-                                 + tl.multiple_of(j.to(tl.int64) * draft_row_stride, ROW_ALIGN))
-                draft_max, draft_sum = _softmax_partials(
-                    _scaled(load_block(draft_row_ptr, cols, V, FP64), inverse_t), FP64, FAST_MATH)
+                draft_max, draft_sum = _softmax_partials(_scaled(y, inverse_t), FP64, FAST_MATH)
                 tl.store(stats + out + 2 * num_blocks, draft_max)
                 tl.store(stats + out + 3 * num_blocks, draft_sum)
+    if BONUS_IN_STATS:
+        if (j == 0) & ((num_drafts == 0) | sampled_row):  # the requests the softmax branch did not serve
+            _store_sampled_partials(target_row_ptr, num_drafts, target_row_stride, V, first_col, seed,
+                                    position + num_drafts, temperature, partial_score_ptr, partial_index_ptr,
+                                    bonus_out, BLOCK_V, ROW_ALIGN, FP64, FAST_MATH)
 
 
 @triton.jit
@@ -354,10 +387,11 @@ def rejection_decide_kernel(
     draft_row_stride,
     num_blocks,
     emit_row_ptr,  # [B] i32 output: a_b, the number of accepted drafts (= the emitted row)
-    resample_ptr,  # [B] i32 output: 1 when row a_b resamples the residual
+    emit_mode_ptr,  # [B] i32 output: EMIT_STATS_ROW, EMIT_RESIDUAL or EMIT_SAMPLE
     log_normalizer_ptr,  # [B, 2] f32 output (f64 as [B, 4] words): log sum exp of x / T and y / T of row a_b
     STRICT: tl.constexpr,
     ONE_HOT: tl.constexpr,
+    BONUS_IN_STATS: tl.constexpr,  # config.bonus_in_stats
     FP64: tl.constexpr,
     BLOCK_K: tl.constexpr,  # next power of two >= K + 1
     REDUCE_BLOCK: tl.constexpr,  # next power of two >= NUM_BLOCKS
@@ -372,7 +406,13 @@ def rejection_decide_kernel(
         tl.load(temperature_ptr + b), V, K, target_batch_stride, target_row_stride, draft_batch_stride,
         draft_row_stride, num_blocks, STRICT, ONE_HOT, FP64, BLOCK_K, REDUCE_BLOCK)
     tl.store(emit_row_ptr + b, emit_row)
-    tl.store(resample_ptr + b, resample.to(tl.int32))
+    # the stats launch reduced the Gumbel-max partials of every strict or greedy row < n_b, and of
+    # row n_b with BONUS_IN_STATS; the emit launch computes the others
+    if BONUS_IN_STATS:
+        in_stats = emit_row <= num_drafts
+    else:
+        in_stats = emit_row < num_drafts
+    tl.store(emit_mode_ptr + b, tl.where(resample, EMIT_RESIDUAL, tl.where(in_stats, EMIT_STATS_ROW, EMIT_SAMPLE)))
     if FP64:
         log_normalizer = log_normalizer_ptr.to(tl.pointer_type(tl.float64))
     else:
@@ -390,7 +430,7 @@ def rejection_emit_kernel(
     positions_ptr,  # [B] i32|i64, position of row 0
     temperature_ptr,  # [B] f32
     emit_row_ptr,  # [B] i32, a_b, from rejection_decide_kernel
-    resample_ptr,  # [B] i32, from rejection_decide_kernel
+    emit_mode_ptr,  # [B] i32, from rejection_decide_kernel
     log_normalizer_ptr,  # [B, 2] f32 (f64 as [B, 4] words), from rejection_decide_kernel
     V,
     K,
@@ -408,18 +448,19 @@ def rejection_emit_kernel(
     VOCAB_ALIGN: tl.constexpr,  # config.vocab_align
     FAST_MATH: tl.constexpr,  # gumbel_sample's noise log (config.fast_math)
 ):
-    """Requests that resample row a_b only (the others emit a Gumbel-max sample that
-    rejection_stats_kernel already reduced): block partials of the residual scores (or -inf), and of
-    the Gumbel-max scores, the fallback when the residual is all zero, from one evaluation of the
+    """Requests whose emitted token rejection_stats_kernel did not reduce: block partials of row a_b's
+    Gumbel-max scores (rows B..2B-1) and, for EMIT_RESIDUAL, of its residual scores (rows < B; the
+    Gumbel-max sample is the fallback when the residual is all zero), from one evaluation of the
     row's stream-0 noise."""
     b = tl.program_id(0)
-    if tl.load(resample_ptr + b) != 0:
+    emit_mode = tl.load(emit_mode_ptr + b)
+    if emit_mode != EMIT_STATS_ROW:
         V = aligned(V, VOCAB_ALIGN)
         block = tl.program_id(1)
         num_blocks = tl.num_programs(1)
         b64 = b.to(tl.int64)
         seed = tl.load(seeds_ptr + b).to(tl.int64)
-        temperature = tl.load(temperature_ptr + b)  # > 0: greedy rows never resample
+        temperature = tl.load(temperature_ptr + b)
         emit_row = tl.load(emit_row_ptr + b)
         if FP64:
             log_normalizer = log_normalizer_ptr.to(tl.pointer_type(tl.float64))
@@ -431,33 +472,38 @@ def rejection_emit_kernel(
         target_row_ptr = (target_logits_ptr + tl.multiple_of(b64 * target_batch_stride, ROW_ALIGN)
                           + tl.multiple_of(emit_row.to(tl.int64) * target_row_stride, ROW_ALIGN))
         x = load_block(target_row_ptr, cols, V, FP64)
-        noise = block_noise(seed, position, first_col, STREAM_TOKEN, BLOCK_V, FP64, FAST_MATH)
-        # exactly gumbel_sample's scores of this row (block_scores): the fallback token
+        if temperature == 0:
+            noise = tl.zeros_like(x)
+        else:
+            noise = block_noise(seed, position, first_col, STREAM_TOKEN, BLOCK_V, FP64, FAST_MATH)
+        # exactly gumbel_sample's scores of this row (block_scores): the bonus token, or the fallback
         score = noisy_scores(x, noise, temperature, FP64)
         store_block_best(partial_score_ptr, partial_index_ptr, (B + b64) * num_blocks + block, score, first_col, FP64)
-        if ONE_HOT:
-            draft = tl.load(draft_tokens_ptr + b64 * K + emit_row)
-            residual = tl.where(cols == draft, float("-inf"), score)  # r = p with the draft removed
-        else:
-            target_lse = tl.load(log_normalizer + b64 * 2)
-            draft_lse = tl.load(log_normalizer + b64 * 2 + 1)
-            draft_row_ptr = (draft_logits_ptr + tl.multiple_of(b64 * draft_batch_stride, ROW_ALIGN)
-                             + tl.multiple_of(emit_row.to(tl.int64) * draft_row_stride, ROW_ALIGN))
-            y = load_block(draft_row_ptr, cols, V, FP64)
-            # log(q / p) = (y - x) / T + log Z_p - log Z_q; a +inf or NaN draft logit means q = 0 there
-            # (NaN where both logits are -inf, p = 0 there: compared below as false)
-            log_ratio = (tl.where(y < float("inf"), y - x, float("-inf")) * inverse_temperature(temperature, FP64)
-                         + (target_lse - draft_lse))
-            # log r + g = log p + log(1 - q / p) + g = (score - log Z_p) + log(1 - q / p) where q < p; only
-            # the absolute error of log(1 - q / p) matters next to the score, so no log1p series is needed
-            if FP64:
-                log_one_minus_ratio = tl.log(1.0 - tl.exp(log_ratio))
+        if emit_mode == EMIT_RESIDUAL:
+            if ONE_HOT:
+                draft = tl.load(draft_tokens_ptr + b64 * K + emit_row)
+                residual = tl.where(cols == draft, float("-inf"), score)  # r = p with the draft removed
             else:
-                log_one_minus_ratio = log(1.0 - exp(log_ratio, FAST_MATH), FAST_MATH)
-            residual_score = (score - target_lse) + log_one_minus_ratio  # the row's stream-0 noise, in `score`
-            # false for NaN: non-candidates of `score` are -inf, and q >= p has no residual
-            residual = tl.where((log_ratio < 0) & (residual_score > float("-inf")), residual_score, float("-inf"))
-        store_block_best(partial_score_ptr, partial_index_ptr, b64 * num_blocks + block, residual, first_col, FP64)
+                target_lse = tl.load(log_normalizer + b64 * 2)
+                draft_lse = tl.load(log_normalizer + b64 * 2 + 1)
+                draft_row_ptr = (draft_logits_ptr + tl.multiple_of(b64 * draft_batch_stride, ROW_ALIGN)
+                                 + tl.multiple_of(emit_row.to(tl.int64) * draft_row_stride, ROW_ALIGN))
+                y = load_block(draft_row_ptr, cols, V, FP64)
+                # log(q / p) = (y - x) / T + log Z_p - log Z_q; a +inf or NaN draft logit means q = 0 there
+                # (NaN where both logits are -inf, p = 0 there: compared below as false)
+                log_ratio = (tl.where(y < float("inf"), y - x, float("-inf")) * inverse_temperature(temperature, FP64)
+                             + (target_lse - draft_lse))
+                # log r + g = log p + log(1 - q / p) + g = (score - log Z_p) + log(1 - q / p) where q < p; only
+                # the absolute error of log(1 - q / p) matters next to the score, so no log1p series is needed
+                if FP64:
+                    log_one_minus_ratio = tl.log(1.0 - tl.exp(log_ratio))
+                else:
+                    log_one_minus_ratio = log(1.0 - exp(log_ratio, FAST_MATH), FAST_MATH)
+                residual_score = (score - target_lse) + log_one_minus_ratio  # the row's stream-0 noise, in `score`
+                # false for NaN: non-candidates of `score` are -inf, and q >= p has no residual
+                residual = tl.where((log_ratio < 0) & (residual_score > float("-inf")), residual_score, float("-inf"))
+            store_block_best(partial_score_ptr, partial_index_ptr, b64 * num_blocks + block, residual, first_col,
+                             FP64)
 
 
 @triton.jit
@@ -474,7 +520,7 @@ def _write_request(tokens_ptr, num_sampled_ptr, draft_tokens_ptr, b64, K, emit_r
 def rejection_finish_kernel(
     draft_tokens_ptr,  # [B, K] i32, contiguous
     emit_row_ptr,  # [B] i32, a_b, from rejection_decide_kernel
-    resample_ptr,  # [B] i32, from rejection_decide_kernel
+    emit_mode_ptr,  # [B] i32, from rejection_decide_kernel
     row_score_ptr,  # [B * (K+1), NUM_BLOCKS] f32 (f64 words when FP64), from rejection_stats_kernel
     row_index_ptr,  # [B * (K+1), NUM_BLOCKS] i32
     emit_score_ptr,  # [2B, NUM_BLOCKS] f32 (f64 words when FP64), from rejection_emit_kernel
@@ -489,14 +535,17 @@ def rejection_finish_kernel(
     REDUCE_BLOCK: tl.constexpr,  # next power of two >= num_blocks
 ):
     """The emitted token: the residual sample when row a_b resamples one (its Gumbel-max sample when
-    the residual is all zero), else row a_b's Gumbel-max sample from rejection_stats_kernel."""
+    the residual is all zero), else row a_b's Gumbel-max sample, from the emit or the stats launch."""
     b = tl.program_id(0)
     b64 = b.to(tl.int64)
     emit_row = tl.load(emit_row_ptr + b)
-    if tl.load(resample_ptr + b) != 0:
+    emit_mode = tl.load(emit_mode_ptr + b)
+    if emit_mode == EMIT_RESIDUAL:
         residual = reduce_block_best(emit_score_ptr, emit_index_ptr, b64, num_blocks, FP64, REDUCE_BLOCK)
         sampled = reduce_block_best(emit_score_ptr, emit_index_ptr, B + b64, num_blocks, FP64, REDUCE_BLOCK)
         emitted = tl.where(residual >= 0, residual, sampled)
+    elif emit_mode == EMIT_SAMPLE:
+        emitted = reduce_block_best(emit_score_ptr, emit_index_ptr, B + b64, num_blocks, FP64, REDUCE_BLOCK)
     else:
         emitted = reduce_block_best(row_score_ptr, row_index_ptr, b64 * (K + 1) + emit_row, num_blocks, FP64,
                                     REDUCE_BLOCK)
