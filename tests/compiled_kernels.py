@@ -66,13 +66,14 @@ def main():
     pointers = {"logits_ptr": "*bf16", "target_logits_ptr": "*bf16", "draft_logits_ptr": "*fp32",
                 "seeds_ptr": "*i64", "positions_ptr": "*i64", "temperature_ptr": "*fp32",
                 "num_draft_tokens_ptr": "*i32", "draft_tokens_ptr": "*i32", "stats_ptr": "*fp32",
-                "row_score_ptr": "*fp32", "row_index_ptr": "*i32", "emit_row_ptr": "*i32", "resample_ptr": "*i32",
+                "row_score_ptr": "*fp32", "row_index_ptr": "*i32", "emit_row_ptr": "*i32", "emit_mode_ptr": "*i32",
                 "log_normalizer_ptr": "*fp32",
                 "partial_score_ptr": "*fp32", "partial_index_ptr": "*i32"}
     types = {**ints, **pointers}
     launches = {  # name: (kernel, constexprs, config)
         "gumbel_partial_kernel": (kernels.gumbel_partial_kernel, dict(STREAM=0), gumbel),
-        "rejection_stats_kernel": (kernels.rejection_stats_kernel, dict(STRICT=False, ONE_HOT=False), rejection),
+        "rejection_stats_kernel": (kernels.rejection_stats_kernel,
+                                   dict(STRICT=False, ONE_HOT=False, BONUS_IN_STATS=rejection.bonus_in_stats), rejection),
         "rejection_emit_kernel": (kernels.rejection_emit_kernel, dict(ONE_HOT=False), rejection),
     }
     report = {}
