@@ -127,10 +127,13 @@ def rejection_launch_config(vocab_size: int, num_speculative_tokens: int, stride
         vocab_align=gumbel.vocab_align,
         num_warps=4,
         fast_math=gumbel.fast_math,
-        # K <= 1: the bonus row's noise (the compute of the emit launch) overlaps the one draft row's
-        # memory-bound softmax pass in the same programs: 0.45 -> ... of the read floor at B = 256,
-        # K = 1 on an H200. With more draft rows the stats launch is memory-bound, and the noise's
-        # registers (55, not 31) cost the softmax programs occupancy: K = 8 got 12% slower.
+        # K <= 1: the bonus row's noise overlaps the draft row's memory-bound softmax pass in the same
+        # programs, and only rejecting requests run the emit launch. On an H200 at B = 256, K = 1
+        # (rejection.md): 173 -> 151 us when 7 requests in 8 accept their draft, but 249 us when all
+        # reject (they compute the noise of both rows); break-even near 1 accept in 2, and
+        # one-draft speculation (MTP, EAGLE) usually accepts more. With more draft rows the stats
+        # launch is memory-bound, and the noise's registers (55, not 31) cost the softmax programs
+        # occupancy: K = 8 got 12% slower, so K >= 2 keep the emit launch for the bonus row.
         bonus_in_stats=num_speculative_tokens <= 1,
         stats_rows=max(num_speculative_tokens, 1),
         num_stages=gumbel.num_stages,
