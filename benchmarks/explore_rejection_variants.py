@@ -3,7 +3,7 @@
 Tokens never depend on the configuration (tests check it); only speed does. Times
 torch_backend.rejection_sample (CUDA events, median) with bf16 target and f32 draft logits.
 
-    python benchmarks/explore_rejection_variants.py
+    python benchmarks/explore_rejection_variants.py [--cases 256:1,256:8,64:4] [--no-gumbel]
 
 Then the same for gumbel_sample (fp32 logits, B = 256, V = 151936).
 """
@@ -19,16 +19,22 @@ import harness  # noqa: E402
 
 
 def main():
+    import argparse
+
     import torch
     import triton
 
     import torch_backend
     from jsample import kernels
 
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--cases", default="256:1,256:8,64:4", help="B:K pairs")
+    parser.add_argument("--no-gumbel", action="store_true")
+    args = parser.parse_args()
     shipped = kernels.rejection_launch_config
     vocab = 151936
     print(f"{'B':>4} {'K':>2} {'block_v':>7} {'warps':>5} {'us':>9}")
-    for batch, k in ((256, 1), (256, 8), (64, 4)):
+    for batch, k in (tuple(map(int, case.split(":"))) for case in args.cases.split(",")):
         gen = torch.Generator(device="cuda").manual_seed(0)
         target = (torch.randn(batch, k + 1, vocab, device="cuda", generator=gen) * 3).to(torch.bfloat16)
         draft = target[:, :k].float() + torch.randn(batch, k, vocab, device="cuda", generator=gen)
@@ -59,7 +65,8 @@ def main():
                     print(f"{batch:4d} {k:2d} {block_v:7d} {num_warps:5d} {harness.time_torch_us(run):9.1f}", flush=True)
                 finally:
                     kernels.rejection_launch_config = shipped
-    explore_gumbel()
+    if not args.no_gumbel:
+        explore_gumbel()
 
 
 def explore_gumbel():

@@ -129,9 +129,10 @@ def rejection_launch_config(vocab_size: int, num_speculative_tokens: int, stride
         fast_math=gumbel.fast_math,
         # K <= 1: the bonus row's noise overlaps the draft row's memory-bound softmax pass in the same
         # programs, and only rejecting requests run the emit launch. On an H200 at B = 256, K = 1
-        # (rejection.md): 173 -> 151 us when 7 requests in 8 accept their draft, but 249 us when all
-        # reject (they compute the noise of both rows); break-even near 1 accept in 2, and
-        # one-draft speculation (MTP, EAGLE) usually accepts more. With more draft rows the stats
+        # (rejection.md, rejection_k1_before_bonus_in_stats_log.txt): 173 -> 151 us when 7 requests
+        # in 8 accept their draft, but 197 -> 249 us when all reject (they compute the noise of both
+        # rows); break-even near 1 accept in 2, and one-draft speculation (MTP, EAGLE) usually
+        # accepts more. At B = 64 both workloads gain (59 -> 52 us). With more draft rows the stats
         # launch is memory-bound, and the noise's registers (55, not 31) cost the softmax programs
         # occupancy: K = 8 got 12% slower, so K >= 2 keep the emit launch for the bonus row.
         bonus_in_stats=num_speculative_tokens <= 1,
