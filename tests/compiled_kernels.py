@@ -74,7 +74,7 @@ def main():
         "gumbel_partial_kernel": (kernels.gumbel_partial_kernel, dict(STREAM=0), gumbel),
         "rejection_stats_kernel": (kernels.rejection_stats_kernel,
                                    dict(STRICT=False, ONE_HOT=False, BONUS_IN_STATS=rejection.bonus_in_stats), rejection),
-        "rejection_emit_kernel": (kernels.rejection_emit_kernel, dict(ONE_HOT=False, BLOCKS_PER_PROGRAM=1), rejection),
+        "rejection_emit_kernel": (kernels.rejection_emit_kernel, dict(ONE_HOT=False), rejection),
     }
     report = {}
     for name, (kernel, constexprs, config) in launches.items():

@@ -246,30 +246,6 @@ def test_rejection_edge_cases(frontend):
         assert (tokens[:, 0] != drafts[:, 0]).all() and (tokens[:, 0] >= 0).all() and (tokens[:, 1:] == -1).all()
 
 
-def test_rejection_tokens_do_not_depend_on_emit_blocks_per_program(monkeypatch):
-    """Large batches run several vocabulary blocks per emit program (kernels.rejection.emit_launch);
-    the tokens must be those of one block per program, in both frontends and both launch plans."""
-    from jsample import kernels
-
-    assert kernels.rejection.emit_launch(256, 75) == (19, 4)
-    assert kernels.rejection.emit_launch(64, 75) == (38, 2)
-    assert kernels.rejection.emit_launch(1, 75) == (75, 1)
-    rng = np.random.default_rng(67)
-    vocab = 9001  # 5 blocks of 2048 columns; a shape no other test traces, so JAX traces it anew
-    for k in (3, 1):
-        target, draft, drafts, num_drafts, seeds, positions, temperature = rejection_inputs(rng, batch=6, k=k,
-                                                                                            vocab=vocab)
-        args = (target, drafts, num_drafts, seeds, positions, temperature)
-        expected = run_torch("rejection_sample", *args, draft_logits=draft)
-        for launch in ((2, 4), (3, 2)):
-            monkeypatch.setattr(kernels.rejection, "emit_launch", lambda batch, num_blocks, launch=launch: launch)
-            for run in (run_torch, run_jax):
-                out = run("rejection_sample", *args, draft_logits=draft, method="probabilistic")
-                for got, want in zip(out, expected):
-                    np.testing.assert_array_equal(got, want)
-            monkeypatch.undo()
-
-
 def test_rejection_request_outputs_do_not_depend_on_the_batch(frontend):
     """Permuting requests permutes outputs; a sub-batch, and other requests' changed data, leave a
     request's tokens as they were (its outputs depend only on its own rows, seed, position, T, n_b)."""

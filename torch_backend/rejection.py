@@ -110,13 +110,11 @@ def _rejection_sample_op(target_logits: torch.Tensor, draft_tokens: torch.Tensor
         num_warps=config.decide_num_warps, **options)
     emit_score = torch.empty(2 * batch, config.num_blocks * words, dtype=torch.float32, device=device)
     emit_index = torch.empty(2 * batch, config.num_blocks, dtype=torch.int32, device=device)
-    programs, blocks_per_program = kernels.rejection.emit_launch(batch, config.num_blocks)
-    kernels.rejection_emit_kernel[(batch, programs)](
+    kernels.rejection_emit_kernel[(batch, config.num_blocks)](
         target_logits, draft, draft_tokens, seeds, positions, temperature, emit_row, emit_mode, log_normalizer,
-        vocab, k, batch, *strides, config.num_blocks, emit_score, emit_index,
+        vocab, k, batch, *strides, emit_score, emit_index,
         ONE_HOT=one_hot, FP64=fp64, BLOCK_V=config.block_v, ROW_ALIGN=config.row_align,
-        VOCAB_ALIGN=config.vocab_align, FAST_MATH=config.fast_math, BLOCKS_PER_PROGRAM=blocks_per_program,
-        num_warps=config.num_warps, **options)
+        VOCAB_ALIGN=config.vocab_align, FAST_MATH=config.fast_math, num_warps=config.num_warps, **options)
     kernels.rejection_finish_kernel[(batch,)](
         draft_tokens, emit_row, emit_mode, row_score, row_index, emit_score, emit_index, config.num_blocks, k, batch,
         tokens, num_sampled, FP64=fp64, BLOCK_K=config.block_k, REDUCE_BLOCK=config.reduce_block,

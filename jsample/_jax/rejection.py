@@ -91,16 +91,14 @@ def rejection_sample(target_logits, draft_tokens, num_draft_tokens, seeds, posit
         STRICT=strict, ONE_HOT=one_hot, BONUS_IN_STATS=config.bonus_in_stats, FP64=fp64,
         BLOCK_K=config.block_k, REDUCE_BLOCK=config.reduce_block,
         num_warps=config.decide_num_warps, **options)
-    programs, blocks_per_program = kernels.rejection.emit_launch(batch, config.num_blocks)
     emit_score, emit_index = launch(
         kernels.rejection_emit_kernel, target_logits, draft, draft_tokens, seeds, positions, temperature,
-        emit_row, emit_mode, log_normalizer, vocab, k, batch, *strides, config.num_blocks,
-        grid=(batch, programs),
+        emit_row, emit_mode, log_normalizer, vocab, k, batch, *strides,
+        grid=(batch, config.num_blocks),
         out_shapes=[jax.ShapeDtypeStruct((2 * batch, config.num_blocks * words), f32),
                     jax.ShapeDtypeStruct((2 * batch, config.num_blocks), i32)],
         ONE_HOT=one_hot, FP64=fp64, BLOCK_V=config.block_v, ROW_ALIGN=config.row_align,
-        VOCAB_ALIGN=config.vocab_align, FAST_MATH=config.fast_math, BLOCKS_PER_PROGRAM=blocks_per_program,
-        num_warps=config.num_warps, **options)
+        VOCAB_ALIGN=config.vocab_align, FAST_MATH=config.fast_math, num_warps=config.num_warps, **options)
     tokens, num_sampled = launch(
         kernels.rejection_finish_kernel, draft_tokens, emit_row, emit_mode, row_score, row_index, emit_score,
         emit_index, config.num_blocks, k, batch,

@@ -142,18 +142,6 @@ def rejection_launch_config(vocab_size: int, num_speculative_tokens: int, stride
     )
 
 
-def emit_launch(batch: int, num_blocks: int) -> tuple[int, int]:
-    """(programs per request, vocabulary blocks per program) of rejection_emit_kernel: 4 (or 2)
-    blocks per program while that leaves at least 2048 programs, else 1. Requests that emit a sample
-    the stats launch already reduced exit at once, and 19200 such programs (B = 256) cost 12 us on an
-    H200; small batches keep one block per program for latency. Tokens do not depend on it: every
-    block's partials are the same whichever program computes them."""
-    for blocks_per_program in (4, 2, 1):
-        programs = triton.cdiv(num_blocks, blocks_per_program)
-        if batch * programs >= 2048 or blocks_per_program == 1:
-            return programs, blocks_per_program
-
-
 @triton.jit
 def _scaled(x, inverse_t):
     """x / T (as x * (1 / T), the Gumbel scores' rounding); -inf for non-finite logits (probability 0)."""
@@ -438,46 +426,6 @@ def rejection_decide_kernel(
 
 
 @triton.jit
-def _emit_block(target_row_ptr, draft_row_ptr, draft_token_ptr, seed, position, temperature, log_normalizer,
-                residual_wanted, V, block, partial_score_ptr, partial_index_ptr, residual_out, sample_out,
-                ONE_HOT: tl.constexpr, FP64: tl.constexpr, BLOCK_V: tl.constexpr, FAST_MATH: tl.constexpr):
-    """One vocabulary block of rejection_emit_kernel: the Gumbel-max partials of the row at
-    `sample_out` and, when `residual_wanted`, the residual partials at `residual_out`."""
-    first_col = block * BLOCK_V
-    cols = first_col + tl.arange(0, BLOCK_V)
-    x = load_block(target_row_ptr, cols, V, FP64)
-    if temperature == 0:
-        noise = tl.zeros_like(x)
-    else:
-        noise = block_noise(seed, position, first_col, STREAM_TOKEN, BLOCK_V, FP64, FAST_MATH)
-    # exactly gumbel_sample's scores of this row (block_scores): the bonus token, or the fallback
-    score = noisy_scores(x, noise, temperature, FP64)
-    store_block_best(partial_score_ptr, partial_index_ptr, sample_out, score, first_col, FP64)
-    if residual_wanted:
-        if ONE_HOT:
-            # r = p with the draft removed (read only here: row a_b < n_b has a draft)
-            residual = tl.where(cols == tl.load(draft_token_ptr), float("-inf"), score)
-        else:
-            target_lse = tl.load(log_normalizer)
-            draft_lse = tl.load(log_normalizer + 1)
-            y = load_block(draft_row_ptr, cols, V, FP64)
-            # log(q / p) = (y - x) / T + log Z_p - log Z_q; a +inf or NaN draft logit means q = 0 there
-            # (NaN where both logits are -inf, p = 0 there: compared below as false)
-            log_ratio = (tl.where(y < float("inf"), y - x, float("-inf")) * inverse_temperature(temperature, FP64)
-                         + (target_lse - draft_lse))
-            # log r + g = log p + log(1 - q / p) + g = (score - log Z_p) + log(1 - q / p) where q < p; only
-            # the absolute error of log(1 - q / p) matters next to the score, so no log1p series is needed
-            if FP64:
-                log_one_minus_ratio = tl.log(1.0 - tl.exp(log_ratio))
-            else:
-                log_one_minus_ratio = log(1.0 - exp(log_ratio, FAST_MATH), FAST_MATH)
-            residual_score = (score - target_lse) + log_one_minus_ratio  # the row's stream-0 noise, in `score`
-            # false for NaN: non-candidates of `score` are -inf, and q >= p has no residual
-            residual = tl.where((log_ratio < 0) & (residual_score > float("-inf")), residual_score, float("-inf"))
-        store_block_best(partial_score_ptr, partial_index_ptr, residual_out, residual, first_col, FP64)
-
-
-@triton.jit
 def rejection_emit_kernel(
     target_logits_ptr,  # [B, K+1, V] f32|bf16|f16, columns contiguous
     draft_logits_ptr,  # [B, K, V] f32, columns contiguous (unused when ONE_HOT)
@@ -495,7 +443,6 @@ def rejection_emit_kernel(
     target_row_stride,
     draft_batch_stride,
     draft_row_stride,
-    num_blocks,
     partial_score_ptr,  # [2B, NUM_BLOCKS] f32 output (f64 words when FP64): rows < B residual, rows >= B Gumbel
     partial_index_ptr,  # [2B, NUM_BLOCKS] i32 output
     ONE_HOT: tl.constexpr,
@@ -504,36 +451,63 @@ def rejection_emit_kernel(
     ROW_ALIGN: tl.constexpr,
     VOCAB_ALIGN: tl.constexpr,  # config.vocab_align
     FAST_MATH: tl.constexpr,  # gumbel_sample's noise log (config.fast_math)
-    BLOCKS_PER_PROGRAM: tl.constexpr,  # emit_launch(B, NUM_BLOCKS)[1]
 ):
     """Requests whose emitted token rejection_stats_kernel did not reduce: block partials of row a_b's
     Gumbel-max scores (rows B..2B-1) and, for EMIT_RESIDUAL, of its residual scores (rows < B; the
     Gumbel-max sample is the fallback when the residual is all zero), from one evaluation of the
-    row's stream-0 noise. Program (b, i) covers vocabulary blocks i * BLOCKS_PER_PROGRAM onwards."""
+    row's stream-0 noise."""
     b = tl.program_id(0)
     emit_mode = tl.load(emit_mode_ptr + b)
     if emit_mode != EMIT_STATS_ROW:
+        V = aligned(V, VOCAB_ALIGN)
+        block = tl.program_id(1)
+        num_blocks = tl.num_programs(1)
         b64 = b.to(tl.int64)
+        seed = tl.load(seeds_ptr + b).to(tl.int64)
+        temperature = tl.load(temperature_ptr + b)
         emit_row = tl.load(emit_row_ptr + b)
         if FP64:
             log_normalizer = log_normalizer_ptr.to(tl.pointer_type(tl.float64))
         else:
             log_normalizer = log_normalizer_ptr
+        position = tl.load(positions_ptr + b).to(tl.int64) + emit_row
+        first_col = block * BLOCK_V
+        cols = first_col + tl.arange(0, BLOCK_V)
         target_row_ptr = (target_logits_ptr + tl.multiple_of(b64 * target_batch_stride, ROW_ALIGN)
                           + tl.multiple_of(emit_row.to(tl.int64) * target_row_stride, ROW_ALIGN))
-        draft_row_ptr = (draft_logits_ptr + tl.multiple_of(b64 * draft_batch_stride, ROW_ALIGN)
-                         + tl.multiple_of(emit_row.to(tl.int64) * draft_row_stride, ROW_ALIGN))
-        seed = tl.load(seeds_ptr + b).to(tl.int64)
-        position = tl.load(positions_ptr + b).to(tl.int64) + emit_row
-        temperature = tl.load(temperature_ptr + b)
-        V = aligned(V, VOCAB_ALIGN)
-        for i in range(BLOCKS_PER_PROGRAM):
-            block = tl.program_id(1) * BLOCKS_PER_PROGRAM + i
-            if block < num_blocks:
-                _emit_block(target_row_ptr, draft_row_ptr, draft_tokens_ptr + b64 * K + emit_row, seed, position,
-                            temperature, log_normalizer + b64 * 2, emit_mode == EMIT_RESIDUAL, V, block,
-                            partial_score_ptr, partial_index_ptr, b64 * num_blocks + block,
-                            (B + b64) * num_blocks + block, ONE_HOT, FP64, BLOCK_V, FAST_MATH)
+        x = load_block(target_row_ptr, cols, V, FP64)
+        if temperature == 0:
+            noise = tl.zeros_like(x)
+        else:
+            noise = block_noise(seed, position, first_col, STREAM_TOKEN, BLOCK_V, FP64, FAST_MATH)
+        # exactly gumbel_sample's scores of this row (block_scores): the bonus token, or the fallback
+        score = noisy_scores(x, noise, temperature, FP64)
+        store_block_best(partial_score_ptr, partial_index_ptr, (B + b64) * num_blocks + block, score, first_col, FP64)
+        if emit_mode == EMIT_RESIDUAL:
+            if ONE_HOT:
+                draft = tl.load(draft_tokens_ptr + b64 * K + emit_row)
+                residual = tl.where(cols == draft, float("-inf"), score)  # r = p with the draft removed
+            else:
+                target_lse = tl.load(log_normalizer + b64 * 2)
+                draft_lse = tl.load(log_normalizer + b64 * 2 + 1)
+                draft_row_ptr = (draft_logits_ptr + tl.multiple_of(b64 * draft_batch_stride, ROW_ALIGN)
+                                 + tl.multiple_of(emit_row.to(tl.int64) * draft_row_stride, ROW_ALIGN))
+                y = load_block(draft_row_ptr, cols, V, FP64)
+                # log(q / p) = (y - x) / T + log Z_p - log Z_q; a +inf or NaN draft logit means q = 0 there
+                # (NaN where both logits are -inf, p = 0 there: compared below as false)
+                log_ratio = (tl.where(y < float("inf"), y - x, float("-inf")) * inverse_temperature(temperature, FP64)
+                             + (target_lse - draft_lse))
+                # log r + g = log p + log(1 - q / p) + g = (score - log Z_p) + log(1 - q / p) where q < p; only
+                # the absolute error of log(1 - q / p) matters next to the score, so no log1p series is needed
+                if FP64:
+                    log_one_minus_ratio = tl.log(1.0 - tl.exp(log_ratio))
+                else:
+                    log_one_minus_ratio = log(1.0 - exp(log_ratio, FAST_MATH), FAST_MATH)
+                residual_score = (score - target_lse) + log_one_minus_ratio  # the row's stream-0 noise, in `score`
+                # false for NaN: non-candidates of `score` are -inf, and q >= p has no residual
+                residual = tl.where((log_ratio < 0) & (residual_score > float("-inf")), residual_score, float("-inf"))
+            store_block_best(partial_score_ptr, partial_index_ptr, b64 * num_blocks + block, residual, first_col,
+                             FP64)
 
 
 @triton.jit
