@@ -38,8 +38,8 @@ def scalar_bf16_loads(loads):
 
 
 # SASS instructions per column (static counts, both branches of the emit kernel included), with slack
-# for compiler versions; CI's triton gives 50 and 82.
-INSTRUCTION_BUDGET = {"gumbel_partial_kernel": 54, "rejection_emit_kernel": 88}
+# for compiler versions; CI's triton gives 47.5 and 77.5.
+INSTRUCTION_BUDGET = {"gumbel_partial_kernel": 51, "rejection_emit_kernel": 83}
 
 
 @pytest.fixture(scope="module")

@@ -103,14 +103,18 @@ def block_noise(seed, position, first_col, STREAM: tl.constexpr, BLOCK_V: tl.con
 
 
 @triton.jit
-def noisy_scores(x, noise, temperature, FP64: tl.constexpr):
+def noisy_scores(x, noise, temperature, FP64: tl.constexpr, FAST_MATH: tl.constexpr):
     """The Gumbel-max scores x / T + g (x itself when T == 0: greedy); non-candidates (padding,
-    non-finite logits, NaN scores) score -inf. Every Gumbel-max in jsample scores with this."""
+    non-finite logits, NaN scores) score -inf. Every Gumbel-max in jsample scores with this.
+    FAST_MATH (FP32) fuses the multiply-add: one rounding instead of two, one instruction."""
     if temperature == 0:
         score = x
         candidate = tl.abs(x) < float("inf")  # false for +-inf and NaN
     else:
-        score = x * inverse_temperature(temperature, FP64) + noise
+        if FAST_MATH and not FP64:
+            score = tl.fma(x, inverse_temperature(temperature, FP64), noise)
+        else:
+            score = x * inverse_temperature(temperature, FP64) + noise
         # x < inf drops +inf and NaN logits, score > -inf drops NaN scores (and -inf logits): both
         # comparisons are false for NaN, so this costs two predicated instructions per column
         candidate = (x < float("inf")) & (score > float("-inf"))
@@ -129,7 +133,7 @@ def block_scores(logits_ptr, row, row_stride, V, first_col, seed, position, temp
         noise = tl.zeros_like(x)
     else:
         noise = block_noise(seed, position, first_col, STREAM, BLOCK_V, FP64, FAST_MATH)
-    return noisy_scores(x, noise, temperature, FP64)
+    return noisy_scores(x, noise, temperature, FP64, FAST_MATH)
 
 
 @triton.jit

@@ -62,7 +62,17 @@ from jsample.kernels.gumbel import (
     reduce_block_best,
     store_block_best,
 )
-from jsample.kernels.stream import LOG2E, exp, log, philox_block, uniform_f32, uniform_f64
+from jsample.kernels.stream import (
+    LN2,
+    LOG2E,
+    exp,
+    exp2_approx,
+    log,
+    log2_approx,
+    philox_block,
+    uniform_f32,
+    uniform_f64,
+)
 
 # Globals used inside kernels must be constexpr (the compiler rejects plain Python globals).
 STATS_PER_BLOCK = 4  # per row and block: target max, target sum of exp, draft max, draft sum of exp
@@ -168,9 +178,7 @@ def _softmax_partials(scaled, FP64: tl.constexpr, FAST_MATH: tl.constexpr):
     elif FAST_MATH:
         # ex2.approx.ftz of one fused multiply-add: 2 instructions a column, not 6 for tl.exp; the
         # flushed terms (< 2**-126) are far below the sum's rounding (the sum is >= 1)
-        terms = tl.inline_asm_elementwise("ex2.approx.ftz.f32 $0, $1;", "=r,r",
-                                          [tl.fma(scaled, LOG2E, -shift * LOG2E)], dtype=tl.float32,
-                                          is_pure=True, pack=1)
+        terms = exp2_approx(tl.fma(scaled, LOG2E, -shift * LOG2E))
     else:
         terms = tl.exp(scaled - shift)
     return block_max, tl.sum(terms, axis=0)
@@ -481,7 +489,7 @@ def rejection_emit_kernel(
         else:
             noise = block_noise(seed, position, first_col, STREAM_TOKEN, BLOCK_V, FP64, FAST_MATH)
         # exactly gumbel_sample's scores of this row (block_scores): the bonus token, or the fallback
-        score = noisy_scores(x, noise, temperature, FP64)
+        score = noisy_scores(x, noise, temperature, FP64, FAST_MATH)
         store_block_best(partial_score_ptr, partial_index_ptr, (B + b64) * num_blocks + block, score, first_col, FP64)
         if emit_mode == EMIT_RESIDUAL:
             if ONE_HOT:
@@ -494,16 +502,22 @@ def rejection_emit_kernel(
                                  + tl.multiple_of(emit_row.to(tl.int64) * draft_row_stride, ROW_ALIGN))
                 y = load_block(draft_row_ptr, cols, V, FP64)
                 # log(q / p) = (y - x) / T + log Z_p - log Z_q; a +inf or NaN draft logit means q = 0 there
-                # (NaN where both logits are -inf, p = 0 there: compared below as false)
-                log_ratio = (tl.where(y < float("inf"), y - x, float("-inf")) * inverse_temperature(temperature, FP64)
-                             + (target_lse - draft_lse))
-                # log r + g = log p + log(1 - q / p) + g = (score - log Z_p) + log(1 - q / p) where q < p; only
-                # the absolute error of log(1 - q / p) matters next to the score, so no log1p series is needed
+                # (NaN where both logits are -inf, p = 0 there: compared below as false). log r + g =
+                # log p + log(1 - q / p) + g = (score - log Z_p) + log(1 - q / p) where q < p; only the
+                # absolute error of log(1 - q / p) matters next to the score, so no log1p series is needed
+                log_difference = tl.where(y < float("inf"), y - x, float("-inf"))
                 if FP64:
-                    log_one_minus_ratio = tl.log(1.0 - tl.exp(log_ratio))
+                    log_ratio = log_difference * inverse_temperature(temperature, FP64) + (target_lse - draft_lse)
+                    residual_score = (score - target_lse) + tl.log(1.0 - tl.exp(log_ratio))
+                elif FAST_MATH:
+                    # log2(q / p), with log2(e) folded into the per-row constants, and the final natural
+                    # log's ln 2 into a fused multiply-add: ex2 and lg2 of the hardware, unscaled
+                    log_ratio = (log_difference * (inverse_temperature(temperature, FP64) * LOG2E)
+                                 + (target_lse - draft_lse) * LOG2E)
+                    residual_score = tl.fma(log2_approx(1.0 - exp2_approx(log_ratio)), LN2, score - target_lse)
                 else:
-                    log_one_minus_ratio = log(1.0 - exp(log_ratio, FAST_MATH), FAST_MATH)
-                residual_score = (score - target_lse) + log_one_minus_ratio  # the row's stream-0 noise, in `score`
+                    log_ratio = log_difference * inverse_temperature(temperature, FP64) + (target_lse - draft_lse)
+                    residual_score = (score - target_lse) + log(1.0 - exp(log_ratio, FAST_MATH), FAST_MATH)
                 # false for NaN: non-candidates of `score` are -inf, and q >= p has no residual
                 residual = tl.where((log_ratio < 0) & (residual_score > float("-inf")), residual_score, float("-inf"))
             store_block_best(partial_score_ptr, partial_index_ptr, b64 * num_blocks + block, residual, first_col,

@@ -22,6 +22,7 @@ TWO_POW_M64 = tl.constexpr(5.421010862427522e-20)  # 2**-64
 ONE_MINUS_TWO_POW_M53 = tl.constexpr(0.99999999999999989)  # 1 - 2**-53, largest fp64 below 1
 LN2 = tl.constexpr(0.6931471805599453)
 LOG2E = tl.constexpr(1.4426950408889634)
+NEG_LN_LN2 = tl.constexpr(0.36651292058166435)  # -ln(ln 2)
 
 
 PHILOX_ROUND_A = tl.constexpr(0xD2511F53)
@@ -95,6 +96,20 @@ def uniform_f64(lo, hi):
 
 
 @triton.jit
+def log2_approx(x):
+    """lg2.approx.ftz (GPU only): log2 of a positive normal FP32 x (relative error ~2**-22)."""
+    return tl.inline_asm_elementwise("lg2.approx.ftz.f32 $0, $1;", "=r,r", [x], dtype=tl.float32, is_pure=True,
+                                     pack=1)
+
+
+@triton.jit
+def exp2_approx(x):
+    """ex2.approx.ftz (GPU only): 2**x in FP32; results below 2**-126 flush to 0."""
+    return tl.inline_asm_elementwise("ex2.approx.ftz.f32 $0, $1;", "=r,r", [x], dtype=tl.float32, is_pure=True,
+                                     pack=1)
+
+
+@triton.jit
 def log(x, FAST_MATH: tl.constexpr):
     """Natural log of a positive *normal* FP32 x. FAST_MATH (FP32 on a GPU) uses the hardware's
     lg2.approx.ftz (relative error ~2**-22): 1.6x faster sampling than libdevice's logf
@@ -103,8 +118,7 @@ def log(x, FAST_MATH: tl.constexpr):
     inline assembly, so CPU runs use tl.log; STREAM.md allows fast approximations because both
     frontends launch the same kernel with the same FAST_MATH."""
     if FAST_MATH:
-        return tl.inline_asm_elementwise("lg2.approx.ftz.f32 $0, $1;", "=r,r", [x], dtype=tl.float32,
-                                         is_pure=True, pack=1) * LN2
+        return log2_approx(x) * LN2
     else:
         return tl.log(x)
 
@@ -114,8 +128,7 @@ def exp(x, FAST_MATH: tl.constexpr):
     """e**x in FP32. FAST_MATH (a GPU) uses ex2.approx.ftz: tl.exp's ex2 also fixes up subnormal
     results, three more instructions per call for values below 2**-126 that nobody needs here."""
     if FAST_MATH:
-        return tl.inline_asm_elementwise("ex2.approx.ftz.f32 $0, $1;", "=r,r", [x * LOG2E], dtype=tl.float32,
-                                         is_pure=True, pack=1)
+        return exp2_approx(x * LOG2E)
     else:
         return tl.exp(x)
 
@@ -165,6 +178,13 @@ def gumbel_noise(u, FP64: tl.constexpr, FAST_MATH: tl.constexpr = False):
     FAST_MATH applies to FP32 only (FP64 always uses the accurate log)."""
     if FP64:
         return -tl.log(neg_log1p_neg(u, FP64))
+    elif FAST_MATH:
+        # In base 2, with the constants folded: m = -log2(1 - u) = -log1p(-u) * log2(e) (the series'
+        # coefficients times log2(e) for small u), then g = -ln(m * ln 2) = -ln 2 * log2(m) - ln(ln 2),
+        # one fused multiply-add: two multiplications fewer per column than -log(-log1p(-u)).
+        series = u * tl.fma(u, tl.fma(u, tl.fma(u, LOG2E * 0.25, LOG2E / 3.0), LOG2E * 0.5), LOG2E)
+        m = tl.where(u < 0.015625, series, -log2_approx(1.0 - u))
+        return tl.fma(log2_approx(m), -LN2, NEG_LN_LN2)
     else:
         return -log(neg_log1p_neg(u, FP64, FAST_MATH), FAST_MATH)
 
