@@ -41,7 +41,7 @@ All maths is FP32 (FP64 when FP64): logits are widened and scaled by 1 / T (x * 
 Gumbel scores), and the softmax statistics, ratios and residual logs use that precision. The residual
 score log r_k + g_k is computed as (s_k - log Z_p) + log(1 - q_k / p_k) from the row's Gumbel score
 s_k = x_k / T + g_k, with q_k / p_k = exp((y_k - x_k) / T + log Z_p - log Z_q): one exp and one log per
-column, FAST_MATH's on a GPU. Non-finite target logits have probability 0.
+column (the hardware's ex2 and lg2 on a GPU). Non-finite target logits have probability 0.
 """
 
 import math
@@ -62,17 +62,7 @@ from jsample.kernels.gumbel import (
     reduce_block_best,
     store_block_best,
 )
-from jsample.kernels.stream import (
-    LN2,
-    LOG2E,
-    exp,
-    exp2_approx,
-    log,
-    log2_approx,
-    philox_block,
-    uniform_f32,
-    uniform_f64,
-)
+from jsample.kernels.stream import LN2, LOG2E, exp2_approx, log2_approx, philox_block, uniform_f32, uniform_f64
 
 # Globals used inside kernels must be constexpr (the compiler rejects plain Python globals).
 STATS_PER_BLOCK = 4  # per row and block: target max, target sum of exp, draft max, draft sum of exp
@@ -506,10 +496,7 @@ def rejection_emit_kernel(
                 # log p + log(1 - q / p) + g = (score - log Z_p) + log(1 - q / p) where q < p; only the
                 # absolute error of log(1 - q / p) matters next to the score, so no log1p series is needed
                 log_difference = tl.where(y < float("inf"), y - x, float("-inf"))
-                if FP64:
-                    log_ratio = log_difference * inverse_temperature(temperature, FP64) + (target_lse - draft_lse)
-                    residual_score = (score - target_lse) + tl.log(1.0 - tl.exp(log_ratio))
-                elif FAST_MATH:
+                if FAST_MATH and not FP64:
                     # log2(q / p), with log2(e) folded into the per-row constants, and the final natural
                     # log's ln 2 into a fused multiply-add: ex2 and lg2 of the hardware, unscaled
                     log_ratio = (log_difference * (inverse_temperature(temperature, FP64) * LOG2E)
@@ -517,7 +504,7 @@ def rejection_emit_kernel(
                     residual_score = tl.fma(log2_approx(1.0 - exp2_approx(log_ratio)), LN2, score - target_lse)
                 else:
                     log_ratio = log_difference * inverse_temperature(temperature, FP64) + (target_lse - draft_lse)
-                    residual_score = (score - target_lse) + log(1.0 - exp(log_ratio, FAST_MATH), FAST_MATH)
+                    residual_score = (score - target_lse) + tl.log(1.0 - tl.exp(log_ratio))
                 # false for NaN: non-candidates of `score` are -inf, and q >= p has no residual
                 residual = tl.where((log_ratio < 0) & (residual_score > float("-inf")), residual_score, float("-inf"))
             store_block_best(partial_score_ptr, partial_index_ptr, b64 * num_blocks + block, residual, first_col,

@@ -97,60 +97,38 @@ def uniform_f64(lo, hi):
 
 @triton.jit
 def log2_approx(x):
-    """lg2.approx.ftz (GPU only): log2 of a positive normal FP32 x (relative error ~2**-22)."""
+    """lg2.approx.ftz (GPU only, FAST_MATH): log2 of a positive *normal* FP32 x (relative error
+    ~2**-22): 1.6x faster sampling than libdevice's logf (benchmarks/results/
+    explore_gumbel_variants.txt); ftz drops the subnormal-input fix-up, three instructions per log,
+    and every caller's argument is >= 2**-32. The interpreter cannot run inline assembly, so CPU runs
+    use tl.log; STREAM.md allows fast approximations because both frontends launch the same kernel
+    with the same FAST_MATH."""
     return tl.inline_asm_elementwise("lg2.approx.ftz.f32 $0, $1;", "=r,r", [x], dtype=tl.float32, is_pure=True,
                                      pack=1)
 
 
 @triton.jit
 def exp2_approx(x):
-    """ex2.approx.ftz (GPU only): 2**x in FP32; results below 2**-126 flush to 0."""
+    """ex2.approx.ftz (GPU only, FAST_MATH): 2**x in FP32. tl.exp's ex2 also fixes up subnormal
+    results, three more instructions per call for values below 2**-126 that nobody needs here."""
     return tl.inline_asm_elementwise("ex2.approx.ftz.f32 $0, $1;", "=r,r", [x], dtype=tl.float32, is_pure=True,
                                      pack=1)
 
 
 @triton.jit
-def log(x, FAST_MATH: tl.constexpr):
-    """Natural log of a positive *normal* FP32 x. FAST_MATH (FP32 on a GPU) uses the hardware's
-    lg2.approx.ftz (relative error ~2**-22): 1.6x faster sampling than libdevice's logf
-    (benchmarks/results/explore_gumbel_variants.txt); ftz drops the subnormal-input fix-up, three
-    instructions per log, and every caller's argument is >= 2**-32. The interpreter cannot run
-    inline assembly, so CPU runs use tl.log; STREAM.md allows fast approximations because both
-    frontends launch the same kernel with the same FAST_MATH."""
-    if FAST_MATH:
-        return log2_approx(x) * LN2
-    else:
-        return tl.log(x)
-
-
-@triton.jit
-def exp(x, FAST_MATH: tl.constexpr):
-    """e**x in FP32. FAST_MATH (a GPU) uses ex2.approx.ftz: tl.exp's ex2 also fixes up subnormal
-    results, three more instructions per call for values below 2**-126 that nobody needs here."""
-    if FAST_MATH:
-        return exp2_approx(x * LOG2E)
-    else:
-        return tl.exp(x)
-
-
-@triton.jit
-def neg_log1p_neg(u, FP64: tl.constexpr, FAST_MATH: tl.constexpr = False):
+def neg_log1p_neg(u, FP64: tl.constexpr):
     """-log1p(-u) for 0 < u < 1, accurate for small u where log(1 - u) would lose all bits.
 
     Small u uses the series u + u^2/2 + ...; its truncation error is below the format's epsilon:
     FP32: u < 2**-6 with 4 terms (relative error < u^4/5 < 2**-26);
     FP64: u < 2**-8 with 7 terms (relative error < u^7/8 < 2**-59).
-    FAST_MATH evaluates the FP32 series with fused multiply-adds (4 instructions instead of 8).
     """
     if FP64:
         series = u * (1.0 + u * (0.5 + u * (1.0 / 3.0 + u * (0.25 + u * (0.2 + u * (1.0 / 6.0 + u * (1.0 / 7.0)))))))
         return tl.where(u < 0.00390625, series, -tl.log(1.0 - u))
     else:
-        if FAST_MATH:
-            series = u * tl.fma(u, tl.fma(u, tl.fma(u, 0.25, 0.3333333432674408), 0.5), 1.0)
-        else:
-            series = u * (1.0 + u * (0.5 + u * (0.3333333432674408 + u * 0.25)))
-        return tl.where(u < 0.015625, series, -log(1.0 - u, FAST_MATH))
+        series = u * (1.0 + u * (0.5 + u * (0.3333333432674408 + u * 0.25)))
+        return tl.where(u < 0.015625, series, -tl.log(1.0 - u))
 
 
 @triton.jit
@@ -176,9 +154,7 @@ def uniform_block(seed, position, first_col, STREAM: tl.constexpr, BLOCK_V: tl.c
 def gumbel_noise(u, FP64: tl.constexpr, FAST_MATH: tl.constexpr = False):
     """g(u) = -log(-log1p(-u)): the large-noise tail (small u) keeps full resolution.
     FAST_MATH applies to FP32 only (FP64 always uses the accurate log)."""
-    if FP64:
-        return -tl.log(neg_log1p_neg(u, FP64))
-    elif FAST_MATH:
+    if FAST_MATH and not FP64:
         # In base 2, with the constants folded: m = -log2(1 - u) = -log1p(-u) * log2(e) (the series'
         # coefficients times log2(e) for small u), then g = -ln(m * ln 2) = -ln 2 * log2(m) - ln(ln 2),
         # one fused multiply-add: two multiplications fewer per column than -log(-log1p(-u)).
@@ -186,7 +162,7 @@ def gumbel_noise(u, FP64: tl.constexpr, FAST_MATH: tl.constexpr = False):
         m = tl.where(u < 0.015625, series, -log2_approx(1.0 - u))
         return tl.fma(log2_approx(m), -LN2, NEG_LN_LN2)
     else:
-        return -log(neg_log1p_neg(u, FP64, FAST_MATH), FAST_MATH)
+        return -tl.log(neg_log1p_neg(u, FP64))
 
 
 @triton.jit
