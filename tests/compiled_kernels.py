@@ -42,7 +42,7 @@ def global_loads(compiled):
 
 
 def sass_instructions(compiled):
-    """How many SASS instructions one thread's code holds (straight-line kernels: each runs at most once)."""
+    """How many SASS instructions one thread's code holds (each counted once, whichever branches run)."""
     cuobjdump = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "kernel.cubin")

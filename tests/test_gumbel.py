@@ -89,6 +89,27 @@ def test_gumbel_greedy_ties_and_non_finite(frontend):
         assert sampled[4] not in (3, 5000)
 
 
+def test_gumbel_non_finite_logits_count_as_minus_inf(frontend):
+    """NaN and +inf logits are never candidates, in whichever block: replacing them by -inf changes
+    no token. Blocks holding one take gumbel.noisy_scores' masked path, the others its unmasked
+    one (a NaN-propagating max tells them apart), so this checks that the two paths agree."""
+    rng = np.random.default_rng(12)
+    batch, vocab = 8, 9000
+    logits = make_logits(rng, batch, vocab)
+    rows, cols = np.repeat(np.arange(batch), 6), rng.integers(0, vocab, 6 * batch)
+    logits[rows, cols] = rng.choice(np.float32([np.nan, np.inf]), size=rows.size)
+    logits[np.arange(batch), logits.argmax(axis=1)] = np.inf  # where the finite best was: must not win
+    logits[7, 4096:8192] = np.nan  # a block with no candidate
+    cleaned = np.where(np.isnan(logits) | (logits == np.inf), np.float32(-np.inf), logits)
+    seeds, positions = make_requests(rng, batch)
+    temperature = np.float32([0.0, 0.7, 1.3, 1.0, 0.0, 0.5, 1.0, 0.9])
+    for fp64 in (False, True):
+        tokens = frontend("gumbel_sample", logits, seeds, positions, temperature, fp64=fp64)
+        np.testing.assert_array_equal(
+            tokens, frontend("gumbel_sample", cleaned, seeds, positions, temperature, fp64=fp64))
+        assert np.isfinite(logits[np.arange(batch), tokens]).all()
+
+
 def test_gumbel_invariants(frontend):
     rng = np.random.default_rng(4)
     batch, vocab = 12, 5000

@@ -246,6 +246,37 @@ def test_rejection_edge_cases(frontend):
         assert (tokens[:, 0] != drafts[:, 0]).all() and (tokens[:, 0] >= 0).all() and (tokens[:, 1:] == -1).all()
 
 
+def test_rejection_non_finite_logits_count_as_minus_inf(frontend):
+    """NaN and +inf target or draft logits have probability 0, as -inf ones: replacing them by -inf
+    changes no token and no count. Blocks holding one take the masked softmax and Gumbel paths, the
+    others the unmasked ones, so this checks that the two agree (K = 1 reduces the bonus row in the
+    stats launch, K = 3 in the emit launch)."""
+    rng = np.random.default_rng(67)
+    batch, vocab = 6, 5000
+    for k in (1, 3):
+        target, draft, drafts, num_drafts, seeds, positions, temperature = rejection_inputs(rng, batch=batch, k=k,
+                                                                                            vocab=vocab)
+        for logits in (target, draft):
+            flat = logits.reshape(-1, vocab)
+            rows, cols = np.repeat(np.arange(len(flat)), 5), rng.integers(0, vocab, 5 * len(flat))
+            flat[rows, cols] = rng.choice(np.float32([np.nan, np.inf]), size=rows.size)
+        target[2, 0, drafts[2, 0]] = np.nan  # a draft the target gives probability 0: rejected
+        draft[3, 0, 2048:4096] = np.inf  # a draft block with no candidate
+
+        def cleaned(logits):
+            return np.where(np.isnan(logits) | (logits == np.inf), np.float32(-np.inf), logits)
+
+        for kwargs in (dict(draft_logits=draft), dict(), dict(method="strict"), dict(draft_logits=draft, fp64=True)):
+            clean_kwargs = {name: cleaned(value) if name == "draft_logits" else value for name, value in kwargs.items()}
+            out = frontend("rejection_sample", target, drafts, num_drafts, seeds, positions, temperature, **kwargs)
+            expected = frontend("rejection_sample", cleaned(target), drafts, num_drafts, seeds, positions,
+                                temperature, **clean_kwargs)
+            for got, want in zip(out, expected):
+                np.testing.assert_array_equal(got, want, err_msg=f"K={k} {kwargs.keys()}")
+            emitted = out[0][np.arange(batch), out[1] - 1]
+            assert np.isfinite(target[np.arange(batch), out[1] - 1, emitted]).all()
+
+
 def test_rejection_request_outputs_do_not_depend_on_the_batch(frontend):
     """Permuting requests permutes outputs; a sub-batch, and other requests' changed data, leave a
     request's tokens as they were (its outputs depend only on its own rows, seed, position, T, n_b)."""

@@ -103,29 +103,57 @@ def block_noise(seed, position, first_col, STREAM: tl.constexpr, BLOCK_V: tl.con
 
 
 @triton.jit
+def _maximum_keeping_nan(a, b):
+    return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)
+
+
+@triton.jit
+def max_flagging_nan(x, FAST_MATH: tl.constexpr):
+    """The largest element of a 1-D block, or NaN or +inf when an element is NaN, so that
+    `max_flagging_nan(x) < inf` proves the block holds no NaN and no +inf. On a GPU (FAST_MATH) a
+    NaN-propagating max, one max.NaN per column, the cost of a plain max; the interpreter runs a
+    custom reduction 8x slower than tl.max, so there NaNs are mapped to +inf first."""
+    if FAST_MATH:
+        return tl.reduce(x, 0, _maximum_keeping_nan)
+    else:
+        return tl.max(tl.where(x != x, float("inf"), x), axis=0)
+
+
+@triton.jit
 def noisy_scores(x, noise, temperature, FP64: tl.constexpr, FAST_MATH: tl.constexpr):
-    """The Gumbel-max scores x / T + g (x itself when T == 0: greedy); non-candidates (padding,
-    non-finite logits, NaN scores) score -inf. Every Gumbel-max in jsample scores with this.
-    FAST_MATH (FP32) fuses the multiply-add: one rounding instead of two, one instruction."""
+    """(scores, their max): the Gumbel-max scores x / T + g (x itself when T == 0: greedy), where
+    non-candidates (padding, non-finite logits, NaN scores) score -inf. Every Gumbel-max in jsample
+    scores with this. FAST_MATH (FP32) fuses the multiply-add: one rounding instead of two.
+
+    A +inf or NaN logit makes its raw score +inf, NaN or -inf (x * (1/T) + g with g finite), so
+    when the block's raw scores hold no NaN or +inf, every raw score above -inf is a candidate and
+    the raw scores are the answer: the masks below (3 instructions a column) run only for blocks
+    with a NaN or +inf score, which max_flagging_nan finds at the cost of the plain max."""
     if temperature == 0:
         score = x
-        candidate = tl.abs(x) < float("inf")  # false for +-inf and NaN
     else:
         if FAST_MATH and not FP64:
             score = tl.fma(x, inverse_temperature(temperature, FP64), noise)
         else:
             score = x * inverse_temperature(temperature, FP64) + noise
-        # x < inf drops +inf and NaN logits, score > -inf drops NaN scores (and -inf logits): both
-        # comparisons are false for NaN, so this costs two predicated instructions per column
-        candidate = (x < float("inf")) & (score > float("-inf"))
-    return tl.where(candidate, score, float("-inf"))
+    best = max_flagging_nan(score, FAST_MATH)
+    if not (best < float("inf")):
+        if temperature == 0:
+            candidate = tl.abs(x) < float("inf")  # false for +-inf and NaN
+        else:
+            # x < inf drops +inf and NaN logits, score > -inf drops NaN scores (and -inf logits)
+            candidate = (x < float("inf")) & (score > float("-inf"))
+        score = tl.where(candidate, score, float("-inf"))
+        best = tl.max(score, axis=0)
+    return score, best
 
 
 @triton.jit
 def block_scores(logits_ptr, row, row_stride, V, first_col, seed, position, temperature,
                  STREAM: tl.constexpr, BLOCK_V: tl.constexpr, ROW_ALIGN: tl.constexpr, FP64: tl.constexpr,
                  FAST_MATH: tl.constexpr):
-    """Gumbel-max scores of one row's columns first_col .. first_col + BLOCK_V - 1 (no noise when T == 0)."""
+    """(Gumbel-max scores, their max) of one row's columns first_col .. first_col + BLOCK_V - 1 (no
+    noise when T == 0)."""
     cols = first_col + tl.arange(0, BLOCK_V)
     row_offset = tl.multiple_of(row.to(tl.int64) * row_stride, ROW_ALIGN)
     x = load_block(logits_ptr + row_offset, cols, V, FP64)
@@ -137,13 +165,13 @@ def block_scores(logits_ptr, row, row_stride, V, first_col, seed, position, temp
 
 
 @triton.jit
-def store_block_best(partial_score_ptr, partial_index_ptr, out, score, first_col, FP64: tl.constexpr):
-    """The block's best score and its lowest column, in the layout reduce_block_best reads.
+def store_block_best(partial_score_ptr, partial_index_ptr, out, score, best, first_col, FP64: tl.constexpr):
+    """The block's best score `best` (= tl.max(score)) and its lowest column, in the layout
+    reduce_block_best reads.
 
-    `score` is never NaN (non-candidates score -inf), so a plain max and then the lowest offset
-    holding it is the argmax: 4 instructions per column against 7 for tl.max(return_indices=True),
-    whose combine also orders NaNs and pairs of indices."""
-    best = tl.max(score, axis=0)
+    `score` is never NaN (non-candidates score -inf), so the lowest offset holding the max is the
+    argmax: 4 instructions per column against 7 for tl.max(return_indices=True), whose combine also
+    orders NaNs and pairs of indices."""
     offsets = tl.arange(0, score.shape[0])
     best_offset = tl.min(tl.where(score == best, offsets, score.shape[0]), axis=0)
     if FP64:
@@ -178,10 +206,10 @@ def gumbel_partial_kernel(
     position = tl.load(positions_ptr + row).to(tl.int64)
     temperature = tl.load(temperature_ptr + row)
     first_col = block * BLOCK_V
-    score = block_scores(logits_ptr, row, row_stride, V, first_col, seed, position, temperature,
-                         STREAM, BLOCK_V, ROW_ALIGN, FP64, FAST_MATH)
-    store_block_best(partial_score_ptr, partial_index_ptr, row.to(tl.int64) * num_blocks + block, score, first_col,
-                     FP64)
+    score, best = block_scores(logits_ptr, row, row_stride, V, first_col, seed, position, temperature,
+                               STREAM, BLOCK_V, ROW_ALIGN, FP64, FAST_MATH)
+    store_block_best(partial_score_ptr, partial_index_ptr, row.to(tl.int64) * num_blocks + block, score, best,
+                     first_col, FP64)
 
 
 @triton.jit

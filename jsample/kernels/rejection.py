@@ -38,7 +38,8 @@ Four launches, all shared by the PyTorch and JAX frontends (no host synchronisat
 j is below conditional_rates[j] and emits target_tokens[b, a_b].
 
 All maths is FP32 (FP64 when FP64): logits are widened and scaled by 1 / T (x * (1 / T), as the
-Gumbel scores), and the softmax statistics, ratios and residual logs use that precision. The residual
+Gumbel scores; on a GPU the softmax terms fold 1 / T and log2 e into one fused multiply-add), and the
+softmax statistics, ratios and residual logs use that precision. The residual
 score log r_k + g_k is computed as (s_k - log Z_p) + log(1 - q_k / p_k) from the row's Gumbel score
 s_k = x_k / T + g_k, with q_k / p_k = exp((y_k - x_k) / T + log Z_p - log Z_q): one exp and one log per
 column (the hardware's ex2 and lg2 on a GPU). Non-finite target logits have probability 0.
@@ -58,6 +59,7 @@ from jsample.kernels.gumbel import (
     gumbel_launch_config,
     inverse_temperature,
     load_block,
+    max_flagging_nan,
     noisy_scores,
     reduce_block_best,
     store_block_best,
@@ -158,19 +160,26 @@ def _gather(row_ptrs, cols, mask, FP64: tl.constexpr):
 
 
 @triton.jit
-def _softmax_partials(scaled, FP64: tl.constexpr, FAST_MATH: tl.constexpr):
-    """(max, sum of exp(scaled - max)) of a block; (-inf, 0) when it has no candidate."""
-    block_max = tl.max(scaled, axis=0)
+def _softmax_partials(x, inverse_t, FP64: tl.constexpr, FAST_MATH: tl.constexpr):
+    """(max, sum of exp(s - max)) of a block's scaled logits s = _scaled(x, 1 / T): NaN and +inf
+    logits have probability 0, as -inf ones; (-inf, 0) when the block has no candidate.
+
+    Only a block that holds a NaN or +inf logit runs the mask (max_flagging_nan finds one at the cost
+    of the plain max), and the max is taken before scaling: x * (1/T) rounds monotonically (1/T > 0),
+    so max s = (max x) * (1/T)."""
+    x_max = max_flagging_nan(x, FAST_MATH)
+    if not (x_max < float("inf")):
+        x = tl.where(x < float("inf"), x, float("-inf"))  # false for NaN
+        x_max = tl.max(x, axis=0)
+    block_max = x_max * inverse_t
     # exp(-inf - shift) = 0 covers the non-candidates; the shift keeps an all -inf block at sum 0, not NaN
     shift = tl.where(block_max > float("-inf"), block_max, 0.0)
-    if FP64:
-        terms = tl.exp(scaled - shift)
-    elif FAST_MATH:
-        # ex2.approx.ftz of one fused multiply-add: 2 instructions a column, not 6 for tl.exp; the
-        # flushed terms (< 2**-126) are far below the sum's rounding (the sum is >= 1)
-        terms = exp2_approx(tl.fma(scaled, LOG2E, -shift * LOG2E))
+    if FAST_MATH and not FP64:
+        # ex2.approx.ftz of one fused multiply-add, 1 / T folded into it: 2 instructions a column,
+        # not 6 for tl.exp; the flushed terms (< 2**-126) are far below the sum's rounding (sum >= 1)
+        terms = exp2_approx(tl.fma(x, inverse_t * LOG2E, -shift * LOG2E))
     else:
-        terms = tl.exp(scaled - shift)
+        terms = tl.exp(x * inverse_t - shift)
     return block_max, tl.sum(terms, axis=0)
 
 
@@ -204,9 +213,9 @@ def _store_sampled_partials(target_row_ptr, row, target_row_stride, V, first_col
                             partial_score_ptr, partial_index_ptr, out, BLOCK_V: tl.constexpr,
                             ROW_ALIGN: tl.constexpr, FP64: tl.constexpr, FAST_MATH: tl.constexpr):
     """The block partials of target row `row`'s Gumbel-max sample (gumbel_sample's block_scores)."""
-    score = block_scores(target_row_ptr, row, target_row_stride, V, first_col, seed, position, temperature,
-                         STREAM_TOKEN, BLOCK_V, ROW_ALIGN, FP64, FAST_MATH)
-    store_block_best(partial_score_ptr, partial_index_ptr, out, score, first_col, FP64)
+    score, best = block_scores(target_row_ptr, row, target_row_stride, V, first_col, seed, position, temperature,
+                               STREAM_TOKEN, BLOCK_V, ROW_ALIGN, FP64, FAST_MATH)
+    store_block_best(partial_score_ptr, partial_index_ptr, out, score, best, first_col, FP64)
 
 
 @triton.jit
@@ -279,11 +288,11 @@ def rejection_stats_kernel(
                                         position + num_drafts, temperature, partial_score_ptr, partial_index_ptr,
                                         bonus_out, BLOCK_V, ROW_ALIGN, FP64, FAST_MATH)
             inverse_t = inverse_temperature(temperature, FP64)
-            target_max, target_sum = _softmax_partials(_scaled(x, inverse_t), FP64, FAST_MATH)
+            target_max, target_sum = _softmax_partials(x, inverse_t, FP64, FAST_MATH)
             tl.store(stats + out, target_max)
             tl.store(stats + out + num_blocks, target_sum)
             if not ONE_HOT:
-                draft_max, draft_sum = _softmax_partials(_scaled(y, inverse_t), FP64, FAST_MATH)
+                draft_max, draft_sum = _softmax_partials(y, inverse_t, FP64, FAST_MATH)
                 tl.store(stats + out + 2 * num_blocks, draft_max)
                 tl.store(stats + out + 3 * num_blocks, draft_sum)
     if BONUS_IN_STATS:
@@ -479,8 +488,9 @@ def rejection_emit_kernel(
         else:
             noise = block_noise(seed, position, first_col, STREAM_TOKEN, BLOCK_V, FP64, FAST_MATH)
         # exactly gumbel_sample's scores of this row (block_scores): the bonus token, or the fallback
-        score = noisy_scores(x, noise, temperature, FP64, FAST_MATH)
-        store_block_best(partial_score_ptr, partial_index_ptr, (B + b64) * num_blocks + block, score, first_col, FP64)
+        score, best = noisy_scores(x, noise, temperature, FP64, FAST_MATH)
+        store_block_best(partial_score_ptr, partial_index_ptr, (B + b64) * num_blocks + block, score, best, first_col,
+                         FP64)
         if emit_mode == EMIT_RESIDUAL:
             if ONE_HOT:
                 draft = tl.load(draft_tokens_ptr + b64 * K + emit_row)
@@ -495,20 +505,27 @@ def rejection_emit_kernel(
                 # (NaN where both logits are -inf, p = 0 there: compared below as false). log r + g =
                 # log p + log(1 - q / p) + g = (score - log Z_p) + log(1 - q / p) where q < p; only the
                 # absolute error of log(1 - q / p) matters next to the score, so no log1p series is needed
-                log_difference = tl.where(y < float("inf"), y - x, float("-inf"))
                 if FAST_MATH and not FP64:
-                    # log2(q / p), with log2(e) folded into the per-row constants, and the final natural
-                    # log's ln 2 into a fused multiply-add: ex2 and lg2 of the hardware, unscaled
-                    log_ratio = (log_difference * (inverse_temperature(temperature, FP64) * LOG2E)
-                                 + (target_lse - draft_lse) * LOG2E)
-                    residual_score = tl.fma(log2_approx(1.0 - exp2_approx(log_ratio)), LN2, score - target_lse)
+                    # q = 0 where a draft logit is NaN or +inf; only blocks holding one run the mask
+                    if not (max_flagging_nan(y, FAST_MATH) < float("inf")):
+                        y = tl.where(y < float("inf"), y, float("-inf"))
+                    # log2(q / p), log2(e) folded into the per-row constants: one fused multiply-add. The
+                    # residual score drops the row's constant log Z_p (argmax-invariant): log r + g + log Z_p
+                    # = score + ln 2 * log2(1 - q / p), one more. max(1 - q / p, 0) sends q >= p, and NaN
+                    # ratios (x = y = -inf, p = 0), to lg2(0) = -inf with no mask: a GPU's max returns the
+                    # non-NaN operand. `score` is never NaN, so neither is the residual score.
+                    log_ratio = tl.fma(y - x, inverse_temperature(temperature, FP64) * LOG2E,
+                                       (target_lse - draft_lse) * LOG2E)
+                    residual = tl.fma(log2_approx(tl.maximum(1.0 - exp2_approx(log_ratio), 0.0)), LN2, score)
                 else:
+                    log_difference = tl.where(y < float("inf"), y - x, float("-inf"))
                     log_ratio = log_difference * inverse_temperature(temperature, FP64) + (target_lse - draft_lse)
                     residual_score = (score - target_lse) + tl.log(1.0 - tl.exp(log_ratio))
-                # false for NaN: non-candidates of `score` are -inf, and q >= p has no residual
-                residual = tl.where((log_ratio < 0) & (residual_score > float("-inf")), residual_score, float("-inf"))
-            store_block_best(partial_score_ptr, partial_index_ptr, b64 * num_blocks + block, residual, first_col,
-                             FP64)
+                    # false for NaN: non-candidates of `score` are -inf, and q >= p has no residual
+                    residual = tl.where((log_ratio < 0) & (residual_score > float("-inf")), residual_score,
+                                        float("-inf"))
+            store_block_best(partial_score_ptr, partial_index_ptr, b64 * num_blocks + block, residual,
+                             tl.max(residual, axis=0), first_col, FP64)
 
 
 @triton.jit
