@@ -37,12 +37,12 @@ def scalar_bf16_loads(loads):
     return loads.get("ld.global.b16", 0)
 
 
-# SASS instructions per column, with slack for compiler versions; CI's triton gives 51.5 and 77.
+# SASS instructions per column, with slack for compiler versions; CI's triton gives 51.5 and 74.5.
 # Static counts: every branch is counted, the emit kernel's residual branch and the masks that only
 # blocks holding a NaN or +inf logit run (gumbel.noisy_scores; about 10 a column, so a finite block
 # runs about 41.5 in gumbel_partial_kernel, and gumbel_sample at B = 256, V = 151936 on an H200 went
 # 83.4 -> 77.6 us when that fallback replaced the masks every block ran).
-INSTRUCTION_BUDGET = {"gumbel_partial_kernel": 53, "rejection_emit_kernel": 80}
+INSTRUCTION_BUDGET = {"gumbel_partial_kernel": 53, "rejection_emit_kernel": 78}
 
 
 @pytest.fixture(scope="module")

@@ -161,26 +161,38 @@ def _gather(row_ptrs, cols, mask, FP64: tl.constexpr):
 
 @triton.jit
 def _softmax_partials(x, inverse_t, FP64: tl.constexpr, FAST_MATH: tl.constexpr):
-    """(max, sum of exp(s - max)) of a block's scaled logits s = _scaled(x, 1 / T): NaN and +inf
-    logits have probability 0, as -inf ones; (-inf, 0) when the block has no candidate.
+    """(max, sum of exp(s - max)) of a block's scaled logits s = x / T, where NaN and +inf logits
+    have probability 0, as -inf ones; (-inf, 0) when the block has no candidate.
 
-    Only a block that holds a NaN or +inf logit runs the mask (max_flagging_nan finds one at the cost
-    of the plain max), and the max is taken before scaling: x * (1/T) rounds monotonically (1/T > 0),
-    so max s = (max x) * (1/T)."""
+    x * (1/T) rounds monotonically (1/T > 0), so max s = (max x) * (1/T), and when that is below
+    +inf the block holds no NaN or +inf logit (max_flagging_nan says so, at the cost of the plain
+    max): only the other blocks run the mask, 3 instructions a column. Both branches compute a
+    finite logit's term alike, so a NaN elsewhere in its block cannot change it."""
     x_max = max_flagging_nan(x, FAST_MATH)
-    if not (x_max < float("inf")):
-        x = tl.where(x < float("inf"), x, float("-inf"))  # false for NaN
-        x_max = tl.max(x, axis=0)
     block_max = x_max * inverse_t
-    # exp(-inf - shift) = 0 covers the non-candidates; the shift keeps an all -inf block at sum 0, not NaN
-    shift = tl.where(block_max > float("-inf"), block_max, 0.0)
+    if (block_max < float("inf")) & (inverse_t > 0):
+        # exp(-inf - shift) = 0 covers -inf logits; the shift keeps an all -inf block at sum 0, not NaN
+        shift = tl.where(block_max > float("-inf"), block_max, 0.0)
+        terms = _softmax_terms(x, inverse_t, shift, FP64, FAST_MATH)
+    else:
+        # Two whole branches: masking x before one shared tail cost the common path registers
+        # (69 or 85, not 64, and 1 block in 8 of its occupancy).
+        x = tl.where(tl.abs(x) < float("inf"), x, float("-inf"))
+        block_max = tl.max(x * inverse_t, axis=0)
+        shift = tl.where(block_max > float("-inf"), block_max, 0.0)
+        terms = _softmax_terms(x, inverse_t, shift, FP64, FAST_MATH)
+    return block_max, tl.sum(terms, axis=0)
+
+
+@triton.jit
+def _softmax_terms(x, inverse_t, shift, FP64: tl.constexpr, FAST_MATH: tl.constexpr):
+    """exp(x / T - shift) of finite or -inf logits x."""
     if FAST_MATH and not FP64:
         # ex2.approx.ftz of one fused multiply-add, 1 / T folded into it: 2 instructions a column,
         # not 6 for tl.exp; the flushed terms (< 2**-126) are far below the sum's rounding (sum >= 1)
-        terms = exp2_approx(tl.fma(x, inverse_t * LOG2E, -shift * LOG2E))
+        return exp2_approx(tl.fma(x, inverse_t * LOG2E, -shift * LOG2E))
     else:
-        terms = tl.exp(x * inverse_t - shift)
-    return block_max, tl.sum(terms, axis=0)
+        return tl.exp(x * inverse_t - shift)
 
 
 @triton.jit
@@ -433,6 +445,17 @@ def rejection_decide_kernel(
 
 
 @triton.jit
+def _fast_residual_scores(x, y, score, temperature, target_lse, draft_lse):
+    """FAST_MATH FP32 residual scores from finite or -inf draft logits y: log2(q / p) with log2(e)
+    folded into the per-row constants (one fused multiply-add), and log r + g + log Z_p =
+    score + ln 2 * log2(1 - q / p) (one more): the row's constant log Z_p is dropped (argmax-invariant).
+    max(1 - q / p, 0) sends q >= p, and NaN ratios (x = y = -inf, p = 0), to lg2(0) = -inf with no
+    mask: a GPU's max returns the non-NaN operand. `score` is never NaN, so neither is the result."""
+    log_ratio = tl.fma(y - x, inverse_temperature(temperature, False) * LOG2E, (target_lse - draft_lse) * LOG2E)
+    return tl.fma(log2_approx(tl.maximum(1.0 - exp2_approx(log_ratio), 0.0)), LN2, score)
+
+
+@triton.jit
 def rejection_emit_kernel(
     target_logits_ptr,  # [B, K+1, V] f32|bf16|f16, columns contiguous
     draft_logits_ptr,  # [B, K, V] f32, columns contiguous (unused when ONE_HOT)
@@ -506,17 +529,10 @@ def rejection_emit_kernel(
                 # log p + log(1 - q / p) + g = (score - log Z_p) + log(1 - q / p) where q < p; only the
                 # absolute error of log(1 - q / p) matters next to the score, so no log1p series is needed
                 if FAST_MATH and not FP64:
-                    # q = 0 where a draft logit is NaN or +inf; only blocks holding one run the mask
-                    if not (max_flagging_nan(y, FAST_MATH) < float("inf")):
-                        y = tl.where(y < float("inf"), y, float("-inf"))
-                    # log2(q / p), log2(e) folded into the per-row constants: one fused multiply-add. The
-                    # residual score drops the row's constant log Z_p (argmax-invariant): log r + g + log Z_p
-                    # = score + ln 2 * log2(1 - q / p), one more. max(1 - q / p, 0) sends q >= p, and NaN
-                    # ratios (x = y = -inf, p = 0), to lg2(0) = -inf with no mask: a GPU's max returns the
-                    # non-NaN operand. `score` is never NaN, so neither is the residual score.
-                    log_ratio = tl.fma(y - x, inverse_temperature(temperature, FP64) * LOG2E,
-                                       (target_lse - draft_lse) * LOG2E)
-                    residual = tl.fma(log2_approx(tl.maximum(1.0 - exp2_approx(log_ratio), 0.0)), LN2, score)
+                    # q = 0 where a draft logit is NaN or +inf (masking only the blocks that hold one, as
+                    # noisy_scores does, saved 2 instructions a column but cost 6 registers)
+                    residual = _fast_residual_scores(x, tl.where(tl.abs(y) < float("inf"), y, float("-inf")),
+                                                     score, temperature, target_lse, draft_lse)
                 else:
                     log_difference = tl.where(y < float("inf"), y - x, float("-inf"))
                     log_ratio = log_difference * inverse_temperature(temperature, FP64) + (target_lse - draft_lse)
