@@ -89,6 +89,10 @@ def _rejection_sample_op(target_logits: torch.Tensor, draft_tokens: torch.Tensor
     if k == 0:
         draft_tokens = torch.zeros(1, dtype=torch.int32, device=device)  # never read; avoids a null pointer
     options = dict(num_stages=config.num_stages, enable_fp_fusion=config.enable_fp_fusion)
+    # Hopper and newer: the four launches form a programmatic dependent launch chain (launch latency
+    # overlapped, kernels/rejection.py _dependent_launch); jax-triton cannot launch that way
+    pdl = config.fast_math and torch.cuda.get_device_capability(device)[0] >= 9
+    dependent = dict(PDL=pdl, launch_pdl=pdl)
     stats = torch.empty(batch * max(k, 1), kernels.rejection.STATS_PER_BLOCK * config.num_blocks * words,
                         dtype=torch.float32, device=device)
     row_score = torch.empty(batch * rows, config.num_blocks * words, dtype=torch.float32, device=device)
@@ -98,7 +102,7 @@ def _rejection_sample_op(target_logits: torch.Tensor, draft_tokens: torch.Tensor
         vocab, k, *strides, stats, row_score, row_index,
         STRICT=strict, ONE_HOT=one_hot, BONUS_IN_STATS=config.bonus_in_stats, FP64=fp64,
         BLOCK_V=config.block_v, ROW_ALIGN=config.row_align,
-        VOCAB_ALIGN=config.vocab_align, FAST_MATH=config.fast_math, num_warps=config.num_warps, **options)
+        VOCAB_ALIGN=config.vocab_align, FAST_MATH=config.fast_math, PDL=pdl, num_warps=config.num_warps, **options)
     emit_row = torch.empty(batch, dtype=torch.int32, device=device)
     emit_mode = torch.empty(batch, dtype=torch.int32, device=device)
     log_normalizer = torch.empty(batch, 2 * words, dtype=torch.float32, device=device)
@@ -107,18 +111,19 @@ def _rejection_sample_op(target_logits: torch.Tensor, draft_tokens: torch.Tensor
         row_index, vocab, k, *strides, config.num_blocks, emit_row, emit_mode, log_normalizer,
         STRICT=strict, ONE_HOT=one_hot, BONUS_IN_STATS=config.bonus_in_stats, FP64=fp64,
         BLOCK_K=config.block_k, REDUCE_BLOCK=config.reduce_block,
-        num_warps=config.decide_num_warps, **options)
+        num_warps=config.decide_num_warps, **dependent, **options)
     emit_score = torch.empty(2 * batch, config.num_blocks * words, dtype=torch.float32, device=device)
     emit_index = torch.empty(2 * batch, config.num_blocks, dtype=torch.int32, device=device)
     kernels.rejection_emit_kernel[(batch, config.num_blocks)](
         target_logits, draft, draft_tokens, seeds, positions, temperature, emit_row, emit_mode, log_normalizer,
         vocab, k, batch, *strides, emit_score, emit_index,
         ONE_HOT=one_hot, FP64=fp64, BLOCK_V=config.block_v, ROW_ALIGN=config.row_align,
-        VOCAB_ALIGN=config.vocab_align, FAST_MATH=config.fast_math, num_warps=config.num_warps, **options)
+        VOCAB_ALIGN=config.vocab_align, FAST_MATH=config.fast_math, num_warps=config.num_warps, **dependent,
+        **options)
     kernels.rejection_finish_kernel[(batch,)](
         draft_tokens, emit_row, emit_mode, row_score, row_index, emit_score, emit_index, config.num_blocks, k, batch,
         tokens, num_sampled, FP64=fp64, BLOCK_K=config.block_k, REDUCE_BLOCK=config.reduce_block,
-        num_warps=config.per_request_num_warps, **options)
+        num_warps=config.per_request_num_warps, **dependent, **options)
     return tokens, num_sampled
 
 
