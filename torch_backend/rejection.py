@@ -89,10 +89,14 @@ def _rejection_sample_op(target_logits: torch.Tensor, draft_tokens: torch.Tensor
     if k == 0:
         draft_tokens = torch.zeros(1, dtype=torch.int32, device=device)  # never read; avoids a null pointer
     options = dict(num_stages=config.num_stages, enable_fp_fusion=config.enable_fp_fusion)
-    # Hopper and newer: the four launches form a programmatic dependent launch chain (launch latency
-    # overlapped, kernels/rejection.py _dependent_launch); jax-triton cannot launch that way
+    # Hopper and newer: the launches form a programmatic dependent launch chain (launch latency
+    # overlapped, kernels/rejection.py _dependent_launch; jax-triton cannot launch that way). Its
+    # wait costs every program of the emit launch, most of which exit at once: only while they fit on
+    # the GPU together is the chain worth it there (B = 1: 15.5 -> 13.3 us on an H200; B = 256,
+    # K = 1, 19200 programs: 128.7 -> 133.0 us with it; benchmarks/results/explore_pdl.txt).
     pdl = config.fast_math and torch.cuda.get_device_capability(device)[0] >= 9
     dependent = dict(PDL=pdl, launch_pdl=pdl)
+    emit_pdl = pdl and batch * config.num_blocks <= 4 * torch.cuda.get_device_properties(device).multi_processor_count
     stats = torch.empty(batch * max(k, 1), kernels.rejection.STATS_PER_BLOCK * config.num_blocks * words,
                         dtype=torch.float32, device=device)
     row_score = torch.empty(batch * rows, config.num_blocks * words, dtype=torch.float32, device=device)
@@ -118,8 +122,8 @@ def _rejection_sample_op(target_logits: torch.Tensor, draft_tokens: torch.Tensor
         target_logits, draft, draft_tokens, seeds, positions, temperature, emit_row, emit_mode, log_normalizer,
         vocab, k, batch, *strides, emit_score, emit_index,
         ONE_HOT=one_hot, FP64=fp64, BLOCK_V=config.block_v, ROW_ALIGN=config.row_align,
-        VOCAB_ALIGN=config.vocab_align, FAST_MATH=config.fast_math, num_warps=config.num_warps, **dependent,
-        **options)
+        VOCAB_ALIGN=config.vocab_align, FAST_MATH=config.fast_math, num_warps=config.num_warps, PDL=emit_pdl,
+        launch_pdl=emit_pdl, **options)
     kernels.rejection_finish_kernel[(batch,)](
         draft_tokens, emit_row, emit_mode, row_score, row_index, emit_score, emit_index, config.num_blocks, k, batch,
         tokens, num_sampled, FP64=fp64, BLOCK_K=config.block_k, REDUCE_BLOCK=config.reduce_block,
