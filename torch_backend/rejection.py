@@ -68,6 +68,17 @@ def rejection_sample(target_logits, draft_tokens, num_draft_tokens, seeds, posit
         None if method == "strict" else draft_logits, method == "strict", fp64)
 
 
+def _dependent_launches(device, emit_programs: int) -> tuple[bool, bool]:
+    """(whether rejection_sample's launches form a programmatic dependent launch chain, whether the
+    emit launch joins it). The chain overlaps launch latency (kernels/rejection.py _dependent_launch;
+    jax-triton cannot launch that way) on Hopper and newer. Its wait costs every program of the emit
+    launch, most of which exit at once, so the emit launch joins only while its programs fit on the
+    GPU together. On an H200 (benchmarks/results/explore_pdl.txt): B = 1 15.5 -> 13.3 us, and
+    B = 256, K = 1 (19200 emit programs) 128.7 us, not 133.0 with the emit launch chained too."""
+    chain = torch.cuda.get_device_capability(device)[0] >= 9
+    return chain, chain and emit_programs <= 4 * torch.cuda.get_device_properties(device).multi_processor_count
+
+
 # A custom op, so torch.compile sees one opaque call (no graph break, shapes known from the fake).
 @torch.library.custom_op("jsample::rejection_sample", mutates_args=())
 def _rejection_sample_op(target_logits: torch.Tensor, draft_tokens: torch.Tensor, num_draft_tokens: torch.Tensor,
@@ -89,14 +100,8 @@ def _rejection_sample_op(target_logits: torch.Tensor, draft_tokens: torch.Tensor
     if k == 0:
         draft_tokens = torch.zeros(1, dtype=torch.int32, device=device)  # never read; avoids a null pointer
     options = dict(num_stages=config.num_stages, enable_fp_fusion=config.enable_fp_fusion)
-    # Hopper and newer: the launches form a programmatic dependent launch chain (launch latency
-    # overlapped, kernels/rejection.py _dependent_launch; jax-triton cannot launch that way). Its
-    # wait costs every program of the emit launch, most of which exit at once: only while they fit on
-    # the GPU together is the chain worth it there (B = 1: 15.5 -> 13.3 us on an H200; B = 256,
-    # K = 1, 19200 programs: 128.7 -> 133.0 us with it; benchmarks/results/explore_pdl.txt).
-    pdl = config.fast_math and torch.cuda.get_device_capability(device)[0] >= 9
+    pdl, emit_pdl = _dependent_launches(device, batch * config.num_blocks) if config.fast_math else (False, False)
     dependent = dict(PDL=pdl, launch_pdl=pdl)
-    emit_pdl = pdl and batch * config.num_blocks <= 4 * torch.cuda.get_device_properties(device).multi_processor_count
     stats = torch.empty(batch * max(k, 1), kernels.rejection.STATS_PER_BLOCK * config.num_blocks * words,
                         dtype=torch.float32, device=device)
     row_score = torch.empty(batch * rows, config.num_blocks * words, dtype=torch.float32, device=device)
