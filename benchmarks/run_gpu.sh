@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Every GPU result in benchmarks/results/, in one command on a CUDA machine (the device image lacks
 # jax-triton: see benchmarks/results/README.md). Writes to $OUT (default benchmarks/results).
-#   bash benchmarks/run_gpu.sh [tests] [multi] [bench] [explore] [pdl]     (default: tests bench)
+#   bash benchmarks/run_gpu.sh [tests] [multi] [bench] [explore]      (default: tests bench)
 # `multi` needs two or more GPUs.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -30,8 +30,5 @@ for step in $steps; do
       tail -n 2 "$OUT/bench_gumbel_log.txt" "$OUT/bench_rejection_log.txt" ;;
     explore)
       python3 benchmarks/explore_gumbel_variants.py > "$OUT/explore_gumbel_variants.txt" 2>&1 ;;
-    pdl)
-      CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0} python3 benchmarks/explore_pdl.py > "$OUT/explore_pdl.txt" 2>&1
-      tail -n 8 "$OUT/explore_pdl.txt" ;;
   esac
 done

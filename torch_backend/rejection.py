@@ -68,17 +68,6 @@ def rejection_sample(target_logits, draft_tokens, num_draft_tokens, seeds, posit
         None if method == "strict" else draft_logits, method == "strict", fp64)
 
 
-def _dependent_launches(device, emit_programs: int) -> tuple[bool, bool]:
-    """(whether rejection_sample's launches form a programmatic dependent launch chain, whether the
-    emit launch joins it). The chain overlaps launch latency (kernels/rejection.py _dependent_launch;
-    jax-triton cannot launch that way) on Hopper and newer. Its wait costs every program of the emit
-    launch, most of which exit at once, so the emit launch joins only while its programs fit on the
-    GPU together. On an H200 (benchmarks/results/explore_pdl.txt): B = 1 15.5 -> 13.3 us, and
-    B = 256, K = 1 (19200 emit programs) 128.7 us, not 133.0 with the emit launch chained too."""
-    chain = torch.cuda.get_device_capability(device)[0] >= 9
-    return chain, chain and emit_programs <= 4 * torch.cuda.get_device_properties(device).multi_processor_count
-
-
 # A custom op, so torch.compile sees one opaque call (no graph break, shapes known from the fake).
 @torch.library.custom_op("jsample::rejection_sample", mutates_args=())
 def _rejection_sample_op(target_logits: torch.Tensor, draft_tokens: torch.Tensor, num_draft_tokens: torch.Tensor,
@@ -100,8 +89,6 @@ def _rejection_sample_op(target_logits: torch.Tensor, draft_tokens: torch.Tensor
     if k == 0:
         draft_tokens = torch.zeros(1, dtype=torch.int32, device=device)  # never read; avoids a null pointer
     options = dict(num_stages=config.num_stages, enable_fp_fusion=config.enable_fp_fusion)
-    pdl, emit_pdl = _dependent_launches(device, batch * config.num_blocks) if config.fast_math else (False, False)
-    dependent = dict(PDL=pdl, launch_pdl=pdl)
     stats = torch.empty(batch * max(k, 1), kernels.rejection.STATS_PER_BLOCK * config.num_blocks * words,
                         dtype=torch.float32, device=device)
     row_score = torch.empty(batch * rows, config.num_blocks * words, dtype=torch.float32, device=device)
@@ -111,7 +98,7 @@ def _rejection_sample_op(target_logits: torch.Tensor, draft_tokens: torch.Tensor
         vocab, k, *strides, stats, row_score, row_index,
         STRICT=strict, ONE_HOT=one_hot, BONUS_IN_STATS=config.bonus_in_stats, FP64=fp64,
         BLOCK_V=config.block_v, ROW_ALIGN=config.row_align,
-        VOCAB_ALIGN=config.vocab_align, FAST_MATH=config.fast_math, PDL=pdl, num_warps=config.num_warps, **options)
+        VOCAB_ALIGN=config.vocab_align, FAST_MATH=config.fast_math, num_warps=config.num_warps, **options)
     emit_row = torch.empty(batch, dtype=torch.int32, device=device)
     emit_mode = torch.empty(batch, dtype=torch.int32, device=device)
     log_normalizer = torch.empty(batch, 2 * words, dtype=torch.float32, device=device)
@@ -120,19 +107,18 @@ def _rejection_sample_op(target_logits: torch.Tensor, draft_tokens: torch.Tensor
         row_index, vocab, k, *strides, config.num_blocks, emit_row, emit_mode, log_normalizer,
         STRICT=strict, ONE_HOT=one_hot, BONUS_IN_STATS=config.bonus_in_stats, FP64=fp64,
         BLOCK_K=config.block_k, REDUCE_BLOCK=config.reduce_block,
-        num_warps=config.decide_num_warps, **dependent, **options)
+        num_warps=config.decide_num_warps, **options)
     emit_score = torch.empty(2 * batch, config.num_blocks * words, dtype=torch.float32, device=device)
     emit_index = torch.empty(2 * batch, config.num_blocks, dtype=torch.int32, device=device)
     kernels.rejection_emit_kernel[(batch, config.num_blocks)](
         target_logits, draft, draft_tokens, seeds, positions, temperature, emit_row, emit_mode, log_normalizer,
         vocab, k, batch, *strides, emit_score, emit_index,
         ONE_HOT=one_hot, FP64=fp64, BLOCK_V=config.block_v, ROW_ALIGN=config.row_align,
-        VOCAB_ALIGN=config.vocab_align, FAST_MATH=config.fast_math, num_warps=config.num_warps, PDL=emit_pdl,
-        launch_pdl=emit_pdl, **options)
+        VOCAB_ALIGN=config.vocab_align, FAST_MATH=config.fast_math, num_warps=config.num_warps, **options)
     kernels.rejection_finish_kernel[(batch,)](
         draft_tokens, emit_row, emit_mode, row_score, row_index, emit_score, emit_index, config.num_blocks, k, batch,
         tokens, num_sampled, FP64=fp64, BLOCK_K=config.block_k, REDUCE_BLOCK=config.reduce_block,
-        num_warps=config.per_request_num_warps, **dependent, **options)
+        num_warps=config.per_request_num_warps, **options)
     return tokens, num_sampled
 
 

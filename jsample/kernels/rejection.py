@@ -50,7 +50,6 @@ from dataclasses import dataclass
 
 import triton
 import triton.language as tl
-from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 from jsample.kernels.gumbel import (
     _largest_power_of_two_dividing,
@@ -232,19 +231,6 @@ def _store_sampled_partials(target_row_ptr, row, target_row_stride, V, first_col
 
 
 @triton.jit
-def _dependent_launch(PDL: tl.constexpr, WAIT: tl.constexpr):
-    """With PDL (Hopper and newer, torch's launches; config.pdl), the four launches form a
-    programmatic dependent launch chain: each lets the next one start launching at once, and the
-    next one waits (griddepcontrol.wait: the previous grid complete, its writes visible) before it
-    reads anything, so the launch latency between them overlaps the previous launch's tail.
-    Without PDL nothing changes; tokens never depend on it."""
-    if PDL:
-        if WAIT:
-            gdc_wait()
-        gdc_launch_dependents()
-
-
-@triton.jit
 def rejection_stats_kernel(
     target_logits_ptr,  # [B, K+1, V] f32|bf16|f16, columns contiguous
     draft_logits_ptr,  # [B, K, V] f32, columns contiguous (unused when ONE_HOT)
@@ -269,13 +255,11 @@ def rejection_stats_kernel(
     ROW_ALIGN: tl.constexpr,
     VOCAB_ALIGN: tl.constexpr,  # config.vocab_align
     FAST_MATH: tl.constexpr,  # gumbel_sample's noise log (config.fast_math)
-    PDL: tl.constexpr = False,  # launched as a programmatic dependent launch chain (see _dependent_launch)
 ):
     """Per (request, draft row j < n_b, vocabulary block): the Gumbel-max partials (best score, its
     column) of strict and greedy rows, the softmax partials of the others. With BONUS_IN_STATS, the
     programs of row 0 also reduce the Gumbel-max partials of row n_b (the bonus row), between
     issuing their loads and using them. Rows j >= n_b are skipped (nothing reads them)."""
-    _dependent_launch(PDL, False)
     V = aligned(V, VOCAB_ALIGN)
     b = tl.program_id(0)
     j = tl.program_id(1)
@@ -434,10 +418,8 @@ def rejection_decide_kernel(
     FP64: tl.constexpr,
     BLOCK_K: tl.constexpr,  # next power of two >= K + 1
     REDUCE_BLOCK: tl.constexpr,  # next power of two >= NUM_BLOCKS
-    PDL: tl.constexpr = False,  # launched as a programmatic dependent launch (see _dependent_launch)
 ):
     """Per request: every draft row's decision, then a_b and what row a_b emits."""
-    _dependent_launch(PDL, True)
     b = tl.program_id(0)
     b64 = b.to(tl.int64)
     num_drafts = tl.minimum(tl.maximum(tl.load(num_draft_tokens_ptr + b), 0), K)
@@ -499,13 +481,11 @@ def rejection_emit_kernel(
     ROW_ALIGN: tl.constexpr,
     VOCAB_ALIGN: tl.constexpr,  # config.vocab_align
     FAST_MATH: tl.constexpr,  # gumbel_sample's noise log (config.fast_math)
-    PDL: tl.constexpr = False,  # launched as a programmatic dependent launch (see _dependent_launch)
 ):
     """Requests whose emitted token rejection_stats_kernel did not reduce: block partials of row a_b's
     Gumbel-max scores (rows B..2B-1) and, for EMIT_RESIDUAL, of its residual scores (rows < B; the
     Gumbel-max sample is the fallback when the residual is all zero), from one evaluation of the
     row's stream-0 noise."""
-    _dependent_launch(PDL, True)
     b = tl.program_id(0)
     emit_mode = tl.load(emit_mode_ptr + b)
     if emit_mode != EMIT_STATS_ROW:
@@ -591,12 +571,9 @@ def rejection_finish_kernel(
     FP64: tl.constexpr,
     BLOCK_K: tl.constexpr,  # next power of two >= K + 1
     REDUCE_BLOCK: tl.constexpr,  # next power of two >= num_blocks
-    PDL: tl.constexpr = False,  # launched as a programmatic dependent launch (see _dependent_launch)
 ):
     """The emitted token: the residual sample when row a_b resamples one (its Gumbel-max sample when
     the residual is all zero), else row a_b's Gumbel-max sample, from the emit or the stats launch."""
-    if PDL:
-        gdc_wait()
     b = tl.program_id(0)
     b64 = b.to(tl.int64)
     emit_row = tl.load(emit_row_ptr + b)
