@@ -42,7 +42,9 @@ Gumbel scores; on a GPU the softmax terms fold 1 / T and log2 e into one fused m
 softmax statistics, ratios and residual logs use that precision. The residual
 score log r_k + g_k is computed as (s_k - log Z_p) + log(1 - q_k / p_k) from the row's Gumbel score
 s_k = x_k / T + g_k, with q_k / p_k = exp((y_k - x_k) / T + log Z_p - log Z_q): one exp and one log per
-column (the hardware's ex2 and lg2 on a GPU). Non-finite target logits have probability 0.
+column (the hardware's ex2 and lg2 on a GPU, where the row's constant log Z_p is left out: the argmax
+does not change). Non-finite (NaN, +inf) logits have probability 0, as -inf ones; only the vocabulary
+blocks that hold one pay for the masks (gumbel.max_flagging_nan).
 """
 
 import math
