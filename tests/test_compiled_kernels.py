@@ -37,13 +37,12 @@ def scalar_bf16_loads(loads):
     return loads.get("ld.global.b16", 0)
 
 
-# SASS instructions per column, with slack for compiler versions; CI's triton gives 42 and 56. Counted
-# as what a thread's code grows by from half the tile to the shipped one, so the per-request code of
-# a launch's last program is left out, and every per-column branch is in: the emit kernel's residual
-# and the masks that only blocks holding a NaN or +inf logit run (gumbel.noisy_scores; about 10 a
-# column: gumbel_sample at B = 256, V = 151936 on an H200 went 83.4 -> 77.6 us when that fallback
-# replaced the masks every block ran). Whole-kernel static counts were 51.5 and 74.5.
-INSTRUCTION_BUDGET = {"gumbel_partial_kernel": 44, "rejection_emit_kernel": 59}
+# SASS instructions per column, with slack for compiler versions; CI's triton gives 51.5 and 74.5.
+# Static counts: every branch is counted, the emit kernel's residual branch and the masks that only
+# blocks holding a NaN or +inf logit run (gumbel.noisy_scores; about 10 a column, so a finite block
+# runs about 41.5 in gumbel_partial_kernel, and gumbel_sample at B = 256, V = 151936 on an H200 went
+# 83.4 -> 77.6 us when that fallback replaced the masks every block ran).
+INSTRUCTION_BUDGET = {"gumbel_partial_kernel": 53, "rejection_emit_kernel": 78}
 
 
 @pytest.fixture(scope="module")
@@ -55,8 +54,8 @@ def test_row_loads_are_vectorised_without_integer_specialisation(shipped):
     for kernel, facts in shipped.items():
         loads = facts["loads"]
         assert loads.get("ld.global.v4.b32", 0) >= 2, (kernel, loads)
-        # at most the last program's gather of the draft tokens' target logits (one or two per thread)
-        assert scalar_bf16_loads(loads) <= 2, (kernel, loads)
+        # at most the emit kernel's gather of the draft tokens' target logits (one per thread)
+        assert scalar_bf16_loads(loads) <= 1, (kernel, loads)
 
 
 def test_without_the_vocab_alignment_hint_the_loads_are_scalar():

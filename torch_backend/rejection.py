@@ -93,26 +93,32 @@ def _rejection_sample_op(target_logits: torch.Tensor, draft_tokens: torch.Tensor
                         dtype=torch.float32, device=device)
     row_score = torch.empty(batch * rows, config.num_blocks * words, dtype=torch.float32, device=device)
     row_index = torch.empty(batch * rows, config.num_blocks, dtype=torch.int32, device=device)
+    kernels.rejection_stats_kernel[(batch, config.stats_rows, config.num_blocks)](
+        target_logits, draft, seeds, positions, temperature, num_draft_tokens,
+        vocab, k, *strides, stats, row_score, row_index,
+        STRICT=strict, ONE_HOT=one_hot, BONUS_IN_STATS=config.bonus_in_stats, FP64=fp64,
+        BLOCK_V=config.block_v, ROW_ALIGN=config.row_align,
+        VOCAB_ALIGN=config.vocab_align, FAST_MATH=config.fast_math, num_warps=config.num_warps, **options)
     emit_row = torch.empty(batch, dtype=torch.int32, device=device)
     emit_mode = torch.empty(batch, dtype=torch.int32, device=device)
-    emitted = torch.empty(batch, dtype=torch.int32, device=device)
     log_normalizer = torch.empty(batch, 2 * words, dtype=torch.float32, device=device)
-    arrivals = torch.zeros(2, batch, dtype=torch.int32, device=device)  # one memset for both launches
-    kernels.rejection_stats_kernel[(batch, config.stats_rows, config.num_blocks)](
-        target_logits, draft, seeds, positions, temperature, num_draft_tokens, draft_tokens,
-        vocab, k, *strides, stats, row_score, row_index, emit_row, emit_mode, emitted, log_normalizer, arrivals[0],
+    kernels.rejection_decide_kernel[(batch,)](
+        target_logits, draft, draft_tokens, num_draft_tokens, seeds, positions, temperature, stats, row_score,
+        row_index, vocab, k, *strides, config.num_blocks, emit_row, emit_mode, log_normalizer,
         STRICT=strict, ONE_HOT=one_hot, BONUS_IN_STATS=config.bonus_in_stats, FP64=fp64,
-        BLOCK_V=config.block_v, ROW_ALIGN=config.row_align, VOCAB_ALIGN=config.vocab_align,
-        FAST_MATH=config.fast_math, BLOCK_K=config.block_k, REDUCE_BLOCK=config.reduce_block,
-        num_warps=config.num_warps, **options)
+        BLOCK_K=config.block_k, REDUCE_BLOCK=config.reduce_block,
+        num_warps=config.decide_num_warps, **options)
     emit_score = torch.empty(2 * batch, config.num_blocks * words, dtype=torch.float32, device=device)
     emit_index = torch.empty(2 * batch, config.num_blocks, dtype=torch.int32, device=device)
     kernels.rejection_emit_kernel[(batch, config.num_blocks)](
-        target_logits, draft, draft_tokens, seeds, positions, temperature, emit_row, emit_mode, emitted,
-        log_normalizer, vocab, k, batch, *strides, emit_score, emit_index, tokens, num_sampled, arrivals[1],
+        target_logits, draft, draft_tokens, seeds, positions, temperature, emit_row, emit_mode, log_normalizer,
+        vocab, k, batch, *strides, emit_score, emit_index,
         ONE_HOT=one_hot, FP64=fp64, BLOCK_V=config.block_v, ROW_ALIGN=config.row_align,
-        VOCAB_ALIGN=config.vocab_align, FAST_MATH=config.fast_math, BLOCK_K=config.block_k,
-        REDUCE_BLOCK=config.reduce_block, num_warps=config.num_warps, **options)
+        VOCAB_ALIGN=config.vocab_align, FAST_MATH=config.fast_math, num_warps=config.num_warps, **options)
+    kernels.rejection_finish_kernel[(batch,)](
+        draft_tokens, emit_row, emit_mode, row_score, row_index, emit_score, emit_index, config.num_blocks, k, batch,
+        tokens, num_sampled, FP64=fp64, BLOCK_K=config.block_k, REDUCE_BLOCK=config.reduce_block,
+        num_warps=config.per_request_num_warps, **options)
     return tokens, num_sampled
 
 

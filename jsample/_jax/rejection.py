@@ -73,32 +73,39 @@ def rejection_sample(target_logits, draft_tokens, num_draft_tokens, seeds, posit
     draft_tokens = jnp.asarray(draft_tokens) if k > 0 else jnp.zeros((1,), jnp.int32)  # k == 0: never read
     options = dict(num_stages=config.num_stages, enable_fp_fusion=config.enable_fp_fusion)
     f32, i32 = jnp.float32, jnp.int32
-    stats, row_score, row_index, emit_row, emit_mode, emitted, log_normalizer, _ = launch(
+    stats, row_score, row_index = launch(
         kernels.rejection_stats_kernel, target_logits, draft, seeds, positions, temperature, num_draft_tokens,
-        draft_tokens, vocab, k, *strides, grid=(batch, config.stats_rows, config.num_blocks),
+        vocab, k, *strides, grid=(batch, config.stats_rows, config.num_blocks),
         out_shapes=[jax.ShapeDtypeStruct((batch * max(k, 1), STATS_PER_BLOCK * config.num_blocks * words), f32),
                     jax.ShapeDtypeStruct((batch * rows, config.num_blocks * words), f32),
-                    jax.ShapeDtypeStruct((batch * rows, config.num_blocks), i32),
-                    jax.ShapeDtypeStruct((batch,), i32), jax.ShapeDtypeStruct((batch,), i32),
-                    jax.ShapeDtypeStruct((batch,), i32), jax.ShapeDtypeStruct((batch, 2 * words), f32),
-                    jax.ShapeDtypeStruct((batch,), i32)],
-        zeroed_outputs=(7,),  # the arrival counters
+                    jax.ShapeDtypeStruct((batch * rows, config.num_blocks), i32)],
         STRICT=strict, ONE_HOT=one_hot, BONUS_IN_STATS=config.bonus_in_stats, FP64=fp64,
-        BLOCK_V=config.block_v, ROW_ALIGN=config.row_align, VOCAB_ALIGN=config.vocab_align,
-        FAST_MATH=config.fast_math, BLOCK_K=config.block_k, REDUCE_BLOCK=config.reduce_block,
-        num_warps=config.num_warps, **options)
-    _, _, tokens, num_sampled, _ = launch(
+        BLOCK_V=config.block_v, ROW_ALIGN=config.row_align,
+        VOCAB_ALIGN=config.vocab_align, FAST_MATH=config.fast_math, num_warps=config.num_warps, **options)
+    emit_row, emit_mode, log_normalizer = launch(
+        kernels.rejection_decide_kernel, target_logits, draft, draft_tokens, num_draft_tokens, seeds, positions,
+        temperature, stats, row_score, row_index, vocab, k, *strides, config.num_blocks,
+        grid=(batch,),
+        out_shapes=[jax.ShapeDtypeStruct((batch,), i32), jax.ShapeDtypeStruct((batch,), i32),
+                    jax.ShapeDtypeStruct((batch, 2 * words), f32)],
+        STRICT=strict, ONE_HOT=one_hot, BONUS_IN_STATS=config.bonus_in_stats, FP64=fp64,
+        BLOCK_K=config.block_k, REDUCE_BLOCK=config.reduce_block,
+        num_warps=config.decide_num_warps, **options)
+    emit_score, emit_index = launch(
         kernels.rejection_emit_kernel, target_logits, draft, draft_tokens, seeds, positions, temperature,
-        emit_row, emit_mode, emitted, log_normalizer, vocab, k, batch, *strides,
+        emit_row, emit_mode, log_normalizer, vocab, k, batch, *strides,
         grid=(batch, config.num_blocks),
         out_shapes=[jax.ShapeDtypeStruct((2 * batch, config.num_blocks * words), f32),
-                    jax.ShapeDtypeStruct((2 * batch, config.num_blocks), i32),
-                    jax.ShapeDtypeStruct((batch, rows), i32), jax.ShapeDtypeStruct((batch,), i32),
-                    jax.ShapeDtypeStruct((batch,), i32)],
-        zeroed_outputs=(4,),  # the arrival counters
+                    jax.ShapeDtypeStruct((2 * batch, config.num_blocks), i32)],
         ONE_HOT=one_hot, FP64=fp64, BLOCK_V=config.block_v, ROW_ALIGN=config.row_align,
-        VOCAB_ALIGN=config.vocab_align, FAST_MATH=config.fast_math, BLOCK_K=config.block_k,
-        REDUCE_BLOCK=config.reduce_block, num_warps=config.num_warps, **options)
+        VOCAB_ALIGN=config.vocab_align, FAST_MATH=config.fast_math, num_warps=config.num_warps, **options)
+    tokens, num_sampled = launch(
+        kernels.rejection_finish_kernel, draft_tokens, emit_row, emit_mode, row_score, row_index, emit_score,
+        emit_index, config.num_blocks, k, batch,
+        grid=(batch,),
+        out_shapes=[jax.ShapeDtypeStruct((batch, rows), i32), jax.ShapeDtypeStruct((batch,), i32)],
+        FP64=fp64, BLOCK_K=config.block_k, REDUCE_BLOCK=config.reduce_block,
+        num_warps=config.per_request_num_warps, **options)
     return tokens, num_sampled
 
 

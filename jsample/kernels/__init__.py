@@ -31,7 +31,9 @@ from jsample.kernels.gumbel import (  # noqa: E402
 INTERPRETER = interpreting()
 from jsample.kernels.rejection import (  # noqa: E402
     RejectionLaunchConfig,
+    rejection_decide_kernel,
     rejection_emit_kernel,
+    rejection_finish_kernel,
     rejection_launch_config,
     rejection_stats_kernel,
     synthetic_rejection_kernel,
@@ -46,7 +48,9 @@ __all__ = [
     "gumbel_partial_kernel",
     "philox_words_kernel",
     "RejectionLaunchConfig",
+    "rejection_decide_kernel",
     "rejection_emit_kernel",
+    "rejection_finish_kernel",
     "rejection_launch_config",
     "rejection_stats_kernel",
     "synthetic_rejection_kernel",

@@ -214,21 +214,19 @@ def gumbel_partial_kernel(
 
 @triton.jit
 def reduce_block_best(partial_score_ptr, partial_index_ptr, row, num_blocks, FP64: tl.constexpr,
-                      REDUCE_BLOCK: tl.constexpr, CACHE: tl.constexpr = ""):
+                      REDUCE_BLOCK: tl.constexpr):
     """Second stage of every argmax in jsample: the lowest column among row `row`'s best block scores
-    (lowest block on ties, and each block holds its lowest best column); -1 when no score is finite.
-    CACHE=".cg" when the partials were written by other programs of the same launch (L1 bypassed)."""
+    (lowest block on ties, and each block holds its lowest best column); -1 when no score is finite."""
     blocks = tl.arange(0, REDUCE_BLOCK)
     offsets = row.to(tl.int64) * num_blocks + blocks
     if FP64:
         scores = tl.load(partial_score_ptr.to(tl.pointer_type(tl.float64)) + offsets,
-                         mask=blocks < num_blocks, other=float("-inf"), cache_modifier=CACHE)
+                         mask=blocks < num_blocks, other=float("-inf"))
     else:
-        scores = tl.load(partial_score_ptr + offsets, mask=blocks < num_blocks, other=float("-inf"),
-                         cache_modifier=CACHE)
+        scores = tl.load(partial_score_ptr + offsets, mask=blocks < num_blocks, other=float("-inf"))
     best_block = tl.argmax(scores, axis=0, tie_break_left=True)
     best = tl.max(scores, axis=0)
-    column = tl.load(partial_index_ptr + row.to(tl.int64) * num_blocks + best_block, cache_modifier=CACHE)
+    column = tl.load(partial_index_ptr + row.to(tl.int64) * num_blocks + best_block)
     return tl.where(best > float("-inf"), column, -1)
 
 

@@ -14,24 +14,24 @@ d_j. Row j is drawn at position P_b + j (STREAM.md, "Rejection sampling"):
   `block_noise`, the two halves of `block_scores`), so the bonus token equals `gumbel_sample` of
   that row with position P_b + n_b bit for bit.
 
-Two launches, both shared by the PyTorch and JAX frontends (no host synchronisation between them;
-each request's last program to finish a launch, counted by an atomic, reduces that request: no
-separate small launches, whose launch and gaps cost more than their work at small batches):
+Four launches, all shared by the PyTorch and JAX frontends (no host synchronisation between them):
 
 1. `rejection_stats_kernel`, grid (B, max(K, 1), NUM_BLOCKS), rows j < n_b only: per vocabulary
    block the Gumbel-max partials (best score, its column) of strict and greedy rows, the
    online-softmax partials (max, sum of exp) of x_j / T and y_j / T of the others. When K <= 1
    (config.bonus_in_stats) its row-0 programs also reduce row n_b's Gumbel-max partials: the bonus
-   row's noise, the launch's compute, overlaps the draft row's memory-bound softmax pass. The
-   request's last program merges the partials of all K rows, decides every row, and writes a_b,
-   what row a_b emits (EMIT_STATS_ROW: a Gumbel-max sample this launch reduced, and then the token
-   itself; EMIT_RESIDUAL; EMIT_SAMPLE: a Gumbel-max sample left to the emit launch) and the
-   log-normalisers of row a_b.
-2. `rejection_emit_kernel`, grid (B, NUM_BLOCKS): for requests with EMIT_RESIDUAL or EMIT_SAMPLE,
+   row's noise, the launch's compute, overlaps the draft row's memory-bound softmax pass.
+2. `rejection_decide_kernel`, grid (B,): merges the partials of all K rows of a request, decides
+   every row, and writes a_b, what row a_b emits (EMIT_STATS_ROW: a Gumbel-max sample the stats
+   launch reduced; EMIT_RESIDUAL; EMIT_SAMPLE: a Gumbel-max sample left to the emit launch) and the
+   log-normalisers of row a_b. (Folding this into every program of the next launch cost more than
+   the launch: each program's chain of dependent loads was latency-bound, 50 us at B = 256, K = 8 on
+   an H200.)
+3. `rejection_emit_kernel`, grid (B, NUM_BLOCKS), requests with EMIT_RESIDUAL or EMIT_SAMPLE only:
    block partials of row a_b's Gumbel-max scores and, for EMIT_RESIDUAL, of its residual scores,
-   from one evaluation of its stream-0 noise (the Gumbel-max sample is the residual's fallback);
-   the request's last program reduces them (lowest column on ties, as every argmax in jsample).
-   Every request's outputs are written here: tokens [B, K+1] = accepted drafts, the emitted token,
+   from one evaluation of its stream-0 noise (the Gumbel-max sample is the residual's fallback).
+4. `rejection_finish_kernel`, grid (B,): reduces the partials of the emitted token (lowest column on
+   ties, as every argmax in jsample) and writes tokens [B, K+1] = accepted drafts, the emitted token,
    -1, and num_sampled = a_b + 1.
 
 `synthetic_rejection_kernel` (one launch, grid (B,)) accepts draft j iff the stream-2 uniform of row
@@ -73,7 +73,7 @@ STATS_PER_BLOCK = 4  # per row and block: target max, target sum of exp, draft m
 NUM_STATS = tl.constexpr(STATS_PER_BLOCK)
 STREAM_TOKEN = tl.constexpr(0)  # STREAM.md stream 0: the emitted token
 STREAM_ACCEPT = tl.constexpr(2)  # STREAM.md stream 2: acceptance uniforms
-# What row a_b emits, written by the last program of each request in rejection_stats_kernel
+# What row a_b emits, written by rejection_decide_kernel for the emit and finish kernels
 EMIT_STATS_ROW = tl.constexpr(0)  # row a_b's Gumbel-max sample, reduced by rejection_stats_kernel
 EMIT_RESIDUAL = tl.constexpr(1)  # the residual sample (the row's Gumbel-max sample if the residual is zero)
 EMIT_SAMPLE = tl.constexpr(2)  # row a_b's Gumbel-max sample, reduced by rejection_emit_kernel
@@ -98,7 +98,8 @@ class RejectionLaunchConfig:
     stats_rows: int  # the stats launch's second grid dimension: max(K, 1)
     num_stages: int = 1
     enable_fp_fusion: bool = False  # no FMA contraction: the same rounding as the NumPy reference
-    per_request_num_warps: int = 1  # the synthetic kernel: a few values per request
+    decide_num_warps: int = 4  # one warp took 8 us for a K = 8 request on an H200, four take less
+    per_request_num_warps: int = 1  # the finish and synthetic kernels: a few values per request
 
 
 def rejection_launch_config(vocab_size: int, num_speculative_tokens: int, strides, fp64: bool) -> RejectionLaunchConfig:
@@ -239,7 +240,6 @@ def rejection_stats_kernel(
     positions_ptr,  # [B] i32|i64, position of row 0
     temperature_ptr,  # [B] f32, 0 = greedy
     num_draft_tokens_ptr,  # [B] i32, n_b (clamped to [0, K])
-    draft_tokens_ptr,  # [B, K] i32, contiguous
     V,
     K,
     target_batch_stride,
@@ -249,11 +249,6 @@ def rejection_stats_kernel(
     stats_ptr,  # [B * K, NUM_STATS * NUM_BLOCKS] f32; with FP64, f64 stored as twice as many f32 words
     partial_score_ptr,  # [B * (K+1), NUM_BLOCKS] f32; with FP64, f64 as [B * (K+1), 2 * NUM_BLOCKS] f32 words
     partial_index_ptr,  # [B * (K+1), NUM_BLOCKS] i32
-    emit_row_ptr,  # [B] i32 output: a_b, the number of accepted drafts (= the emitted row)
-    emit_mode_ptr,  # [B] i32 output: EMIT_STATS_ROW, EMIT_RESIDUAL or EMIT_SAMPLE
-    emitted_ptr,  # [B] i32 output: the emitted token when EMIT_STATS_ROW (-1 otherwise)
-    log_normalizer_ptr,  # [B, 2] f32 output (f64 as [B, 4] words): log sum exp of x / T and y / T of row a_b
-    arrivals_ptr,  # [B] i32, zeroed before the launch: the request's programs that have finished
     STRICT: tl.constexpr,
     ONE_HOT: tl.constexpr,
     BONUS_IN_STATS: tl.constexpr,  # config.bonus_in_stats
@@ -262,14 +257,11 @@ def rejection_stats_kernel(
     ROW_ALIGN: tl.constexpr,
     VOCAB_ALIGN: tl.constexpr,  # config.vocab_align
     FAST_MATH: tl.constexpr,  # gumbel_sample's noise log (config.fast_math)
-    BLOCK_K: tl.constexpr,  # next power of two >= K + 1
-    REDUCE_BLOCK: tl.constexpr,  # next power of two >= NUM_BLOCKS
 ):
     """Per (request, draft row j < n_b, vocabulary block): the Gumbel-max partials (best score, its
     column) of strict and greedy rows, the softmax partials of the others. With BONUS_IN_STATS, the
     programs of row 0 also reduce the Gumbel-max partials of row n_b (the bonus row), between
-    issuing their loads and using them. Rows j >= n_b are skipped (nothing reads them). The last
-    program of a request to finish decides the request (_decide_request)."""
+    issuing their loads and using them. Rows j >= n_b are skipped (nothing reads them)."""
     V = aligned(V, VOCAB_ALIGN)
     b = tl.program_id(0)
     j = tl.program_id(1)
@@ -322,12 +314,6 @@ def rejection_stats_kernel(
             _store_sampled_partials(target_row_ptr, num_drafts, target_row_stride, V, first_col, seed,
                                     position + num_drafts, temperature, partial_score_ptr, partial_index_ptr,
                                     bonus_out, BLOCK_V, ROW_ALIGN, FP64, FAST_MATH)
-    if _last_to_arrive(arrivals_ptr + b, tl.num_programs(1) * num_blocks):
-        _decide_request(target_logits_ptr, draft_logits_ptr, draft_tokens_ptr, stats_ptr, partial_score_ptr,
-                        partial_index_ptr, b64, num_drafts, seed, position, temperature, V, K, target_batch_stride,
-                        target_row_stride, draft_batch_stride, draft_row_stride, num_blocks, emit_row_ptr,
-                        emit_mode_ptr, emitted_ptr, log_normalizer_ptr, STRICT, ONE_HOT, BONUS_IN_STATS, FP64,
-                        BLOCK_K, REDUCE_BLOCK)
 
 
 @triton.jit
@@ -340,15 +326,13 @@ def _decide_by_target_token(partial_score_ptr, partial_index_ptr, b64, K, num_bl
     offsets = flat_rows[:, None] * num_blocks + blocks[None, :]
     mask = active[:, None] & (blocks[None, :] < num_blocks)
     if FP64:
-        scores = tl.load(partial_score_ptr.to(tl.pointer_type(tl.float64)) + offsets, mask=mask, other=float("-inf"),
-                         cache_modifier=".cg")
+        scores = tl.load(partial_score_ptr.to(tl.pointer_type(tl.float64)) + offsets, mask=mask, other=float("-inf"))
     else:
-        scores = tl.load(partial_score_ptr + offsets, mask=mask, other=float("-inf"), cache_modifier=".cg")
+        scores = tl.load(partial_score_ptr + offsets, mask=mask, other=float("-inf"))
     # the lowest column among the best block partials, as argmax_reduce_kernel
     best_block = tl.argmax(scores, axis=1, tie_break_left=True)
     best = tl.max(scores, axis=1)
-    column = tl.load(partial_index_ptr + flat_rows * num_blocks + best_block, mask=active, other=-1,
-                     cache_modifier=".cg")
+    column = tl.load(partial_index_ptr + flat_rows * num_blocks + best_block, mask=active, other=-1)
     target_tokens = tl.where(best > float("-inf"), column, -1)
     return _first_rejection(valid & (drafts == target_tokens), rows, num_drafts)
 
@@ -387,9 +371,8 @@ def _decide(target_logits_ptr, draft_logits_ptr, draft_tokens_ptr, stats_ptr, pa
             blocks = tl.arange(0, REDUCE_BLOCK)
             mask = active[:, None] & (blocks[None, :] < num_blocks)
             offsets = (b64 * K + rows)[:, None] * (NUM_STATS * num_blocks) + blocks[None, :]
-            target_lse = _merge_log_normalizer(
-                tl.load(stats + offsets, mask=mask, other=float("-inf"), cache_modifier=".cg"),
-                tl.load(stats + offsets + num_blocks, mask=mask, other=0.0, cache_modifier=".cg"))
+            target_lse = _merge_log_normalizer(tl.load(stats + offsets, mask=mask, other=float("-inf")),
+                                               tl.load(stats + offsets + num_blocks, mask=mask, other=0.0))
             inverse_t = inverse_temperature(temperature, FP64)
             target_rows = target_logits_ptr + b64 * target_batch_stride + rows.to(tl.int64) * target_row_stride
             log_ratio = _scaled(_gather(target_rows, drafts, valid, FP64), inverse_t) - target_lse  # log p(d)
@@ -397,8 +380,8 @@ def _decide(target_logits_ptr, draft_logits_ptr, draft_tokens_ptr, stats_ptr, pa
                 draft_lse = no_normalizer
             else:
                 draft_lse = _merge_log_normalizer(
-                    tl.load(stats + offsets + 2 * num_blocks, mask=mask, other=float("-inf"), cache_modifier=".cg"),
-                    tl.load(stats + offsets + 3 * num_blocks, mask=mask, other=0.0, cache_modifier=".cg"))
+                    tl.load(stats + offsets + 2 * num_blocks, mask=mask, other=float("-inf")),
+                    tl.load(stats + offsets + 3 * num_blocks, mask=mask, other=0.0))
                 draft_rows = draft_logits_ptr + b64 * draft_batch_stride + rows.to(tl.int64) * draft_row_stride
                 log_ratio = log_ratio - (_scaled(_gather(draft_rows, drafts, valid, FP64), inverse_t) - draft_lse)
             u = _acceptance_uniforms(seed, position + rows.to(tl.int64), FP64)
@@ -410,46 +393,51 @@ def _decide(target_logits_ptr, draft_logits_ptr, draft_tokens_ptr, stats_ptr, pa
 
 
 @triton.jit
-def _last_to_arrive(arrivals_ptr, num_arrivals):
-    """Counts this program in at *arrivals_ptr (zeroed before the launch): true for the last of the
-    `num_arrivals` programs, which may then read every store the others made before arriving. The
-    barrier orders all of this program's stores before its one thread's atomic; acq_rel at GPU scope
-    releases them and acquires the others' (the release-barrier-acquire pattern of CUTLASS's
-    semaphores). The last program reads the others' partials with .cg loads, past this SM's L1."""
-    tl.debug_barrier()
-    arrived = tl.atomic_add(arrivals_ptr, 1, sem="acq_rel", scope="gpu")
-    return arrived == num_arrivals - 1
-
-
-@triton.jit
-def _decide_request(target_logits_ptr, draft_logits_ptr, draft_tokens_ptr, stats_ptr, row_score_ptr, row_index_ptr,
-                    b64, num_drafts, seed, position, temperature, V, K, target_batch_stride, target_row_stride,
-                    draft_batch_stride, draft_row_stride, num_blocks, emit_row_ptr, emit_mode_ptr, emitted_ptr,
-                    log_normalizer_ptr, STRICT: tl.constexpr, ONE_HOT: tl.constexpr, BONUS_IN_STATS: tl.constexpr,
-                    FP64: tl.constexpr, BLOCK_K: tl.constexpr, REDUCE_BLOCK: tl.constexpr):
-    """Once a request's stats partials are all written: every draft row's decision, then a_b, what
-    row a_b emits, and the emitted token itself when the stats launch reduced its Gumbel-max
-    partials. (A launch of its own cost ~6 us of launch and gaps at B <= 64 on an H200; folding
-    it into every program of the emit launch cost more: each program's chain of dependent loads was
-    latency-bound, 50 us at B = 256, K = 8.)"""
+def rejection_decide_kernel(
+    target_logits_ptr,  # [B, K+1, V] f32|bf16|f16, columns contiguous
+    draft_logits_ptr,  # [B, K, V] f32, columns contiguous (unused when ONE_HOT)
+    draft_tokens_ptr,  # [B, K] i32, contiguous
+    num_draft_tokens_ptr,  # [B] i32, n_b (clamped to [0, K])
+    seeds_ptr,  # [B] i32|u32|i64
+    positions_ptr,  # [B] i32|i64, position of row 0
+    temperature_ptr,  # [B] f32
+    stats_ptr,  # [B * K, NUM_STATS * NUM_BLOCKS] f32 (f64 words when FP64), from rejection_stats_kernel
+    row_score_ptr,  # [B * (K+1), NUM_BLOCKS] f32 (f64 words when FP64), from rejection_stats_kernel
+    row_index_ptr,  # [B * (K+1), NUM_BLOCKS] i32, from rejection_stats_kernel
+    V,
+    K,
+    target_batch_stride,
+    target_row_stride,
+    draft_batch_stride,
+    draft_row_stride,
+    num_blocks,
+    emit_row_ptr,  # [B] i32 output: a_b, the number of accepted drafts (= the emitted row)
+    emit_mode_ptr,  # [B] i32 output: EMIT_STATS_ROW, EMIT_RESIDUAL or EMIT_SAMPLE
+    log_normalizer_ptr,  # [B, 2] f32 output (f64 as [B, 4] words): log sum exp of x / T and y / T of row a_b
+    STRICT: tl.constexpr,
+    ONE_HOT: tl.constexpr,
+    BONUS_IN_STATS: tl.constexpr,  # config.bonus_in_stats
+    FP64: tl.constexpr,
+    BLOCK_K: tl.constexpr,  # next power of two >= K + 1
+    REDUCE_BLOCK: tl.constexpr,  # next power of two >= NUM_BLOCKS
+):
+    """Per request: every draft row's decision, then a_b and what row a_b emits."""
+    b = tl.program_id(0)
+    b64 = b.to(tl.int64)
+    num_drafts = tl.minimum(tl.maximum(tl.load(num_draft_tokens_ptr + b), 0), K)
     emit_row, resample, target_lse, draft_lse = _decide(
         target_logits_ptr, draft_logits_ptr, draft_tokens_ptr, stats_ptr, row_score_ptr, row_index_ptr, b64,
-        num_drafts, seed, position, temperature, V, K, target_batch_stride, target_row_stride, draft_batch_stride,
+        num_drafts, tl.load(seeds_ptr + b).to(tl.int64), tl.load(positions_ptr + b).to(tl.int64),
+        tl.load(temperature_ptr + b), V, K, target_batch_stride, target_row_stride, draft_batch_stride,
         draft_row_stride, num_blocks, STRICT, ONE_HOT, FP64, BLOCK_K, REDUCE_BLOCK)
-    tl.store(emit_row_ptr + b64, emit_row)
+    tl.store(emit_row_ptr + b, emit_row)
     # the stats launch reduced the Gumbel-max partials of every strict or greedy row < n_b, and of
     # row n_b with BONUS_IN_STATS; the emit launch computes the others
     if BONUS_IN_STATS:
         in_stats = emit_row <= num_drafts
     else:
         in_stats = emit_row < num_drafts
-    emit_mode = tl.where(resample, EMIT_RESIDUAL, tl.where(in_stats, EMIT_STATS_ROW, EMIT_SAMPLE))
-    tl.store(emit_mode_ptr + b64, emit_mode)
-    emitted = -1
-    if emit_mode == EMIT_STATS_ROW:
-        emitted = reduce_block_best(row_score_ptr, row_index_ptr, b64 * (K + 1) + emit_row, num_blocks, FP64,
-                                    REDUCE_BLOCK, ".cg")
-    tl.store(emitted_ptr + b64, emitted)
+    tl.store(emit_mode_ptr + b, tl.where(resample, EMIT_RESIDUAL, tl.where(in_stats, EMIT_STATS_ROW, EMIT_SAMPLE)))
     if FP64:
         log_normalizer = log_normalizer_ptr.to(tl.pointer_type(tl.float64))
     else:
@@ -477,10 +465,9 @@ def rejection_emit_kernel(
     seeds_ptr,  # [B] i32|u32|i64
     positions_ptr,  # [B] i32|i64, position of row 0
     temperature_ptr,  # [B] f32
-    emit_row_ptr,  # [B] i32, a_b, from rejection_stats_kernel
-    emit_mode_ptr,  # [B] i32, from rejection_stats_kernel
-    emitted_ptr,  # [B] i32, the emitted token of EMIT_STATS_ROW requests, from rejection_stats_kernel
-    log_normalizer_ptr,  # [B, 2] f32 (f64 as [B, 4] words), from rejection_stats_kernel
+    emit_row_ptr,  # [B] i32, a_b, from rejection_decide_kernel
+    emit_mode_ptr,  # [B] i32, from rejection_decide_kernel
+    log_normalizer_ptr,  # [B, 2] f32 (f64 as [B, 4] words), from rejection_decide_kernel
     V,
     K,
     B,
@@ -490,34 +477,24 @@ def rejection_emit_kernel(
     draft_row_stride,
     partial_score_ptr,  # [2B, NUM_BLOCKS] f32 output (f64 words when FP64): rows < B residual, rows >= B Gumbel
     partial_index_ptr,  # [2B, NUM_BLOCKS] i32 output
-    tokens_ptr,  # [B, K+1] i32 output
-    num_sampled_ptr,  # [B] i32 output
-    arrivals_ptr,  # [B] i32, zeroed before the launch: the request's programs that have finished
     ONE_HOT: tl.constexpr,
     FP64: tl.constexpr,
     BLOCK_V: tl.constexpr,
     ROW_ALIGN: tl.constexpr,
     VOCAB_ALIGN: tl.constexpr,  # config.vocab_align
     FAST_MATH: tl.constexpr,  # gumbel_sample's noise log (config.fast_math)
-    BLOCK_K: tl.constexpr,  # next power of two >= K + 1
-    REDUCE_BLOCK: tl.constexpr,  # next power of two >= NUM_BLOCKS
 ):
     """Requests whose emitted token rejection_stats_kernel did not reduce: block partials of row a_b's
     Gumbel-max scores (rows B..2B-1) and, for EMIT_RESIDUAL, of its residual scores (rows < B; the
     Gumbel-max sample is the fallback when the residual is all zero), from one evaluation of the
-    row's stream-0 noise; the request's last program to finish reduces them to its token
-    (_finish_request). Block 0 of every other request writes its outputs."""
+    row's stream-0 noise."""
     b = tl.program_id(0)
-    block = tl.program_id(1)
-    b64 = b.to(tl.int64)
     emit_mode = tl.load(emit_mode_ptr + b)
-    if emit_mode == EMIT_STATS_ROW:
-        if block == 0:
-            _write_request(tokens_ptr, num_sampled_ptr, draft_tokens_ptr, b64, K, tl.load(emit_row_ptr + b),
-                           tl.load(emitted_ptr + b), BLOCK_K)
-    else:
+    if emit_mode != EMIT_STATS_ROW:
         V = aligned(V, VOCAB_ALIGN)
+        block = tl.program_id(1)
         num_blocks = tl.num_programs(1)
+        b64 = b.to(tl.int64)
         seed = tl.load(seeds_ptr + b).to(tl.int64)
         temperature = tl.load(temperature_ptr + b)
         emit_row = tl.load(emit_row_ptr + b)
@@ -567,9 +544,6 @@ def rejection_emit_kernel(
                                         float("-inf"))
             store_block_best(partial_score_ptr, partial_index_ptr, b64 * num_blocks + block, residual,
                              tl.max(residual, axis=0), first_col, FP64)
-        if _last_to_arrive(arrivals_ptr + b, num_blocks):
-            _finish_request(partial_score_ptr, partial_index_ptr, draft_tokens_ptr, b64, B, K, emit_row, emit_mode,
-                            num_blocks, tokens_ptr, num_sampled_ptr, FP64, BLOCK_K, REDUCE_BLOCK)
 
 
 @triton.jit
@@ -583,18 +557,38 @@ def _write_request(tokens_ptr, num_sampled_ptr, draft_tokens_ptr, b64, K, emit_r
 
 
 @triton.jit
-def _finish_request(emit_score_ptr, emit_index_ptr, draft_tokens_ptr, b64, B, K, emit_row, emit_mode, num_blocks,
-                    tokens_ptr, num_sampled_ptr, FP64: tl.constexpr, BLOCK_K: tl.constexpr,
-                    REDUCE_BLOCK: tl.constexpr):
-    """Once a request's emit partials are all written: the emitted token (the residual sample, or
-    row a_b's Gumbel-max sample when the residual is all zero or nothing is resampled; lowest
-    column on ties, as every argmax in jsample), then the request's outputs."""
-    sampled = reduce_block_best(emit_score_ptr, emit_index_ptr, B + b64, num_blocks, FP64, REDUCE_BLOCK, ".cg")
+def rejection_finish_kernel(
+    draft_tokens_ptr,  # [B, K] i32, contiguous
+    emit_row_ptr,  # [B] i32, a_b, from rejection_decide_kernel
+    emit_mode_ptr,  # [B] i32, from rejection_decide_kernel
+    row_score_ptr,  # [B * (K+1), NUM_BLOCKS] f32 (f64 words when FP64), from rejection_stats_kernel
+    row_index_ptr,  # [B * (K+1), NUM_BLOCKS] i32
+    emit_score_ptr,  # [2B, NUM_BLOCKS] f32 (f64 words when FP64), from rejection_emit_kernel
+    emit_index_ptr,  # [2B, NUM_BLOCKS] i32
+    num_blocks,
+    K,
+    B,
+    tokens_ptr,  # [B, K+1] i32 output
+    num_sampled_ptr,  # [B] i32 output
+    FP64: tl.constexpr,
+    BLOCK_K: tl.constexpr,  # next power of two >= K + 1
+    REDUCE_BLOCK: tl.constexpr,  # next power of two >= num_blocks
+):
+    """The emitted token: the residual sample when row a_b resamples one (its Gumbel-max sample when
+    the residual is all zero), else row a_b's Gumbel-max sample, from the emit or the stats launch."""
+    b = tl.program_id(0)
+    b64 = b.to(tl.int64)
+    emit_row = tl.load(emit_row_ptr + b)
+    emit_mode = tl.load(emit_mode_ptr + b)
     if emit_mode == EMIT_RESIDUAL:
-        residual = reduce_block_best(emit_score_ptr, emit_index_ptr, b64, num_blocks, FP64, REDUCE_BLOCK, ".cg")
+        residual = reduce_block_best(emit_score_ptr, emit_index_ptr, b64, num_blocks, FP64, REDUCE_BLOCK)
+        sampled = reduce_block_best(emit_score_ptr, emit_index_ptr, B + b64, num_blocks, FP64, REDUCE_BLOCK)
         emitted = tl.where(residual >= 0, residual, sampled)
+    elif emit_mode == EMIT_SAMPLE:
+        emitted = reduce_block_best(emit_score_ptr, emit_index_ptr, B + b64, num_blocks, FP64, REDUCE_BLOCK)
     else:
-        emitted = sampled
+        emitted = reduce_block_best(row_score_ptr, row_index_ptr, b64 * (K + 1) + emit_row, num_blocks, FP64,
+                                    REDUCE_BLOCK)
     _write_request(tokens_ptr, num_sampled_ptr, draft_tokens_ptr, b64, K, emit_row, emitted, BLOCK_K)
 
 
