@@ -89,3 +89,20 @@ def test_rejection_gpu_benchmark_sizes_torch_equals_jax_and_reference(batch, k, 
         assert checked.sum() >= len(rows) - 1
         np.testing.assert_array_equal(from_torch[0].cpu().numpy()[rows][checked], tokens[checked])
         np.testing.assert_array_equal(from_torch[1].cpu().numpy()[rows][checked], num_sampled[checked])
+
+
+@pytest.mark.parametrize("batch,k,one_hot", [(512, 1, False), (256, 4, False), (96, 8, True), (3, 2, False)])
+def test_rejection_gpu_no_partial_leaks_between_calls(batch, k, one_hot):
+    """The launches hand each other partials in uninitialised buffers, which torch's caching allocator
+    reuses from call to call: a partial that one launch failed to write, or that another read
+    before it was written, would show up as the previous call's value. Two problems alternate 40
+    times, and every call must give its problem's first answer."""
+    problems = [_problem(batch, k, 32000, seed=seed) for seed in (1, 2)]
+    calls = [lambda p=p: torch_backend.rejection_sample(*p[:6], draft_logits=None if one_hot else p[6])
+             for p in problems]
+    expected = [call() for call in calls]
+    assert not torch.equal(expected[0][0], expected[1][0])
+    for step in range(80):
+        tokens, num_sampled = calls[step % 2]()
+        torch.testing.assert_close(tokens, expected[step % 2][0], rtol=0, atol=0)
+        torch.testing.assert_close(num_sampled, expected[step % 2][1], rtol=0, atol=0)

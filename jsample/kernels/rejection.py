@@ -26,7 +26,8 @@ Four launches, all shared by the PyTorch and JAX frontends (no host synchronisat
    launch reduced; EMIT_RESIDUAL; EMIT_SAMPLE: a Gumbel-max sample left to the emit launch) and the
    log-normalisers of row a_b. (Folding this into every program of the next launch cost more than
    the launch: each program's chain of dependent loads was latency-bound, 50 us at B = 256, K = 8 on
-   an H200.)
+   an H200. Doing it in the stats launch's last program per request, found by an atomic count, was
+   slower at every size too: explore_last_program_fusion_reverted_log.txt.)
 3. `rejection_emit_kernel`, grid (B, NUM_BLOCKS), requests with EMIT_RESIDUAL or EMIT_SAMPLE only:
    block partials of row a_b's Gumbel-max scores and, for EMIT_RESIDUAL, of its residual scores,
    from one evaluation of its stream-0 noise (the Gumbel-max sample is the residual's fallback).
