@@ -169,10 +169,29 @@ def main():
                     draft_probs = torch.softmax(drafts[i] / temperature.view(-1, 1, 1), dim=-1)
                     return flashinfer_sampling.chain_speculative_sampling(draft_probs, draft_tokens, target_probs)
 
+                # and its kernel alone, given the probabilities (what it costs next to a fused softmax)
+                probs = [(torch.softmax(targets[i].float() / temperature.view(-1, 1, 1), dim=-1),
+                          torch.softmax(drafts[i] / temperature.view(-1, 1, 1), dim=-1)) for i in range(rotate)]
+
+                def flashinfer_given_probs(i):
+                    return flashinfer_sampling.chain_speculative_sampling(probs[i][1], draft_tokens, probs[i][0])
+
                 try:
                     record("flashinfer chain_speculative_sampling", harness.time_torch_us(flashinfer, rotate))
+                    record("  flashinfer, probabilities given", harness.time_torch_us(flashinfer_given_probs, rotate))
+                    for name, fn in (("flashinfer (CUDA graph)", flashinfer),
+                                     ("  flashinfer (CUDA graph), probabilities given", flashinfer_given_probs)):
+                        graphs = []
+                        for i in range(rotate):
+                            graph = torch.cuda.CUDAGraph()
+                            with torch.cuda.graph(graph):
+                                fn(i)
+                            graphs.append(graph)
+                        record(name, harness.time_torch_us(lambda i: graphs[i].replay(), rotate))
+                        del graphs
                 except Exception as error:  # noqa: BLE001  (API drift between FlashInfer versions)
                     print(f"flashinfer skipped: {error}", flush=True)
+                del probs
             del targets, drafts, jtargets, jdrafts
             torch.cuda.empty_cache()
     env = harness.environment(args.git_sha)
