@@ -2,7 +2,8 @@
 
 Providers, side by side in one run: torch_backend.gumbel_sample (eager and CUDA-graph replay),
 jsample.gumbel_sample (jitted), jax.random.categorical (jitted), torch.multinomial(torch.softmax(...)),
-and a plain read of the logits (torch.amax: the memory floor). Reports microseconds and the
+FlashInfer's sampling_from_logits when it can be imported, and a plain read of the logits
+(torch.amax: the memory floor). Reports microseconds and the
 fraction of the HBM read rate measured in the same run (bytes of logits read / time / read rate).
 
     XLA_PYTHON_CLIENT_PREALLOCATE=false python benchmarks/bench_gumbel.py --out benchmarks/results
@@ -35,6 +36,11 @@ def main():
     import torch_backend
 
     jax.config.update("jax_enable_x64", True)
+    try:
+        import flashinfer.sampling as flashinfer_sampling
+    except Exception:  # noqa: BLE001  (not installed, or built for another CUDA)
+        flashinfer_sampling = None
+    print(f"flashinfer: {'importable' if flashinfer_sampling else 'not importable'}", flush=True)
     read_rate = harness.measured_read_rate_gbs()
     print(f"measured read rate: {read_rate:.0f} GB/s", flush=True)
     rows = []
@@ -84,14 +90,37 @@ def main():
                 lambda i: categorical(key, jlogits[i], jtemperature), rotate))
             record("torch.multinomial(softmax)", harness.time_torch_us(
                 lambda i: torch.multinomial(torch.softmax(logits[i] / temperature[:, None], dim=-1), 1), rotate))
+            if flashinfer_sampling is not None:
+                # no temperature argument: the user divides first (timed eagerly); the graph times its
+                # kernel alone on logits already divided
+                scaled = [x / temperature[:, None] for x in logits]
+                try:
+                    record("flashinfer.sampling_from_logits(x / T)", harness.time_torch_us(
+                        lambda i: flashinfer_sampling.sampling_from_logits(logits[i] / temperature[:, None]), rotate))
+                    graphs = []
+                    for x in scaled:
+                        graph = torch.cuda.CUDAGraph()
+                        with torch.cuda.graph(graph):
+                            flashinfer_sampling.sampling_from_logits(x)
+                        graphs.append(graph)
+                    record("flashinfer (CUDA graph), x / T given", harness.time_torch_us(
+                        lambda i: graphs[i].replay(), rotate))
+                    del graphs
+                except Exception as error:  # noqa: BLE001  (API drift between FlashInfer versions)
+                    print(f"flashinfer skipped: {error}", flush=True)
+                del scaled
             del logits, jlogits
             torch.cuda.empty_cache()
     env = harness.environment(args.git_sha)
     env["read_rate_GBps"] = read_rate
+    env["flashinfer"] = (sys.modules["flashinfer"].__version__ if flashinfer_sampling
+                         else "not importable")
     harness.write_results(args.out, "gumbel", env, rows,
                           ["B", "V", "provider", "fp64", "us", "GBps", "fraction_of_read_rate"],
                           notes="float32 logits, temperature 0.8. `us`: median (torch, CUDA events) or best "
-                                "mean of 100 calls (JAX). Command: `XLA_PYTHON_CLIENT_PREALLOCATE=false "
+                                "mean of 100 calls (JAX). FlashInfer's sampling_from_logits has no temperature: "
+                                "its eager row includes the division, its graph row is the kernel alone on "
+                                "divided logits. Command: `XLA_PYTHON_CLIENT_PREALLOCATE=false "
                                 "python benchmarks/bench_gumbel.py --out benchmarks/results`.")
 
 

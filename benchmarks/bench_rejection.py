@@ -196,7 +196,8 @@ def main():
             torch.cuda.empty_cache()
     env = harness.environment(args.git_sha)
     env["read_rate_GBps"] = read_rate
-    env["flashinfer"] = "importable" if flashinfer_sampling else "not importable"
+    env["flashinfer"] = (sys.modules["flashinfer"].__version__ if flashinfer_sampling
+                         else "not importable")
     harness.write_results(
         args.out, "rejection", env, rows, ["B", "K", "V", "provider", "us", "read_floor_us", "read_floor_fraction", "mean_accepted",
                                  "all_accepted"],
@@ -204,7 +205,11 @@ def main():
               "drafts given (uniformly random draft tokens; draft logits = target logits + N(0, 1)). `mean_accepted`: "
               "accepted drafts per request, `all_accepted`: the fraction of requests that accept every draft "
               "(they emit the bonus token, the others resample a residual). `us`: median (torch, CUDA events) or best mean of 100 calls (JAX, including "
-              "dispatch). `read_floor_us`: target + draft logit bytes / measured read rate. Command: "
+              "dispatch). `read_floor_us`: target + draft logit bytes / measured read rate. FlashInfer's "
+              "chain_speculative_sampling takes probabilities: its first rows time the two softmaxes with it, as "
+              "a user must run them; `probabilities given` times its kernel alone, which reads a row's V "
+              "probabilities only where it resamples or draws the bonus token (normalised probabilities need no "
+              "pass over the other rows), so it can beat the logits' read floor while the softmaxes cannot. Command: "
               "`XLA_PYTHON_CLIENT_PREALLOCATE=false python benchmarks/bench_rejection.py --out "
               "benchmarks/results --git-sha <sha>`.")
 
