@@ -142,6 +142,17 @@ def main():
                     ours(i)
                 graphs.append(graph)
             record("torch_backend (CUDA graph)", harness.time_torch_us(lambda i: graphs[i].replay(), rotate))
+            # a measured floor next to the computed one: a plain read of the same logits (two reductions,
+            # one launch each), replayed the same way; at small B launches, not bytes, set its time
+            graphs = []
+            for i in range(rotate):
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph):
+                    torch.amax(targets[i], dim=-1)
+                    torch.amax(drafts[i], dim=-1)
+                graphs.append(graph)
+            record("read target and draft logits once (torch.amax x 2, CUDA graph)",
+                   harness.time_torch_us(lambda i: graphs[i].replay(), rotate))
             # the slowest workload: (almost) every request rejects draft 0 and resamples a residual; the
             # drafts are the tokens the draft model most overrates, p(d) / q(d) ~ 0.01
             worst_tokens = (drafts[0] - targets[0][:, :k].float()).argmax(dim=-1).int()
@@ -205,7 +216,9 @@ def main():
               "drafts given (uniformly random draft tokens; draft logits = target logits + N(0, 1)). `mean_accepted`: "
               "accepted drafts per request, `all_accepted`: the fraction of requests that accept every draft "
               "(they emit the bonus token, the others resample a residual). `us`: median (torch, CUDA events) or best mean of 100 calls (JAX, including "
-              "dispatch). `read_floor_us`: target + draft logit bytes / measured read rate. FlashInfer's "
+              "dispatch). `read_floor_us`: target + draft logit bytes / measured read rate; the row `read target "
+              "and draft logits once` measures a floor instead: two torch.amax reductions of the same logits, "
+              "replayed as a CUDA graph (at small B its launches, not the bytes, set its time). FlashInfer's "
               "chain_speculative_sampling takes probabilities: its first rows time the two softmaxes with it, as "
               "a user must run them; `probabilities given` times its kernel alone, which reads a row's V "
               "probabilities only where it resamples or draws the bonus token (normalised probabilities need no "
