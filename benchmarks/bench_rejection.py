@@ -3,9 +3,11 @@
 Providers, side by side in one run: torch_backend.rejection_sample (eager, and CUDA-graph replay),
 jsample.rejection_sample (jitted), a plain PyTorch implementation of the same algorithm (softmax,
 ratio, residual, multinomial) and FlashInfer's chain_speculative_sampling when it can be imported.
-Reports microseconds and `read_floor_fraction`: the time needed to read the target and draft logits
-once at the HBM read rate measured in the same run, divided by the provider's time (1 = at the
-floor; the issue's target is >= 0.5, "within 2x").
+Reports microseconds and two readings of "the time needed to read the target and draft logits once",
+each divided by the provider's time (1 = at the floor; the issue's target is >= 0.5, "within 2x"):
+`read_floor_fraction`, from their bytes at the HBM read rate measured in the same run, and
+`read_once_fraction`, from the measured time of one launch that reads them once (CUDA graph), which
+includes what any kernel pays to start: at B = 1 the bytes take 0.3-1.7 us, a launch several.
 
     XLA_PYTHON_CLIENT_PREALLOCATE=false python benchmarks/bench_rejection.py --out benchmarks/results \
         --git-sha $(git rev-parse HEAD)
@@ -125,12 +127,29 @@ def main():
             mean_accepted = (expected[1].double().mean().item() - 1.0)
             all_accepted = (expected[1] == k + 1).double().mean().item()
 
+            # a measured floor next to the computed one: one launch that reads the same logits once,
+            # replayed the same way (torch's own reductions took 20 us at B = 1, more than jsample)
+            reads = [harness.read_once((targets[i], drafts[i])) for i in range(rotate)]
+            graphs = []
+            for i in range(rotate):
+                reads[i]()  # compile outside the capture
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph):
+                    reads[i]()
+                graphs.append(graph)
+            read_once_us = harness.time_torch_us(lambda i: graphs[i].replay(), rotate)
+            del graphs, reads
+
             def record(provider, us, acceptance=(mean_accepted, all_accepted)):
                 rows.append(dict(B=batch, K=k, V=vocab, provider=provider, us=us, read_floor_us=read_floor_us,
-                                 read_floor_fraction=read_floor_us / us, mean_accepted=acceptance[0],
+                                 read_floor_fraction=read_floor_us / us, read_once_us=read_once_us,
+                                 read_once_fraction=read_once_us / us, mean_accepted=acceptance[0],
                                  all_accepted=acceptance[1]))
                 print(f"B={batch:4d} K={k} {provider:44s} {us:9.1f} us  floor {read_floor_us:7.1f} us  "
-                      f"{read_floor_us / us:5.3f}", flush=True)
+                      f"{read_floor_us / us:5.3f}  read once {read_once_us:7.1f} us  {read_once_us / us:5.3f}",
+                      flush=True)
+
+            record("read target and draft logits once (one launch, CUDA graph)", read_once_us)
 
             record("torch_backend.rejection_sample", harness.time_torch_us(ours, rotate))
             for kernel, us in kernel_times_us(ours, rotate).items():  # where the time goes
@@ -142,18 +161,6 @@ def main():
                     ours(i)
                 graphs.append(graph)
             record("torch_backend (CUDA graph)", harness.time_torch_us(lambda i: graphs[i].replay(), rotate))
-            # a measured floor next to the computed one: one launch that reads the same logits once,
-            # replayed the same way (torch's own reductions took 20 us at B = 1, more than jsample)
-            reads = [harness.read_once((targets[i], drafts[i])) for i in range(rotate)]
-            graphs = []
-            for i in range(rotate):
-                reads[i]()  # compile outside the capture
-                graph = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(graph):
-                    reads[i]()
-                graphs.append(graph)
-            record("read target and draft logits once (one launch, CUDA graph)",
-                   harness.time_torch_us(lambda i: graphs[i].replay(), rotate))
             # the slowest workload: (almost) every request rejects draft 0 and resamples a residual; the
             # drafts are the tokens the draft model most overrates, p(d) / q(d) ~ 0.01
             worst_tokens = (drafts[0] - targets[0][:, :k].float()).argmax(dim=-1).int()
@@ -211,16 +218,18 @@ def main():
     env["flashinfer"] = (sys.modules["flashinfer"].__version__ if flashinfer_sampling
                          else "not importable")
     harness.write_results(
-        args.out, "rejection", env, rows, ["B", "K", "V", "provider", "us", "read_floor_us", "read_floor_fraction", "mean_accepted",
+        args.out, "rejection", env, rows, ["B", "K", "V", "provider", "us", "read_floor_us", "read_floor_fraction", "read_once_us",
+                                 "read_once_fraction", "mean_accepted",
                                  "all_accepted"],
         notes=f"{args.dtype} target logits [B, K+1, V], float32 draft logits [B, K, V], temperature 0.8, all K "
               "drafts given (uniformly random draft tokens; draft logits = target logits + N(0, 1)). `mean_accepted`: "
               "accepted drafts per request, `all_accepted`: the fraction of requests that accept every draft "
               "(they emit the bonus token, the others resample a residual). `us`: median (torch, CUDA events) or best mean of 100 calls (JAX, including "
-              "dispatch). `read_floor_us`: target + draft logit bytes / measured read rate; the row `read target "
-              "and draft logits once` measures a floor instead: one Triton launch of 4096-element programs that read "
-              "the same logits (harness.read_once), replayed as a CUDA graph; at small B its launch, not the bytes, "
-              "sets its time. FlashInfer's "
+              "dispatch). `read_floor_us`: target + draft logit bytes / measured read rate. `read_once_us` measures "
+              "that time instead: one Triton launch of 4096-element programs that read the same logits once "
+              "(harness.read_once), replayed as a CUDA graph like jsample's rows (its own row is `read target and "
+              "draft logits once`); at small B its launch, not the bytes, sets it. The fractions are floor / us. "
+              "FlashInfer's "
               "chain_speculative_sampling takes probabilities: its first rows time the two softmaxes with it, as "
               "a user must run them; `probabilities given` times its kernel alone, which reads a row's V "
               "probabilities only where it resamples or draws the bonus token (normalised probabilities need no "
