@@ -74,14 +74,9 @@ def main():
                 record("torch_backend.gumbel_sample", harness.time_torch_us(
                     lambda i: torch_backend.gumbel_sample(logits[i], seeds, positions, temperature, fp64=fp64),
                     rotate), fp64)
-                graphs = []
-                for x in logits:
-                    graph = torch.cuda.CUDAGraph()
-                    with torch.cuda.graph(graph):
-                        torch_backend.gumbel_sample(x, seeds, positions, temperature, fp64=fp64)
-                    graphs.append(graph)
-                record("torch_backend (CUDA graph)", harness.time_torch_us(lambda i: graphs[i].replay(), rotate), fp64)
-                del graphs
+                record("torch_backend (CUDA graph)", harness.time_graph_us(
+                    lambda i: torch_backend.gumbel_sample(logits[i], seeds, positions, temperature, fp64=fp64),
+                    rotate), fp64)
                 record("jsample.gumbel_sample (jit)", harness.time_jax_us(
                     lambda i: sample(jlogits[i], jseeds, jpositions, jtemperature), rotate), fp64)
             categorical = jax.jit(lambda key, x, t: jax.random.categorical(key, x / t[:, None], axis=-1))
@@ -97,15 +92,8 @@ def main():
                 try:
                     record("flashinfer.sampling_from_logits(x / T)", harness.time_torch_us(
                         lambda i: flashinfer_sampling.sampling_from_logits(logits[i] / temperature[:, None]), rotate))
-                    graphs = []
-                    for x in scaled:
-                        graph = torch.cuda.CUDAGraph()
-                        with torch.cuda.graph(graph):
-                            flashinfer_sampling.sampling_from_logits(x)
-                        graphs.append(graph)
-                    record("flashinfer (CUDA graph), x / T given", harness.time_torch_us(
-                        lambda i: graphs[i].replay(), rotate))
-                    del graphs
+                    record("flashinfer (CUDA graph), x / T given", harness.time_graph_us(
+                        lambda i: flashinfer_sampling.sampling_from_logits(scaled[i]), rotate))
                 except Exception as error:  # noqa: BLE001  (API drift between FlashInfer versions)
                     print(f"flashinfer skipped: {error}", flush=True)
                 del scaled

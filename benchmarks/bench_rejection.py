@@ -130,15 +130,8 @@ def main():
             # a measured floor next to the computed one: one launch that reads the same logits once,
             # replayed the same way (torch's own reductions took 20 us at B = 1, more than jsample)
             reads = [harness.read_once((targets[i], drafts[i])) for i in range(rotate)]
-            graphs = []
-            for i in range(rotate):
-                reads[i]()  # compile outside the capture
-                graph = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(graph):
-                    reads[i]()
-                graphs.append(graph)
-            read_once_us = harness.time_torch_us(lambda i: graphs[i].replay(), rotate)
-            del graphs, reads
+            read_once_us = harness.time_graph_us(lambda i: reads[i](), rotate)
+            del reads
 
             def record(provider, us, acceptance=(mean_accepted, all_accepted)):
                 rows.append(dict(B=batch, K=k, V=vocab, provider=provider, us=us, read_floor_us=read_floor_us,
@@ -154,29 +147,16 @@ def main():
             record("torch_backend.rejection_sample", harness.time_torch_us(ours, rotate))
             for kernel, us in kernel_times_us(ours, rotate).items():  # where the time goes
                 record(f"  kernel {kernel}", us)
-            graphs = []
-            for i in range(rotate):
-                graph = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(graph):
-                    ours(i)
-                graphs.append(graph)
-            record("torch_backend (CUDA graph)", harness.time_torch_us(lambda i: graphs[i].replay(), rotate))
+            record("torch_backend (CUDA graph)", harness.time_graph_us(ours, rotate))
             # the slowest workload: (almost) every request rejects draft 0 and resamples a residual; the
             # drafts are the tokens the draft model most overrates, p(d) / q(d) ~ 0.01
             worst_tokens = (drafts[0] - targets[0][:, :k].float()).argmax(dim=-1).int()
             worst = torch_backend.rejection_sample(targets[0], worst_tokens, num_drafts, seeds, positions, temperature,
                                                    draft_logits=drafts[0])[1]
-            graphs = []
-            for i in range(rotate):
-                graph = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(graph):
-                    torch_backend.rejection_sample(targets[i], worst_tokens, num_drafts, seeds, positions,
-                                                   temperature, draft_logits=drafts[i])
-                graphs.append(graph)
-            record("torch_backend (CUDA graph), draft 0 rejected", harness.time_torch_us(
-                lambda i: graphs[i].replay(), rotate),
+            record("torch_backend (CUDA graph), draft 0 rejected", harness.time_graph_us(
+                lambda i: torch_backend.rejection_sample(targets[i], worst_tokens, num_drafts, seeds, positions,
+                                                         temperature, draft_logits=drafts[i]), rotate),
                    ((worst.double().mean() - 1).item(), (worst == k + 1).double().mean().item()))
-            del graphs
             record("jsample.rejection_sample (jit)", harness.time_jax_us(
                 lambda i: jitted(jtargets[i], *jrest, jdrafts[i]), rotate))
             record("plain torch (softmax, ratio, multinomial)", harness.time_torch_us(
@@ -198,16 +178,9 @@ def main():
                 try:
                     record("flashinfer chain_speculative_sampling", harness.time_torch_us(flashinfer, rotate))
                     record("  flashinfer, probabilities given", harness.time_torch_us(flashinfer_given_probs, rotate))
-                    for name, fn in (("flashinfer (CUDA graph)", flashinfer),
-                                     ("  flashinfer (CUDA graph), probabilities given", flashinfer_given_probs)):
-                        graphs = []
-                        for i in range(rotate):
-                            graph = torch.cuda.CUDAGraph()
-                            with torch.cuda.graph(graph):
-                                fn(i)
-                            graphs.append(graph)
-                        record(name, harness.time_torch_us(lambda i: graphs[i].replay(), rotate))
-                        del graphs
+                    record("flashinfer (CUDA graph)", harness.time_graph_us(flashinfer, rotate))
+                    record("  flashinfer (CUDA graph), probabilities given",
+                           harness.time_graph_us(flashinfer_given_probs, rotate))
                 except Exception as error:  # noqa: BLE001  (API drift between FlashInfer versions)
                     print(f"flashinfer skipped: {error}", flush=True)
                 del probs

@@ -31,6 +31,21 @@ def time_torch_us(fn, rotate: int = 1) -> float:
     return triton.testing.do_bench(call, warmup=25, rep=100, return_mode="median") * 1e3
 
 
+def time_graph_us(fn, rotate: int = 1) -> float:
+    """time_torch_us of replaying fn(i) captured as a CUDA graph, one graph per input set (fn runs once
+    eagerly first, so that compilation stays out of the capture)."""
+    import torch
+
+    graphs = []
+    for i in range(rotate):
+        fn(i)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            fn(i)
+        graphs.append(graph)
+    return time_torch_us(lambda i: graphs[i].replay(), rotate)
+
+
 def time_jax_us(fn, rotate: int = 1, calls: int = 100) -> float:
     """Mean microseconds per call over `calls` calls after warm-up, one block_until_ready at the end."""
     import jax
