@@ -36,11 +36,7 @@ def main():
     import torch_backend
 
     jax.config.update("jax_enable_x64", True)
-    try:
-        import flashinfer.sampling as flashinfer_sampling
-    except Exception:  # noqa: BLE001  (not installed, or built for another CUDA)
-        flashinfer_sampling = None
-    print(f"flashinfer: {'importable' if flashinfer_sampling else 'not importable'}", flush=True)
+    flashinfer_sampling = harness.flashinfer_sampling()
     read_rate = harness.measured_read_rate_gbs()
     print(f"measured read rate: {read_rate:.0f} GB/s", flush=True)
     rows = []
@@ -101,8 +97,6 @@ def main():
             torch.cuda.empty_cache()
     env = harness.environment(args.git_sha)
     env["read_rate_GBps"] = read_rate
-    env["flashinfer"] = (sys.modules["flashinfer"].__version__ if flashinfer_sampling
-                         else "not importable")
     harness.write_results(args.out, "gumbel", env, rows,
                           ["B", "V", "provider", "fp64", "us", "GBps", "fraction_of_read_rate"],
                           notes="float32 logits, temperature 0.8. `us`: median (torch, CUDA events) or best "

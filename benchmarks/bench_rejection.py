@@ -86,11 +86,7 @@ def main():
     import torch_backend
 
     jax.config.update("jax_enable_x64", True)  # int64 seeds and positions
-    try:
-        import flashinfer.sampling as flashinfer_sampling
-    except Exception:  # noqa: BLE001  (not installed, or built for another CUDA)
-        flashinfer_sampling = None
-    print(f"flashinfer: {'importable' if flashinfer_sampling else 'not importable'}", flush=True)
+    flashinfer_sampling = harness.flashinfer_sampling()
     read_rate = harness.measured_read_rate_gbs()
     print(f"measured read rate: {read_rate:.0f} GB/s", flush=True)
     vocab, dtype = args.vocab, getattr(torch, args.dtype)
@@ -162,15 +158,17 @@ def main():
             record("plain torch (softmax, ratio, multinomial)", harness.time_torch_us(
                 lambda i: plain_torch_rejection(targets[i], drafts[i], draft_tokens, temperature), rotate))
             if flashinfer_sampling is not None:
+                def probabilities(i):  # (target, draft)
+                    return (torch.softmax(targets[i].float() / temperature.view(-1, 1, 1), dim=-1),
+                            torch.softmax(drafts[i] / temperature.view(-1, 1, 1), dim=-1))
+
                 # FlashInfer takes probabilities: the softmaxes are timed with it, as a user must run them
                 def flashinfer(i):
-                    target_probs = torch.softmax(targets[i].float() / temperature.view(-1, 1, 1), dim=-1)
-                    draft_probs = torch.softmax(drafts[i] / temperature.view(-1, 1, 1), dim=-1)
+                    target_probs, draft_probs = probabilities(i)
                     return flashinfer_sampling.chain_speculative_sampling(draft_probs, draft_tokens, target_probs)
 
                 # and its kernel alone, given the probabilities (what it costs next to a fused softmax)
-                probs = [(torch.softmax(targets[i].float() / temperature.view(-1, 1, 1), dim=-1),
-                          torch.softmax(drafts[i] / temperature.view(-1, 1, 1), dim=-1)) for i in range(rotate)]
+                probs = [probabilities(i) for i in range(rotate)]
 
                 def flashinfer_given_probs(i):
                     return flashinfer_sampling.chain_speculative_sampling(probs[i][1], draft_tokens, probs[i][0])
@@ -188,25 +186,23 @@ def main():
             torch.cuda.empty_cache()
     env = harness.environment(args.git_sha)
     env["read_rate_GBps"] = read_rate
-    env["flashinfer"] = (sys.modules["flashinfer"].__version__ if flashinfer_sampling
-                         else "not importable")
     harness.write_results(
-        args.out, "rejection", env, rows, ["B", "K", "V", "provider", "us", "read_floor_us", "read_floor_fraction", "read_once_us",
-                                 "read_once_fraction", "mean_accepted",
-                                 "all_accepted"],
+        args.out, "rejection", env, rows,
+        ["B", "K", "V", "provider", "us", "read_floor_us", "read_floor_fraction", "read_once_us", "read_once_fraction",
+         "mean_accepted", "all_accepted"],
         notes=f"{args.dtype} target logits [B, K+1, V], float32 draft logits [B, K, V], temperature 0.8, all K "
-              "drafts given (uniformly random draft tokens; draft logits = target logits + N(0, 1)). `mean_accepted`: "
-              "accepted drafts per request, `all_accepted`: the fraction of requests that accept every draft "
-              "(they emit the bonus token, the others resample a residual). `us`: median (torch, CUDA events) or best mean of 100 calls (JAX, including "
-              "dispatch). `read_floor_us`: target + draft logit bytes / measured read rate. `read_once_us` measures "
-              "that time instead: one Triton launch of 4096-element programs that read the same logits once "
-              "(harness.read_once), replayed as a CUDA graph like jsample's rows (its own row is `read target and "
-              "draft logits once`); at small B its launch, not the bytes, sets it. The fractions are floor / us. "
-              "FlashInfer's "
-              "chain_speculative_sampling takes probabilities: its first rows time the two softmaxes with it, as "
-              "a user must run them; `probabilities given` times its kernel alone, which reads a row's V "
-              "probabilities only where it resamples or draws the bonus token (normalised probabilities need no "
-              "pass over the other rows), so it can beat the logits' read floor while the softmaxes cannot. Command: "
+              "drafts given (uniformly random draft tokens; draft logits = target logits + N(0, 1)). "
+              "`mean_accepted`: accepted drafts per request, `all_accepted`: the fraction of requests that accept "
+              "every draft (they emit the bonus token, the others resample a residual). `us`: median (torch, CUDA "
+              "events) or best mean of 100 calls (JAX, including dispatch). `read_floor_us`: target + draft logit "
+              "bytes / measured read rate. `read_once_us` measures that time instead: one Triton launch of "
+              "4096-element programs that read the same logits once (harness.read_once), replayed as a CUDA graph "
+              "like jsample's rows (its own row is `read target and draft logits once`); at small B its launch, "
+              "not the bytes, sets it. The fractions are floor / us. FlashInfer's chain_speculative_sampling takes "
+              "probabilities: its first rows time the two softmaxes with it, as a user must run them; "
+              "`probabilities given` times its kernel alone, which reads a row's V probabilities only where it "
+              "resamples or draws the bonus token (normalised probabilities need no pass over the other rows), so "
+              "it can beat the logits' read floor while the softmaxes cannot. Command: "
               "`XLA_PYTHON_CLIENT_PREALLOCATE=false python benchmarks/bench_rejection.py --out "
               "benchmarks/results --git-sha <sha>`.")
 

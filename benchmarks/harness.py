@@ -5,10 +5,12 @@ warm-up, N calls and one `block_until_ready`. Small inputs are rotated among sev
 that repeated calls do not measure the L2 cache.
 """
 
+import functools
 import json
 import os
 import platform
 import subprocess
+import sys
 import time
 
 L2_FLUSH_BYTES = 256 * 2**20  # rotate inputs until the set is several times the H200's 60 MB L2
@@ -72,10 +74,8 @@ def measured_read_rate_gbs() -> float:
     return x.numel() * 4 / (us * 1e-6) / 1e9
 
 
-_chunk_max_kernel = None
-
-
-def _build_chunk_max_kernel():
+@functools.cache
+def _chunk_max_kernel():
     import triton
     import triton.language as tl
 
@@ -100,19 +100,27 @@ def read_once(tensors, chunk: int = 4096):
     one-pass op over them (each program writes the max of its chunk, 1/chunk of the bytes read)."""
     import torch
 
-    global _chunk_max_kernel
-    if _chunk_max_kernel is None:
-        _chunk_max_kernel = _build_chunk_max_kernel()
+    kernel = _chunk_max_kernel()
     a, b = tensors
     a_chunks, b_chunks = -(-a.numel() // chunk), -(-b.numel() // chunk)
     out = torch.empty(a_chunks + b_chunks, dtype=torch.float32, device=a.device)
 
     def run():
-        _chunk_max_kernel[(a_chunks + b_chunks,)](a, b, a_chunks, a.numel(), b.numel(), out, CHUNK=chunk,
-                                                  num_warps=4)
+        kernel[(a_chunks + b_chunks,)](a, b, a_chunks, a.numel(), b.numel(), out, CHUNK=chunk, num_warps=4)
         return out
 
     return run
+
+
+def flashinfer_sampling():
+    """FlashInfer's sampling module, or None when it cannot be imported (not installed, or built for
+    another CUDA): the benchmarks then leave it out."""
+    try:
+        import flashinfer.sampling
+    except Exception:  # noqa: BLE001
+        return None
+    print(f"flashinfer {flashinfer.__version__}", flush=True)
+    return flashinfer.sampling
 
 
 def environment(git_sha: str) -> dict:
@@ -128,6 +136,8 @@ def environment(git_sha: str) -> dict:
         env.update(jax=jax.__version__, jax_triton=jax_triton.__version__)
     except ImportError:
         pass
+    module = sys.modules.get("flashinfer")
+    env["flashinfer"] = module.__version__ if module else "not imported"
     try:
         env["driver"] = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
                                        capture_output=True, text=True, timeout=20).stdout.strip()
