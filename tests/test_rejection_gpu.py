@@ -95,8 +95,8 @@ def test_rejection_gpu_benchmark_sizes_torch_equals_jax_and_reference(batch, k, 
 def test_rejection_gpu_no_partial_leaks_between_calls(batch, k, one_hot):
     """The launches hand each other partials in uninitialised buffers, which torch's caching allocator
     reuses from call to call: a partial that one launch failed to write, or that another read
-    before it was written, would show up as the previous call's value. Two problems alternate 40
-    times, and every call must give its problem's first answer."""
+    before it was written, would show up as the previous call's value. 80 calls alternate two
+    problems, and every call must give its problem's first answer."""
     problems = [_problem(batch, k, 32000, seed=seed) for seed in (1, 2)]
     calls = [lambda p=p: torch_backend.rejection_sample(*p[:6], draft_logits=None if one_hot else p[6])
              for p in problems]
