@@ -17,6 +17,7 @@ _JAX_API = {
     "gumbel_sample": "jsample._jax.gumbel",
     "rejection_sample": "jsample._jax.rejection",
     "synthetic_rejection_sample": "jsample._jax.rejection",
+    "top_k_top_p_sample": "jsample._jax.filtered",
 }
 
 __all__ = [

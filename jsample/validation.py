@@ -160,3 +160,36 @@ def check_synthetic_rejection_sample(op: str, target_tokens, draft_tokens, num_d
         raise ValueError(f"{op}: conditional_rates must be an array [K] = [{k}] (one schedule) or [B, K] = "
                          f"[{batch}, {k}] (one per request), got shape {tuple(conditional_rates.shape)}.")
     check_flag(op, "fp64", fp64)
+
+
+def check_filter(op: str, name: str, value, batch: int) -> None:
+    """top_k / top_p / min_p: None, a number in range, or an array [B] (values unchecked: no device reads)."""
+    if value is None:
+        return
+    integer = name == "top_k"
+    dtype = "int32" if integer else "float32"
+    if isinstance(value, ArraySpec):
+        check_dtype(op, name, value, (dtype,))
+        check_batch_vector(op, name, value, batch)
+        return
+    kinds = (numbers.Integral,) if integer else (numbers.Real,)
+    if isinstance(value, bool) or not isinstance(value, kinds):
+        raise TypeError(f"{op}: {name} must be None, {'an int' if integer else 'a number'} or a {dtype} array [B], "
+                        f"got {type(value).__name__}.")
+    ranges = {"top_k": (0 <= value < 2**31, "an int in [0, 2**31) (0 keeps every token)"),
+              "top_p": (0 < value <= 1, "in (0, 1] (1 keeps every token)"),
+              "min_p": (0 <= value <= 1, "in [0, 1] (0 keeps every token)")}
+    in_range, expected = ranges[name]
+    if not in_range:
+        raise ValueError(f"{op}: {name} must be {expected}, got {value!r}.")
+
+
+def check_top_k_top_p_sample(op: str, logits, seeds, positions, temperature, top_k, top_p, min_p, fp64) -> None:
+    check_logits(op, "logits", logits, "[B, V]")
+    batch = logits.shape[0]
+    check_seeds_positions(op, seeds, positions, batch)
+    check_temperature(op, temperature, batch)
+    check_filter(op, "top_k", top_k, batch)
+    check_filter(op, "top_p", top_p, batch)
+    check_filter(op, "min_p", min_p, batch)
+    check_flag(op, "fp64", fp64)

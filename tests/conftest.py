@@ -42,7 +42,7 @@ def to_torch(value):
 
 
 def run_torch(op_name, *args, **kwargs):
-    out = getattr(torch_backend, op_name)(*map(to_torch, args), **kwargs)
+    out = getattr(torch_backend, op_name)(*map(to_torch, args), **{k: to_torch(v) for k, v in kwargs.items()})
     if isinstance(out, tuple):
         return tuple(o.cpu().numpy() for o in out)
     return out.cpu().numpy()

@@ -29,6 +29,13 @@ from jsample.kernels.gumbel import (  # noqa: E402
 )
 
 INTERPRETER = interpreting()
+from jsample.kernels.filtered import (  # noqa: E402
+    FilteredLaunchConfig,
+    filter_step_kernel,
+    filtered_launch_config,
+    filtered_partial_kernel,
+    filtered_plan,
+)
 from jsample.kernels.rejection import (  # noqa: E402
     RejectionLaunchConfig,
     rejection_decide_kernel,
@@ -42,8 +49,13 @@ from jsample.kernels.stream import philox_words_kernel, uniforms_kernel  # noqa:
 
 __all__ = [
     "INTERPRETER",
+    "FilteredLaunchConfig",
     "GumbelLaunchConfig",
     "argmax_reduce_kernel",
+    "filter_step_kernel",
+    "filtered_launch_config",
+    "filtered_partial_kernel",
+    "filtered_plan",
     "gumbel_launch_config",
     "gumbel_partial_kernel",
     "philox_words_kernel",

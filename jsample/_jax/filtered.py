@@ -1,0 +1,91 @@
+"""`top_k_top_p_sample` for JAX: validate, allocate, launch the shared Triton kernels (jax.jit-able)."""
+
+import jax
+import jax.numpy as jnp
+
+from jsample import kernels
+from jsample._jax._launch import launch, spec, temperature_array
+from jsample.kernels.filtered import MAX_CHUNKS, STATE_WORDS, WAYS
+from jsample.validation import check_top_k_top_p_sample
+
+
+def _per_row(value, batch: int, dtype):
+    if value is None:
+        return None
+    if isinstance(value, jax.Array) or hasattr(value, "shape"):
+        return jnp.asarray(value)
+    return jnp.full((batch,), value, dtype=dtype)
+
+
+def top_k_top_p_sample(logits, seeds, positions, temperature, *, top_k=None, top_p=None, min_p=None,
+                       fp64=False) -> jax.Array:
+    """Seeded top-k / top-p / min-p sampling: gumbel_sample over the tokens the filters keep.
+
+    With p = softmax(logits[b] / T_b) the filters apply in this order, each to what the one before
+    kept: top-k keeps the logits >= the k-th largest (ties kept); top-p keeps a token iff the kept
+    mass of the tokens with a larger logit is < top_p of the kept mass (masses in fixed point,
+    2**-40 of the largest token's); min-p keeps a token iff p >= min_p * max p. The token is
+    `gumbel_sample`'s (stream 0) on the row with every other logit at -inf, so without filters it
+    is gumbel_sample's token bit for bit. Greedy rows (T == 0) are the argmax, unfiltered.
+
+    Determinism: a row's token depends only on its logits row, seed, position, temperature, filter
+    values and `fp64`: not on the batch, row order or jit (the kept set is found with integer sums),
+    and it equals `torch_backend.top_k_top_p_sample`'s token bit for bit. Changing filter values
+    never recompiles; passing a filter or None is a different program.
+
+    Args:
+        logits, seeds, positions, temperature, fp64: as `gumbel_sample`.
+        top_k: None, an int >= 0, or an int32 array [B]; 0 (or >= V) keeps every token.
+        top_p: None, a number in (0, 1], or a float32 array [B]; 1 keeps every token. Array values
+            are not checked: >= 1 or NaN keeps every token, <= 0 keeps the largest logit only.
+        min_p: None, a number in [0, 1], or a float32 array [B]; 0 keeps every token.
+
+    Returns:
+        [B] int32 token ids.
+    """
+    op = "top_k_top_p_sample"
+    check_top_k_top_p_sample(op, spec(op, "logits", logits), spec(op, "seeds", seeds),
+                             spec(op, "positions", positions), spec(op, "temperature", temperature),
+                             spec(op, "top_k", top_k), spec(op, "top_p", top_p), spec(op, "min_p", min_p), fp64)
+    batch, vocab = logits.shape
+    if batch == 0:
+        return jnp.zeros((0,), jnp.int32)
+    logits = jnp.asarray(logits)
+    config = kernels.filtered_launch_config(batch, vocab, vocab, jnp.dtype(logits.dtype).name, fp64)
+    plan = kernels.filtered_plan(config, top_k is not None, top_p is not None)
+    temperature = temperature_array(temperature, batch)
+    top_k, top_p, min_p = (_per_row(v, batch, d) for v, d in ((top_k, jnp.int32), (top_p, jnp.float32),
+                                                                 (min_p, jnp.float32)))
+    has_min_p = min_p is not None
+    unused = temperature  # stands for the filters a call does not have: never read
+    top_k, top_p, min_p = (unused if v is None else v for v in (top_k, top_p, min_p))
+    gumbel = config.gumbel
+    options = dict(num_stages=config.num_stages, enable_fp_fusion=config.enable_fp_fusion)
+    # int64 state and partials as pairs of int32 words (no jax_enable_x64 needed)
+    state_shape = jax.ShapeDtypeStruct((batch, 2 * STATE_WORDS), jnp.int32)
+    partials_shape = jax.ShapeDtypeStruct((batch, 2 * WAYS * config.num_chunks), jnp.int32)
+    state, partials = unused, unused  # the stats launch reads neither
+    for step in plan[:-1]:
+        state, partials = launch(
+            kernels.filter_step_kernel, logits, temperature, top_k, top_p, state, partials, vocab, vocab,
+            config.num_chunks, config.chunk, grid=(batch, config.num_chunks), out_shapes=[state_shape, partials_shape],
+            PHASE=step.phase, PREV_PHASE=step.prev_phase, CAPTURE_NORMALIZER=step.capture_normalizer,
+            KEY_SHIFT=config.key_shift, FP64=fp64, BLOCK=config.block, ROW_ALIGN=gumbel.row_align, WAYS=WAYS,
+            MAX_CHUNKS=MAX_CHUNKS, num_warps=config.num_warps, **options)
+    words = 2 if fp64 else 1  # f64 partial scores are stored as two f32 words
+    sample = plan[-1]
+    partial_score, partial_index = launch(
+        kernels.filtered_partial_kernel, logits, jnp.asarray(seeds), jnp.asarray(positions), temperature, top_k,
+        top_p, min_p, state, partials, vocab, vocab, config.num_chunks,
+        grid=(batch, gumbel.num_blocks),
+        out_shapes=[jax.ShapeDtypeStruct((batch, gumbel.num_blocks * words), jnp.float32),
+                    jax.ShapeDtypeStruct((batch, gumbel.num_blocks), jnp.int32)],
+        PREV_PHASE=sample.prev_phase, CAPTURE_NORMALIZER=sample.capture_normalizer, HAS_MIN_P=has_min_p,
+        KEY_SHIFT=config.key_shift, FP64=fp64, BLOCK_V=gumbel.block_v, ROW_ALIGN=gumbel.row_align,
+        VOCAB_ALIGN=gumbel.vocab_align, FAST_MATH=gumbel.fast_math, WAYS=WAYS, MAX_CHUNKS=MAX_CHUNKS,
+        num_warps=gumbel.num_warps, **options)
+    (tokens,) = launch(
+        kernels.argmax_reduce_kernel, partial_score, partial_index, gumbel.num_blocks,
+        grid=(batch,), out_shapes=[jax.ShapeDtypeStruct((batch,), jnp.int32)],
+        FP64=fp64, REDUCE_BLOCK=gumbel.reduce_block, num_warps=1, **options)
+    return tokens

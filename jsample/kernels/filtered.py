@@ -1,0 +1,355 @@
+"""Top-k / top-p / min-p sampling: the stream-0 Gumbel-max sample over the tokens the filters keep.
+
+With s = x / T (FP32, as gumbel_sample) and e_k = exp(s_k - max s) = p_k / p_max, a row keeps
+(temperature first, then the filters in Hugging Face's order, each on what the previous one kept):
+
+* top-k (1 <= k < number of finite logits): the tokens whose logit is >= the k-th largest (ties at
+  the boundary all kept);
+* top-p (0 < p < 1): token k is kept iff the mass of the kept tokens with a strictly larger logit
+  is < p times the mass of all kept tokens (so the boundary token, and tokens tied with it, stay);
+  masses are sums of floor(e * 2**40), integers: a sum does not depend on its order, so neither
+  the tiling nor the batch can change which tokens are kept (p <= 0 keeps the largest logit only);
+* min-p (0 < min_p): token k is kept iff e_k >= min_p.
+
+The token is then `gumbel_sample` of the row with every other logit set to -inf, computed by the very
+same code (block_noise, noisy_scores), so with no filter it is gumbel_sample's token bit for bit.
+Greedy rows (T == 0) are not filtered (the largest logit is always kept, so nothing would change),
+nor are rows with T < 0 or NaN (unchecked device values).
+
+Every filter keeps the tokens whose logit is >= a threshold (e is non-decreasing in x), so each
+threshold is found by searching an order-preserving integer key of the logits: 32 bits for float32,
+the 16 significant bits of bfloat16 and 19 of float16 (key_shift). Launches, all shared by both
+frontends (filtered_plan lists them):
+
+1. `filter_step_kernel` PHASE_STATS, grid (B, num_chunks): per chunk of the row, the largest and
+   smallest key of the finite logits and their count.
+2. `filter_step_kernel` PHASE_TOP_K, then PHASE_TOP_P, search_steps launches each: each program first
+   replays the row's state from the previous launch (state + partials: the bracket [lo, hi) of the
+   threshold key), then evaluates WAYS pivots of it on its chunk (count, or mass, of the keys >=
+   each pivot). Each launch narrows the bracket 16-fold, so search_steps launches pin it down.
+3. `filtered_partial_kernel`, grid (B, num_blocks): replays the final state, masks the logits below
+   the threshold (and, for min-p, e < min_p), and writes gumbel_sample's block partials;
+   `argmax_reduce_kernel` (gumbel.py) reduces them.
+
+The chunking follows the batch size (more chunks per row for small batches, to fill the GPU); the
+kept set never depends on it: counts and fixed-point masses are integer sums.
+"""
+
+import math
+from dataclasses import dataclass
+
+import triton
+import triton.language as tl
+
+from jsample.kernels.gumbel import (
+    GumbelLaunchConfig,
+    aligned,
+    block_noise,
+    gumbel_launch_config,
+    inverse_temperature,
+    load_block,
+    noisy_scores,
+    store_block_best,
+)
+
+WAYS = 16  # pivots per search launch: 4 bits of the threshold key
+MAX_CHUNKS = 64  # chunks per row in the search launches (a power of two)
+MASS_SCALE = 2.0**40  # fixed-point unit of the top-p masses, relative to the largest token's
+PHASE_STATS = 0
+PHASE_TOP_K = 1
+PHASE_TOP_P = 2
+PHASE_SAMPLE = 3
+STATE_WORDS = 8  # int64 per row: key max, key min, finite count, lo, hi, top-p normaliser (2 spare)
+KEY_SHIFTS = {"float32": 0, "bfloat16": 16, "float16": 13}  # low key bits that are zero for the dtype
+
+_STATS = tl.constexpr(PHASE_STATS)
+_TOP_K = tl.constexpr(PHASE_TOP_K)
+_TOP_P = tl.constexpr(PHASE_TOP_P)
+_SAMPLE = tl.constexpr(PHASE_SAMPLE)
+_MASS_SCALE = tl.constexpr(MASS_SCALE)
+_STATE_WORDS = tl.constexpr(STATE_WORDS)
+
+
+@dataclass(frozen=True)
+class FilteredLaunchConfig:
+    """How both frontends launch the filtered-sampling kernels (the kept set never depends on it)."""
+
+    gumbel: GumbelLaunchConfig  # the sampling launch: exactly gumbel_sample's tiling
+    key_shift: int
+    search_steps: int  # launches per search: ceil(key bits / 4)
+    num_chunks: int  # programs per row in the stats and search launches
+    chunk: int  # columns per chunk, a multiple of block
+    block: int  # the search launches' tile
+    num_warps: int = 4
+    num_stages: int = 1
+    enable_fp_fusion: bool = False  # no FMA contraction: the same rounding as the NumPy reference
+
+
+def filtered_launch_config(batch: int, vocab_size: int, row_stride: int, dtype_name: str,
+                           fp64: bool) -> FilteredLaunchConfig:
+    """The launch configuration of `top_k_top_p_sample` for [B, V] logits of this dtype."""
+    key_shift = KEY_SHIFTS[dtype_name]
+    block = min(256, triton.next_power_of_2(vocab_size))
+    tiles = triton.cdiv(vocab_size, block)
+    # about 512 programs a launch whatever the batch: one row's chunks fill the GPU when B is small
+    chunks = max(1, min(MAX_CHUNKS, 512 // max(batch, 1), tiles))
+    chunk = triton.cdiv(tiles, chunks) * block
+    return FilteredLaunchConfig(
+        gumbel=gumbel_launch_config(vocab_size, row_stride, fp64),
+        key_shift=key_shift,
+        search_steps=math.ceil((32 - key_shift) / math.log2(WAYS)),
+        num_chunks=triton.cdiv(vocab_size, chunk),
+        chunk=chunk,
+        block=block,
+    )
+
+
+@dataclass(frozen=True)
+class FilterStep:
+    """One launch of filter_step_kernel (or, PHASE_SAMPLE, of filtered_partial_kernel)."""
+
+    phase: int
+    prev_phase: int  # the phase of the launch before (PHASE_STATS for the first search launch)
+    capture_normalizer: bool  # the launch before was the first top-p launch: its pivot 0 holds the top-p mass
+
+
+def filtered_plan(config: FilteredLaunchConfig, has_top_k: bool, has_top_p: bool) -> list:
+    """The launches of one call, in order; both frontends run exactly this list."""
+    phases = [PHASE_STATS] + [PHASE_TOP_K] * (config.search_steps if has_top_k else 0)
+    phases += [PHASE_TOP_P] * (config.search_steps if has_top_p else 0) + [PHASE_SAMPLE]
+    first_top_p = phases.index(PHASE_TOP_P) if has_top_p else -1
+    return [FilterStep(phase, phases[i - 1] if i else PHASE_STATS, i - 1 == first_top_p)
+            for i, phase in enumerate(phases)]
+
+
+@triton.jit
+def _key(x, KEY_SHIFT: tl.constexpr):
+    """Order-preserving int32 key of FP32 values (-0.0 as +0.0), without its KEY_SHIFT zero bits."""
+    bits = tl.where(x == 0.0, 0.0, x).to(tl.int32, bitcast=True)
+    return tl.where(bits >= 0, bits, bits ^ 0x7FFFFFFF) >> KEY_SHIFT
+
+
+@triton.jit
+def _key_value(key, KEY_SHIFT: tl.constexpr):
+    """The FP32 value of a key (the inverse of _key)."""
+    key = key.to(tl.int32)
+    full = (key << KEY_SHIFT) | tl.where(key < 0, (1 << KEY_SHIFT) - 1, 0)
+    return tl.where(full >= 0, full, full ^ 0x7FFFFFFF).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _relative_probability(x, temperature, key_max, KEY_SHIFT: tl.constexpr, FP64: tl.constexpr):
+    """e = exp(x / T - max(x) / T) = p / p_max of logits x (FP32, FP64 when FP64); 0 for non-finite x."""
+    x_max = _key_value(key_max, KEY_SHIFT)
+    if FP64:
+        inverse_t = inverse_temperature(temperature, True)
+        e = tl.exp(x.to(tl.float64) * inverse_t - x_max.to(tl.float64) * inverse_t)
+    else:
+        inverse_t = inverse_temperature(temperature, False)
+        e = tl.exp(x * inverse_t - x_max * inverse_t)
+    return tl.where(tl.abs(x) < float("inf"), e, 0.0)
+
+
+@triton.jit
+def _filtered_row(temperature, count):
+    """Whether the filters apply to the row: T > 0 (not greedy, not negative or NaN) and a finite logit."""
+    return (temperature > 0) & (count > 0)
+
+
+@triton.jit
+def _start_search(phase: tl.constexpr, b64, lo0, key_max, count, temperature, top_k_ptr, top_p_ptr):
+    """The first bracket [lo, hi) of a search: the threshold key is in [lo, hi - 1]; hi = lo + 1
+    means settled (threshold lo). lo0: the lowest key still kept (the previous threshold)."""
+    run = _filtered_row(temperature, count)
+    if phase == _TOP_K:
+        k = tl.load(top_k_ptr + b64).to(tl.int64)
+        active = run & (k >= 1) & (k < count)
+        lo = lo0
+    else:
+        p = tl.load(top_p_ptr + b64)
+        active = run & (p > 0) & (p < 1)
+        lo = tl.where(run & (p <= 0), key_max, lo0)  # p <= 0 keeps the largest logit only
+    return lo, tl.where(active, key_max + 1, lo + 1)
+
+
+@triton.jit
+def _row_state(b64, state_ptr, partial_ptr, num_chunks, temperature, top_k_ptr, top_p_ptr,
+               PHASE: tl.constexpr, PREV_PHASE: tl.constexpr, CAPTURE_NORMALIZER: tl.constexpr,
+               WAYS: tl.constexpr, MAX_CHUNKS: tl.constexpr):
+    """The row's state for a PHASE launch: the previous launch's state advanced by its partials.
+    Returns (key max, key min, finite count, lo, hi, top-p normaliser)."""
+    chunks = tl.arange(0, MAX_CHUNKS)
+    ways = tl.arange(0, WAYS)
+    in_row = chunks < num_chunks
+    partials = partial_ptr.to(tl.pointer_type(tl.int64)) + (b64 * num_chunks + chunks) * WAYS
+    if PREV_PHASE == _STATS:
+        key_max = tl.max(tl.load(partials, mask=in_row, other=-(2**62)), axis=0)
+        key_min = tl.min(tl.load(partials + 1, mask=in_row, other=2**62), axis=0)
+        count = tl.sum(tl.load(partials + 2, mask=in_row, other=0), axis=0)
+        normalizer = count * 0
+        lo = tl.where(count > 0, key_min, 0)  # no finite logit: nothing to search (the row gives -1)
+        hi = lo + 1
+    else:
+        state = state_ptr.to(tl.pointer_type(tl.int64)) + b64 * _STATE_WORDS
+        key_max = tl.load(state)
+        key_min = tl.load(state + 1)
+        count = tl.load(state + 2)
+        lo = tl.load(state + 3)
+        hi = tl.load(state + 4)
+        normalizer = tl.load(state + 5)
+        if hi - lo > 1:  # the previous launch evaluated its pivots: narrow the bracket
+            above = tl.sum(tl.load(partials[:, None] + ways[None, :], mask=in_row[:, None], other=0), axis=0)
+            pivots = lo + ((hi - lo) * ways) // WAYS
+            if PREV_PHASE == _TOP_K:
+                below_limit = above < tl.load(top_k_ptr + b64).to(tl.int64)
+            else:
+                if CAPTURE_NORMALIZER:  # pivot 0 is lo, the previous threshold: the mass of all kept tokens
+                    normalizer = tl.sum(tl.where(ways == 0, above, 0), axis=0)
+                limit = tl.load(top_p_ptr + b64).to(tl.float64) * normalizer.to(tl.float64)
+                below_limit = above.to(tl.float64) < limit
+            below_limit = below_limit & (ways > 0)  # lo itself is above the limit by construction
+            lo = tl.max(tl.where(below_limit, lo, pivots), axis=0)
+            hi = tl.min(tl.where(below_limit, pivots, hi), axis=0)
+    if PHASE != PREV_PHASE:
+        if PHASE != _SAMPLE:
+            # a new search starts at the previous threshold (hi - lo == 1: every search is settled)
+            lo, hi = _start_search(PHASE, b64, lo, key_max, count, temperature, top_k_ptr, top_p_ptr)
+    return key_max, key_min, count, lo, hi, normalizer
+
+
+@triton.jit
+def filter_step_kernel(
+    logits_ptr,  # [B, V] f32|bf16|f16, rows `row_stride` elements apart, columns contiguous
+    temperature_ptr,  # [B] f32
+    top_k_ptr,  # [B] i32 (read by top-k launches only)
+    top_p_ptr,  # [B] f32 (read by top-p launches only)
+    state_in_ptr,  # [B, STATE_WORDS] i64 as i32 words, from the previous launch (unused after PHASE_STATS)
+    partial_in_ptr,  # [B, num_chunks, WAYS] i64 as i32 words, from the previous launch
+    V,
+    row_stride,
+    num_chunks,
+    chunk,  # columns per chunk
+    state_out_ptr,  # [B, STATE_WORDS] i64 as i32 words: this launch's state (written by chunk 0)
+    partial_out_ptr,  # [B, num_chunks, WAYS] i64 as i32 words
+    PHASE: tl.constexpr,
+    PREV_PHASE: tl.constexpr,
+    CAPTURE_NORMALIZER: tl.constexpr,
+    KEY_SHIFT: tl.constexpr,
+    FP64: tl.constexpr,
+    BLOCK: tl.constexpr,
+    ROW_ALIGN: tl.constexpr,
+    WAYS: tl.constexpr,
+    MAX_CHUNKS: tl.constexpr,
+):
+    """PHASE_STATS: per chunk, the largest and smallest finite key and the finite count (lanes 0-2).
+    PHASE_TOP_K / PHASE_TOP_P: per chunk, the count / the fixed-point mass of the keys >= each of
+    the row's WAYS pivots, while the row's bracket is unsettled."""
+    b = tl.program_id(0)
+    c = tl.program_id(1)
+    b64 = b.to(tl.int64)
+    temperature = tl.load(temperature_ptr + b)
+    row_ptr = logits_ptr + tl.multiple_of(b64 * row_stride, ROW_ALIGN)
+    first = c * chunk
+    ways = tl.arange(0, WAYS)
+    out = partial_out_ptr.to(tl.pointer_type(tl.int64)) + (b64 * num_chunks + c) * WAYS
+    if PHASE == _STATS:
+        key_max = tl.full([BLOCK], -(2**31), tl.int32)
+        key_min = tl.full([BLOCK], 2**31 - 1, tl.int32)
+        count = tl.zeros([BLOCK], tl.int32)
+        start = first
+        while start < first + chunk:  # a while loop: the interpreter cannot range() over a runtime bound
+            x = load_block(row_ptr, start + tl.arange(0, BLOCK), V, False)
+            start += BLOCK
+            finite = tl.abs(x) < float("inf")
+            key = _key(x, KEY_SHIFT)
+            key_max = tl.maximum(key_max, tl.where(finite, key, -(2**31)))
+            key_min = tl.minimum(key_min, tl.where(finite, key, 2**31 - 1))
+            count += finite.to(tl.int32)
+        stats = tl.where(ways == 0, tl.max(key_max, axis=0).to(tl.int64),
+                         tl.where(ways == 1, tl.min(key_min, axis=0).to(tl.int64), tl.sum(count, axis=0).to(tl.int64)))
+        tl.store(out + ways, stats, mask=ways < 3)
+    else:
+        key_max, key_min, count, lo, hi, normalizer = _row_state(
+            b64, state_in_ptr, partial_in_ptr, num_chunks, temperature, top_k_ptr, top_p_ptr,
+            PHASE, PREV_PHASE, CAPTURE_NORMALIZER, WAYS, MAX_CHUNKS)
+        if c == 0:
+            state = state_out_ptr.to(tl.pointer_type(tl.int64)) + b64 * _STATE_WORDS
+            words = tl.arange(0, _STATE_WORDS)
+            values = tl.where(words == 0, key_max, tl.where(words == 1, key_min, tl.where(words == 2, count, 0)))
+            values = tl.where(words == 3, lo, tl.where(words == 4, hi, tl.where(words == 5, normalizer, values)))
+            tl.store(state + words, values)
+        if hi - lo > 1:
+            pivots = (lo + ((hi - lo) * ways) // WAYS).to(tl.int32)
+            if PHASE == _TOP_K:
+                above = tl.zeros([WAYS], tl.int32)
+            else:
+                above = tl.zeros([WAYS], tl.int64)
+            start = first
+            while start < first + chunk:
+                x = load_block(row_ptr, start + tl.arange(0, BLOCK), V, False)
+                start += BLOCK
+                finite = tl.abs(x) < float("inf")
+                is_above = finite[:, None] & (_key(x, KEY_SHIFT)[:, None] >= pivots[None, :])
+                if PHASE == _TOP_K:
+                    above += tl.sum(is_above.to(tl.int32), axis=0)
+                else:
+                    mass = (_relative_probability(x, temperature, key_max, KEY_SHIFT, FP64) * _MASS_SCALE).to(tl.int64)
+                    above += tl.sum(tl.where(is_above, mass[:, None], 0), axis=0)
+            tl.store(out + ways, above.to(tl.int64))
+
+
+@triton.jit
+def filtered_partial_kernel(
+    logits_ptr,  # [B, V] f32|bf16|f16, rows `row_stride` elements apart, columns contiguous
+    seeds_ptr,  # [B] i32|u32|i64
+    positions_ptr,  # [B] i32|i64
+    temperature_ptr,  # [B] f32
+    top_k_ptr,  # [B] i32
+    top_p_ptr,  # [B] f32
+    min_p_ptr,  # [B] f32 (read when HAS_MIN_P)
+    state_in_ptr,  # from the last filter_step_kernel launch
+    partial_in_ptr,
+    V,
+    row_stride,
+    num_chunks,
+    partial_score_ptr,  # [B, NUM_BLOCKS] f32; with FP64, f64 as [B, 2 * NUM_BLOCKS] f32 words
+    partial_index_ptr,  # [B, NUM_BLOCKS] i32
+    PREV_PHASE: tl.constexpr,
+    CAPTURE_NORMALIZER: tl.constexpr,
+    HAS_MIN_P: tl.constexpr,
+    KEY_SHIFT: tl.constexpr,
+    FP64: tl.constexpr,
+    BLOCK_V: tl.constexpr,
+    ROW_ALIGN: tl.constexpr,
+    VOCAB_ALIGN: tl.constexpr,
+    FAST_MATH: tl.constexpr,
+    WAYS: tl.constexpr,
+    MAX_CHUNKS: tl.constexpr,
+):
+    """gumbel_partial_kernel (stream 0) on the row with the logits the filters drop set to -inf."""
+    V = aligned(V, VOCAB_ALIGN)
+    b = tl.program_id(0)
+    block = tl.program_id(1)
+    num_blocks = tl.num_programs(1)
+    b64 = b.to(tl.int64)
+    seed = tl.load(seeds_ptr + b).to(tl.int64)
+    position = tl.load(positions_ptr + b).to(tl.int64)
+    temperature = tl.load(temperature_ptr + b)
+    key_max, key_min, count, threshold, hi, normalizer = _row_state(
+        b64, state_in_ptr, partial_in_ptr, num_chunks, temperature, top_k_ptr, top_p_ptr,
+        _SAMPLE, PREV_PHASE, CAPTURE_NORMALIZER, WAYS, MAX_CHUNKS)
+    first_col = block * BLOCK_V
+    cols = first_col + tl.arange(0, BLOCK_V)
+    x = load_block(logits_ptr + tl.multiple_of(b64 * row_stride, ROW_ALIGN), cols, V, FP64)
+    if _filtered_row(temperature, count):
+        x32 = x.to(tl.float32)
+        keep = _key(x32, KEY_SHIFT) >= threshold
+        if HAS_MIN_P:
+            keep = keep & (_relative_probability(x32, temperature, key_max, KEY_SHIFT, FP64) >= tl.load(min_p_ptr + b))
+        x = tl.where(keep, x, float("-inf"))
+    if temperature == 0:
+        noise = tl.zeros_like(x)
+    else:
+        noise = block_noise(seed, position, first_col, 0, BLOCK_V, FP64, FAST_MATH)
+    score, best = noisy_scores(x, noise, temperature, FP64, FAST_MATH)
+    store_block_best(partial_score_ptr, partial_index_ptr, b64 * num_blocks + block, score, best, first_col, FP64)
