@@ -1,0 +1,247 @@
+"""top_k_top_p_sample: kept sets and tokens vs the NumPy reference, torch == JAX, tiling and batch
+invariance, the link to gumbel_sample, the filtered distribution, errors."""
+
+import dataclasses
+
+import ml_dtypes
+import numpy as np
+import pytest
+from conftest import ON_GPU, SIZE, both_frontends, make_requests
+from test_gumbel import MARGIN, _chi_square_pvalue, _softmax
+
+from jsample import kernels
+from jsample.reference import gumbel_scores_reference, top_k_top_p_sample_reference
+from jsample.reference.filtered import kept_tokens
+
+OP = "top_k_top_p_sample"
+BATCH, VOCAB = {"cpu": (8, 2500), "gpu": (64, 151936)}[SIZE]
+AMBIGUITY = 1e-5  # relative change of the top-p and min-p limits that GPU exp rounding stays well within
+
+
+def _filters(rng, batch, vocab):
+    """Per-row filter values covering the edges: disabled (0, 1, >= V, NaN), keep-only-the-top, typical."""
+    top_k = rng.choice(np.int32([0, 1, 2, 5, 40, 300, vocab, vocab + 5, -3]), size=batch).astype(np.int32)
+    top_p = rng.choice(np.float32([0.05, 0.3, 0.6, 0.9, 0.99, 1.0, 0.0, -1.0, np.nan]), size=batch).astype(np.float32)
+    min_p = rng.choice(np.float32([0.0, 0.001, 0.05, 0.3, 1.0]), size=batch).astype(np.float32)
+    return top_k, top_p, min_p
+
+
+def _problem(rng, batch, vocab, dtype="float32"):
+    logits = (rng.standard_normal((batch, vocab)) * rng.uniform(0.5, 4.0, (batch, 1))).astype(np.float32)
+    logits[0, : vocab // 3] = logits[0, vocab // 3]  # a long run of ties
+    logits[1, ::7] = -np.inf
+    logits[1, 3] = np.nan
+    logits[2 % batch] = np.round(logits[2 % batch])  # many ties at every value
+    logits = logits.astype(getattr(ml_dtypes, dtype, dtype))
+    seeds, positions = make_requests(rng, batch)
+    temperature = rng.choice(np.float32([0.0, 0.5, 0.8, 1.0, 1.7]), size=batch)
+    temperature[1:3] = 0.9
+    return logits, seeds, positions, temperature
+
+
+def _ambiguous_rows(logits, temperature, top_k, top_p, min_p, fp64):
+    """Rows whose kept set a relative change of AMBIGUITY in the limits would change (the GPU's exp is
+    not NumPy's), or whose best two reference scores nearly tie."""
+    rows = []
+    for b in range(len(logits)):
+        sets = [kept_tokens(logits[b], temperature[b], int(top_k[b]), top_p[b], min_p[b], fp64,
+                            top_p_scale=scale, min_p_scale=scale) for scale in (1 - AMBIGUITY, 1.0, 1 + AMBIGUITY)]
+        rows.append(not all(np.array_equal(sets[1], s) for s in sets))
+    return np.array(rows)
+
+
+def assert_tokens_match_reference(tokens, logits, seeds, positions, temperature, top_k, top_p, min_p, fp64=False):
+    expected = top_k_top_p_sample_reference(logits, seeds, positions, temperature, top_k=top_k, top_p=top_p,
+                                            min_p=min_p, fp64=fp64)
+    if not ON_GPU:  # the interpreter evaluates exp and the noise with NumPy: exact
+        np.testing.assert_array_equal(tokens, expected)
+        return
+    masked = np.stack([np.where(kept_tokens(logits[b], temperature[b], int(top_k[b]), top_p[b], min_p[b], fp64),
+                                logits[b], -np.inf) for b in range(len(logits))])
+    scores = np.sort(gumbel_scores_reference(masked, seeds, positions, temperature, fp64=fp64), axis=1)
+    with np.errstate(invalid="ignore"):
+        near_tie = (scores[:, -1] - scores[:, -2]) < MARGIN[fp64] * np.maximum(1.0, np.abs(scores[:, -1]))
+    checked = ~(near_tie & (temperature > 0)) & ~_ambiguous_rows(logits, temperature, top_k, top_p, min_p, fp64)
+    assert checked.mean() > 0.9, f"{(~checked).sum()} unchecked rows: the test would lose its teeth"
+    np.testing.assert_array_equal(tokens[checked], expected[checked])
+
+
+@pytest.mark.parametrize("dtype,fp64", [("float32", False), ("bfloat16", False), ("float16", False),
+                                        ("float32", True)], ids=["f32", "bf16", "f16", "f32-fp64"])
+def test_filtered_tokens_match_reference_torch_equals_jax(dtype, fp64):
+    rng = np.random.default_rng(3)
+    logits, seeds, positions, temperature = _problem(rng, BATCH, VOCAB, dtype)
+    top_k, top_p, min_p = _filters(rng, BATCH, VOCAB)
+    tokens = both_frontends(OP, logits, seeds, positions, temperature, top_k=top_k, top_p=top_p, min_p=min_p,
+                            fp64=fp64)
+    assert tokens.dtype == np.int32 and tokens.shape == (BATCH,)
+    assert_tokens_match_reference(tokens, logits.astype(np.float32), seeds, positions, temperature, top_k, top_p,
+                                  min_p, fp64)
+
+
+@pytest.mark.parametrize("which", ["top_k", "top_p", "min_p"])
+def test_filtered_each_filter_alone_matches_reference(which):
+    rng = np.random.default_rng(4)
+    logits, seeds, positions, temperature = _problem(rng, BATCH, VOCAB, "bfloat16")
+    values = dict(zip(("top_k", "top_p", "min_p"), _filters(rng, BATCH, VOCAB)))
+    tokens = both_frontends(OP, logits, seeds, positions, temperature, **{which: values[which]})
+    disabled = {"top_k": np.zeros(BATCH, np.int32), "top_p": np.ones(BATCH, np.float32),
+                "min_p": np.zeros(BATCH, np.float32)}
+    filters = [values[name] if name == which else disabled[name] for name in ("top_k", "top_p", "min_p")]
+    assert_tokens_match_reference(tokens, logits.astype(np.float32), seeds, positions, temperature, *filters)
+
+
+def test_filtered_scalar_filters_equal_per_row_arrays():
+    rng = np.random.default_rng(5)
+    logits, seeds, positions, temperature = _problem(rng, 6, 1000)
+    scalar = both_frontends(OP, logits, seeds, positions, temperature, top_k=30, top_p=0.7, min_p=0.01)
+    arrays = both_frontends(OP, logits, seeds, positions, temperature, top_k=np.full(6, 30, np.int32),
+                            top_p=np.full(6, 0.7, np.float32), min_p=np.full(6, 0.01, np.float32))
+    np.testing.assert_array_equal(scalar, arrays)
+
+
+def test_filtered_without_filters_is_gumbel_sample_bit_for_bit():
+    """Disabled filters run every launch (the searches settle at once) and change nothing."""
+    rng = np.random.default_rng(6)
+    logits, seeds, positions, temperature = _problem(rng, BATCH, VOCAB, "bfloat16")
+    expected = both_frontends("gumbel_sample", logits, seeds, positions, temperature)
+    for fp64 in (False, True):
+        expected = both_frontends("gumbel_sample", logits, seeds, positions, temperature, fp64=fp64)
+        tokens = both_frontends(OP, logits, seeds, positions, temperature, top_k=0, top_p=1.0, min_p=0.0, fp64=fp64)
+        np.testing.assert_array_equal(tokens, expected)
+        np.testing.assert_array_equal(both_frontends(OP, logits, seeds, positions, temperature, fp64=fp64), expected)
+
+
+def test_filtered_top_one_is_the_argmax():
+    """top_k = 1, top_p <= 0 and min_p = 1 keep only the largest logit (a unique one here) at any T."""
+    rng = np.random.default_rng(7)
+    logits = rng.permuted(np.tile(np.arange(VOCAB, dtype=np.float32) / 100, (6, 1)), axis=1)
+    seeds, positions = make_requests(rng, 6)
+    temperature = np.float32([0.0, 0.3, 1.0, 2.0, 10.0, 100.0])
+    argmax = logits.argmax(axis=1)
+    for filters in ({"top_k": 1}, {"top_p": np.full(6, -1.0, np.float32)}, {"min_p": 1.0}):
+        np.testing.assert_array_equal(both_frontends(OP, logits, seeds, positions, temperature, **filters), argmax)
+
+
+def test_filtered_tokens_do_not_depend_on_the_tiling(monkeypatch):
+    """The search launches split rows into a batch-dependent number of chunks: counts and fixed-point
+    masses are integer sums, so the kept set, hence the token, cannot change with it."""
+    rng = np.random.default_rng(8)
+    logits, seeds, positions, temperature = _problem(rng, 6, VOCAB, "float32")
+    top_k, top_p, min_p = np.int32([50, 0, 7, 1000, 3, 0]), np.float32([0.9, 0.5, 1.0, 0.95, 0.2, 0.99]), 0.001
+    original = kernels.filtered_launch_config
+    results = []
+    for chunks in (1, 3, 7):
+        def config(*args, chunks=chunks):
+            c = original(*args)
+            chunk = -(-VOCAB // (chunks * c.block)) * c.block  # columns per chunk, a multiple of the tile
+            return dataclasses.replace(c, num_chunks=-(-VOCAB // chunk), chunk=chunk)
+
+        monkeypatch.setattr(kernels, "filtered_launch_config", config)
+        results.append(both_frontends(OP, logits, seeds, positions, temperature, top_k=top_k, top_p=top_p,
+                                      min_p=min_p))
+    for tokens in results[1:]:
+        np.testing.assert_array_equal(tokens, results[0])
+
+
+def test_filtered_row_alone_equals_row_in_a_batch():
+    rng = np.random.default_rng(9)
+    logits, seeds, positions, temperature = _problem(rng, BATCH, VOCAB, "bfloat16")
+    top_k, top_p, min_p = _filters(rng, BATCH, VOCAB)
+    whole = both_frontends(OP, logits, seeds, positions, temperature, top_k=top_k, top_p=top_p, min_p=min_p)
+    order = rng.permutation(BATCH)
+    permuted = both_frontends(OP, logits[order], seeds[order], positions[order], temperature[order],
+                              top_k=top_k[order], top_p=top_p[order], min_p=min_p[order])
+    np.testing.assert_array_equal(permuted, whole[order])
+    for b in (0, 3):
+        alone = both_frontends(OP, logits[b:b + 1], seeds[b:b + 1], positions[b:b + 1], temperature[b:b + 1],
+                               top_k=top_k[b:b + 1], top_p=top_p[b:b + 1], min_p=min_p[b:b + 1])
+        assert alone[0] == whole[b]
+
+
+def test_filtered_distribution_is_the_renormalised_kept_distribution(frontend):
+    """Deterministic chi-square: the draws follow softmax(x / T) restricted to the kept tokens and
+    renormalised, and never leave the kept set."""
+    row = np.float32(np.linspace(2.0, -4.0, 24))
+    draws = {"cpu": 400, "gpu": 100_000}[SIZE]
+    temperature = 0.8
+    probs = _softmax(np.float64(row) / temperature)
+    cases = {"top_k": ({"top_k": 6}, np.arange(24) < 6),
+             "top_p": ({"top_p": 0.8}, np.cumsum(probs) - probs < 0.8),
+             "min_p": ({"min_p": 0.05}, probs >= 0.05 * probs.max())}
+    for filters, kept in cases.values():
+        tokens = frontend(OP, np.broadcast_to(row, (draws, 24)).copy(), np.arange(draws, dtype=np.int64),
+                          np.full(draws, 5, np.int64), np.float32(temperature), **filters)
+        assert kept[tokens].all()
+        assert kept[: kept.sum()].all()  # a prefix (the row decreases): token ids index probs[kept]
+        assert _chi_square_pvalue(tokens, probs[kept]) > 1e-4
+
+
+def test_filtered_no_finite_logit_gives_minus_one():
+    logits = np.full((2, 300), -np.inf, np.float32)
+    logits[1, 5] = np.nan
+    tokens = both_frontends(OP, logits, np.int64([1, 2]), np.int64([0, 0]), 1.0, top_k=3, top_p=0.5, min_p=0.1)
+    np.testing.assert_array_equal(tokens, [-1, -1])
+
+
+BAD_INPUTS = [
+    ("negative top_k", {"top_k": -1}, ValueError,
+     "top_k_top_p_sample: top_k must be an int in [0, 2**31) (0 keeps every token), got -1."),
+    ("float top_k", {"top_k": 2.5}, TypeError,
+     "top_k_top_p_sample: top_k must be None, an int or a int32 array [B], got float."),
+    ("top_p zero", {"top_p": 0.0}, ValueError,
+     "top_k_top_p_sample: top_p must be in (0, 1] (1 keeps every token), got 0.0."),
+    ("top_p above one", {"top_p": 1.5}, ValueError,
+     "top_k_top_p_sample: top_p must be in (0, 1] (1 keeps every token), got 1.5."),
+    ("min_p negative", {"min_p": -0.1}, ValueError,
+     "top_k_top_p_sample: min_p must be in [0, 1] (0 keeps every token), got -0.1."),
+    ("top_p string", {"top_p": "0.9"}, TypeError,
+     "top_k_top_p_sample: top_p must be None, a number or a float32 array [B], got str."),
+    ("top_k int64 array", {"top_k": np.zeros(3, np.int64)}, TypeError,
+     "top_k_top_p_sample: top_k must have dtype int32, got int64."),
+    ("min_p batch", {"min_p": np.zeros(2, np.float32)}, ValueError,
+     "top_k_top_p_sample: min_p must be a 1-D array [B] with B = 3 (the batch size of the logits), got shape (2,)."),
+    ("logits 1-D", {"logits": np.zeros(5, np.float32)}, ValueError,
+     "top_k_top_p_sample: logits must be a 2-D array [B, V], got shape (5,)."),
+]
+
+
+@pytest.mark.parametrize("case", BAD_INPUTS, ids=[c[0] for c in BAD_INPUTS])
+def test_filtered_errors_same_text_in_both_frontends(case):
+    import jax.numpy as jnp
+    import torch
+
+    import jsample
+    import torch_backend
+
+    _, overrides, error, message = case
+    args = {"logits": np.zeros((3, 5), np.float32), "seeds": np.zeros(3, np.int64),
+            "positions": np.zeros(3, np.int64), "temperature": 1.0}
+    filters = {}
+    for key, value in overrides.items():
+        (args if key in args else filters)[key] = value
+    for module, wrap in ((torch_backend, torch.from_numpy), (jsample, jnp.asarray)):
+        def convert(v):
+            return wrap(v) if isinstance(v, np.ndarray) else v
+
+        with pytest.raises(error) as info:
+            module.top_k_top_p_sample(*(convert(a) for a in args.values()),
+                                      **{k: convert(v) for k, v in filters.items()})
+        assert str(info.value) == message
+
+
+def test_filtered_reference_top_p_follows_the_sorted_cumulative_rule():
+    """The reference itself against the textbook rule (sort, cumulative sum) on tie-free rows."""
+    rng = np.random.default_rng(10)
+    for _ in range(20):
+        row = rng.standard_normal(200).astype(np.float32) * 2
+        p = float(rng.uniform(0.05, 0.95))
+        probs = _softmax(np.float64(row))
+        order = np.argsort(-row)
+        before = np.cumsum(probs[order]) - probs[order]
+        expected = np.zeros(200, bool)
+        expected[order[before < p]] = True
+        keep = kept_tokens(row, np.float32(1.0), top_p=p)
+        margin = np.abs(before - p).min()
+        if margin > 1e-6:
+            np.testing.assert_array_equal(keep, expected)
