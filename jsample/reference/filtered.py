@@ -47,9 +47,14 @@ def kept_tokens(row, temperature, top_k=None, top_p=None, min_p=None, fp64=False
         else:
             mass = np.floor(e * MASS_SCALE).astype(np.int64)
             limit = np.float64(np.float32(top_p)) * np.float64(mass[keep].sum()) * top_p_scale
-            values = np.unique(x[keep])[::-1]  # distinct kept logits, largest first
-            above = [mass[keep & (x > v)].sum() for v in values]  # the kept mass strictly above each
-            threshold = min(v for v, m in zip(values, above) if np.float64(m) < limit)
+            # the distinct kept logits, largest first, and the kept mass strictly above each (an
+            # exclusive cumulative sum of the per-value masses, in exact int64)
+            values, value_of = np.unique(x[keep], return_inverse=True)
+            value_mass = np.zeros(len(values), dtype=np.int64)
+            np.add.at(value_mass, value_of.ravel(), mass[keep])
+            values, value_mass = values[::-1], value_mass[::-1]
+            above = np.concatenate([[0], np.cumsum(value_mass)[:-1]])
+            threshold = values[above.astype(np.float64) < limit].min()
             keep &= x >= threshold
     if min_p is not None and min_p > 0:
         keep &= e >= e.dtype.type(np.float32(min_p)) * min_p_scale  # min_p is a float32 value, as the kernel's
