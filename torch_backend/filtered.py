@@ -73,7 +73,7 @@ def _top_k_top_p_sample_op(logits: torch.Tensor, seeds: torch.Tensor, positions:
     options = dict(num_stages=config.num_stages, enable_fp_fusion=config.enable_fp_fusion)
     # int64 state and partials as pairs of int32 words (the JAX frontend's layout, x64 or not)
     state = torch.empty(batch, 2 * kernels.filtered.STATE_WORDS, dtype=torch.int32, device=logits.device)
-    partials = torch.empty(batch, 2 * kernels.filtered.WAYS * config.num_chunks, dtype=torch.int32,
+    partials = torch.empty(batch, 2 * config.ways * config.num_chunks, dtype=torch.int32,
                            device=logits.device)
     for step in plan[:-1]:
         new_state, new_partials = torch.empty_like(state), torch.empty_like(partials)
@@ -81,8 +81,9 @@ def _top_k_top_p_sample_op(logits: torch.Tensor, seeds: torch.Tensor, positions:
             logits, temperature, top_k, top_p, state, partials, vocab, logits.stride(0), config.num_chunks,
             config.chunk, new_state, new_partials,
             PHASE=step.phase, PREV_PHASE=step.prev_phase, CAPTURE_NORMALIZER=step.capture_normalizer,
-            KEY_SHIFT=config.key_shift, FP64=fp64, BLOCK=config.block, ROW_ALIGN=gumbel.row_align,
-            WAYS=kernels.filtered.WAYS, MAX_CHUNKS=kernels.filtered.MAX_CHUNKS, num_warps=config.num_warps, **options)
+            KEY_SHIFT=config.key_shift, FP64=fp64, THREADS=32 * config.num_warps, VEC=config.vec, ROW_ALIGN=gumbel.row_align,
+            VOCAB_ALIGN=gumbel.vocab_align,
+            WAYS=config.ways, MAX_CHUNKS=kernels.filtered.MAX_CHUNKS, num_warps=config.num_warps, **options)
         state, partials = new_state, new_partials
     words = 2 if fp64 else 1  # f64 partial scores are stored as two f32 words
     partial_score = torch.empty(batch, gumbel.num_blocks * words, dtype=torch.float32, device=logits.device)
@@ -93,7 +94,7 @@ def _top_k_top_p_sample_op(logits: torch.Tensor, seeds: torch.Tensor, positions:
         config.num_chunks, partial_score, partial_index,
         PREV_PHASE=sample.prev_phase, CAPTURE_NORMALIZER=sample.capture_normalizer, HAS_MIN_P=has_min_p,
         KEY_SHIFT=config.key_shift, FP64=fp64, BLOCK_V=gumbel.block_v, ROW_ALIGN=gumbel.row_align,
-        VOCAB_ALIGN=gumbel.vocab_align, FAST_MATH=gumbel.fast_math, WAYS=kernels.filtered.WAYS,
+        VOCAB_ALIGN=gumbel.vocab_align, FAST_MATH=gumbel.fast_math, WAYS=config.ways,
         MAX_CHUNKS=kernels.filtered.MAX_CHUNKS, num_warps=gumbel.num_warps, **options)
     kernels.argmax_reduce_kernel[(batch,)](
         partial_score, partial_index, gumbel.num_blocks, tokens, FP64=fp64, REDUCE_BLOCK=gumbel.reduce_block,

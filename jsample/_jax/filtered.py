@@ -5,7 +5,7 @@ import jax.numpy as jnp
 
 from jsample import kernels
 from jsample._jax._launch import launch, spec, temperature_array
-from jsample.kernels.filtered import MAX_CHUNKS, STATE_WORDS, WAYS
+from jsample.kernels.filtered import MAX_CHUNKS, STATE_WORDS
 from jsample.validation import check_top_k_top_p_sample
 
 
@@ -63,14 +63,15 @@ def top_k_top_p_sample(logits, seeds, positions, temperature, *, top_k=None, top
     options = dict(num_stages=config.num_stages, enable_fp_fusion=config.enable_fp_fusion)
     # int64 state and partials as pairs of int32 words (no jax_enable_x64 needed)
     state_shape = jax.ShapeDtypeStruct((batch, 2 * STATE_WORDS), jnp.int32)
-    partials_shape = jax.ShapeDtypeStruct((batch, 2 * WAYS * config.num_chunks), jnp.int32)
+    partials_shape = jax.ShapeDtypeStruct((batch, 2 * config.ways * config.num_chunks), jnp.int32)
     state, partials = unused, unused  # the stats launch reads neither
     for step in plan[:-1]:
         state, partials = launch(
             kernels.filter_step_kernel, logits, temperature, top_k, top_p, state, partials, vocab, vocab,
             config.num_chunks, config.chunk, grid=(batch, config.num_chunks), out_shapes=[state_shape, partials_shape],
             PHASE=step.phase, PREV_PHASE=step.prev_phase, CAPTURE_NORMALIZER=step.capture_normalizer,
-            KEY_SHIFT=config.key_shift, FP64=fp64, BLOCK=config.block, ROW_ALIGN=gumbel.row_align, WAYS=WAYS,
+            KEY_SHIFT=config.key_shift, FP64=fp64, THREADS=32 * config.num_warps, VEC=config.vec, ROW_ALIGN=gumbel.row_align,
+            VOCAB_ALIGN=gumbel.vocab_align, WAYS=config.ways,
             MAX_CHUNKS=MAX_CHUNKS, num_warps=config.num_warps, **options)
     words = 2 if fp64 else 1  # f64 partial scores are stored as two f32 words
     sample = plan[-1]
@@ -82,7 +83,7 @@ def top_k_top_p_sample(logits, seeds, positions, temperature, *, top_k=None, top
                     jax.ShapeDtypeStruct((batch, gumbel.num_blocks), jnp.int32)],
         PREV_PHASE=sample.prev_phase, CAPTURE_NORMALIZER=sample.capture_normalizer, HAS_MIN_P=has_min_p,
         KEY_SHIFT=config.key_shift, FP64=fp64, BLOCK_V=gumbel.block_v, ROW_ALIGN=gumbel.row_align,
-        VOCAB_ALIGN=gumbel.vocab_align, FAST_MATH=gumbel.fast_math, WAYS=WAYS, MAX_CHUNKS=MAX_CHUNKS,
+        VOCAB_ALIGN=gumbel.vocab_align, FAST_MATH=gumbel.fast_math, WAYS=config.ways, MAX_CHUNKS=MAX_CHUNKS,
         num_warps=gumbel.num_warps, **options)
     (tokens,) = launch(
         kernels.argmax_reduce_kernel, partial_score, partial_index, gumbel.num_blocks,

@@ -7,8 +7,10 @@ With s = x / T (FP32, as gumbel_sample) and e_k = exp(s_k - max s) = p_k / p_max
   the boundary all kept);
 * top-p (0 < p < 1): token k is kept iff the mass of the kept tokens with a strictly larger logit
   is < p times the mass of all kept tokens (so the boundary token, and tokens tied with it, stay);
-  masses are sums of floor(e * 2**40), integers: a sum does not depend on its order, so neither
-  the tiling nor the batch can change which tokens are kept (p <= 0 keeps the largest logit only);
+  masses are sums of floor(e * 2**24), integers: a sum does not depend on its order, so neither
+  the tiling nor the batch can change which tokens are kept (p <= 0 keeps the largest logit only).
+  Tokens with e < 2**-24 weigh nothing: V of them shift the cumulative mass by < 1% of p_max at
+  V = 151936, no more than FP32 sums of the probabilities would;
 * min-p (0 < min_p): token k is kept iff e_k >= min_p.
 
 The token is then `gumbel_sample` of the row with every other logit set to -inf, computed by the very
@@ -25,14 +27,15 @@ frontends (filtered_plan lists them):
    smallest key of the finite logits and their count.
 2. `filter_step_kernel` PHASE_TOP_K, then PHASE_TOP_P, search_steps launches each: each program first
    replays the row's state from the previous launch (state + partials: the bracket [lo, hi) of the
-   threshold key), then evaluates WAYS pivots of it on its chunk (count, or mass, of the keys >=
-   each pivot). Each launch narrows the bracket 16-fold, so search_steps launches pin it down.
+   threshold key), then evaluates `ways` pivots of it on its chunk (count, or mass, of the keys >=
+   each pivot). Each launch narrows the bracket `ways`-fold, so search_steps launches pin it down.
 3. `filtered_partial_kernel`, grid (B, num_blocks): replays the final state, masks the logits below
    the threshold (and, for min-p, e < min_p), and writes gumbel_sample's block partials;
    `argmax_reduce_kernel` (gumbel.py) reduces them.
 
-The chunking follows the batch size (more chunks per row for small batches, to fill the GPU); the
-kept set never depends on it: counts and fixed-point masses are integer sums.
+The chunking and the number of pivots follow the batch size (more chunks per row for small batches,
+to fill the GPU; fewer pivots for large ones, whose launches are compute-bound); the kept set never
+depends on them: counts and fixed-point masses are integer sums, and the searches are exact.
 """
 
 import math
@@ -52,9 +55,9 @@ from jsample.kernels.gumbel import (
     store_block_best,
 )
 
-WAYS = 16  # pivots per search launch: 4 bits of the threshold key
 MAX_CHUNKS = 64  # chunks per row in the search launches (a power of two)
-MASS_SCALE = 2.0**40  # fixed-point unit of the top-p masses, relative to the largest token's
+MASS_SCALE = 2.0**24  # fixed-point unit of the top-p masses, relative to the largest token's
+MAX_COLUMNS_PER_THREAD = 64  # per chunk: int32 mass sums stay below 64 * 2**24 = 2**30
 PHASE_STATS = 0
 PHASE_TOP_K = 1
 PHASE_TOP_P = 2
@@ -76,11 +79,12 @@ class FilteredLaunchConfig:
 
     gumbel: GumbelLaunchConfig  # the sampling launch: exactly gumbel_sample's tiling
     key_shift: int
-    search_steps: int  # launches per search: ceil(key bits / 4)
+    ways: int  # pivots per search launch (a power of two >= 4: the stats launch writes 3 lanes)
+    search_steps: int  # launches per search: ceil(key bits / log2(ways))
     num_chunks: int  # programs per row in the stats and search launches
-    chunk: int  # columns per chunk, a multiple of block
-    block: int  # the search launches' tile
-    num_warps: int = 8  # [block, WAYS] accumulators: 16 lanes a thread
+    chunk: int  # columns per chunk, a multiple of threads * vec
+    vec: int  # contiguous columns a thread loads at once: 16 bytes
+    num_warps: int = 4
     num_stages: int = 1
     enable_fp_fusion: bool = False  # no FMA contraction: the same rounding as the NumPy reference
 
@@ -89,19 +93,28 @@ def filtered_launch_config(batch: int, vocab_size: int, row_stride: int, dtype_n
                            fp64: bool) -> FilteredLaunchConfig:
     """The launch configuration of `top_k_top_p_sample` for [B, V] logits of this dtype."""
     key_shift = KEY_SHIFTS[dtype_name]
-    block = min(256, triton.next_power_of_2(vocab_size))
-    tiles = triton.cdiv(vocab_size, block)
+    num_warps = 4
+    vec = 4 if dtype_name == "float32" else 8
+    tile = 32 * num_warps * vec  # the loops' step: the kernels assume chunk is a multiple of it
+    tiles = triton.cdiv(vocab_size, tile)
     # chunks of at most 4096 columns, and at least 512 programs a launch: programs that loop over
     # fewer tiles hide their load latency by occupancy (2 chunks a row at B = 256 took 2 ms)
     chunks = max(1, min(MAX_CHUNKS, tiles, max(triton.cdiv(vocab_size, 4096), 512 // max(batch, 1))))
-    chunk = triton.cdiv(tiles, chunks) * block
+    chunk = triton.cdiv(tiles, chunks) * tile
+    assert chunk <= MAX_COLUMNS_PER_THREAD * 32 * num_warps
+    # Each pivot costs a compare and an add per column: 16 pivots make a large batch's launches
+    # compute-bound, 4 pivots keep them near the read rate with twice the launches, which small
+    # batches pay in latency. The kept set is exact either way.
+    ways = 16 if batch < 32 else 4
     return FilteredLaunchConfig(
         gumbel=gumbel_launch_config(vocab_size, row_stride, fp64),
         key_shift=key_shift,
-        search_steps=math.ceil((32 - key_shift) / math.log2(WAYS)),
+        ways=ways,
+        search_steps=math.ceil((32 - key_shift) / math.log2(ways)),
         num_chunks=triton.cdiv(vocab_size, chunk),
         chunk=chunk,
-        block=block,
+        vec=vec,
+        num_warps=num_warps,
     )
 
 
@@ -149,6 +162,20 @@ def _relative_probability(x, temperature, key_max, KEY_SHIFT: tl.constexpr, FP64
         inverse_t = inverse_temperature(temperature, False)
         e = tl.exp(x * inverse_t - x_max * inverse_t)
     return tl.where(tl.abs(x) < float("inf"), e, 0.0)
+
+
+@triton.jit
+def _tile_keys(row_ptr, start, V, KEY_SHIFT: tl.constexpr, THREADS: tl.constexpr, VEC: tl.constexpr):
+    """The [VEC, THREADS] logits from column `start` (VEC contiguous columns a thread: 16-byte loads),
+    widened to FP32, their keys (-2**31, below every key of a finite logit, where not finite or past V)
+    and whether they are finite. Threads run along the last dimension: the compiler gives the lanes
+    to the last dimension of the [WAYS, VEC, THREADS] comparisons too, so that each thread compares
+    its own columns (with THREADS first, lanes went to VEC and WAYS, and every tile crossed shared
+    memory)."""
+    cols = start + tl.arange(0, VEC)[:, None] + tl.arange(0, THREADS)[None, :] * VEC
+    x = tl.load(row_ptr + cols, mask=cols < V, other=float("-inf")).to(tl.float32)
+    finite = tl.abs(x) < float("inf")
+    return x, tl.where(finite, _key(x, KEY_SHIFT), -(2**31)), finite
 
 
 @triton.jit
@@ -237,14 +264,18 @@ def filter_step_kernel(
     CAPTURE_NORMALIZER: tl.constexpr,
     KEY_SHIFT: tl.constexpr,
     FP64: tl.constexpr,
-    BLOCK: tl.constexpr,
+    THREADS: tl.constexpr,  # 32 * num_warps
+    VEC: tl.constexpr,  # config.vec
     ROW_ALIGN: tl.constexpr,
+    VOCAB_ALIGN: tl.constexpr,  # gumbel.aligned: the row's masked loads stay vectorised
     WAYS: tl.constexpr,
     MAX_CHUNKS: tl.constexpr,
 ):
     """PHASE_STATS: per chunk, the largest and smallest finite key and the finite count (lanes 0-2).
     PHASE_TOP_K / PHASE_TOP_P: per chunk, the count / the fixed-point mass of the keys >= each of
     the row's WAYS pivots, while the row's bracket is unsettled."""
+    V = aligned(V, VOCAB_ALIGN)
+    chunk = aligned(chunk, THREADS * VEC)
     b = tl.program_id(0)
     c = tl.program_id(1)
     b64 = b.to(tl.int64)
@@ -254,20 +285,19 @@ def filter_step_kernel(
     ways = tl.arange(0, WAYS)
     out = partial_out_ptr.to(tl.pointer_type(tl.int64)) + (b64 * num_chunks + c) * WAYS
     if PHASE == _STATS:
-        key_max = tl.full([BLOCK], -(2**31), tl.int32)
-        key_min = tl.full([BLOCK], 2**31 - 1, tl.int32)
-        count = tl.zeros([BLOCK], tl.int32)
+        key_max = tl.full([VEC, THREADS], -(2**31), tl.int32)
+        key_min = tl.full([VEC, THREADS], 2**31 - 1, tl.int32)
+        count = tl.zeros([VEC, THREADS], tl.int32)
         start = first
         while start < first + chunk:  # a while loop: the interpreter cannot range() over a runtime bound
-            x = load_block(row_ptr, start + tl.arange(0, BLOCK), V, False)
-            start += BLOCK
-            finite = tl.abs(x) < float("inf")
-            key = _key(x, KEY_SHIFT)
-            key_max = tl.maximum(key_max, tl.where(finite, key, -(2**31)))
+            x, key, finite = _tile_keys(row_ptr, start, V, KEY_SHIFT, THREADS, VEC)
+            start += THREADS * VEC
+            key_max = tl.maximum(key_max, key)  # non-finite keys are -2**31
             key_min = tl.minimum(key_min, tl.where(finite, key, 2**31 - 1))
             count += finite.to(tl.int32)
-        stats = tl.where(ways == 0, tl.max(key_max, axis=0).to(tl.int64),
-                         tl.where(ways == 1, tl.min(key_min, axis=0).to(tl.int64), tl.sum(count, axis=0).to(tl.int64)))
+        stats = tl.where(ways == 0, tl.max(tl.max(key_max, axis=1), axis=0).to(tl.int64),
+                         tl.where(ways == 1, tl.min(tl.min(key_min, axis=1), axis=0).to(tl.int64),
+                                  tl.sum(tl.sum(count, axis=1), axis=0).to(tl.int64)))
         tl.store(out + ways, stats, mask=ways < 3)
     else:
         key_max, key_min, count, lo, hi, normalizer = _row_state(
@@ -280,25 +310,23 @@ def filter_step_kernel(
             values = tl.where(words == 3, lo, tl.where(words == 4, hi, tl.where(words == 5, normalizer, values)))
             tl.store(state + words, values)
         if hi - lo > 1:
-            pivots = (lo + ((hi - lo) * ways) // WAYS).to(tl.int32)
-            # per-column accumulators, reduced once at the end: a reduction per tile cost a
-            # shuffle tree per tile (2 ms at B = 256 on an H200)
-            if PHASE == _TOP_K:
-                above = tl.zeros([BLOCK, WAYS], tl.int32)
-            else:
-                above = tl.zeros([BLOCK, WAYS], tl.int64)
+            pivots = (lo + ((hi - lo) * ways) // WAYS).to(tl.int32)[:, None, None]
+            # per-thread accumulators, reduced once at the end (a reduction per tile cost a shuffle
+            # tree per tile: 2 ms at B = 256 on an H200); int32: a thread adds at most
+            # MAX_COLUMNS_PER_THREAD counts, or masses <= 2**24
+            above = tl.zeros([WAYS, THREADS], tl.int32)
             start = first
             while start < first + chunk:
-                x = load_block(row_ptr, start + tl.arange(0, BLOCK), V, False)
-                start += BLOCK
-                finite = tl.abs(x) < float("inf")
-                is_above = finite[:, None] & (_key(x, KEY_SHIFT)[:, None] >= pivots[None, :])
+                x, key, finite = _tile_keys(row_ptr, start, V, KEY_SHIFT, THREADS, VEC)
+                start += THREADS * VEC
+                is_above = key[None, :, :] >= pivots  # non-finite keys (-2**31) are below every pivot
                 if PHASE == _TOP_K:
-                    above += is_above.to(tl.int32)
+                    above += tl.sum(is_above.to(tl.int32), axis=1)
                 else:
-                    mass = (_relative_probability(x, temperature, key_max, KEY_SHIFT, FP64) * _MASS_SCALE).to(tl.int64)
-                    above += tl.where(is_above, mass[:, None], 0)
-            tl.store(out + ways, tl.sum(above, axis=0).to(tl.int64))
+                    e = _relative_probability(x, temperature, key_max, KEY_SHIFT, FP64)
+                    mass = (e * _MASS_SCALE).to(tl.int32)  # floor: e >= 0
+                    above += tl.sum(tl.where(is_above, mass[None, :, :], 0), axis=1)
+            tl.store(out + ways, tl.sum(above.to(tl.int64), axis=1))
 
 
 @triton.jit

@@ -11,7 +11,7 @@ import numpy as np
 
 from jsample.reference.gumbel import gumbel_sample_reference
 
-MASS_SCALE = 2.0**40
+MASS_SCALE = 2.0**24  # jsample.kernels.filtered.MASS_SCALE
 
 
 def relative_probabilities(row, temperature, fp64=False):
