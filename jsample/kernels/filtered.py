@@ -93,8 +93,8 @@ def filtered_launch_config(batch: int, vocab_size: int, row_stride: int, dtype_n
                            fp64: bool) -> FilteredLaunchConfig:
     """The launch configuration of `top_k_top_p_sample` for [B, V] logits of this dtype."""
     key_shift = KEY_SHIFTS[dtype_name]
-    num_warps = 4
     vec = 4 if dtype_name == "float32" else 8
+    num_warps = max(1, min(4, triton.next_power_of_2(vocab_size) // (32 * vec)))  # fewer for short rows
     tile = 32 * num_warps * vec  # the loops' step: the kernels assume chunk is a multiple of it
     tiles = triton.cdiv(vocab_size, tile)
     # chunks of at most 4096 columns, and at least 512 programs a launch: programs that loop over
@@ -102,10 +102,10 @@ def filtered_launch_config(batch: int, vocab_size: int, row_stride: int, dtype_n
     chunks = max(1, min(MAX_CHUNKS, tiles, max(triton.cdiv(vocab_size, 4096), 512 // max(batch, 1))))
     chunk = triton.cdiv(tiles, chunks) * tile
     assert chunk <= MAX_COLUMNS_PER_THREAD * 32 * num_warps
-    # Each pivot costs a compare and an add per column: 16 pivots make a large batch's launches
-    # compute-bound, 4 pivots keep them near the read rate with twice the launches, which small
-    # batches pay in latency. The kept set is exact either way.
-    ways = 16 if batch < 32 else 4
+    # Each pivot costs a compare and an add per column: 16 pivots make large launches compute-bound,
+    # 4 pivots keep them near the read rate with twice the launches, which small ones pay in
+    # latency. The kept set is exact either way.
+    ways = 4 if batch * vocab_size >= 2**22 else 16
     return FilteredLaunchConfig(
         gumbel=gumbel_launch_config(vocab_size, row_stride, fp64),
         key_shift=key_shift,
