@@ -57,7 +57,9 @@ def kept_tokens(row, temperature, top_k=None, top_p=None, min_p=None, fp64=False
             threshold = values[above.astype(np.float64) < limit].min()
             keep &= x >= threshold
     if min_p is not None and min_p > 0:
-        keep &= e >= e.dtype.type(np.float32(min_p)) * min_p_scale  # min_p is a float32 value, as the kernel's
+        # min_p is a float32 value, as the kernel's; a scaled limit stays <= 1, where the largest logit
+        # (e = exp(0) = 1 exactly, on any hardware) is always kept
+        keep &= e >= min(e.dtype.type(np.float32(min_p)) * min_p_scale, 1.0)
     return keep
 
 
