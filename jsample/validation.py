@@ -163,14 +163,17 @@ def check_synthetic_rejection_sample(op: str, target_tokens, draft_tokens, num_d
 
 
 def check_filter(op: str, name: str, value, batch: int) -> None:
-    """top_k / top_p / min_p: None, a number in range, or an array [B] (values unchecked: no device reads)."""
+    """top_k / top_p / min_p: None, a number in range, or an array [B] or () (values unchecked: no device
+    reads), as temperature."""
     if value is None:
         return
     integer = name == "top_k"
     dtype = "int32" if integer else "float32"
     if isinstance(value, ArraySpec):
         check_dtype(op, name, value, (dtype,))
-        check_batch_vector(op, name, value, batch)
+        if tuple(value.shape) not in ((batch,), ()):
+            raise ValueError(f"{op}: {name} must be a number or an array of shape [B] with B = {batch} (the batch "
+                             f"size of the logits) or (), got shape {tuple(value.shape)}.")
         return
     kinds = (numbers.Integral,) if integer else (numbers.Real,)
     if isinstance(value, bool) or not isinstance(value, kinds):

@@ -34,7 +34,7 @@ def pytest_collection_modifyitems(config, items):
 
 def to_torch(value):
     if isinstance(value, np.ndarray):
-        value = np.ascontiguousarray(value)
+        value = np.require(value, requirements="C")  # not ascontiguousarray: it makes 0-d arrays 1-D
         if value.dtype.name == "bfloat16":  # ml_dtypes' bfloat16: torch cannot wrap it directly
             return torch.from_numpy(value.view(np.uint16)).view(torch.bfloat16).to(TORCH_DEVICE)
         return torch.from_numpy(value).to(TORCH_DEVICE)

@@ -100,13 +100,16 @@ def test_filtered_each_filter_alone_matches_reference(which):
     assert_tokens_match_reference(tokens, logits.astype(np.float32), seeds, positions, temperature, *filters)
 
 
-def test_filtered_scalar_filters_equal_per_row_arrays():
+def test_filtered_scalar_filters_equal_per_row_and_zero_dim_arrays():
     rng = np.random.default_rng(5)
     logits, seeds, positions, temperature = _problem(rng, 6, 1000)
     scalar = both_frontends(OP, logits, seeds, positions, temperature, top_k=30, top_p=0.7, min_p=0.01)
     arrays = both_frontends(OP, logits, seeds, positions, temperature, top_k=np.full(6, 30, np.int32),
                             top_p=np.full(6, 0.7, np.float32), min_p=np.full(6, 0.01, np.float32))
+    zero_dim = both_frontends(OP, logits, seeds, positions, temperature, top_k=np.array(30, np.int32),
+                              top_p=np.array(0.7, np.float32), min_p=np.array(0.01, np.float32))
     np.testing.assert_array_equal(scalar, arrays)
+    np.testing.assert_array_equal(zero_dim, arrays)
 
 
 def test_filtered_without_filters_is_gumbel_sample_bit_for_bit():
@@ -212,7 +215,8 @@ BAD_INPUTS = [
     ("top_k int64 array", {"top_k": np.zeros(3, np.int64)}, TypeError,
      "top_k_top_p_sample: top_k must have dtype int32, got int64."),
     ("min_p batch", {"min_p": np.zeros(2, np.float32)}, ValueError,
-     "top_k_top_p_sample: min_p must be a 1-D array [B] with B = 3 (the batch size of the logits), got shape (2,)."),
+     "top_k_top_p_sample: min_p must be a number or an array of shape [B] with B = 3 (the batch size of the logits) "
+     "or (), got shape (2,)."),
     ("logits 1-D", {"logits": np.zeros(5, np.float32)}, ValueError,
      "top_k_top_p_sample: logits must be a 2-D array [B, V], got shape (5,)."),
 ]

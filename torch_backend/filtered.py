@@ -10,8 +10,10 @@ from torch_backend._launch import check_devices, check_runnable, spec, temperatu
 
 
 def _per_row(value, batch: int, dtype, device) -> Optional[torch.Tensor]:
-    if value is None or isinstance(value, torch.Tensor):
-        return value
+    if value is None:
+        return None
+    if isinstance(value, torch.Tensor):
+        return value.expand(batch)  # [B], or () for every row (made contiguous at the launch)
     return torch.full((batch,), value, dtype=dtype, device=device)
 
 
@@ -32,10 +34,10 @@ def top_k_top_p_sample(logits, seeds, positions, temperature, *, top_k=None, top
 
     Args:
         logits, seeds, positions, temperature, fp64: as `gumbel_sample`.
-        top_k: None, an int >= 0, or an int32 tensor [B]; 0 (or >= V) keeps every token.
-        top_p: None, a number in (0, 1], or a float32 tensor [B]; 1 keeps every token. Tensor values
+        top_k: None, an int >= 0, or an int32 tensor [B] or (); 0 (or >= V) keeps every token.
+        top_p: None, a number in (0, 1], or a float32 tensor [B] or (); 1 keeps every token. Tensor values
             are not checked: >= 1 or NaN keeps every token, <= 0 keeps the largest logit only.
-        min_p: None, a number in [0, 1], or a float32 tensor [B]; 0 keeps every token.
+        min_p: None, a number in [0, 1], or a float32 tensor [B] or (); 0 keeps every token.
 
     Returns:
         [B] int32 token ids on the logits' device.
@@ -81,8 +83,8 @@ def _top_k_top_p_sample_op(logits: torch.Tensor, seeds: torch.Tensor, positions:
             logits, temperature, top_k, top_p, state, partials, vocab, logits.stride(0), config.num_chunks,
             config.chunk, new_state, new_partials,
             PHASE=step.phase, PREV_PHASE=step.prev_phase, CAPTURE_NORMALIZER=step.capture_normalizer,
-            KEY_SHIFT=config.key_shift, FP64=fp64, THREADS=32 * config.num_warps, VEC=config.vec, ROW_ALIGN=gumbel.row_align,
-            VOCAB_ALIGN=gumbel.vocab_align,
+            KEY_SHIFT=config.key_shift, FP64=fp64, THREADS=32 * config.num_warps, VEC=config.vec,
+            ROW_ALIGN=gumbel.row_align, VOCAB_ALIGN=gumbel.vocab_align,
             WAYS=config.ways, MAX_CHUNKS=kernels.filtered.MAX_CHUNKS, num_warps=config.num_warps, **options)
         state, partials = new_state, new_partials
     words = 2 if fp64 else 1  # f64 partial scores are stored as two f32 words

@@ -13,7 +13,7 @@ def _per_row(value, batch: int, dtype):
     if value is None:
         return None
     if isinstance(value, jax.Array) or hasattr(value, "shape"):
-        return jnp.asarray(value)
+        return jnp.broadcast_to(jnp.asarray(value), (batch,))  # [B], or () for every row
     return jnp.full((batch,), value, dtype=dtype)
 
 
@@ -35,10 +35,10 @@ def top_k_top_p_sample(logits, seeds, positions, temperature, *, top_k=None, top
 
     Args:
         logits, seeds, positions, temperature, fp64: as `gumbel_sample`.
-        top_k: None, an int >= 0, or an int32 array [B]; 0 (or >= V) keeps every token.
-        top_p: None, a number in (0, 1], or a float32 array [B]; 1 keeps every token. Array values
+        top_k: None, an int >= 0, or an int32 array [B] or (); 0 (or >= V) keeps every token.
+        top_p: None, a number in (0, 1], or a float32 array [B] or (); 1 keeps every token. Array values
             are not checked: >= 1 or NaN keeps every token, <= 0 keeps the largest logit only.
-        min_p: None, a number in [0, 1], or a float32 array [B]; 0 keeps every token.
+        min_p: None, a number in [0, 1], or a float32 array [B] or (); 0 keeps every token.
 
     Returns:
         [B] int32 token ids.
@@ -70,8 +70,8 @@ def top_k_top_p_sample(logits, seeds, positions, temperature, *, top_k=None, top
             kernels.filter_step_kernel, logits, temperature, top_k, top_p, state, partials, vocab, vocab,
             config.num_chunks, config.chunk, grid=(batch, config.num_chunks), out_shapes=[state_shape, partials_shape],
             PHASE=step.phase, PREV_PHASE=step.prev_phase, CAPTURE_NORMALIZER=step.capture_normalizer,
-            KEY_SHIFT=config.key_shift, FP64=fp64, THREADS=32 * config.num_warps, VEC=config.vec, ROW_ALIGN=gumbel.row_align,
-            VOCAB_ALIGN=gumbel.vocab_align, WAYS=config.ways,
+            KEY_SHIFT=config.key_shift, FP64=fp64, THREADS=32 * config.num_warps, VEC=config.vec,
+            ROW_ALIGN=gumbel.row_align, VOCAB_ALIGN=gumbel.vocab_align, WAYS=config.ways,
             MAX_CHUNKS=MAX_CHUNKS, num_warps=config.num_warps, **options)
     words = 2 if fp64 else 1  # f64 partial scores are stored as two f32 words
     sample = plan[-1]
