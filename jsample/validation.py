@@ -177,8 +177,8 @@ def check_filter(op: str, name: str, value, batch: int) -> None:
         return
     kinds = (numbers.Integral,) if integer else (numbers.Real,)
     if isinstance(value, bool) or not isinstance(value, kinds):
-        raise TypeError(f"{op}: {name} must be None, {'an int' if integer else 'a number'} or a {dtype} array [B], "
-                        f"got {type(value).__name__}.")
+        raise TypeError(f"{op}: {name} must be None, {'an int' if integer else 'a number'} or {'an' if integer else 'a'} {dtype} array [B] "
+                        f"or (), got {type(value).__name__}.")
     ranges = {"top_k": (0 <= value < 2**31, "an int in [0, 2**31) (0 keeps every token)"),
               "top_p": (0 < value <= 1, "in (0, 1] (1 keeps every token)"),
               "min_p": (0 <= value <= 1, "in [0, 1] (0 keeps every token)")}

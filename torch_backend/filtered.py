@@ -24,7 +24,7 @@ def top_k_top_p_sample(logits, seeds, positions, temperature, *, top_k=None, top
     With p = softmax(logits[b] / T_b) the filters apply in this order, each to what the one before
     kept: top-k keeps the logits >= the k-th largest (ties kept); top-p keeps a token iff the kept
     mass of the tokens with a larger logit is < top_p of the kept mass (masses in fixed point,
-    2**-40 of the largest token's); min-p keeps a token iff p >= min_p * max p. The token is
+    2**-24 of the largest token's); min-p keeps a token iff p >= min_p * max p. The token is
     `gumbel_sample`'s (stream 0) on the row with every other logit at -inf, so without filters it
     is gumbel_sample's token bit for bit. Greedy rows (T == 0) are the argmax, unfiltered.
 
