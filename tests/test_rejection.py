@@ -126,6 +126,38 @@ def test_single_draft_rejection_matches_reference(fp64, method, one_hot):
     assert set(num_drafts) == {0, 1} and set(out[1]) == {1, 2}  # bonus tokens of rows 0 and 1, and rejections
 
 
+@pytest.mark.parametrize("k", [1, 3])
+def test_rejection_launch_plans_give_the_same_outputs(monkeypatch, k):
+    """Small batches decide in the emit launch (kernels.decide_in_emit: every emit program makes its
+    request's decision, three launches), larger ones in a launch of their own (four). The same code
+    decides either way, so the outputs are equal bit for bit, in both frontends, and match the
+    reference (the token tests above run the small-batch plan; this forces each)."""
+    import jax.numpy as jnp
+
+    rng = np.random.default_rng(70 + k)
+    target, draft, drafts, num_drafts, seeds, positions, temperature = rejection_inputs(rng, batch=8, k=k)
+    target[::2, 0, drafts[::2, 0]] += 20.0  # bonus rows as well as rejections
+    cases = (dict(draft_logits=draft), dict(), dict(method="strict"), dict(draft_logits=draft, fp64=True))
+    args = (target, drafts, num_drafts, seeds, positions, temperature)
+    for kwargs in cases:
+        outputs = []
+        for plan in ("decide in emit", "decide launch"):
+            monkeypatch.setattr(jsample.kernels, "decide_in_emit", lambda batch, config, plan=plan: plan == "decide in emit")
+            from_torch = run_torch("rejection_sample", *args, **kwargs)
+            # eager JAX: a jitted function would keep the plan it was traced with
+            from_jax = jsample.rejection_sample(*[jnp.asarray(a) for a in args],
+                                                **{n: jnp.asarray(v) if isinstance(v, np.ndarray) else v
+                                                   for n, v in kwargs.items()})
+            for t, j in zip(from_torch, from_jax):
+                np.testing.assert_array_equal(t, np.asarray(j), err_msg=f"{plan} {sorted(kwargs)}: torch and JAX")
+            outputs.append(from_torch)
+        for fused, separate in zip(*outputs):
+            np.testing.assert_array_equal(fused, separate, err_msg=f"{sorted(kwargs)}: the plans differ")
+        assert_matches_reference(outputs[1], *args, **kwargs)
+        all_accepted = outputs[1][1] == num_drafts + 1
+        assert all_accepted.any() and not all_accepted.all(), f"{sorted(kwargs)}: {outputs[1][1]} {num_drafts}"
+
+
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 def test_rejection_conformance_torch_equals_jax(dtype):
     rng = np.random.default_rng(20)

@@ -55,7 +55,7 @@ def test_rejection_gpu_no_recompilation_when_values_change():
     torch_backend.rejection_sample(target, draft_tokens, num_drafts, seeds, positions, temperature, draft_logits=draft)
     device = torch.cuda.current_device()
     watched = (kernels.rejection_stats_kernel, kernels.rejection_decide_kernel, kernels.rejection_emit_kernel,
-               kernels.rejection_finish_kernel)
+               kernels.rejection_decide_emit_kernel, kernels.rejection_finish_kernel)
 
     def compiled_variants():
         return [sum(len(c) for c in kernel.device_caches[device][0:1]) for kernel in watched]
@@ -91,7 +91,8 @@ def test_rejection_gpu_benchmark_sizes_torch_equals_jax_and_reference(batch, k, 
         np.testing.assert_array_equal(from_torch[1].cpu().numpy()[rows][checked], num_sampled[checked])
 
 
-@pytest.mark.parametrize("batch,k,one_hot", [(512, 1, False), (256, 4, False), (96, 8, True), (3, 2, False)])
+@pytest.mark.parametrize("batch,k,one_hot", [(512, 1, False), (256, 4, False), (96, 8, True), (3, 2, False),
+                                             (1, 8, False), (1, 1, True)])
 def test_rejection_gpu_no_partial_leaks_between_calls(batch, k, one_hot):
     """The launches hand each other partials in uninitialised buffers, which torch's caching allocator
     reuses from call to call: a partial that one launch failed to write, or that another read
@@ -106,3 +107,44 @@ def test_rejection_gpu_no_partial_leaks_between_calls(batch, k, one_hot):
         tokens, num_sampled = calls[step % 2]()
         torch.testing.assert_close(tokens, expected[step % 2][0], rtol=0, atol=0)
         torch.testing.assert_close(num_sampled, expected[step % 2][1], rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("batch,k,vocab", [(1, 1, 151936), (1, 4, 151936), (1, 8, 151936), (8, 3, 32000)])
+def test_rejection_gpu_launch_plans_and_pdl_give_the_same_tokens(monkeypatch, batch, k, vocab):
+    """Small batches run three launches (kernels.decide_in_emit), chained by programmatic dependent
+    launch on Hopper (torch only); tokens equal the four-launch plan's bit for bit, eagerly and as a
+    replayed CUDA graph, over many seeds (a launch that read before its predecessor finished would
+    show up as a wrong token now and then)."""
+    from jsample import kernels
+    from torch_backend import rejection as torch_rejection
+
+    assert kernels.decide_in_emit(batch, kernels.rejection_launch_config(vocab, k, (0,), False))
+    problem = list(_problem(batch, k, vocab, seed=10 + k))
+    problem[2].fill_(k)  # every draft verified
+    problem[5][0] = 0.9  # request 0 samples (the others keep _problem's mix of greedy and sampled rows)
+    seeds = problem[3]
+
+    def run(step):
+        return torch_backend.rejection_sample(*problem[:3], seeds + step, *problem[4:6], draft_logits=problem[6])
+
+    steps = range(40)
+    chained = [run(step) for step in steps]
+    graph_seeds = seeds.clone()
+    graph = torch.cuda.CUDAGraph()
+    run(0)
+    with torch.cuda.graph(graph):
+        graph_out = torch_backend.rejection_sample(*problem[:3], graph_seeds, *problem[4:6], draft_logits=problem[6])
+    replayed = []
+    for step in steps:
+        graph_seeds.copy_(seeds + step)
+        graph.replay()
+        replayed.append(tuple(t.clone() for t in graph_out))
+    monkeypatch.setattr(torch_rejection, "_dependent_launches", lambda device, config: False)
+    unchained = [run(step) for step in steps]
+    monkeypatch.setattr(kernels, "decide_in_emit", lambda batch, config: False)
+    four_launches = [run(step) for step in steps]
+    assert len({int(out[1].sum()) for out in four_launches}) > 1  # the seeds change the acceptances
+    for outputs in (chained, replayed, unchained):
+        for got, expected in zip(outputs, four_launches):
+            for g, e in zip(got, expected):
+                torch.testing.assert_close(g, e, rtol=0, atol=0)

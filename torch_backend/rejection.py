@@ -68,6 +68,14 @@ def rejection_sample(target_logits, draft_tokens, num_draft_tokens, seeds, posit
         None if method == "strict" else draft_logits, method == "strict", fp64)
 
 
+def _dependent_launches(device: torch.device, config) -> bool:
+    """Whether the launches of a small batch form a programmatic dependent launch chain
+    (kernels.rejection.dependent_launch): on Hopper and newer GPUs (griddepcontrol), compiled code
+    only (config.fast_math is off in the interpreter). jax-triton cannot launch that way, so JAX runs
+    the same three launches without it. Tests patch this function."""
+    return config.fast_math and torch.cuda.get_device_capability(device)[0] >= 9
+
+
 # A custom op, so torch.compile sees one opaque call (no graph break, shapes known from the fake).
 @torch.library.custom_op("jsample::rejection_sample", mutates_args=())
 def _rejection_sample_op(target_logits: torch.Tensor, draft_tokens: torch.Tensor, num_draft_tokens: torch.Tensor,
@@ -93,32 +101,50 @@ def _rejection_sample_op(target_logits: torch.Tensor, draft_tokens: torch.Tensor
                         dtype=torch.float32, device=device)
     row_score = torch.empty(batch * rows, config.num_blocks * words, dtype=torch.float32, device=device)
     row_index = torch.empty(batch * rows, config.num_blocks, dtype=torch.int32, device=device)
-    kernels.rejection_stats_kernel[(batch, config.stats_rows, config.num_blocks)](
-        target_logits, draft, seeds, positions, temperature, num_draft_tokens,
-        vocab, k, *strides, stats, row_score, row_index,
-        STRICT=strict, ONE_HOT=one_hot, BONUS_IN_STATS=config.bonus_in_stats, FP64=fp64,
-        BLOCK_V=config.block_v, ROW_ALIGN=config.row_align,
-        VOCAB_ALIGN=config.vocab_align, FAST_MATH=config.fast_math, num_warps=config.num_warps, **options)
+
+    def stats_kernel(PDL):
+        kernels.rejection_stats_kernel[(batch, config.stats_rows, config.num_blocks)](
+            target_logits, draft, seeds, positions, temperature, num_draft_tokens,
+            vocab, k, *strides, stats, row_score, row_index,
+            STRICT=strict, ONE_HOT=one_hot, BONUS_IN_STATS=config.bonus_in_stats, FP64=fp64,
+            BLOCK_V=config.block_v, ROW_ALIGN=config.row_align, VOCAB_ALIGN=config.vocab_align,
+            FAST_MATH=config.fast_math, PDL=PDL, num_warps=config.num_warps, **options)
+
     emit_row = torch.empty(batch, dtype=torch.int32, device=device)
     emit_mode = torch.empty(batch, dtype=torch.int32, device=device)
-    log_normalizer = torch.empty(batch, 2 * words, dtype=torch.float32, device=device)
-    kernels.rejection_decide_kernel[(batch,)](
-        target_logits, draft, draft_tokens, num_draft_tokens, seeds, positions, temperature, stats, row_score,
-        row_index, vocab, k, *strides, config.num_blocks, emit_row, emit_mode, log_normalizer,
-        STRICT=strict, ONE_HOT=one_hot, BONUS_IN_STATS=config.bonus_in_stats, FP64=fp64,
-        BLOCK_K=config.block_k, REDUCE_BLOCK=config.reduce_block,
-        num_warps=config.decide_num_warps, **options)
     emit_score = torch.empty(2 * batch, config.num_blocks * words, dtype=torch.float32, device=device)
     emit_index = torch.empty(2 * batch, config.num_blocks, dtype=torch.int32, device=device)
-    kernels.rejection_emit_kernel[(batch, config.num_blocks)](
-        target_logits, draft, draft_tokens, seeds, positions, temperature, emit_row, emit_mode, log_normalizer,
-        vocab, k, batch, *strides, emit_score, emit_index,
-        ONE_HOT=one_hot, FP64=fp64, BLOCK_V=config.block_v, ROW_ALIGN=config.row_align,
-        VOCAB_ALIGN=config.vocab_align, FAST_MATH=config.fast_math, num_warps=config.num_warps, **options)
+    if kernels.decide_in_emit(batch, config):
+        # three launches, chained with PDL where the GPU has it (kernels.rejection.dependent_launch)
+        pdl = _dependent_launches(device, config)
+        chained = dict(launch_pdl=True) if pdl else {}  # the interpreter takes no launch_pdl
+        stats_kernel(PDL=pdl)
+        kernels.rejection_decide_emit_kernel[(batch, config.num_blocks)](
+            target_logits, draft, draft_tokens, num_draft_tokens, seeds, positions, temperature, stats, row_score,
+            row_index, vocab, k, batch, *strides, emit_score, emit_index, emit_row, emit_mode,
+            STRICT=strict, ONE_HOT=one_hot, BONUS_IN_STATS=config.bonus_in_stats, FP64=fp64,
+            BLOCK_V=config.block_v, ROW_ALIGN=config.row_align, VOCAB_ALIGN=config.vocab_align,
+            FAST_MATH=config.fast_math, BLOCK_K=config.block_k, REDUCE_BLOCK=config.reduce_block, PDL=pdl,
+            num_warps=config.num_warps, **chained, **options)
+    else:
+        pdl, chained = False, {}
+        stats_kernel(PDL=False)
+        log_normalizer = torch.empty(batch, 2 * words, dtype=torch.float32, device=device)
+        kernels.rejection_decide_kernel[(batch,)](
+            target_logits, draft, draft_tokens, num_draft_tokens, seeds, positions, temperature, stats, row_score,
+            row_index, vocab, k, *strides, config.num_blocks, emit_row, emit_mode, log_normalizer,
+            STRICT=strict, ONE_HOT=one_hot, BONUS_IN_STATS=config.bonus_in_stats, FP64=fp64,
+            BLOCK_K=config.block_k, REDUCE_BLOCK=config.reduce_block,
+            num_warps=config.decide_num_warps, **options)
+        kernels.rejection_emit_kernel[(batch, config.num_blocks)](
+            target_logits, draft, draft_tokens, seeds, positions, temperature, emit_row, emit_mode, log_normalizer,
+            vocab, k, batch, *strides, emit_score, emit_index,
+            ONE_HOT=one_hot, FP64=fp64, BLOCK_V=config.block_v, ROW_ALIGN=config.row_align,
+            VOCAB_ALIGN=config.vocab_align, FAST_MATH=config.fast_math, num_warps=config.num_warps, **options)
     kernels.rejection_finish_kernel[(batch,)](
         draft_tokens, emit_row, emit_mode, row_score, row_index, emit_score, emit_index, config.num_blocks, k, batch,
-        tokens, num_sampled, FP64=fp64, BLOCK_K=config.block_k, REDUCE_BLOCK=config.reduce_block,
-        num_warps=config.per_request_num_warps, **options)
+        tokens, num_sampled, FP64=fp64, BLOCK_K=config.block_k, REDUCE_BLOCK=config.reduce_block, PDL=pdl,
+        num_warps=config.per_request_num_warps, **chained, **options)
     return tokens, num_sampled
 
 

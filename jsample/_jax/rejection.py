@@ -82,23 +82,34 @@ def rejection_sample(target_logits, draft_tokens, num_draft_tokens, seeds, posit
         STRICT=strict, ONE_HOT=one_hot, BONUS_IN_STATS=config.bonus_in_stats, FP64=fp64,
         BLOCK_V=config.block_v, ROW_ALIGN=config.row_align,
         VOCAB_ALIGN=config.vocab_align, FAST_MATH=config.fast_math, num_warps=config.num_warps, **options)
-    emit_row, emit_mode, log_normalizer = launch(
-        kernels.rejection_decide_kernel, target_logits, draft, draft_tokens, num_draft_tokens, seeds, positions,
-        temperature, stats, row_score, row_index, vocab, k, *strides, config.num_blocks,
-        grid=(batch,),
-        out_shapes=[jax.ShapeDtypeStruct((batch,), i32), jax.ShapeDtypeStruct((batch,), i32),
-                    jax.ShapeDtypeStruct((batch, 2 * words), f32)],
-        STRICT=strict, ONE_HOT=one_hot, BONUS_IN_STATS=config.bonus_in_stats, FP64=fp64,
-        BLOCK_K=config.block_k, REDUCE_BLOCK=config.reduce_block,
-        num_warps=config.decide_num_warps, **options)
-    emit_score, emit_index = launch(
-        kernels.rejection_emit_kernel, target_logits, draft, draft_tokens, seeds, positions, temperature,
-        emit_row, emit_mode, log_normalizer, vocab, k, batch, *strides,
-        grid=(batch, config.num_blocks),
-        out_shapes=[jax.ShapeDtypeStruct((2 * batch, config.num_blocks * words), f32),
-                    jax.ShapeDtypeStruct((2 * batch, config.num_blocks), i32)],
-        ONE_HOT=one_hot, FP64=fp64, BLOCK_V=config.block_v, ROW_ALIGN=config.row_align,
-        VOCAB_ALIGN=config.vocab_align, FAST_MATH=config.fast_math, num_warps=config.num_warps, **options)
+    emit_shapes = [jax.ShapeDtypeStruct((2 * batch, config.num_blocks * words), f32),
+                   jax.ShapeDtypeStruct((2 * batch, config.num_blocks), i32)]
+    if kernels.decide_in_emit(batch, config):  # three launches (no PDL: jax-triton cannot chain them)
+        emit_score, emit_index, emit_row, emit_mode = launch(
+            kernels.rejection_decide_emit_kernel, target_logits, draft, draft_tokens, num_draft_tokens, seeds,
+            positions, temperature, stats, row_score, row_index, vocab, k, batch, *strides,
+            grid=(batch, config.num_blocks),
+            out_shapes=emit_shapes + [jax.ShapeDtypeStruct((batch,), i32), jax.ShapeDtypeStruct((batch,), i32)],
+            STRICT=strict, ONE_HOT=one_hot, BONUS_IN_STATS=config.bonus_in_stats, FP64=fp64,
+            BLOCK_V=config.block_v, ROW_ALIGN=config.row_align, VOCAB_ALIGN=config.vocab_align,
+            FAST_MATH=config.fast_math, BLOCK_K=config.block_k, REDUCE_BLOCK=config.reduce_block,
+            num_warps=config.num_warps, **options)
+    else:
+        emit_row, emit_mode, log_normalizer = launch(
+            kernels.rejection_decide_kernel, target_logits, draft, draft_tokens, num_draft_tokens, seeds, positions,
+            temperature, stats, row_score, row_index, vocab, k, *strides, config.num_blocks,
+            grid=(batch,),
+            out_shapes=[jax.ShapeDtypeStruct((batch,), i32), jax.ShapeDtypeStruct((batch,), i32),
+                        jax.ShapeDtypeStruct((batch, 2 * words), f32)],
+            STRICT=strict, ONE_HOT=one_hot, BONUS_IN_STATS=config.bonus_in_stats, FP64=fp64,
+            BLOCK_K=config.block_k, REDUCE_BLOCK=config.reduce_block,
+            num_warps=config.decide_num_warps, **options)
+        emit_score, emit_index = launch(
+            kernels.rejection_emit_kernel, target_logits, draft, draft_tokens, seeds, positions, temperature,
+            emit_row, emit_mode, log_normalizer, vocab, k, batch, *strides,
+            grid=(batch, config.num_blocks), out_shapes=emit_shapes,
+            ONE_HOT=one_hot, FP64=fp64, BLOCK_V=config.block_v, ROW_ALIGN=config.row_align,
+            VOCAB_ALIGN=config.vocab_align, FAST_MATH=config.fast_math, num_warps=config.num_warps, **options)
     tokens, num_sampled = launch(
         kernels.rejection_finish_kernel, draft_tokens, emit_row, emit_mode, row_score, row_index, emit_score,
         emit_index, config.num_blocks, k, batch,

@@ -38,6 +38,8 @@ from jsample.kernels.filtered import (  # noqa: E402
 )
 from jsample.kernels.rejection import (  # noqa: E402
     RejectionLaunchConfig,
+    decide_in_emit,
+    rejection_decide_emit_kernel,
     rejection_decide_kernel,
     rejection_emit_kernel,
     rejection_finish_kernel,
@@ -60,6 +62,8 @@ __all__ = [
     "gumbel_partial_kernel",
     "philox_words_kernel",
     "RejectionLaunchConfig",
+    "decide_in_emit",
+    "rejection_decide_emit_kernel",
     "rejection_decide_kernel",
     "rejection_emit_kernel",
     "rejection_finish_kernel",

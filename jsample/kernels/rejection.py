@@ -67,6 +67,8 @@ from jsample.kernels.gumbel import (
     reduce_block_best,
     store_block_best,
 )
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
+
 from jsample.kernels.stream import LN2, LOG2E, exp2_approx, log2_approx, philox_block, uniform_f32, uniform_f64
 
 # Globals used inside kernels must be constexpr (the compiler rejects plain Python globals).
@@ -145,6 +147,31 @@ def rejection_launch_config(vocab_size: int, num_speculative_tokens: int, stride
         num_stages=gumbel.num_stages,
         enable_fp_fusion=gumbel.enable_fp_fusion,
     )
+
+
+# decide_in_emit: at most this many emit programs (B * NUM_BLOCKS) run the decision themselves
+DECIDE_IN_EMIT_MAX_PROGRAMS = 128
+
+
+def decide_in_emit(batch: int, config: RejectionLaunchConfig) -> bool:
+    """Whether a batch runs rejection_decide_emit_kernel (three launches) rather than the decide and
+    emit launches (four): while the emit programs fit on an H100/H200 in one wave (B * NUM_BLOCKS <=
+    128: B = 1 at V = 151936), a launch costs more than every program making the request's decision
+    itself. Tokens never depend on it: both run the same decision and emit code."""
+    return batch * config.num_blocks <= DECIDE_IN_EMIT_MAX_PROGRAMS
+
+
+@triton.jit
+def dependent_launch(PDL: tl.constexpr, WAIT: tl.constexpr):
+    """With PDL (torch on Hopper and newer, small batches: the three launches of decide_in_emit), the
+    launches form a programmatic dependent launch chain: each lets the next one start launching at
+    once, and the next one waits (griddepcontrol.wait: the previous grid complete and its writes
+    visible) before it reads or writes anything, so the launch latency between them overlaps the
+    previous launch's work. Without PDL nothing happens; tokens never depend on it."""
+    if PDL:
+        if WAIT:
+            gdc_wait()
+        gdc_launch_dependents()
 
 
 @triton.jit
@@ -258,11 +285,13 @@ def rejection_stats_kernel(
     ROW_ALIGN: tl.constexpr,
     VOCAB_ALIGN: tl.constexpr,  # config.vocab_align
     FAST_MATH: tl.constexpr,  # gumbel_sample's noise log (config.fast_math)
+    PDL: tl.constexpr = False,  # the first launch of a programmatic dependent launch chain (dependent_launch)
 ):
     """Per (request, draft row j < n_b, vocabulary block): the Gumbel-max partials (best score, its
     column) of strict and greedy rows, the softmax partials of the others. With BONUS_IN_STATS, the
     programs of row 0 also reduce the Gumbel-max partials of row n_b (the bonus row), between
     issuing their loads and using them. Rows j >= n_b are skipped (nothing reads them)."""
+    dependent_launch(PDL, False)  # its inputs come from ordinary launches: no wait
     V = aligned(V, VOCAB_ALIGN)
     b = tl.program_id(0)
     j = tl.program_id(1)
@@ -394,6 +423,17 @@ def _decide(target_logits_ptr, draft_logits_ptr, draft_tokens_ptr, stats_ptr, pa
 
 
 @triton.jit
+def _emit_mode(emit_row, resample, num_drafts, BONUS_IN_STATS: tl.constexpr):
+    """What row a_b emits: the stats launch reduced the Gumbel-max partials of every strict or greedy
+    row < n_b, and of row n_b with BONUS_IN_STATS; the emit launch computes the others."""
+    if BONUS_IN_STATS:
+        in_stats = emit_row <= num_drafts
+    else:
+        in_stats = emit_row < num_drafts
+    return tl.where(resample, EMIT_RESIDUAL, tl.where(in_stats, EMIT_STATS_ROW, EMIT_SAMPLE))
+
+
+@triton.jit
 def rejection_decide_kernel(
     target_logits_ptr,  # [B, K+1, V] f32|bf16|f16, columns contiguous
     draft_logits_ptr,  # [B, K, V] f32, columns contiguous (unused when ONE_HOT)
@@ -432,13 +472,7 @@ def rejection_decide_kernel(
         tl.load(temperature_ptr + b), V, K, target_batch_stride, target_row_stride, draft_batch_stride,
         draft_row_stride, num_blocks, STRICT, ONE_HOT, FP64, BLOCK_K, REDUCE_BLOCK)
     tl.store(emit_row_ptr + b, emit_row)
-    # the stats launch reduced the Gumbel-max partials of every strict or greedy row < n_b, and of
-    # row n_b with BONUS_IN_STATS; the emit launch computes the others
-    if BONUS_IN_STATS:
-        in_stats = emit_row <= num_drafts
-    else:
-        in_stats = emit_row < num_drafts
-    tl.store(emit_mode_ptr + b, tl.where(resample, EMIT_RESIDUAL, tl.where(in_stats, EMIT_STATS_ROW, EMIT_SAMPLE)))
+    tl.store(emit_mode_ptr + b, _emit_mode(emit_row, resample, num_drafts, BONUS_IN_STATS))
     if FP64:
         log_normalizer = log_normalizer_ptr.to(tl.pointer_type(tl.float64))
     else:
@@ -456,6 +490,55 @@ def _fast_residual_scores(x, y, score, temperature, target_lse, draft_lse):
     mask: a GPU's max returns the non-NaN operand. `score` is never NaN, so neither is the result."""
     log_ratio = tl.fma(y - x, inverse_temperature(temperature, False) * LOG2E, (target_lse - draft_lse) * LOG2E)
     return tl.fma(log2_approx(tl.maximum(1.0 - exp2_approx(log_ratio), 0.0)), LN2, score)
+
+
+@triton.jit
+def _emit_block(target_logits_ptr, draft_logits_ptr, draft_tokens_ptr, b64, block, num_blocks, seed, position,
+                temperature, emit_row, emit_mode, target_lse, draft_lse, V, K, B, target_batch_stride,
+                target_row_stride, draft_batch_stride, draft_row_stride, partial_score_ptr, partial_index_ptr,
+                ONE_HOT: tl.constexpr, FP64: tl.constexpr, BLOCK_V: tl.constexpr, ROW_ALIGN: tl.constexpr,
+                FAST_MATH: tl.constexpr):
+    """One vocabulary block of row a_b (EMIT_RESIDUAL or EMIT_SAMPLE): the block partials of its
+    Gumbel-max scores (rows B..2B-1 of the partials) and, for EMIT_RESIDUAL, of its residual scores
+    (rows < B), from one evaluation of the row's stream-0 noise at position P_b + a_b."""
+    first_col = block * BLOCK_V
+    cols = first_col + tl.arange(0, BLOCK_V)
+    target_row_ptr = (target_logits_ptr + tl.multiple_of(b64 * target_batch_stride, ROW_ALIGN)
+                      + tl.multiple_of(emit_row.to(tl.int64) * target_row_stride, ROW_ALIGN))
+    x = load_block(target_row_ptr, cols, V, FP64)
+    if temperature == 0:
+        noise = tl.zeros_like(x)
+    else:
+        noise = block_noise(seed, position, first_col, STREAM_TOKEN, BLOCK_V, FP64, FAST_MATH)
+    # exactly gumbel_sample's scores of this row (block_scores): the bonus token, or the fallback
+    score, best = noisy_scores(x, noise, temperature, FP64, FAST_MATH)
+    store_block_best(partial_score_ptr, partial_index_ptr, (B + b64) * num_blocks + block, score, best, first_col, FP64)
+    if emit_mode == EMIT_RESIDUAL:
+        if ONE_HOT:
+            draft = tl.load(draft_tokens_ptr + b64 * K + emit_row)
+            residual = tl.where(cols == draft, float("-inf"), score)  # r = p with the draft removed
+        else:
+            draft_row_ptr = (draft_logits_ptr + tl.multiple_of(b64 * draft_batch_stride, ROW_ALIGN)
+                             + tl.multiple_of(emit_row.to(tl.int64) * draft_row_stride, ROW_ALIGN))
+            y = load_block(draft_row_ptr, cols, V, FP64)
+            # log(q / p) = (y - x) / T + log Z_p - log Z_q; a +inf or NaN draft logit means q = 0 there
+            # (NaN where both logits are -inf, p = 0 there: compared below as false). log r + g =
+            # log p + log(1 - q / p) + g = (score - log Z_p) + log(1 - q / p) where q < p; only the
+            # absolute error of log(1 - q / p) matters next to the score, so no log1p series is needed
+            if FAST_MATH and not FP64:
+                # q = 0 where a draft logit is NaN or +inf (masking only the blocks that hold one, as
+                # noisy_scores does, saved 2 instructions a column but cost 6 registers)
+                residual = _fast_residual_scores(x, tl.where(tl.abs(y) < float("inf"), y, float("-inf")),
+                                                 score, temperature, target_lse, draft_lse)
+            else:
+                log_difference = tl.where(y < float("inf"), y - x, float("-inf"))
+                log_ratio = log_difference * inverse_temperature(temperature, FP64) + (target_lse - draft_lse)
+                residual_score = (score - target_lse) + tl.log(1.0 - tl.exp(log_ratio))
+                # false for NaN: non-candidates of `score` are -inf, and q >= p has no residual
+                residual = tl.where((log_ratio < 0) & (residual_score > float("-inf")), residual_score,
+                                    float("-inf"))
+        store_block_best(partial_score_ptr, partial_index_ptr, b64 * num_blocks + block, residual,
+                         tl.max(residual, axis=0), first_col, FP64)
 
 
 @triton.jit
@@ -485,66 +568,86 @@ def rejection_emit_kernel(
     VOCAB_ALIGN: tl.constexpr,  # config.vocab_align
     FAST_MATH: tl.constexpr,  # gumbel_sample's noise log (config.fast_math)
 ):
-    """Requests whose emitted token rejection_stats_kernel did not reduce: block partials of row a_b's
-    Gumbel-max scores (rows B..2B-1) and, for EMIT_RESIDUAL, of its residual scores (rows < B; the
-    Gumbel-max sample is the fallback when the residual is all zero), from one evaluation of the
-    row's stream-0 noise."""
+    """Requests whose emitted token rejection_stats_kernel did not reduce: _emit_block of row a_b."""
     b = tl.program_id(0)
     emit_mode = tl.load(emit_mode_ptr + b)
     if emit_mode != EMIT_STATS_ROW:
-        V = aligned(V, VOCAB_ALIGN)
-        block = tl.program_id(1)
-        num_blocks = tl.num_programs(1)
         b64 = b.to(tl.int64)
-        seed = tl.load(seeds_ptr + b).to(tl.int64)
-        temperature = tl.load(temperature_ptr + b)
         emit_row = tl.load(emit_row_ptr + b)
         if FP64:
             log_normalizer = log_normalizer_ptr.to(tl.pointer_type(tl.float64))
         else:
             log_normalizer = log_normalizer_ptr
-        position = tl.load(positions_ptr + b).to(tl.int64) + emit_row
-        first_col = block * BLOCK_V
-        cols = first_col + tl.arange(0, BLOCK_V)
-        target_row_ptr = (target_logits_ptr + tl.multiple_of(b64 * target_batch_stride, ROW_ALIGN)
-                          + tl.multiple_of(emit_row.to(tl.int64) * target_row_stride, ROW_ALIGN))
-        x = load_block(target_row_ptr, cols, V, FP64)
-        if temperature == 0:
-            noise = tl.zeros_like(x)
-        else:
-            noise = block_noise(seed, position, first_col, STREAM_TOKEN, BLOCK_V, FP64, FAST_MATH)
-        # exactly gumbel_sample's scores of this row (block_scores): the bonus token, or the fallback
-        score, best = noisy_scores(x, noise, temperature, FP64, FAST_MATH)
-        store_block_best(partial_score_ptr, partial_index_ptr, (B + b64) * num_blocks + block, score, best, first_col,
-                         FP64)
-        if emit_mode == EMIT_RESIDUAL:
-            if ONE_HOT:
-                draft = tl.load(draft_tokens_ptr + b64 * K + emit_row)
-                residual = tl.where(cols == draft, float("-inf"), score)  # r = p with the draft removed
-            else:
-                target_lse = tl.load(log_normalizer + b64 * 2)
-                draft_lse = tl.load(log_normalizer + b64 * 2 + 1)
-                draft_row_ptr = (draft_logits_ptr + tl.multiple_of(b64 * draft_batch_stride, ROW_ALIGN)
-                                 + tl.multiple_of(emit_row.to(tl.int64) * draft_row_stride, ROW_ALIGN))
-                y = load_block(draft_row_ptr, cols, V, FP64)
-                # log(q / p) = (y - x) / T + log Z_p - log Z_q; a +inf or NaN draft logit means q = 0 there
-                # (NaN where both logits are -inf, p = 0 there: compared below as false). log r + g =
-                # log p + log(1 - q / p) + g = (score - log Z_p) + log(1 - q / p) where q < p; only the
-                # absolute error of log(1 - q / p) matters next to the score, so no log1p series is needed
-                if FAST_MATH and not FP64:
-                    # q = 0 where a draft logit is NaN or +inf (masking only the blocks that hold one, as
-                    # noisy_scores does, saved 2 instructions a column but cost 6 registers)
-                    residual = _fast_residual_scores(x, tl.where(tl.abs(y) < float("inf"), y, float("-inf")),
-                                                     score, temperature, target_lse, draft_lse)
-                else:
-                    log_difference = tl.where(y < float("inf"), y - x, float("-inf"))
-                    log_ratio = log_difference * inverse_temperature(temperature, FP64) + (target_lse - draft_lse)
-                    residual_score = (score - target_lse) + tl.log(1.0 - tl.exp(log_ratio))
-                    # false for NaN: non-candidates of `score` are -inf, and q >= p has no residual
-                    residual = tl.where((log_ratio < 0) & (residual_score > float("-inf")), residual_score,
-                                        float("-inf"))
-            store_block_best(partial_score_ptr, partial_index_ptr, b64 * num_blocks + block, residual,
-                             tl.max(residual, axis=0), first_col, FP64)
+        _emit_block(target_logits_ptr, draft_logits_ptr, draft_tokens_ptr, b64, tl.program_id(1), tl.num_programs(1),
+                    tl.load(seeds_ptr + b).to(tl.int64), tl.load(positions_ptr + b).to(tl.int64) + emit_row,
+                    tl.load(temperature_ptr + b), emit_row, emit_mode, tl.load(log_normalizer + b64 * 2),
+                    tl.load(log_normalizer + b64 * 2 + 1), aligned(V, VOCAB_ALIGN), K, B, target_batch_stride,
+                    target_row_stride, draft_batch_stride, draft_row_stride, partial_score_ptr, partial_index_ptr,
+                    ONE_HOT, FP64, BLOCK_V, ROW_ALIGN, FAST_MATH)
+
+
+@triton.jit
+def rejection_decide_emit_kernel(
+    target_logits_ptr,  # [B, K+1, V] f32|bf16|f16, columns contiguous
+    draft_logits_ptr,  # [B, K, V] f32, columns contiguous (unused when ONE_HOT)
+    draft_tokens_ptr,  # [B, K] i32, contiguous
+    num_draft_tokens_ptr,  # [B] i32, n_b (clamped to [0, K])
+    seeds_ptr,  # [B] i32|u32|i64
+    positions_ptr,  # [B] i32|i64, position of row 0
+    temperature_ptr,  # [B] f32
+    stats_ptr,  # [B * K, NUM_STATS * NUM_BLOCKS] f32 (f64 words when FP64), from rejection_stats_kernel
+    row_score_ptr,  # [B * (K+1), NUM_BLOCKS] f32 (f64 words when FP64), from rejection_stats_kernel
+    row_index_ptr,  # [B * (K+1), NUM_BLOCKS] i32, from rejection_stats_kernel
+    V,
+    K,
+    B,
+    target_batch_stride,
+    target_row_stride,
+    draft_batch_stride,
+    draft_row_stride,
+    partial_score_ptr,  # [2B, NUM_BLOCKS] f32 output, as rejection_emit_kernel's
+    partial_index_ptr,  # [2B, NUM_BLOCKS] i32 output
+    emit_row_ptr,  # [B] i32 output: a_b (written by block 0)
+    emit_mode_ptr,  # [B] i32 output (written by block 0)
+    STRICT: tl.constexpr,
+    ONE_HOT: tl.constexpr,
+    BONUS_IN_STATS: tl.constexpr,  # config.bonus_in_stats
+    FP64: tl.constexpr,
+    BLOCK_V: tl.constexpr,
+    ROW_ALIGN: tl.constexpr,
+    VOCAB_ALIGN: tl.constexpr,  # config.vocab_align
+    FAST_MATH: tl.constexpr,  # gumbel_sample's noise log (config.fast_math)
+    BLOCK_K: tl.constexpr,  # next power of two >= K + 1
+    REDUCE_BLOCK: tl.constexpr,  # next power of two >= NUM_BLOCKS
+    PDL: tl.constexpr = False,  # a programmatic dependent launch (dependent_launch)
+):
+    """rejection_decide_kernel and rejection_emit_kernel in one launch, for small batches
+    (decide_in_emit): every program of request b makes the request's decision itself (the same code,
+    so the same a_b everywhere), then runs _emit_block of row a_b. The decision's chain of dependent
+    loads replaces a launch; at large batches it would run B * NUM_BLOCKS times over."""
+    dependent_launch(PDL, True)
+    b = tl.program_id(0)
+    block = tl.program_id(1)
+    b64 = b.to(tl.int64)
+    num_drafts = tl.minimum(tl.maximum(tl.load(num_draft_tokens_ptr + b), 0), K)
+    seed = tl.load(seeds_ptr + b).to(tl.int64)
+    position = tl.load(positions_ptr + b).to(tl.int64)
+    temperature = tl.load(temperature_ptr + b)
+    num_blocks = tl.num_programs(1)
+    emit_row, resample, target_lse, draft_lse = _decide(
+        target_logits_ptr, draft_logits_ptr, draft_tokens_ptr, stats_ptr, row_score_ptr, row_index_ptr, b64,
+        num_drafts, seed, position, temperature, V, K, target_batch_stride, target_row_stride, draft_batch_stride,
+        draft_row_stride, num_blocks, STRICT, ONE_HOT, FP64, BLOCK_K, REDUCE_BLOCK)
+    emit_mode = _emit_mode(emit_row, resample, num_drafts, BONUS_IN_STATS)
+    if block == 0:
+        tl.store(emit_row_ptr + b, emit_row)
+        tl.store(emit_mode_ptr + b, emit_mode)
+    if emit_mode != EMIT_STATS_ROW:
+        _emit_block(target_logits_ptr, draft_logits_ptr, draft_tokens_ptr, b64, block, num_blocks, seed,
+                    position + emit_row, temperature, emit_row, emit_mode, target_lse, draft_lse,
+                    aligned(V, VOCAB_ALIGN), K, B, target_batch_stride, target_row_stride, draft_batch_stride,
+                    draft_row_stride, partial_score_ptr, partial_index_ptr, ONE_HOT, FP64, BLOCK_V, ROW_ALIGN,
+                    FAST_MATH)
 
 
 @triton.jit
@@ -574,9 +677,12 @@ def rejection_finish_kernel(
     FP64: tl.constexpr,
     BLOCK_K: tl.constexpr,  # next power of two >= K + 1
     REDUCE_BLOCK: tl.constexpr,  # next power of two >= num_blocks
+    PDL: tl.constexpr = False,  # the last launch of a programmatic dependent launch chain (dependent_launch)
 ):
     """The emitted token: the residual sample when row a_b resamples one (its Gumbel-max sample when
     the residual is all zero), else row a_b's Gumbel-max sample, from the emit or the stats launch."""
+    if PDL:
+        gdc_wait()
     b = tl.program_id(0)
     b64 = b.to(tl.int64)
     emit_row = tl.load(emit_row_ptr + b)
