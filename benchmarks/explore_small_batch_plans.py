@@ -43,8 +43,10 @@ def problem(batch, k, vocab):
 def main():
     print(torch.cuda.get_device_name(), "git", open("GIT_SHA").read().strip() if os.path.exists("GIT_SHA") else "?",
           flush=True)
-    for batch, k, vocab in [(1, 1, 151936), (1, 4, 151936), (1, 8, 151936), (2, 1, 151936), (2, 8, 151936),
-                            (4, 4, 151936), (8, 4, 32000), (16, 4, 32000)]:
+    sizes = [(1, 1, 151936), (1, 4, 151936), (1, 8, 151936), (2, 1, 151936), (2, 8, 151936), (4, 4, 151936),
+             (8, 1, 151936), (8, 8, 151936), (16, 4, 151936), (32, 1, 151936), (32, 8, 151936), (64, 4, 151936),
+             (8, 4, 32000), (16, 4, 32000), (64, 8, 32000), (256, 4, 32000)]
+    for batch, k, vocab in sizes:
         args = problem(batch, k, vocab)
         config = kernels.rejection_launch_config(vocab, k, (0,), False)
         read_us = harness.time_graph_us(lambda i, run=harness.read_once((args[0], args[6])): run())

@@ -121,6 +121,8 @@ def test_rejection_gpu_launch_plans_and_pdl_give_the_same_tokens(monkeypatch, ba
     assert kernels.decide_in_emit(batch, kernels.rejection_launch_config(vocab, k, (0,), False))
     problem = list(_problem(batch, k, vocab, seed=10 + k))
     problem[2].fill_(k)  # every draft verified
+    rows = torch.arange(batch, device="cuda")[:, None], torch.arange(k, device="cuda")[None, :]
+    problem[6][rows[0], rows[1], problem[1]] += 1.0  # q(d) > p(d) mostly: the seeds decide acceptances
     problem[5][0] = 0.9  # request 0 samples (the others keep _problem's mix of greedy and sampled rows)
     seeds = problem[3]
 
