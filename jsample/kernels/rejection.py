@@ -35,6 +35,15 @@ Four launches, all shared by the PyTorch and JAX frontends (no host synchronisat
    ties, as every argmax in jsample) and writes tokens [B, K+1] = accepted drafts, the emitted token,
    -1, and num_sampled = a_b + 1.
 
+Small batches (decide_in_emit: B * NUM_BLOCKS <= 300) run three launches instead: 2 and 3 become
+`rejection_decide_emit_kernel`, whose every program makes its request's decision itself (the same
+`_decide`, so the same a_b everywhere) before its block of the emit step (the same `_emit_block`).
+There a launch costs more than the repeated decisions; in torch on Hopper the three launches also
+form a programmatic dependent launch chain (dependent_launch). Tokens never depend on the plan. Three
+dependent phases stay (the normalisers, then the decision and row a_b's pass, then the argmax of its
+partials); with no work at all they take 1.6-1.9x a one-launch read of the logits at B = 1 on an
+H200 (benchmarks/results/explore_phase_floor.txt).
+
 `synthetic_rejection_kernel` (one launch, grid (B,)) accepts draft j iff the stream-2 uniform of row
 j is below conditional_rates[j] and emits target_tokens[b, a_b].
 
@@ -150,14 +159,17 @@ def rejection_launch_config(vocab_size: int, num_speculative_tokens: int, stride
 
 
 # decide_in_emit: at most this many emit programs (B * NUM_BLOCKS) run the decision themselves
-DECIDE_IN_EMIT_MAX_PROGRAMS = 128
+DECIDE_IN_EMIT_MAX_PROGRAMS = 300
 
 
 def decide_in_emit(batch: int, config: RejectionLaunchConfig) -> bool:
     """Whether a batch runs rejection_decide_emit_kernel (three launches) rather than the decide and
-    emit launches (four): while the emit programs fit on an H100/H200 in one wave (B * NUM_BLOCKS <=
-    128: B = 1 at V = 151936), a launch costs more than every program making the request's decision
-    itself. Tokens never depend on it: both run the same decision and emit code."""
+    emit launches (four). On an H200 (benchmarks/results/explore_small_batch_plans.txt) three launches
+    were faster at every size measured up to 300 emit programs (B <= 4 at V = 151936): 1.2-2.0 us
+    without PDL, 1.5-3.8 us with it. From 600 to 1200 programs the outcome depended on K (B = 8,
+    V = 151936: K = 1 gained 3 us, K = 8 lost 1.4 us), and from 2400 on they lost 2-20%: the
+    decision's chain of dependent loads then runs B * NUM_BLOCKS times over. Tokens never depend on
+    it: both plans run the same decision and emit code."""
     return batch * config.num_blocks <= DECIDE_IN_EMIT_MAX_PROGRAMS
 
 
