@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Every GPU result in benchmarks/results/, in one command on a CUDA machine (the device image lacks
 # jax-triton: see benchmarks/results/README.md). Writes to $OUT (default benchmarks/results).
-#   bash benchmarks/run_gpu.sh [tests] [multi] [bench] [filtered] [explore]      (default: tests bench)
+#   bash benchmarks/run_gpu.sh [tests] [multi] [bench] [rejection] [filtered] [explore]      (default: tests bench)
 # `multi` needs two or more GPUs.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -29,6 +29,10 @@ for step in $steps; do
       python3 benchmarks/bench_rejection.py --out "$OUT" --git-sha "$SHA" > "$OUT/bench_rejection_log.txt" 2>&1
       python3 benchmarks/bench_filtered.py --out "$OUT" --git-sha "$SHA" > "$OUT/bench_filtered_log.txt" 2>&1
       tail -n 2 "$OUT/bench_gumbel_log.txt" "$OUT/bench_rejection_log.txt" "$OUT/bench_filtered_log.txt" ;;
+    rejection)  # rejection_sample's benchmark alone
+      export CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0}
+      python3 benchmarks/bench_rejection.py --out "$OUT" --git-sha "$SHA" > "$OUT/bench_rejection_log.txt" 2>&1
+      tail -n 5 "$OUT/bench_rejection_log.txt" ;;
     filtered)  # top_k_top_p_sample's benchmark alone
       export CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0}
       python3 benchmarks/bench_filtered.py --out "$OUT" --git-sha "$SHA" > "$OUT/bench_filtered_log.txt" 2>&1
