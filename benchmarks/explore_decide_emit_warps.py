@@ -57,7 +57,7 @@ def main():
         kernels.rejection_decide_emit_kernel, kernels.rejection_launch_config = SHIPPED, SHIPPED_CONFIG
         same = all(all(torch.equal(a, b) for a, b in zip(t, tokens["shipped"])) for t in tokens.values())
         print(f"B=1 K={k} " + "  ".join(f"{w}: " + " ".join(f"{t:6.2f}" for t in ts) for w, ts in times.items())
-              + f"  tokens equal: {same}", flush=True)
+              + f"  accepted drafts: {int(tokens['shipped'][1].sum()) - 1}  tokens equal: {same}", flush=True)
 
 
 if __name__ == "__main__":
