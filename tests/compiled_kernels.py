@@ -3,9 +3,10 @@ them (pointers 16-byte aligned, no facts about integer arguments), and print as 
 its global-load PTX instructions and its SASS instructions per vocabulary column (ptxas and
 cuobjdump ship with triton). Run in its own process: TRITON_INTERPRET must be 0 before triton loads.
 
-    TRITON_INTERPRET=0 python tests/compiled_kernels.py [VOCAB_ALIGN] [--exact-math]
+    TRITON_INTERPRET=0 python tests/compiled_kernels.py [VOCAB_ALIGN] [--exact-math] [--decide-layouts]
 
 `--exact-math` compiles with FAST_MATH=False (the interpreter's code path) as a control.
+`--decide-layouts` prints instead the layouts of the rejection decision's tensors in both launch plans.
 """
 
 import collections
@@ -52,6 +53,27 @@ def sass_instructions(compiled):
     return len(re.findall(r"/\*[0-9a-f]{4}\*/\s+\S", sass))
 
 
+def decide_layouts(types):
+    """{K: [the layouts of the decision's [BLOCK_K, REDUCE_BLOCK] f32 tensors in rejection_decide_kernel,
+    the same in rejection_decide_emit_kernel]}: the normalisers' sums follow the layout, so the two
+    launch plans must agree on it."""
+    report = {}
+    for k in (1, 3, 4, 8):
+        config = kernels.rejection_launch_config(151936, k, (5 * 151936, 151936, 4 * 151936, 151936), False)
+        common = dict(STRICT=False, ONE_HOT=False, BONUS_IN_STATS=config.bonus_in_stats, FP64=False,
+                      BLOCK_K=config.block_k, REDUCE_BLOCK=config.reduce_block)
+        fused = dict(common, BLOCK_V=config.block_v, ROW_ALIGN=16, VOCAB_ALIGN=config.vocab_align, FAST_MATH=True)
+        layouts = []
+        for kernel, constexprs in ((kernels.rejection_decide_kernel, common),
+                                   (kernels.rejection_decide_emit_kernel, fused)):
+            ttgir = compile_for_sm90(kernel, types, constexprs, config.decide_num_warps).asm["ttgir"]
+            names = dict(re.findall(r"^(#\w+) = (#ttg\.\w+<.*>)$", ttgir, re.M))
+            shape = rf"tensor<{config.block_k}x{config.reduce_block}xf32, (#\w+)>"
+            layouts.append(sorted({names[name] for name in re.findall(shape, ttgir)}))
+        report[k] = layouts
+    return report
+
+
 def main():
     vocab = 151936
     args = [a for a in sys.argv[1:] if not a.startswith("--")]
@@ -76,6 +98,9 @@ def main():
                                    dict(STRICT=False, ONE_HOT=False, BONUS_IN_STATS=rejection.bonus_in_stats), rejection),
         "rejection_emit_kernel": (kernels.rejection_emit_kernel, dict(ONE_HOT=False), rejection),
     }
+    if "--decide-layouts" in sys.argv:
+        print(json.dumps(decide_layouts(types)))
+        return
     report = {}
     for name, (kernel, constexprs, config) in launches.items():
         compiled = compile_for_sm90(kernel, types, dict(common, **constexprs, BLOCK_V=config.block_v),

@@ -74,3 +74,12 @@ def test_without_fast_math_the_budget_is_exceeded():
     facts = compiled_facts("--exact-math")
     for kernel, budget in INSTRUCTION_BUDGET.items():
         assert facts[kernel]["sass_per_column"] > 1.5 * budget, (kernel, facts[kernel])
+
+
+def test_both_rejection_plans_reduce_the_normalisers_alike():
+    """The small-batch plan decides in rejection_decide_emit_kernel, the other in
+    rejection_decide_kernel (kernels.decide_in_emit). Floating-point sums follow the layout of the
+    tensors they reduce; with the same layout in both, the normalisers, and so every acceptance,
+    agree bit for bit (the GPU test compares tokens, which rarely sit at a decision's edge)."""
+    for k, (decide, decide_emit) in compiled_facts("--decide-layouts").items():
+        assert decide and decide == decide_emit, (k, decide, decide_emit)

@@ -125,7 +125,7 @@ def _rejection_sample_op(target_logits: torch.Tensor, draft_tokens: torch.Tensor
             STRICT=strict, ONE_HOT=one_hot, BONUS_IN_STATS=config.bonus_in_stats, FP64=fp64,
             BLOCK_V=config.block_v, ROW_ALIGN=config.row_align, VOCAB_ALIGN=config.vocab_align,
             FAST_MATH=config.fast_math, BLOCK_K=config.block_k, REDUCE_BLOCK=config.reduce_block, PDL=pdl,
-            num_warps=config.num_warps, **chained, **options)
+            num_warps=config.decide_num_warps, **chained, **options)
     else:
         pdl, chained = False, {}
         stats_kernel(PDL=False)

@@ -93,7 +93,7 @@ def rejection_sample(target_logits, draft_tokens, num_draft_tokens, seeds, posit
             STRICT=strict, ONE_HOT=one_hot, BONUS_IN_STATS=config.bonus_in_stats, FP64=fp64,
             BLOCK_V=config.block_v, ROW_ALIGN=config.row_align, VOCAB_ALIGN=config.vocab_align,
             FAST_MATH=config.fast_math, BLOCK_K=config.block_k, REDUCE_BLOCK=config.reduce_block,
-            num_warps=config.num_warps, **options)
+            num_warps=config.decide_num_warps, **options)
     else:
         emit_row, emit_mode, log_normalizer = launch(
             kernels.rejection_decide_kernel, target_logits, draft, draft_tokens, num_draft_tokens, seeds, positions,

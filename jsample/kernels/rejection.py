@@ -108,9 +108,9 @@ class RejectionLaunchConfig:
     fast_math: bool  # gumbel_sample's FAST_MATH: the bonus token must use the very same noise code
     bonus_in_stats: bool  # the stats launch also reduces row n_b's Gumbel-max sample (K <= 1)
     stats_rows: int  # the stats launch's second grid dimension: max(K, 1)
+    decide_num_warps: int  # the decision's launches (decide, decide_emit): one warp per request row, 4-16
     num_stages: int = 1
     enable_fp_fusion: bool = False  # no FMA contraction: the same rounding as the NumPy reference
-    decide_num_warps: int = 4  # one warp took 8 us for a K = 8 request on an H200, four take less
     per_request_num_warps: int = 1  # the finish and synthetic kernels: a few values per request
 
 
@@ -153,6 +153,12 @@ def rejection_launch_config(vocab_size: int, num_speculative_tokens: int, stride
         # occupancy: K = 8 got 12% slower, so K >= 2 keep the emit launch for the bonus row.
         bonus_in_stats=num_speculative_tokens <= 1,
         stats_rows=max(num_speculative_tokens, 1),
+        # Every row of a request's decision on a warp of its own (4 to 16): each thread works through
+        # its warp's rows one after another, and that chain is the decision's latency. On an H200 at
+        # B = 1 (explore_decide_emit_warps.txt) the small-batch plan took 15.5 -> 13.8 us at K = 4
+        # with 8 warps and 19.5 -> 15.4 us at K = 8 with 16. Both plans must use the same count: the
+        # normalisers' sums are reduced in an order that the layout, and so the warps, could change.
+        decide_num_warps=min(16, max(4, triton.next_power_of_2(num_speculative_tokens + 1))),
         num_stages=gumbel.num_stages,
         enable_fp_fusion=gumbel.enable_fp_fusion,
     )
