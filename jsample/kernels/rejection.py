@@ -14,7 +14,8 @@ d_j. Row j is drawn at position P_b + j (STREAM.md, "Rejection sampling"):
   `block_noise`, the two halves of `block_scores`), so the bonus token equals `gumbel_sample` of
   that row with position P_b + n_b bit for bit.
 
-Four launches, all shared by the PyTorch and JAX frontends (no host synchronisation between them):
+Four launches (three for small batches, below), all shared by the PyTorch and JAX frontends (no host
+synchronisation between them):
 
 1. `rejection_stats_kernel`, grid (B, max(K, 1), NUM_BLOCKS), rows j < n_b only: per vocabulary
    block the Gumbel-max partials (best score, its column) of strict and greedy rows, the
