@@ -1,4 +1,5 @@
-"""Two small-batch variants at B = 1, V = 151936, torch CUDA graph, against the shipped plan:
+"""Two small-batch variants at B = 1, V = 151936, torch CUDA graph, against the plan as it was when
+this ran (`4 warps`: rejection_decide_emit_kernel launched with 4 warps; now config.decide_num_warps):
 rejection_decide_emit_kernel with 8 or 16 warps (does the decision's chain shorten with fewer request
 rows per warp?), and the bonus row's Gumbel-max partials in the stats launch at every K
 (config.bonus_in_stats, shipped for K <= 1 only: then requests that accept every draft leave the
@@ -44,7 +45,7 @@ def main():
     for k in (1, 4, 8):
         args = problem(1, k, 151936)
         times, tokens = {}, {}
-        variants = {"shipped": (4, False), "8 warps": (8, False), "16 warps": (16, False),
+        variants = {"4 warps": (4, False), "8 warps": (8, False), "16 warps": (16, False),
                     "bonus in stats": (4, True)}
         for _ in range(3):
             for name, (warps, bonus) in variants.items():
@@ -55,9 +56,9 @@ def main():
                 times.setdefault(name, []).append(harness.time_graph_us(run))
                 tokens[name] = [t.cpu() for t in run(0)]
         kernels.rejection_decide_emit_kernel, kernels.rejection_launch_config = SHIPPED, SHIPPED_CONFIG
-        same = all(all(torch.equal(a, b) for a, b in zip(t, tokens["shipped"])) for t in tokens.values())
+        same = all(all(torch.equal(a, b) for a, b in zip(t, tokens["4 warps"])) for t in tokens.values())
         print(f"B=1 K={k} " + "  ".join(f"{w}: " + " ".join(f"{t:6.2f}" for t in ts) for w, ts in times.items())
-              + f"  accepted drafts: {int(tokens['shipped'][1].sum()) - 1}  tokens equal: {same}", flush=True)
+              + f"  accepted drafts: {int(tokens['4 warps'][1].sum()) - 1}  tokens equal: {same}", flush=True)
 
 
 if __name__ == "__main__":

@@ -101,24 +101,21 @@ def _rejection_sample_op(target_logits: torch.Tensor, draft_tokens: torch.Tensor
                         dtype=torch.float32, device=device)
     row_score = torch.empty(batch * rows, config.num_blocks * words, dtype=torch.float32, device=device)
     row_index = torch.empty(batch * rows, config.num_blocks, dtype=torch.int32, device=device)
-
-    def stats_kernel(PDL):
-        kernels.rejection_stats_kernel[(batch, config.stats_rows, config.num_blocks)](
-            target_logits, draft, seeds, positions, temperature, num_draft_tokens,
-            vocab, k, *strides, stats, row_score, row_index,
-            STRICT=strict, ONE_HOT=one_hot, BONUS_IN_STATS=config.bonus_in_stats, FP64=fp64,
-            BLOCK_V=config.block_v, ROW_ALIGN=config.row_align, VOCAB_ALIGN=config.vocab_align,
-            FAST_MATH=config.fast_math, PDL=PDL, num_warps=config.num_warps, **options)
-
+    # small batches: three launches, chained with PDL where the GPU has it (kernels.rejection.dependent_launch)
+    three_launches = kernels.decide_in_emit(batch, config)
+    pdl = three_launches and _dependent_launches(device, config)
+    chained = dict(launch_pdl=True) if pdl else {}  # the interpreter takes no launch_pdl
+    kernels.rejection_stats_kernel[(batch, config.stats_rows, config.num_blocks)](
+        target_logits, draft, seeds, positions, temperature, num_draft_tokens,
+        vocab, k, *strides, stats, row_score, row_index,
+        STRICT=strict, ONE_HOT=one_hot, BONUS_IN_STATS=config.bonus_in_stats, FP64=fp64,
+        BLOCK_V=config.block_v, ROW_ALIGN=config.row_align, VOCAB_ALIGN=config.vocab_align,
+        FAST_MATH=config.fast_math, PDL=pdl, num_warps=config.num_warps, **options)
     emit_row = torch.empty(batch, dtype=torch.int32, device=device)
     emit_mode = torch.empty(batch, dtype=torch.int32, device=device)
     emit_score = torch.empty(2 * batch, config.num_blocks * words, dtype=torch.float32, device=device)
     emit_index = torch.empty(2 * batch, config.num_blocks, dtype=torch.int32, device=device)
-    if kernels.decide_in_emit(batch, config):
-        # three launches, chained with PDL where the GPU has it (kernels.rejection.dependent_launch)
-        pdl = _dependent_launches(device, config)
-        chained = dict(launch_pdl=True) if pdl else {}  # the interpreter takes no launch_pdl
-        stats_kernel(PDL=pdl)
+    if three_launches:
         kernels.rejection_decide_emit_kernel[(batch, config.num_blocks)](
             target_logits, draft, draft_tokens, num_draft_tokens, seeds, positions, temperature, stats, row_score,
             row_index, vocab, k, batch, *strides, emit_score, emit_index, emit_row, emit_mode,
@@ -127,8 +124,6 @@ def _rejection_sample_op(target_logits: torch.Tensor, draft_tokens: torch.Tensor
             FAST_MATH=config.fast_math, BLOCK_K=config.block_k, REDUCE_BLOCK=config.reduce_block, PDL=pdl,
             num_warps=config.decide_num_warps, **chained, **options)
     else:
-        pdl, chained = False, {}
-        stats_kernel(PDL=False)
         log_normalizer = torch.empty(batch, 2 * words, dtype=torch.float32, device=device)
         kernels.rejection_decide_kernel[(batch,)](
             target_logits, draft, draft_tokens, num_draft_tokens, seeds, positions, temperature, stats, row_score,
