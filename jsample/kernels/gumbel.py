@@ -224,9 +224,12 @@ def reduce_block_best(partial_score_ptr, partial_index_ptr, row, num_blocks, FP6
                          mask=blocks < num_blocks, other=float("-inf"))
     else:
         scores = tl.load(partial_score_ptr + offsets, mask=blocks < num_blocks, other=float("-inf"))
-    best_block = tl.argmax(scores, axis=0, tie_break_left=True)
+    # the columns are loaded with the scores, not after the argmax: one dependent load less, the
+    # latency of the small-batch launches. Blocks hold increasing column ranges, so the lowest column
+    # among the best blocks is the best block's own.
+    columns = tl.load(partial_index_ptr + offsets, mask=blocks < num_blocks, other=0)
     best = tl.max(scores, axis=0)
-    column = tl.load(partial_index_ptr + row.to(tl.int64) * num_blocks + best_block)
+    column = tl.min(tl.where(scores == best, columns, 2147483647), axis=0)
     return tl.where(best > float("-inf"), column, -1)
 
 

@@ -40,7 +40,10 @@ Small batches (decide_in_emit: B * NUM_BLOCKS <= 300) run three launches instead
 `rejection_decide_emit_kernel`, whose every program makes its request's decision itself (the same
 `_decide`, so the same a_b everywhere) before its block of the emit step (the same `_emit_block`).
 There a launch costs more than the repeated decisions; in torch on Hopper the three launches also
-form a programmatic dependent launch chain (dependent_launch). Tokens never depend on the plan. Three
+form a programmatic dependent launch chain (dependent_launch), in which each launch reads what it needs
+of the op's own inputs before it waits for the previous one (_decision_inputs, _emit_inputs,
+_load_drafts): at B = 1 on an H200 that took 14.4 -> 12.0 us at K = 1 and 14.0 -> 12.8 us at K = 4
+(explore_pdl_prologue.txt). Tokens never depend on the plan. Three
 dependent phases stay (the normalisers, then the decision and row a_b's pass, then the argmax of its
 partials); with no work at all they take 1.6-1.9x a one-launch read of the logits at B = 1 on an
 H200 (benchmarks/results/explore_phase_floor.txt).
@@ -378,25 +381,57 @@ def _decide_by_target_token(partial_score_ptr, partial_index_ptr, b64, K, num_bl
         scores = tl.load(partial_score_ptr.to(tl.pointer_type(tl.float64)) + offsets, mask=mask, other=float("-inf"))
     else:
         scores = tl.load(partial_score_ptr + offsets, mask=mask, other=float("-inf"))
-    # the lowest column among the best block partials, as argmax_reduce_kernel
-    best_block = tl.argmax(scores, axis=1, tie_break_left=True)
+    # the lowest column among the best block partials, as reduce_block_best (columns loaded with the scores)
+    columns = tl.load(partial_index_ptr + offsets, mask=mask, other=0)
     best = tl.max(scores, axis=1)
-    column = tl.load(partial_index_ptr + flat_rows * num_blocks + best_block, mask=active, other=-1)
+    column = tl.min(tl.where(scores == best[:, None], columns, 2147483647), axis=1)
     target_tokens = tl.where(best > float("-inf"), column, -1)
     return _first_rejection(valid & (drafts == target_tokens), rows, num_drafts)
 
 
 @triton.jit
-def _decide(target_logits_ptr, draft_logits_ptr, draft_tokens_ptr, stats_ptr, partial_score_ptr, partial_index_ptr,
-            b64, num_drafts, seed, position, temperature, V, K, target_batch_stride, target_row_stride,
-            draft_batch_stride, draft_row_stride, num_blocks, STRICT: tl.constexpr, ONE_HOT: tl.constexpr,
-            FP64: tl.constexpr, BLOCK_K: tl.constexpr, REDUCE_BLOCK: tl.constexpr):
-    """Every draft row's decision for one request -> (a_b, whether row a_b resamples the residual, and
-    the log-normalisers of x / T and y / T of row a_b, used only when it resamples)."""
+def _decision_inputs(target_logits_ptr, draft_logits_ptr, draft_tokens_ptr, b64, num_drafts, seed, position,
+                     temperature, V, K, target_batch_stride, target_row_stride, draft_batch_stride, draft_row_stride,
+                     STRICT: tl.constexpr, ONE_HOT: tl.constexpr, FP64: tl.constexpr, BLOCK_K: tl.constexpr):
+    """What a request's decision reads from the op's own inputs, apart from the stats launch's partials:
+    the drafts, the target and draft logits at the drafts (scaled by 1 / T) and the acceptance
+    uniforms. Under PDL (rejection_decide_emit_kernel) it runs before the wait for the stats launch,
+    so its chain of dependent loads overlaps that launch. -> (drafts, valid, scaled target logit,
+    scaled draft logit, u), each [BLOCK_K] (the logits and u unused by strict and greedy rows)."""
     rows = tl.arange(0, BLOCK_K)
     active = rows < num_drafts
     drafts = tl.load(draft_tokens_ptr + b64 * K + rows, mask=active, other=-1)
     valid = active & (drafts >= 0) & (drafts < V)  # an out-of-range draft has probability 0: rejected
+    if STRICT:
+        if FP64:
+            target_at_draft = tl.zeros([BLOCK_K], tl.float64)
+        else:
+            target_at_draft = tl.zeros([BLOCK_K], tl.float32)
+        draft_at_draft = target_at_draft
+        u = target_at_draft
+    else:
+        inverse_t = inverse_temperature(temperature, FP64)
+        # greedy requests (T = 0) gather too, and never use it: cheaper than a branch around the loads
+        target_rows = target_logits_ptr + b64 * target_batch_stride + rows.to(tl.int64) * target_row_stride
+        target_at_draft = _scaled(_gather(target_rows, drafts, valid, FP64), inverse_t)
+        if ONE_HOT:
+            draft_at_draft = target_at_draft  # unused
+        else:
+            draft_rows = draft_logits_ptr + b64 * draft_batch_stride + rows.to(tl.int64) * draft_row_stride
+            draft_at_draft = _scaled(_gather(draft_rows, drafts, valid, FP64), inverse_t)
+        u = _acceptance_uniforms(seed, position + rows.to(tl.int64), FP64)
+    return drafts, valid, target_at_draft, draft_at_draft, u
+
+
+@triton.jit
+def _decide(stats_ptr, partial_score_ptr, partial_index_ptr, b64, num_drafts, temperature, K, num_blocks, drafts,
+            valid, target_at_draft, draft_at_draft, u, STRICT: tl.constexpr, ONE_HOT: tl.constexpr,
+            FP64: tl.constexpr, BLOCK_K: tl.constexpr, REDUCE_BLOCK: tl.constexpr):
+    """Every draft row's decision for one request, from _decision_inputs and the stats launch's
+    partials -> (a_b, whether row a_b resamples the residual, and the log-normalisers of x / T and
+    y / T of row a_b, used only when it resamples)."""
+    rows = tl.arange(0, BLOCK_K)
+    active = rows < num_drafts
     if FP64:
         stats = stats_ptr.to(tl.pointer_type(tl.float64))
         no_normalizer = tl.zeros([BLOCK_K], tl.float64)  # for requests that never resample
@@ -422,18 +457,14 @@ def _decide(target_logits_ptr, draft_logits_ptr, draft_tokens_ptr, stats_ptr, pa
             offsets = (b64 * K + rows)[:, None] * (NUM_STATS * num_blocks) + blocks[None, :]
             target_lse = _merge_log_normalizer(tl.load(stats + offsets, mask=mask, other=float("-inf")),
                                                tl.load(stats + offsets + num_blocks, mask=mask, other=0.0))
-            inverse_t = inverse_temperature(temperature, FP64)
-            target_rows = target_logits_ptr + b64 * target_batch_stride + rows.to(tl.int64) * target_row_stride
-            log_ratio = _scaled(_gather(target_rows, drafts, valid, FP64), inverse_t) - target_lse  # log p(d)
+            log_ratio = target_at_draft - target_lse  # log p(d)
             if ONE_HOT:
                 draft_lse = no_normalizer
             else:
                 draft_lse = _merge_log_normalizer(
                     tl.load(stats + offsets + 2 * num_blocks, mask=mask, other=float("-inf")),
                     tl.load(stats + offsets + 3 * num_blocks, mask=mask, other=0.0))
-                draft_rows = draft_logits_ptr + b64 * draft_batch_stride + rows.to(tl.int64) * draft_row_stride
-                log_ratio = log_ratio - (_scaled(_gather(draft_rows, drafts, valid, FP64), inverse_t) - draft_lse)
-            u = _acceptance_uniforms(seed, position + rows.to(tl.int64), FP64)
+                log_ratio = log_ratio - (draft_at_draft - draft_lse)
             emit_row = _first_rejection(valid & (u < tl.exp(log_ratio)), rows, num_drafts)  # NaN ratios reject
             resample = emit_row < num_drafts
     chosen = rows == emit_row
@@ -485,11 +516,14 @@ def rejection_decide_kernel(
     b = tl.program_id(0)
     b64 = b.to(tl.int64)
     num_drafts = tl.minimum(tl.maximum(tl.load(num_draft_tokens_ptr + b), 0), K)
+    temperature = tl.load(temperature_ptr + b)
+    drafts, valid, target_at_draft, draft_at_draft, u = _decision_inputs(
+        target_logits_ptr, draft_logits_ptr, draft_tokens_ptr, b64, num_drafts, tl.load(seeds_ptr + b).to(tl.int64),
+        tl.load(positions_ptr + b).to(tl.int64), temperature, V, K, target_batch_stride, target_row_stride,
+        draft_batch_stride, draft_row_stride, STRICT, ONE_HOT, FP64, BLOCK_K)
     emit_row, resample, target_lse, draft_lse = _decide(
-        target_logits_ptr, draft_logits_ptr, draft_tokens_ptr, stats_ptr, row_score_ptr, row_index_ptr, b64,
-        num_drafts, tl.load(seeds_ptr + b).to(tl.int64), tl.load(positions_ptr + b).to(tl.int64),
-        tl.load(temperature_ptr + b), V, K, target_batch_stride, target_row_stride, draft_batch_stride,
-        draft_row_stride, num_blocks, STRICT, ONE_HOT, FP64, BLOCK_K, REDUCE_BLOCK)
+        stats_ptr, row_score_ptr, row_index_ptr, b64, num_drafts, temperature, K, num_blocks, drafts, valid,
+        target_at_draft, draft_at_draft, u, STRICT, ONE_HOT, FP64, BLOCK_K, REDUCE_BLOCK)
     tl.store(emit_row_ptr + b, emit_row)
     tl.store(emit_mode_ptr + b, _emit_mode(emit_row, resample, num_drafts, BONUS_IN_STATS))
     if FP64:
@@ -512,23 +546,40 @@ def _fast_residual_scores(x, y, score, temperature, target_lse, draft_lse):
 
 
 @triton.jit
-def _emit_block(target_logits_ptr, draft_logits_ptr, draft_tokens_ptr, b64, block, num_blocks, seed, position,
-                temperature, emit_row, emit_mode, target_lse, draft_lse, V, K, B, target_batch_stride,
-                target_row_stride, draft_batch_stride, draft_row_stride, partial_score_ptr, partial_index_ptr,
-                ONE_HOT: tl.constexpr, FP64: tl.constexpr, BLOCK_V: tl.constexpr, ROW_ALIGN: tl.constexpr,
-                FAST_MATH: tl.constexpr):
-    """One vocabulary block of row a_b (EMIT_RESIDUAL or EMIT_SAMPLE): the block partials of its
-    Gumbel-max scores (rows B..2B-1 of the partials) and, for EMIT_RESIDUAL, of its residual scores
-    (rows < B), from one evaluation of the row's stream-0 noise at position P_b + a_b."""
-    first_col = block * BLOCK_V
-    cols = first_col + tl.arange(0, BLOCK_V)
+def _emit_inputs(target_logits_ptr, draft_logits_ptr, b64, block, seed, position, temperature, emit_row, residual, V,
+                 target_batch_stride, target_row_stride, draft_batch_stride, draft_row_stride, ONE_HOT: tl.constexpr,
+                 FP64: tl.constexpr, BLOCK_V: tl.constexpr, ROW_ALIGN: tl.constexpr, FAST_MATH: tl.constexpr):
+    """What block `block` of row a_b's emit step reads and draws: (x, y, g) = its target logits, its
+    draft logits (when `residual` and not ONE_HOT; -inf otherwise: no memory is read) and its stream-0
+    noise at position `position` = P_b + a_b. `V` must be aligned (gumbel.aligned)."""
+    cols = block * BLOCK_V + tl.arange(0, BLOCK_V)
     target_row_ptr = (target_logits_ptr + tl.multiple_of(b64 * target_batch_stride, ROW_ALIGN)
-                      + tl.multiple_of(emit_row.to(tl.int64) * target_row_stride, ROW_ALIGN))
+                      + tl.multiple_of(tl.cast(emit_row, tl.int64) * target_row_stride, ROW_ALIGN))
     x = load_block(target_row_ptr, cols, V, FP64)
+    if ONE_HOT:
+        y = x  # unused
+    else:
+        draft_row_ptr = (draft_logits_ptr + tl.multiple_of(b64 * draft_batch_stride, ROW_ALIGN)
+                         + tl.multiple_of(tl.cast(emit_row, tl.int64) * draft_row_stride, ROW_ALIGN))
+        # V or 0 (every column masked, nothing read: row a_b = n_b = K has no draft row); a multiple of
+        # V's alignment either way, so the load stays vectorised
+        y = load_block(draft_row_ptr, cols, V * residual.to(tl.int32), FP64)
     if temperature == 0:
         noise = tl.zeros_like(x)
     else:
-        noise = block_noise(seed, position, first_col, STREAM_TOKEN, BLOCK_V, FP64, FAST_MATH)
+        noise = block_noise(seed, position, block * BLOCK_V, STREAM_TOKEN, BLOCK_V, FP64, FAST_MATH)
+    return x, y, noise
+
+
+@triton.jit
+def _emit_block(x, y, noise, draft_tokens_ptr, b64, block, num_blocks, temperature, emit_row, emit_mode, target_lse,
+                draft_lse, K, B, partial_score_ptr, partial_index_ptr, ONE_HOT: tl.constexpr, FP64: tl.constexpr,
+                BLOCK_V: tl.constexpr, FAST_MATH: tl.constexpr):
+    """One vocabulary block of row a_b (EMIT_RESIDUAL or EMIT_SAMPLE), from _emit_inputs: the block
+    partials of its Gumbel-max scores (rows B..2B-1 of the partials) and, for EMIT_RESIDUAL, of its
+    residual scores (rows < B), from one evaluation of the row's stream-0 noise."""
+    first_col = block * BLOCK_V
+    cols = first_col + tl.arange(0, BLOCK_V)
     # exactly gumbel_sample's scores of this row (block_scores): the bonus token, or the fallback
     score, best = noisy_scores(x, noise, temperature, FP64, FAST_MATH)
     store_block_best(partial_score_ptr, partial_index_ptr, (B + b64) * num_blocks + block, score, best, first_col, FP64)
@@ -537,9 +588,6 @@ def _emit_block(target_logits_ptr, draft_logits_ptr, draft_tokens_ptr, b64, bloc
             draft = tl.load(draft_tokens_ptr + b64 * K + emit_row)
             residual = tl.where(cols == draft, float("-inf"), score)  # r = p with the draft removed
         else:
-            draft_row_ptr = (draft_logits_ptr + tl.multiple_of(b64 * draft_batch_stride, ROW_ALIGN)
-                             + tl.multiple_of(emit_row.to(tl.int64) * draft_row_stride, ROW_ALIGN))
-            y = load_block(draft_row_ptr, cols, V, FP64)
             # log(q / p) = (y - x) / T + log Z_p - log Z_q; a +inf or NaN draft logit means q = 0 there
             # (NaN where both logits are -inf, p = 0 there: compared below as false). log r + g =
             # log p + log(1 - q / p) + g = (score - log Z_p) + log(1 - q / p) where q < p; only the
@@ -592,17 +640,21 @@ def rejection_emit_kernel(
     emit_mode = tl.load(emit_mode_ptr + b)
     if emit_mode != EMIT_STATS_ROW:
         b64 = b.to(tl.int64)
+        block = tl.program_id(1)
         emit_row = tl.load(emit_row_ptr + b)
+        temperature = tl.load(temperature_ptr + b)
         if FP64:
             log_normalizer = log_normalizer_ptr.to(tl.pointer_type(tl.float64))
         else:
             log_normalizer = log_normalizer_ptr
-        _emit_block(target_logits_ptr, draft_logits_ptr, draft_tokens_ptr, b64, tl.program_id(1), tl.num_programs(1),
-                    tl.load(seeds_ptr + b).to(tl.int64), tl.load(positions_ptr + b).to(tl.int64) + emit_row,
-                    tl.load(temperature_ptr + b), emit_row, emit_mode, tl.load(log_normalizer + b64 * 2),
-                    tl.load(log_normalizer + b64 * 2 + 1), aligned(V, VOCAB_ALIGN), K, B, target_batch_stride,
-                    target_row_stride, draft_batch_stride, draft_row_stride, partial_score_ptr, partial_index_ptr,
-                    ONE_HOT, FP64, BLOCK_V, ROW_ALIGN, FAST_MATH)
+        x, y, noise = _emit_inputs(
+            target_logits_ptr, draft_logits_ptr, b64, block, tl.load(seeds_ptr + b).to(tl.int64),
+            tl.load(positions_ptr + b).to(tl.int64) + emit_row, temperature, emit_row, emit_mode == EMIT_RESIDUAL,
+            aligned(V, VOCAB_ALIGN), target_batch_stride, target_row_stride, draft_batch_stride, draft_row_stride,
+            ONE_HOT, FP64, BLOCK_V, ROW_ALIGN, FAST_MATH)
+        _emit_block(x, y, noise, draft_tokens_ptr, b64, block, tl.num_programs(1), temperature, emit_row, emit_mode,
+                    tl.load(log_normalizer + b64 * 2), tl.load(log_normalizer + b64 * 2 + 1), K, B,
+                    partial_score_ptr, partial_index_ptr, ONE_HOT, FP64, BLOCK_V, FAST_MATH)
 
 
 @triton.jit
@@ -643,8 +695,11 @@ def rejection_decide_emit_kernel(
     """rejection_decide_kernel and rejection_emit_kernel in one launch, for small batches
     (decide_in_emit): every program of request b makes the request's decision itself (the same code,
     so the same a_b everywhere), then runs _emit_block of row a_b. The decision's chain of dependent
-    loads replaces a launch; at large batches it would run B * NUM_BLOCKS times over."""
-    dependent_launch(PDL, True)
+    loads replaces a launch; at large batches it would run B * NUM_BLOCKS times over.
+
+    Under PDL, everything read from the op's own inputs comes before the wait for the stats launch
+    (_decision_inputs; and with BONUS_IN_STATS, where only row 0 can need this launch's pass, that
+    row's block and noise): the wait then covers only the partials' loads and the decision itself."""
     b = tl.program_id(0)
     block = tl.program_id(1)
     b64 = b.to(tl.int64)
@@ -653,27 +708,47 @@ def rejection_decide_emit_kernel(
     position = tl.load(positions_ptr + b).to(tl.int64)
     temperature = tl.load(temperature_ptr + b)
     num_blocks = tl.num_programs(1)
+    V = aligned(V, VOCAB_ALIGN)
+    drafts, valid, target_at_draft, draft_at_draft, u = _decision_inputs(
+        target_logits_ptr, draft_logits_ptr, draft_tokens_ptr, b64, num_drafts, seed, position, temperature, V, K,
+        target_batch_stride, target_row_stride, draft_batch_stride, draft_row_stride, STRICT, ONE_HOT, FP64, BLOCK_K)
+    if BONUS_IN_STATS:
+        # K <= 1: the stats launch reduced row n_b and every strict or greedy row, so this launch's
+        # pass is row 0's residual or nothing (at most 4 requests here: the wasted reads are small)
+        x, y, noise = _emit_inputs(
+            target_logits_ptr, draft_logits_ptr, b64, block, seed, position, temperature, 0, num_drafts > 0, V,
+            target_batch_stride, target_row_stride, draft_batch_stride, draft_row_stride, ONE_HOT, FP64, BLOCK_V,
+            ROW_ALIGN, FAST_MATH)
+    dependent_launch(PDL, True)
     emit_row, resample, target_lse, draft_lse = _decide(
-        target_logits_ptr, draft_logits_ptr, draft_tokens_ptr, stats_ptr, row_score_ptr, row_index_ptr, b64,
-        num_drafts, seed, position, temperature, V, K, target_batch_stride, target_row_stride, draft_batch_stride,
-        draft_row_stride, num_blocks, STRICT, ONE_HOT, FP64, BLOCK_K, REDUCE_BLOCK)
+        stats_ptr, row_score_ptr, row_index_ptr, b64, num_drafts, temperature, K, num_blocks, drafts, valid,
+        target_at_draft, draft_at_draft, u, STRICT, ONE_HOT, FP64, BLOCK_K, REDUCE_BLOCK)
     emit_mode = _emit_mode(emit_row, resample, num_drafts, BONUS_IN_STATS)
     if block == 0:
         tl.store(emit_row_ptr + b, emit_row)
         tl.store(emit_mode_ptr + b, emit_mode)
     if emit_mode != EMIT_STATS_ROW:
-        _emit_block(target_logits_ptr, draft_logits_ptr, draft_tokens_ptr, b64, block, num_blocks, seed,
-                    position + emit_row, temperature, emit_row, emit_mode, target_lse, draft_lse,
-                    aligned(V, VOCAB_ALIGN), K, B, target_batch_stride, target_row_stride, draft_batch_stride,
-                    draft_row_stride, partial_score_ptr, partial_index_ptr, ONE_HOT, FP64, BLOCK_V, ROW_ALIGN,
+        if not BONUS_IN_STATS:
+            x, y, noise = _emit_inputs(
+                target_logits_ptr, draft_logits_ptr, b64, block, seed, position + emit_row, temperature, emit_row,
+                emit_mode == EMIT_RESIDUAL, V, target_batch_stride, target_row_stride, draft_batch_stride,
+                draft_row_stride, ONE_HOT, FP64, BLOCK_V, ROW_ALIGN, FAST_MATH)
+        _emit_block(x, y, noise, draft_tokens_ptr, b64, block, num_blocks, temperature, emit_row, emit_mode,
+                    target_lse, draft_lse, K, B, partial_score_ptr, partial_index_ptr, ONE_HOT, FP64, BLOCK_V,
                     FAST_MATH)
 
 
 @triton.jit
-def _write_request(tokens_ptr, num_sampled_ptr, draft_tokens_ptr, b64, K, emit_row, emitted, BLOCK_K: tl.constexpr):
-    """tokens[b] = accepted drafts, the emitted token, then -1; num_sampled[b] = a_b + 1."""
+def _load_drafts(draft_tokens_ptr, b64, K, BLOCK_K: tl.constexpr):
+    """Request b's K draft tokens (-1 past K), for _write_request."""
     rows = tl.arange(0, BLOCK_K)
-    drafts = tl.load(draft_tokens_ptr + b64 * K + rows, mask=rows < emit_row, other=-1)
+    return tl.load(draft_tokens_ptr + b64 * K + rows, mask=rows < K, other=-1)
+
+
+@triton.jit
+def _write_request(tokens_ptr, num_sampled_ptr, drafts, b64, K, emit_row, emitted, BLOCK_K: tl.constexpr):
+    """tokens[b] = accepted drafts (of _load_drafts), the emitted token, then -1; num_sampled[b] = a_b + 1."""
+    rows = tl.arange(0, BLOCK_K)
     out = tl.where(rows < emit_row, drafts, tl.where(rows == emit_row, emitted, -1))
     tl.store(tokens_ptr + b64 * (K + 1) + rows, out, mask=rows < K + 1)
     tl.store(num_sampled_ptr + b64, emit_row + 1)
@@ -700,10 +775,11 @@ def rejection_finish_kernel(
 ):
     """The emitted token: the residual sample when row a_b resamples one (its Gumbel-max sample when
     the residual is all zero), else row a_b's Gumbel-max sample, from the emit or the stats launch."""
-    if PDL:
-        gdc_wait()
     b = tl.program_id(0)
     b64 = b.to(tl.int64)
+    drafts = _load_drafts(draft_tokens_ptr, b64, K, BLOCK_K)  # an input: before the wait
+    if PDL:
+        gdc_wait()
     emit_row = tl.load(emit_row_ptr + b)
     emit_mode = tl.load(emit_mode_ptr + b)
     if emit_mode == EMIT_RESIDUAL:
@@ -715,7 +791,7 @@ def rejection_finish_kernel(
     else:
         emitted = reduce_block_best(row_score_ptr, row_index_ptr, b64 * (K + 1) + emit_row, num_blocks, FP64,
                                     REDUCE_BLOCK)
-    _write_request(tokens_ptr, num_sampled_ptr, draft_tokens_ptr, b64, K, emit_row, emitted, BLOCK_K)
+    _write_request(tokens_ptr, num_sampled_ptr, drafts, b64, K, emit_row, emitted, BLOCK_K)
 
 
 @triton.jit
@@ -748,4 +824,5 @@ def synthetic_rejection_kernel(
         accept = active & (u < rates)
     emit_row = _first_rejection(accept, rows, num_drafts)
     emitted = tl.load(target_tokens_ptr + b64 * (K + 1) + emit_row)
-    _write_request(tokens_ptr, num_sampled_ptr, draft_tokens_ptr, b64, K, emit_row, emitted, BLOCK_K)
+    _write_request(tokens_ptr, num_sampled_ptr, _load_drafts(draft_tokens_ptr, b64, K, BLOCK_K), b64, K, emit_row,
+                   emitted, BLOCK_K)

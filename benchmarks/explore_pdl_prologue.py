@@ -1,0 +1,60 @@
+"""B = 1 rejection_sample (torch, CUDA graph, V = 151936, the workloads of bench_rejection.py: all drafts
+accepted, and draft 0 rejected) for whichever jsample is first on PYTHONPATH, so that two checkouts
+can be compared on one machine in one session. Prints the times, the one-launch read of the same
+logits (harness.read_once) and the tokens, which must not change between checkouts.
+
+    PYTHONPATH=<checkout> python benchmarks/explore_pdl_prologue.py [--label NAME] [--decide-warps N]
+
+`--decide-warps` overrides config.decide_num_warps (both launch plans alike, as shipped code must).
+"""
+
+import argparse
+import dataclasses
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # harness only: jsample comes from PYTHONPATH
+
+import harness  # noqa: E402
+import torch  # noqa: E402
+
+import torch_backend  # noqa: E402
+from jsample import kernels  # noqa: E402
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--label", default="")
+    parser.add_argument("--decide-warps", type=int, default=0)
+    parser.add_argument("--drafts", default="1,4,8")
+    args = parser.parse_args()
+    if args.decide_warps:
+        shipped = kernels.rejection_launch_config
+        kernels.rejection_launch_config = lambda *a: dataclasses.replace(shipped(*a),
+                                                                         decide_num_warps=args.decide_warps)
+    label = f"{args.label} ({os.path.dirname(torch_backend.__file__)}"
+    label += f", decide warps {args.decide_warps})" if args.decide_warps else ")"
+    vocab, batch = 151936, 1
+    for k in map(int, args.drafts.split(",")):
+        gen = torch.Generator(device="cuda").manual_seed(batch * 100 + k)  # as bench_rejection.py
+        target = (torch.randn(batch, k + 1, vocab, device="cuda", generator=gen) * 3).to(torch.bfloat16)
+        draft = target[:, :k].float() + torch.randn(batch, k, vocab, device="cuda", generator=gen)
+        accepted_tokens = torch.randint(0, vocab, (batch, k), device="cuda", generator=gen, dtype=torch.int32)
+        num_drafts = torch.full((batch,), k, dtype=torch.int32, device="cuda")
+        seeds = torch.randint(0, 2**62, (batch,), device="cuda", generator=gen)
+        positions = torch.randint(0, 2**20, (batch,), device="cuda", generator=gen)
+        temperature = torch.full((batch,), 0.8, device="cuda")
+        rejected_tokens = (draft - target[:, :k].float()).argmax(dim=-1).int()
+        read = harness.read_once((target, draft))
+        line = [f"K={k}", f"read once {harness.time_graph_us(lambda i: read()):6.2f}"]
+        for name, drafts in (("accepted", accepted_tokens), ("rejected", rejected_tokens)):
+            def run(i, drafts=drafts):
+                return torch_backend.rejection_sample(target, drafts, num_drafts, seeds, positions, temperature,
+                                                      draft_logits=draft)
+            tokens, num_sampled = run(0)
+            line.append(f"{name} {harness.time_graph_us(run):6.2f} us tokens {tokens[0].tolist()}")
+        print(f"{label:48s} " + "  ".join(line), flush=True)
+
+
+if __name__ == "__main__":
+    main()
