@@ -782,15 +782,15 @@ def rejection_finish_kernel(
         gdc_wait()
     emit_row = tl.load(emit_row_ptr + b)
     emit_mode = tl.load(emit_mode_ptr + b)
-    if emit_mode == EMIT_RESIDUAL:
-        residual = reduce_block_best(emit_score_ptr, emit_index_ptr, b64, num_blocks, FP64, REDUCE_BLOCK)
-        sampled = reduce_block_best(emit_score_ptr, emit_index_ptr, B + b64, num_blocks, FP64, REDUCE_BLOCK)
-        emitted = tl.where(residual >= 0, residual, sampled)
-    elif emit_mode == EMIT_SAMPLE:
-        emitted = reduce_block_best(emit_score_ptr, emit_index_ptr, B + b64, num_blocks, FP64, REDUCE_BLOCK)
-    else:
+    # the emit launch's partials are reduced whatever the mode (unwritten ones are discarded): their
+    # loads then go out with emit_mode's, not after it
+    residual = reduce_block_best(emit_score_ptr, emit_index_ptr, b64, num_blocks, FP64, REDUCE_BLOCK)
+    sampled = reduce_block_best(emit_score_ptr, emit_index_ptr, B + b64, num_blocks, FP64, REDUCE_BLOCK)
+    if emit_mode == EMIT_STATS_ROW:
         emitted = reduce_block_best(row_score_ptr, row_index_ptr, b64 * (K + 1) + emit_row, num_blocks, FP64,
                                     REDUCE_BLOCK)
+    else:
+        emitted = tl.where((emit_mode == EMIT_RESIDUAL) & (residual >= 0), residual, sampled)
     _write_request(tokens_ptr, num_sampled_ptr, drafts, b64, K, emit_row, emitted, BLOCK_K)
 
 
