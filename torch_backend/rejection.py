@@ -138,7 +138,8 @@ def _rejection_sample_op(target_logits: torch.Tensor, draft_tokens: torch.Tensor
             VOCAB_ALIGN=config.vocab_align, FAST_MATH=config.fast_math, num_warps=config.num_warps, **options)
     kernels.rejection_finish_kernel[(batch,)](
         draft_tokens, emit_row, emit_mode, row_score, row_index, emit_score, emit_index, config.num_blocks, k, batch,
-        tokens, num_sampled, FP64=fp64, BLOCK_K=config.block_k, REDUCE_BLOCK=config.reduce_block, PDL=pdl,
+        tokens, num_sampled, FP64=fp64, BLOCK_K=config.block_k, REDUCE_BLOCK=config.reduce_block,
+        STATS_ROW_IN_EMIT=three_launches, PDL=pdl,
         num_warps=config.per_request_num_warps, **chained, **options)
     return tokens, num_sampled
 

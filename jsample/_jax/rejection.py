@@ -84,7 +84,8 @@ def rejection_sample(target_logits, draft_tokens, num_draft_tokens, seeds, posit
         VOCAB_ALIGN=config.vocab_align, FAST_MATH=config.fast_math, num_warps=config.num_warps, **options)
     emit_shapes = [jax.ShapeDtypeStruct((2 * batch, config.num_blocks * words), f32),
                    jax.ShapeDtypeStruct((2 * batch, config.num_blocks), i32)]
-    if kernels.decide_in_emit(batch, config):  # three launches (no PDL: jax-triton cannot chain them)
+    three_launches = kernels.decide_in_emit(batch, config)
+    if three_launches:  # three launches (no PDL: jax-triton cannot chain them)
         emit_score, emit_index, emit_row, emit_mode = launch(
             kernels.rejection_decide_emit_kernel, target_logits, draft, draft_tokens, num_draft_tokens, seeds,
             positions, temperature, stats, row_score, row_index, vocab, k, batch, *strides,
@@ -115,7 +116,7 @@ def rejection_sample(target_logits, draft_tokens, num_draft_tokens, seeds, posit
         emit_index, config.num_blocks, k, batch,
         grid=(batch,),
         out_shapes=[jax.ShapeDtypeStruct((batch, rows), i32), jax.ShapeDtypeStruct((batch,), i32)],
-        FP64=fp64, BLOCK_K=config.block_k, REDUCE_BLOCK=config.reduce_block,
+        FP64=fp64, BLOCK_K=config.block_k, REDUCE_BLOCK=config.reduce_block, STATS_ROW_IN_EMIT=three_launches,
         num_warps=config.per_request_num_warps, **options)
     return tokens, num_sampled
 

@@ -720,6 +720,15 @@ def rejection_decide_emit_kernel(
             target_batch_stride, target_row_stride, draft_batch_stride, draft_row_stride, ONE_HOT, FP64, BLOCK_V,
             ROW_ALIGN, FAST_MATH)
     dependent_launch(PDL, True)
+    # this block's stats-launch partials of every row, loaded with the decision's: for EMIT_STATS_ROW
+    # the emit partials get row a_b's, so the finish launch reads nothing else (STATS_ROW_IN_EMIT)
+    rows = tl.arange(0, BLOCK_K)
+    stats_rows_at = (b64 * (K + 1) + rows) * num_blocks + block
+    if FP64:
+        row_scores = tl.load(row_score_ptr.to(tl.pointer_type(tl.float64)) + stats_rows_at, mask=rows <= K)
+    else:
+        row_scores = tl.load(row_score_ptr + stats_rows_at, mask=rows <= K)
+    row_columns = tl.load(row_index_ptr + stats_rows_at, mask=rows <= K)
     emit_row, resample, target_lse, draft_lse = _decide(
         stats_ptr, row_score_ptr, row_index_ptr, b64, num_drafts, temperature, K, num_blocks, drafts, valid,
         target_at_draft, draft_at_draft, u, STRICT, ONE_HOT, FP64, BLOCK_K, REDUCE_BLOCK)
@@ -727,7 +736,16 @@ def rejection_decide_emit_kernel(
     if block == 0:
         tl.store(emit_row_ptr + b, emit_row)
         tl.store(emit_mode_ptr + b, emit_mode)
-    if emit_mode != EMIT_STATS_ROW:
+    if emit_mode == EMIT_STATS_ROW:
+        # rows the stats launch did not write hold anything (NaN too): only row a_b's values pass
+        out = (B + b64) * num_blocks + block
+        if FP64:
+            tl.store(partial_score_ptr.to(tl.pointer_type(tl.float64)) + out,
+                     tl.max(tl.where(rows == emit_row, row_scores, float("-inf")), axis=0))
+        else:
+            tl.store(partial_score_ptr + out, tl.max(tl.where(rows == emit_row, row_scores, float("-inf")), axis=0))
+        tl.store(partial_index_ptr + out, tl.max(tl.where(rows == emit_row, row_columns, -1), axis=0))
+    else:
         if not BONUS_IN_STATS:
             x, y, noise = _emit_inputs(
                 target_logits_ptr, draft_logits_ptr, b64, block, seed, position + emit_row, temperature, emit_row,
@@ -771,10 +789,12 @@ def rejection_finish_kernel(
     FP64: tl.constexpr,
     BLOCK_K: tl.constexpr,  # next power of two >= K + 1
     REDUCE_BLOCK: tl.constexpr,  # next power of two >= num_blocks
+    STATS_ROW_IN_EMIT: tl.constexpr = False,  # after rejection_decide_emit_kernel: EMIT_STATS_ROW partials copied
     PDL: tl.constexpr = False,  # the last launch of a programmatic dependent launch chain (dependent_launch)
 ):
     """The emitted token: the residual sample when row a_b resamples one (its Gumbel-max sample when
-    the residual is all zero), else row a_b's Gumbel-max sample, from the emit or the stats launch."""
+    the residual is all zero), else row a_b's Gumbel-max sample, from the emit or the stats launch
+    (from the emit partials always with STATS_ROW_IN_EMIT)."""
     b = tl.program_id(0)
     b64 = b.to(tl.int64)
     drafts = _load_drafts(draft_tokens_ptr, b64, K, BLOCK_K)  # an input: before the wait
@@ -786,11 +806,11 @@ def rejection_finish_kernel(
     # loads then go out with emit_mode's, not after it
     residual = reduce_block_best(emit_score_ptr, emit_index_ptr, b64, num_blocks, FP64, REDUCE_BLOCK)
     sampled = reduce_block_best(emit_score_ptr, emit_index_ptr, B + b64, num_blocks, FP64, REDUCE_BLOCK)
-    if emit_mode == EMIT_STATS_ROW:
-        emitted = reduce_block_best(row_score_ptr, row_index_ptr, b64 * (K + 1) + emit_row, num_blocks, FP64,
-                                    REDUCE_BLOCK)
-    else:
-        emitted = tl.where((emit_mode == EMIT_RESIDUAL) & (residual >= 0), residual, sampled)
+    emitted = tl.where((emit_mode == EMIT_RESIDUAL) & (residual >= 0), residual, sampled)
+    if not STATS_ROW_IN_EMIT:
+        if emit_mode == EMIT_STATS_ROW:
+            emitted = reduce_block_best(row_score_ptr, row_index_ptr, b64 * (K + 1) + emit_row, num_blocks, FP64,
+                                        REDUCE_BLOCK)
     _write_request(tokens_ptr, num_sampled_ptr, drafts, b64, K, emit_row, emitted, BLOCK_K)
 
 
