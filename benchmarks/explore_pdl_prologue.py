@@ -1,5 +1,5 @@
 """B = 1 rejection_sample (torch, CUDA graph, V = 151936, the workloads of bench_rejection.py: all drafts
-accepted, and draft 0 rejected) for whichever jsample is first on PYTHONPATH, so that two checkouts
+random drafts, draft 0 rejected, and all drafts accepted) for whichever jsample is first on PYTHONPATH, so that two checkouts
 can be compared on one machine in one session. Prints the times, the one-launch read of the same
 logits (harness.read_once) and the tokens, which must not change between checkouts.
 
@@ -44,10 +44,13 @@ def main():
         seeds = torch.randint(0, 2**62, (batch,), device="cuda", generator=gen)
         positions = torch.randint(0, 2**20, (batch,), device="cuda", generator=gen)
         temperature = torch.full((batch,), 0.8, device="cuda")
-        rejected_tokens = (draft - target[:, :k].float()).argmax(dim=-1).int()
+        rejected_tokens = (draft - target[:, :k].float()).argmax(dim=-1).int()  # p / q smallest
+        all_accepted_tokens = (target[:, :k].float() - draft).argmax(dim=-1).int()  # p / q largest
         read = harness.read_once((target, draft))
         line = [f"K={k}", f"read once {harness.time_graph_us(lambda i: read()):6.2f}"]
-        for name, drafts in (("accepted", accepted_tokens), ("rejected", rejected_tokens)):
+        workloads = (("random drafts", accepted_tokens), ("draft 0 rejected", rejected_tokens),
+                     ("all accepted", all_accepted_tokens))
+        for name, drafts in workloads:
             def run(i, drafts=drafts):
                 return torch_backend.rejection_sample(target, drafts, num_drafts, seeds, positions, temperature,
                                                       draft_logits=draft)
