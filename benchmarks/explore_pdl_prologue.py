@@ -1,7 +1,8 @@
 """B = 1 rejection_sample (torch, CUDA graph, V = 151936, the inputs of bench_rejection.py with three
 draft choices: random drafts, draft 0 rejected, all drafts accepted) for whichever jsample is first
 on PYTHONPATH, so that two checkouts can be compared on one machine in one session. Prints the
-times, the one-launch read of the same logits (harness.read_once) and the tokens, which must not change between checkouts.
+times, the one-launch read of the same logits (harness.read_once) and the tokens, which must not
+change between checkouts.
 
     PYTHONPATH=<checkout> python benchmarks/explore_pdl_prologue.py [--label NAME] [--decide-warps N]
 
