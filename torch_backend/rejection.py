@@ -139,7 +139,7 @@ def _rejection_sample_op(target_logits: torch.Tensor, draft_tokens: torch.Tensor
     kernels.rejection_finish_kernel[(batch,)](
         draft_tokens, emit_row, emit_mode, row_score, row_index, emit_score, emit_index, config.num_blocks, k, batch,
         tokens, num_sampled, FP64=fp64, BLOCK_K=config.block_k, REDUCE_BLOCK=config.reduce_block,
-        STATS_ROW_IN_EMIT=three_launches, PDL=pdl,
+        STATS_ROW_IN_EMIT=three_launches and config.bonus_in_stats, PDL=pdl,
         num_warps=config.per_request_num_warps, **chained, **options)
     return tokens, num_sampled
 

@@ -116,7 +116,8 @@ def rejection_sample(target_logits, draft_tokens, num_draft_tokens, seeds, posit
         emit_index, config.num_blocks, k, batch,
         grid=(batch,),
         out_shapes=[jax.ShapeDtypeStruct((batch, rows), i32), jax.ShapeDtypeStruct((batch,), i32)],
-        FP64=fp64, BLOCK_K=config.block_k, REDUCE_BLOCK=config.reduce_block, STATS_ROW_IN_EMIT=three_launches,
+        FP64=fp64, BLOCK_K=config.block_k, REDUCE_BLOCK=config.reduce_block,
+        STATS_ROW_IN_EMIT=three_launches and config.bonus_in_stats,
         num_warps=config.per_request_num_warps, **options)
     return tokens, num_sampled
 

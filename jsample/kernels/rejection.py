@@ -720,15 +720,18 @@ def rejection_decide_emit_kernel(
             target_batch_stride, target_row_stride, draft_batch_stride, draft_row_stride, ONE_HOT, FP64, BLOCK_V,
             ROW_ALIGN, FAST_MATH)
     dependent_launch(PDL, True)
-    # this block's stats-launch partials of every row, loaded with the decision's: for EMIT_STATS_ROW
-    # the emit partials get row a_b's, so the finish launch reads nothing else (STATS_ROW_IN_EMIT)
     rows = tl.arange(0, BLOCK_K)
-    stats_rows_at = (b64 * (K + 1) + rows) * num_blocks + block
-    if FP64:
-        row_scores = tl.load(row_score_ptr.to(tl.pointer_type(tl.float64)) + stats_rows_at, mask=rows <= K)
-    else:
-        row_scores = tl.load(row_score_ptr + stats_rows_at, mask=rows <= K)
-    row_columns = tl.load(row_index_ptr + stats_rows_at, mask=rows <= K)
+    if BONUS_IN_STATS:
+        # K <= 1, where requests that accept their draft emit row n_b's sample from the stats launch
+        # (EMIT_STATS_ROW): this block's stats partials of both rows, loaded with the decision's, and
+        # row a_b's copied into the emit partials, so the finish launch reads nothing else
+        # (STATS_ROW_IN_EMIT). With more rows it cost the other requests more than it saved.
+        stats_rows_at = (b64 * (K + 1) + rows) * num_blocks + block
+        if FP64:
+            row_scores = tl.load(row_score_ptr.to(tl.pointer_type(tl.float64)) + stats_rows_at, mask=rows <= K)
+        else:
+            row_scores = tl.load(row_score_ptr + stats_rows_at, mask=rows <= K)
+        row_columns = tl.load(row_index_ptr + stats_rows_at, mask=rows <= K)
     emit_row, resample, target_lse, draft_lse = _decide(
         stats_ptr, row_score_ptr, row_index_ptr, b64, num_drafts, temperature, K, num_blocks, drafts, valid,
         target_at_draft, draft_at_draft, u, STRICT, ONE_HOT, FP64, BLOCK_K, REDUCE_BLOCK)
@@ -737,14 +740,15 @@ def rejection_decide_emit_kernel(
         tl.store(emit_row_ptr + b, emit_row)
         tl.store(emit_mode_ptr + b, emit_mode)
     if emit_mode == EMIT_STATS_ROW:
-        # rows the stats launch did not write hold anything (NaN too): only row a_b's values pass
-        out = (B + b64) * num_blocks + block
-        if FP64:
-            tl.store(partial_score_ptr.to(tl.pointer_type(tl.float64)) + out,
-                     tl.max(tl.where(rows == emit_row, row_scores, float("-inf")), axis=0))
-        else:
-            tl.store(partial_score_ptr + out, tl.max(tl.where(rows == emit_row, row_scores, float("-inf")), axis=0))
-        tl.store(partial_index_ptr + out, tl.max(tl.where(rows == emit_row, row_columns, -1), axis=0))
+        if BONUS_IN_STATS:
+            # rows the stats launch did not write hold anything (NaN too): only row a_b's values pass
+            out = (B + b64) * num_blocks + block
+            emit_score = tl.max(tl.where(rows == emit_row, row_scores, float("-inf")), axis=0)
+            if FP64:
+                tl.store(partial_score_ptr.to(tl.pointer_type(tl.float64)) + out, emit_score)
+            else:
+                tl.store(partial_score_ptr + out, emit_score)
+            tl.store(partial_index_ptr + out, tl.max(tl.where(rows == emit_row, row_columns, -1), axis=0))
     else:
         if not BONUS_IN_STATS:
             x, y, noise = _emit_inputs(
@@ -789,7 +793,7 @@ def rejection_finish_kernel(
     FP64: tl.constexpr,
     BLOCK_K: tl.constexpr,  # next power of two >= K + 1
     REDUCE_BLOCK: tl.constexpr,  # next power of two >= num_blocks
-    STATS_ROW_IN_EMIT: tl.constexpr = False,  # after rejection_decide_emit_kernel: EMIT_STATS_ROW partials copied
+    STATS_ROW_IN_EMIT: tl.constexpr = False,  # after rejection_decide_emit_kernel with BONUS_IN_STATS (K <= 1)
     PDL: tl.constexpr = False,  # the last launch of a programmatic dependent launch chain (dependent_launch)
 ):
     """The emitted token: the residual sample when row a_b resamples one (its Gumbel-max sample when
