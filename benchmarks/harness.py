@@ -35,14 +35,16 @@ def time_torch_us(fn, rotate: int = 1) -> float:
 
 def time_graph_us(fn, rotate: int = 1) -> float:
     """time_torch_us of replaying fn(i) captured as a CUDA graph, one graph per input set (fn runs once
-    eagerly first, so that compilation stays out of the capture)."""
+    eagerly first, so that compilation stays out of the capture). The capture ignores other threads:
+    in the default ("global") mode a CUDA call of one of XLA's or the profiler's threads invalidated
+    a capture of jsample's launches once in a benchmark run (cudaErrorStreamCaptureInvalidated)."""
     import torch
 
     graphs = []
     for i in range(rotate):
         fn(i)
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
+        with torch.cuda.graph(graph, capture_error_mode="thread_local"):
             fn(i)
         graphs.append(graph)
     return time_torch_us(lambda i: graphs[i].replay(), rotate)
