@@ -6,8 +6,9 @@ ratio, residual, multinomial) and FlashInfer's chain_speculative_sampling when i
 Reports microseconds and two readings of "the time needed to read the target and draft logits once",
 each divided by the provider's time (1 = at the floor; the issue's target is >= 0.5, "within 2x"):
 `read_floor_fraction`, from their bytes at the HBM read rate measured in the same run, and
-`read_once_fraction`, from the measured time of one launch that reads them once (CUDA graph), which
-includes what any kernel pays to start: at B = 1 the bytes take 0.3-1.7 us, a launch several.
+`read_once_fraction`, from the measured time of one launch that reads them once (CUDA graph; the
+fastest of harness.READERS), which includes what any kernel pays to start: at B = 1 the bytes take
+0.3-1.7 us, a launch several.
 
     XLA_PYTHON_CLIENT_PREALLOCATE=false python benchmarks/bench_rejection.py --out benchmarks/results \
         --git-sha $(git rev-parse HEAD)
@@ -125,9 +126,7 @@ def main():
 
             # a measured floor next to the computed one: one launch that reads the same logits once,
             # replayed the same way (torch's own reductions took 20 us at B = 1, more than jsample)
-            reads = [harness.read_once((targets[i], drafts[i])) for i in range(rotate)]
-            read_once_us = harness.time_graph_us(lambda i: reads[i](), rotate)
-            del reads
+            read_once_us, reader = harness.fastest_read_once_us([(targets[i], drafts[i]) for i in range(rotate)])
 
             def record(provider, us, acceptance=(mean_accepted, all_accepted)):
                 rows.append(dict(B=batch, K=k, V=vocab, provider=provider, us=us, read_floor_us=read_floor_us,
@@ -138,7 +137,7 @@ def main():
                       f"{read_floor_us / us:5.3f}  read once {read_once_us:7.1f} us  {read_once_us / us:5.3f}",
                       flush=True)
 
-            record("read target and draft logits once (one launch, CUDA graph)", read_once_us)
+            record(f"read target and draft logits once (one launch, CUDA graph; {reader})", read_once_us)
 
             record("torch_backend.rejection_sample", harness.time_torch_us(ours, rotate))
             for kernel, us in kernel_times_us(ours, rotate).items():  # where the time goes
@@ -195,10 +194,10 @@ def main():
               "`mean_accepted`: accepted drafts per request, `all_accepted`: the fraction of requests that accept "
               "every draft (they emit the bonus token, the others resample a residual). `us`: median (torch, CUDA "
               "events) or best mean of 100 calls (JAX, including dispatch). `read_floor_us`: target + draft logit "
-              "bytes / measured read rate. `read_once_us` measures that time instead: one Triton launch of "
-              "4096-element programs that read the same logits once (harness.read_once), replayed as a CUDA graph "
-              "like jsample's rows (its own row is `read target and draft logits once`); at small B its launch, "
-              "not the bytes, sets it. The fractions are floor / us. FlashInfer's chain_speculative_sampling takes "
+              "bytes / measured read rate. `read_once_us` measures that time instead: the fastest of six one-launch "
+              "Triton readers of the same logits (harness.fastest_read_once_us: 2048- to 16384-element programs, "
+              "4 or 8 warps), replayed as a CUDA graph like jsample's rows (its own row is `read target and draft "
+              "logits once`, naming the reader); at small B its launch, not the bytes, sets it. The fractions are floor / us. FlashInfer's chain_speculative_sampling takes "
               "probabilities: its first rows time the two softmaxes with it, as a user must run them; "
               "`probabilities given` times its kernel alone, which reads a row's V probabilities only where it "
               "resamples or draws the bonus token (normalised probabilities need no pass over the other rows), so "

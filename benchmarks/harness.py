@@ -96,7 +96,7 @@ def _chunk_max_kernel():
     return chunk_max_kernel
 
 
-def read_once(tensors, chunk: int = 4096):
+def read_once(tensors, chunk: int = 4096, num_warps: int = 4):
     """A function that reads every element of two contiguous CUDA tensors once, in one launch of
     chunk-element programs spread over the whole GPU whatever the shapes: the measured floor of a
     one-pass op over them (each program writes the max of its chunk, 1/chunk of the bytes read)."""
@@ -108,10 +108,26 @@ def read_once(tensors, chunk: int = 4096):
     out = torch.empty(a_chunks + b_chunks, dtype=torch.float32, device=a.device)
 
     def run():
-        kernel[(a_chunks + b_chunks,)](a, b, a_chunks, a.numel(), b.numel(), out, CHUNK=chunk, num_warps=4)
+        kernel[(a_chunks + b_chunks,)](a, b, a_chunks, a.numel(), b.numel(), out, CHUNK=chunk, num_warps=num_warps)
         return out
 
     return run
+
+
+# (chunk, num_warps) of the readers fastest_read_once_us tries: explore_read_floor.txt found the
+# fastest among these at every cell of bench_rejection's grid (a persistent grid-stride reader lost)
+READERS = ((2048, 4), (2048, 8), (4096, 4), (4096, 8), (8192, 8), (16384, 8))
+
+
+def fastest_read_once_us(tensor_pairs) -> tuple:
+    """(microseconds, reader) of the fastest of READERS over the same input copies (read_once,
+    time_graph_us rotating over `tensor_pairs`): a measured floor is only as tight as its reader."""
+    best = (float("inf"), "")
+    for chunk, warps in READERS:
+        runs = [read_once(pair, chunk=chunk, num_warps=warps) for pair in tensor_pairs]
+        us = time_graph_us(lambda i: runs[i](), len(runs))
+        best = min(best, (us, f"{chunk} x {warps} warps"))
+    return best
 
 
 def flashinfer_sampling():

@@ -60,11 +60,10 @@ def decide_layouts(types):
     report = {}
     for k in (1, 3, 4, 8):
         config = kernels.rejection_launch_config(151936, k, (5 * 151936, 151936, 4 * 151936, 151936), False)
-        common = dict(STRICT=False, ONE_HOT=False, BONUS_IN_STATS=config.bonus_in_stats, FP64=False,
-                      BLOCK_K=config.block_k, REDUCE_BLOCK=config.reduce_block)
+        common = dict(STRICT=False, ONE_HOT=False, FP64=False, BLOCK_K=config.block_k, REDUCE_BLOCK=config.reduce_block)
         fused = dict(common, BLOCK_V=config.block_v, ROW_ALIGN=16, VOCAB_ALIGN=config.vocab_align, FAST_MATH=True)
         layouts = []
-        for kernel, constexprs in ((kernels.rejection_decide_kernel, common),
+        for kernel, constexprs in ((kernels.rejection_decide_kernel, dict(common, BONUS_IN_STATS=config.bonus_in_stats)),
                                    (kernels.rejection_decide_emit_kernel, fused)):
             ttgir = compile_for_sm90(kernel, types, constexprs, config.decide_num_warps).asm["ttgir"]
             names = dict(re.findall(r"^(#\w+) = (#ttg\.\w+<.*>)$", ttgir, re.M))

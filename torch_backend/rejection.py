@@ -101,14 +101,16 @@ def _rejection_sample_op(target_logits: torch.Tensor, draft_tokens: torch.Tensor
                         dtype=torch.float32, device=device)
     row_score = torch.empty(batch * rows, config.num_blocks * words, dtype=torch.float32, device=device)
     row_index = torch.empty(batch * rows, config.num_blocks, dtype=torch.int32, device=device)
-    # small batches: three launches, chained with PDL where the GPU has it (kernels.rejection.dependent_launch)
+    # small batches: three launches, chained with PDL where the GPU has it (kernels.rejection.dependent_launch),
+    # the bonus row on stats programs of its own (BONUS_PROGRAMS)
     three_launches = kernels.decide_in_emit(batch, config)
     pdl = three_launches and _dependent_launches(device, config)
     chained = dict(launch_pdl=True) if pdl else {}  # the interpreter takes no launch_pdl
-    kernels.rejection_stats_kernel[(batch, config.stats_rows, config.num_blocks)](
+    kernels.rejection_stats_kernel[(batch, config.stats_rows + three_launches, config.num_blocks)](
         target_logits, draft, seeds, positions, temperature, num_draft_tokens,
         vocab, k, *strides, stats, row_score, row_index,
-        STRICT=strict, ONE_HOT=one_hot, BONUS_IN_STATS=config.bonus_in_stats, FP64=fp64,
+        STRICT=strict, ONE_HOT=one_hot, BONUS_IN_STATS=config.bonus_in_stats and not three_launches,
+        BONUS_PROGRAMS=three_launches, FP64=fp64,
         BLOCK_V=config.block_v, ROW_ALIGN=config.row_align, VOCAB_ALIGN=config.vocab_align,
         FAST_MATH=config.fast_math, PDL=pdl, num_warps=config.num_warps, **options)
     emit_row = torch.empty(batch, dtype=torch.int32, device=device)
@@ -119,7 +121,7 @@ def _rejection_sample_op(target_logits: torch.Tensor, draft_tokens: torch.Tensor
         kernels.rejection_decide_emit_kernel[(batch, config.num_blocks)](
             target_logits, draft, draft_tokens, num_draft_tokens, seeds, positions, temperature, stats, row_score,
             row_index, vocab, k, batch, *strides, emit_score, emit_index, emit_row, emit_mode,
-            STRICT=strict, ONE_HOT=one_hot, BONUS_IN_STATS=config.bonus_in_stats, FP64=fp64,
+            STRICT=strict, ONE_HOT=one_hot, FP64=fp64,
             BLOCK_V=config.block_v, ROW_ALIGN=config.row_align, VOCAB_ALIGN=config.vocab_align,
             FAST_MATH=config.fast_math, BLOCK_K=config.block_k, REDUCE_BLOCK=config.reduce_block, PDL=pdl,
             num_warps=config.decide_num_warps, **chained, **options)
@@ -139,7 +141,7 @@ def _rejection_sample_op(target_logits: torch.Tensor, draft_tokens: torch.Tensor
     kernels.rejection_finish_kernel[(batch,)](
         draft_tokens, emit_row, emit_mode, row_score, row_index, emit_score, emit_index, config.num_blocks, k, batch,
         tokens, num_sampled, FP64=fp64, BLOCK_K=config.block_k, REDUCE_BLOCK=config.reduce_block,
-        STATS_ROW_IN_EMIT=three_launches and config.bonus_in_stats, PDL=pdl,
+        STATS_ROW_IN_EMIT=three_launches, PDL=pdl,
         num_warps=config.per_request_num_warps, **chained, **options)
     return tokens, num_sampled
 

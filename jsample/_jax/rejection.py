@@ -73,25 +73,26 @@ def rejection_sample(target_logits, draft_tokens, num_draft_tokens, seeds, posit
     draft_tokens = jnp.asarray(draft_tokens) if k > 0 else jnp.zeros((1,), jnp.int32)  # k == 0: never read
     options = dict(num_stages=config.num_stages, enable_fp_fusion=config.enable_fp_fusion)
     f32, i32 = jnp.float32, jnp.int32
+    # small batches: three launches, the bonus row on stats programs of its own (BONUS_PROGRAMS)
+    three_launches = kernels.decide_in_emit(batch, config)
     stats, row_score, row_index = launch(
         kernels.rejection_stats_kernel, target_logits, draft, seeds, positions, temperature, num_draft_tokens,
-        vocab, k, *strides, grid=(batch, config.stats_rows, config.num_blocks),
+        vocab, k, *strides, grid=(batch, config.stats_rows + three_launches, config.num_blocks),
         out_shapes=[jax.ShapeDtypeStruct((batch * max(k, 1), STATS_PER_BLOCK * config.num_blocks * words), f32),
                     jax.ShapeDtypeStruct((batch * rows, config.num_blocks * words), f32),
                     jax.ShapeDtypeStruct((batch * rows, config.num_blocks), i32)],
-        STRICT=strict, ONE_HOT=one_hot, BONUS_IN_STATS=config.bonus_in_stats, FP64=fp64,
-        BLOCK_V=config.block_v, ROW_ALIGN=config.row_align,
+        STRICT=strict, ONE_HOT=one_hot, BONUS_IN_STATS=config.bonus_in_stats and not three_launches,
+        BONUS_PROGRAMS=three_launches, FP64=fp64, BLOCK_V=config.block_v, ROW_ALIGN=config.row_align,
         VOCAB_ALIGN=config.vocab_align, FAST_MATH=config.fast_math, num_warps=config.num_warps, **options)
     emit_shapes = [jax.ShapeDtypeStruct((2 * batch, config.num_blocks * words), f32),
                    jax.ShapeDtypeStruct((2 * batch, config.num_blocks), i32)]
-    three_launches = kernels.decide_in_emit(batch, config)
-    if three_launches:  # three launches (no PDL: jax-triton cannot chain them)
+    if three_launches:  # no PDL: jax-triton cannot chain them
         emit_score, emit_index, emit_row, emit_mode = launch(
             kernels.rejection_decide_emit_kernel, target_logits, draft, draft_tokens, num_draft_tokens, seeds,
             positions, temperature, stats, row_score, row_index, vocab, k, batch, *strides,
             grid=(batch, config.num_blocks),
             out_shapes=emit_shapes + [jax.ShapeDtypeStruct((batch,), i32), jax.ShapeDtypeStruct((batch,), i32)],
-            STRICT=strict, ONE_HOT=one_hot, BONUS_IN_STATS=config.bonus_in_stats, FP64=fp64,
+            STRICT=strict, ONE_HOT=one_hot, FP64=fp64,
             BLOCK_V=config.block_v, ROW_ALIGN=config.row_align, VOCAB_ALIGN=config.vocab_align,
             FAST_MATH=config.fast_math, BLOCK_K=config.block_k, REDUCE_BLOCK=config.reduce_block,
             num_warps=config.decide_num_warps, **options)
@@ -117,7 +118,7 @@ def rejection_sample(target_logits, draft_tokens, num_draft_tokens, seeds, posit
         grid=(batch,),
         out_shapes=[jax.ShapeDtypeStruct((batch, rows), i32), jax.ShapeDtypeStruct((batch,), i32)],
         FP64=fp64, BLOCK_K=config.block_k, REDUCE_BLOCK=config.reduce_block,
-        STATS_ROW_IN_EMIT=three_launches and config.bonus_in_stats,
+        STATS_ROW_IN_EMIT=three_launches,
         num_warps=config.per_request_num_warps, **options)
     return tokens, num_sampled
 

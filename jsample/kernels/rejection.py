@@ -43,7 +43,12 @@ There a launch costs more than the repeated decisions; in torch on Hopper the th
 form a programmatic dependent launch chain (dependent_launch), in which each launch reads what it needs
 of the op's own inputs before it waits for the previous one (_decision_inputs, _emit_inputs,
 _load_drafts): at B = 1 on an H200 that took 14.4 -> 12.0 us at K = 1 and 14.0 -> 12.8 us at K = 4
-(explore_pdl_prologue.txt). Tokens never depend on the plan. Three
+(explore_pdl_prologue.txt). There the GPU has idle SMs, so the stats launch reduces the bonus row
+at every K, on programs of its own (BONUS_PROGRAMS: grid (B, max(K, 1) + 1, NUM_BLOCKS)): requests
+that accept every draft then skip the second launch's pass, and at K <= 1 the row-0 programs get
+shorter. At B = 1 on an H200: 12.3 -> 11.4 us at K = 1; 12.6 -> 10.9 us at K = 4 and 13.9 -> 12.5
+us at K = 8 when every draft is accepted, and no loss when draft 0 is rejected. The launch copies
+row a_b's stats partials into its emit partials (STATS_ROW_IN_EMIT). Tokens never depend on the plan. Three
 dependent phases stay (the normalisers, then the decision and row a_b's pass, then the argmax of its
 partials); with no work at all they take 1.6-1.9x a one-launch read of the logits at B = 1 on an
 H200 (benchmarks/results/explore_phase_floor.txt).
@@ -110,7 +115,7 @@ class RejectionLaunchConfig:
     vocab_align: int  # power of two (<= 16) dividing V (gumbel.aligned)
     num_warps: int  # the row kernels (stats, emit)
     fast_math: bool  # gumbel_sample's FAST_MATH: the bonus token must use the very same noise code
-    bonus_in_stats: bool  # the stats launch also reduces row n_b's Gumbel-max sample (K <= 1)
+    bonus_in_stats: bool  # the stats launch's row-0 programs also reduce row n_b's Gumbel-max sample (K <= 1)
     stats_rows: int  # the stats launch's second grid dimension: max(K, 1)
     decide_num_warps: int  # the decision's launches (decide, decide_emit): one warp per request row, 4-16
     num_stages: int = 1
@@ -154,7 +159,8 @@ def rejection_launch_config(vocab_size: int, num_speculative_tokens: int, stride
         # rows); break-even near 1 accept in 2, and one-draft speculation (MTP, EAGLE) usually
         # accepts more. At B = 64 both workloads gain (59 -> 52 us). With more draft rows the stats
         # launch is memory-bound, and the noise's registers (55, not 31) cost the softmax programs
-        # occupancy: K = 8 got 12% slower, so K >= 2 keep the emit launch for the bonus row.
+        # occupancy: K = 8 got 12% slower, so K >= 2 keep the emit launch for the bonus row. (Small
+        # batches, decide_in_emit, reduce it in the stats launch at every K, on programs of their own.)
         bonus_in_stats=num_speculative_tokens <= 1,
         stats_rows=max(num_speculative_tokens, 1),
         # Every row of a request's decision on a warp of its own (4 to 16): each thread works through
@@ -307,12 +313,15 @@ def rejection_stats_kernel(
     ROW_ALIGN: tl.constexpr,
     VOCAB_ALIGN: tl.constexpr,  # config.vocab_align
     FAST_MATH: tl.constexpr,  # gumbel_sample's noise log (config.fast_math)
+    BONUS_PROGRAMS: tl.constexpr = False,  # BONUS_IN_STATS on programs of their own (grid dimension 1: K rows + 1)
     PDL: tl.constexpr = False,  # the first launch of a programmatic dependent launch chain (dependent_launch)
 ):
     """Per (request, draft row j < n_b, vocabulary block): the Gumbel-max partials (best score, its
     column) of strict and greedy rows, the softmax partials of the others. With BONUS_IN_STATS, the
     programs of row 0 also reduce the Gumbel-max partials of row n_b (the bonus row), between
-    issuing their loads and using them. Rows j >= n_b are skipped (nothing reads them)."""
+    issuing their loads and using them; with BONUS_PROGRAMS the last programs of grid dimension 1
+    do it instead (small batches, where the GPU has idle SMs and each program's latency counts).
+    Rows j >= n_b are skipped (nothing reads them)."""
     dependent_launch(PDL, False)  # its inputs come from ordinary launches: no wait
     V = aligned(V, VOCAB_ALIGN)
     b = tl.program_id(0)
@@ -361,6 +370,11 @@ def rejection_stats_kernel(
                 draft_max, draft_sum = _softmax_partials(y, inverse_t, FP64, FAST_MATH)
                 tl.store(stats + out + 2 * num_blocks, draft_max)
                 tl.store(stats + out + 3 * num_blocks, draft_sum)
+    if BONUS_PROGRAMS:
+        if j == tl.num_programs(1) - 1:  # > K - 1 >= n_b - 1: no draft row above
+            _store_sampled_partials(target_row_ptr, num_drafts, target_row_stride, V, first_col, seed,
+                                    position + num_drafts, temperature, partial_score_ptr, partial_index_ptr,
+                                    bonus_out, BLOCK_V, ROW_ALIGN, FP64, FAST_MATH)
     if BONUS_IN_STATS:
         if (j == 0) & ((num_drafts == 0) | sampled_row):  # the requests the softmax branch did not serve
             _store_sampled_partials(target_row_ptr, num_drafts, target_row_stride, V, first_col, seed,
@@ -682,7 +696,6 @@ def rejection_decide_emit_kernel(
     emit_mode_ptr,  # [B] i32 output (written by block 0)
     STRICT: tl.constexpr,
     ONE_HOT: tl.constexpr,
-    BONUS_IN_STATS: tl.constexpr,  # config.bonus_in_stats
     FP64: tl.constexpr,
     BLOCK_V: tl.constexpr,
     ROW_ALIGN: tl.constexpr,
@@ -695,11 +708,12 @@ def rejection_decide_emit_kernel(
     """rejection_decide_kernel and rejection_emit_kernel in one launch, for small batches
     (decide_in_emit): every program of request b makes the request's decision itself (the same code,
     so the same a_b everywhere), then runs _emit_block of row a_b. The decision's chain of dependent
-    loads replaces a launch; at large batches it would run B * NUM_BLOCKS times over.
+    loads replaces a launch; at large batches it would run B * NUM_BLOCKS times over. The stats launch
+    ran with BONUS_PROGRAMS, so a request that accepts every draft only copies row n_b's partials here.
 
     Under PDL, everything read from the op's own inputs comes before the wait for the stats launch
-    (_decision_inputs; and with BONUS_IN_STATS, where only row 0 can need this launch's pass, that
-    row's block and noise): the wait then covers only the partials' loads and the decision itself."""
+    (_decision_inputs; and at K <= 1, where only row 0 can need this launch's pass, that row's block
+    and noise): the wait then covers only the partials' loads and the decision itself."""
     b = tl.program_id(0)
     block = tl.program_id(1)
     b64 = b.to(tl.int64)
@@ -712,20 +726,20 @@ def rejection_decide_emit_kernel(
     drafts, valid, target_at_draft, draft_at_draft, u = _decision_inputs(
         target_logits_ptr, draft_logits_ptr, draft_tokens_ptr, b64, num_drafts, seed, position, temperature, V, K,
         target_batch_stride, target_row_stride, draft_batch_stride, draft_row_stride, STRICT, ONE_HOT, FP64, BLOCK_K)
-    if BONUS_IN_STATS:
-        # K <= 1: the stats launch reduced row n_b and every strict or greedy row, so this launch's
-        # pass is row 0's residual or nothing (at most 4 requests here: the wasted reads are small)
+    ROW_0_ONLY: tl.constexpr = BLOCK_K <= 2  # K <= 1
+    if ROW_0_ONLY:
+        # the stats launch reduced row n_b and every strict or greedy row, so this launch's pass is
+        # row 0's residual or nothing (at most 4 requests here: the wasted reads are small)
         x, y, noise = _emit_inputs(
             target_logits_ptr, draft_logits_ptr, b64, block, seed, position, temperature, 0, num_drafts > 0, V,
             target_batch_stride, target_row_stride, draft_batch_stride, draft_row_stride, ONE_HOT, FP64, BLOCK_V,
             ROW_ALIGN, FAST_MATH)
     dependent_launch(PDL, True)
     rows = tl.arange(0, BLOCK_K)
-    if BONUS_IN_STATS:
+    if ROW_0_ONLY:
         # K <= 1, where requests that accept their draft emit row n_b's sample from the stats launch
-        # (EMIT_STATS_ROW): this block's stats partials of both rows, loaded with the decision's, and
-        # row a_b's copied into the emit partials, so the finish launch reads nothing else
-        # (STATS_ROW_IN_EMIT). With more rows it cost the other requests more than it saved.
+        # (EMIT_STATS_ROW): this block's stats partials of both rows, loaded with the decision's
+        # (with more rows it cost the other requests more than it saved)
         stats_rows_at = (b64 * (K + 1) + rows) * num_blocks + block
         if FP64:
             row_scores = tl.load(row_score_ptr.to(tl.pointer_type(tl.float64)) + stats_rows_at, mask=rows <= K)
@@ -735,22 +749,32 @@ def rejection_decide_emit_kernel(
     emit_row, resample, target_lse, draft_lse = _decide(
         stats_ptr, row_score_ptr, row_index_ptr, b64, num_drafts, temperature, K, num_blocks, drafts, valid,
         target_at_draft, draft_at_draft, u, STRICT, ONE_HOT, FP64, BLOCK_K, REDUCE_BLOCK)
-    emit_mode = _emit_mode(emit_row, resample, num_drafts, BONUS_IN_STATS)
+    emit_mode = _emit_mode(emit_row, resample, num_drafts, True)  # the stats launch's BONUS_PROGRAMS
     if block == 0:
         tl.store(emit_row_ptr + b, emit_row)
         tl.store(emit_mode_ptr + b, emit_mode)
     if emit_mode == EMIT_STATS_ROW:
-        if BONUS_IN_STATS:
+        # row a_b's stats partials copied into the emit partials, so the finish launch reads nothing
+        # else (STATS_ROW_IN_EMIT)
+        if ROW_0_ONLY:
             # rows the stats launch did not write hold anything (NaN too): only row a_b's values pass
-            out = (B + b64) * num_blocks + block
             emit_score = tl.max(tl.where(rows == emit_row, row_scores, float("-inf")), axis=0)
+            emit_column = tl.max(tl.where(rows == emit_row, row_columns, -1), axis=0)
+        else:
+            emit_row_at = (b64 * (K + 1) + emit_row) * num_blocks + block
             if FP64:
-                tl.store(partial_score_ptr.to(tl.pointer_type(tl.float64)) + out, emit_score)
+                emit_score = tl.load(row_score_ptr.to(tl.pointer_type(tl.float64)) + emit_row_at)
             else:
-                tl.store(partial_score_ptr + out, emit_score)
-            tl.store(partial_index_ptr + out, tl.max(tl.where(rows == emit_row, row_columns, -1), axis=0))
+                emit_score = tl.load(row_score_ptr + emit_row_at)
+            emit_column = tl.load(row_index_ptr + emit_row_at)
+        out = (B + b64) * num_blocks + block
+        if FP64:
+            tl.store(partial_score_ptr.to(tl.pointer_type(tl.float64)) + out, emit_score)
+        else:
+            tl.store(partial_score_ptr + out, emit_score)
+        tl.store(partial_index_ptr + out, emit_column)
     else:
-        if not BONUS_IN_STATS:
+        if not ROW_0_ONLY:
             x, y, noise = _emit_inputs(
                 target_logits_ptr, draft_logits_ptr, b64, block, seed, position + emit_row, temperature, emit_row,
                 emit_mode == EMIT_RESIDUAL, V, target_batch_stride, target_row_stride, draft_batch_stride,
@@ -793,7 +817,7 @@ def rejection_finish_kernel(
     FP64: tl.constexpr,
     BLOCK_K: tl.constexpr,  # next power of two >= K + 1
     REDUCE_BLOCK: tl.constexpr,  # next power of two >= num_blocks
-    STATS_ROW_IN_EMIT: tl.constexpr = False,  # after rejection_decide_emit_kernel with BONUS_IN_STATS (K <= 1)
+    STATS_ROW_IN_EMIT: tl.constexpr = False,  # after rejection_decide_emit_kernel, which copies row a_b's partials
     PDL: tl.constexpr = False,  # the last launch of a programmatic dependent launch chain (dependent_launch)
 ):
     """The emitted token: the residual sample when row a_b resamples one (its Gumbel-max sample when
