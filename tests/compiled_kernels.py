@@ -7,6 +7,8 @@ cuobjdump ship with triton). Run in its own process: TRITON_INTERPRET must be 0 
 
 `--exact-math` compiles with FAST_MATH=False (the interpreter's code path) as a control.
 `--decide-layouts` prints instead the layouts of the rejection decision's tensors in both launch plans.
+`--pdl-order` prints instead which arguments the global accesses of the PDL-chained launches derive
+from, before and after their griddepcontrol.wait.
 """
 
 import collections
@@ -73,6 +75,90 @@ def decide_layouts(types):
     return report
 
 
+_REGISTER = re.compile(r"%[a-z]+\d+")
+
+
+def global_access_sources(compiled, kernel):
+    """The kernel arguments that the address of each global load or store in the PTX derives from,
+    in text order -> [(instruction, "before wait" | "after wait", sorted argument names)], "before
+    wait" meaning above the first griddepcontrol.wait (PTX registers are virtual, so a register's
+    definitions are few: a backward walk over them finds every argument an address depends on,
+    through arithmetic and through loaded values)."""
+    arguments = [name for i, name in enumerate(kernel.arg_names) if i not in kernel.constexprs]  # PTX params
+    definitions = collections.defaultdict(list)  # register -> [source registers or ("param", index)]
+    accesses = []
+    wait_seen = False
+    for line in compiled.asm["ptx"].splitlines():
+        code = line.split("//")[0].strip().rstrip(";")
+        if "griddepcontrol.wait" in line:
+            wait_seen = True
+        if not code or code.startswith((".", "$", "{", "}")):
+            continue
+        if code.startswith("@"):
+            code = code.split(None, 1)[1]  # the predicate decides whether, not where
+        opcode, _, operands = code.partition(" ")
+        param = re.search(r"_param_(\d+)\]", operands)
+        registers = _REGISTER.findall(operands)
+        if opcode.startswith(("ld.global", "st.global")):
+            address = re.search(r"\[\s*(%\w+)", operands).group(1)
+            accesses.append((opcode, "after wait" if wait_seen else "before wait", address))
+        if opcode.startswith("st.") or not registers:
+            continue
+        if opcode.startswith("ld.global"):  # { dst, ... }, [ address ]: every value depends on the address
+            destinations = _REGISTER.findall(operands.split("[")[0])
+            sources = [address]
+        else:
+            destinations, sources = registers[:1], registers[1:]
+        for destination in destinations:
+            definitions[destination].extend([("param", int(param.group(1)))] if param else sources)
+
+    def arguments_of(register, seen):
+        names = set()
+        for source in definitions.get(register, ()):
+            if isinstance(source, tuple):
+                names.add(arguments[source[1]])
+            elif source not in seen:
+                seen.add(source)
+                names |= arguments_of(source, seen)
+        return names
+
+    return [(opcode, when, sorted(arguments_of(address, {address}))) for opcode, when, address in accesses]
+
+
+def pdl_order(types):
+    """{launch: {"before wait": arguments the pre-wait global accesses derive from, "after wait":
+    the same after it}} for the chained launches of the small-batch rejection plan (PDL=True), and
+    for `early_read_kernel`, a control that reads the previous launch's output before its wait."""
+    import triton.language as tl
+    from triton.language.extra.cuda import gdc_wait
+
+    @triton.jit
+    def early_read_kernel(seeds_ptr, stats_ptr, tokens_ptr):
+        seed = tl.load(seeds_ptr)
+        stat = tl.load(stats_ptr)  # wrong: the previous launch may still be writing it
+        gdc_wait()
+        tl.store(tokens_ptr, (seed + stat).to(tl.int32))
+
+    launches = {"early_read_kernel (control)": (early_read_kernel, {}, 1)}
+    for k in (1, 4):
+        config = kernels.rejection_launch_config(151936, k, (5 * 151936, 151936, 4 * 151936, 151936), False)
+        launches[f"rejection_decide_emit_kernel K={k}"] = (kernels.rejection_decide_emit_kernel, dict(
+            STRICT=False, ONE_HOT=False, FP64=False, BLOCK_V=config.block_v, ROW_ALIGN=16,
+            VOCAB_ALIGN=config.vocab_align, FAST_MATH=True, BLOCK_K=config.block_k,
+            REDUCE_BLOCK=config.reduce_block, PDL=True), config.decide_num_warps)
+        launches[f"rejection_finish_kernel K={k}"] = (kernels.rejection_finish_kernel, dict(
+            FP64=False, BLOCK_K=config.block_k, REDUCE_BLOCK=config.reduce_block, STATS_ROW_IN_EMIT=True, PDL=True),
+            config.per_request_num_warps)
+    report = {}
+    for name, (kernel, constexprs, num_warps) in launches.items():
+        compiled = compile_for_sm90(kernel, types, constexprs, num_warps)
+        sides = {"before wait": set(), "after wait": set()}
+        for _, when, names in global_access_sources(compiled, kernel):
+            sides[when] |= set(names)
+        report[name] = {side: sorted(names) for side, names in sides.items()}
+    return report
+
+
 def main():
     vocab = 151936
     args = [a for a in sys.argv[1:] if not a.startswith("--")]
@@ -97,6 +183,10 @@ def main():
                                    dict(STRICT=False, ONE_HOT=False, BONUS_IN_STATS=rejection.bonus_in_stats), rejection),
         "rejection_emit_kernel": (kernels.rejection_emit_kernel, dict(ONE_HOT=False), rejection),
     }
+    if "--pdl-order" in sys.argv:
+        print(json.dumps(pdl_order({**types, "emit_score_ptr": "*fp32", "emit_index_ptr": "*i32",
+                                    "tokens_ptr": "*i32", "num_sampled_ptr": "*i32"})))
+        return
     if "--decide-layouts" in sys.argv:
         print(json.dumps(decide_layouts(types)))
         return

@@ -83,3 +83,28 @@ def test_both_rejection_plans_reduce_the_normalisers_alike():
     agree bit for bit (the GPU test compares tokens, which rarely sit at a decision's edge)."""
     for k, (decide, decide_emit) in compiled_facts("--decide-layouts").items():
         assert decide and decide == decide_emit, (k, decide, decide_emit)
+
+
+# What each PDL-chained launch may touch before its griddepcontrol.wait: the op's own inputs, which no
+# launch of the chain writes (reading them early overlaps the previous launch: kernels.rejection).
+OP_INPUTS = {"target_logits_ptr", "draft_logits_ptr", "draft_tokens_ptr", "num_draft_tokens_ptr", "seeds_ptr",
+             "positions_ptr", "temperature_ptr"}
+PREVIOUS_LAUNCH_OUTPUTS = {
+    "rejection_decide_emit_kernel": {"stats_ptr", "row_score_ptr", "row_index_ptr"},
+    "rejection_finish_kernel": {"emit_row_ptr", "emit_mode_ptr", "emit_score_ptr", "emit_index_ptr"},
+}
+
+
+def test_chained_launches_touch_only_the_op_inputs_before_their_wait():
+    """Under PDL a launch starts while the previous one runs; griddepcontrol.wait is what makes the
+    previous launch's writes visible. A load of its outputs above the wait would read stale memory
+    now and then (a race no token test can be sure to catch), so every global access above the wait
+    in the compiled PTX must derive from the op's inputs alone."""
+    report = compiled_facts("--pdl-order")
+    control = report.pop("early_read_kernel (control)")
+    assert "stats_ptr" in control["before wait"], control  # the check can fail
+    assert len(report) == 4, report
+    for name, sides in report.items():
+        pointers_before = {arg for arg in sides["before wait"] if arg.endswith("_ptr")}
+        assert pointers_before and pointers_before <= OP_INPUTS, (name, sides)
+        assert PREVIOUS_LAUNCH_OUTPUTS[name.split()[0]] <= set(sides["after wait"]), (name, sides)

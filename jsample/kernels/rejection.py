@@ -194,8 +194,10 @@ def dependent_launch(PDL: tl.constexpr, WAIT: tl.constexpr):
     """With PDL (torch on Hopper and newer, small batches: the three launches of decide_in_emit), the
     launches form a programmatic dependent launch chain: each lets the next one start launching at
     once, and the next one waits (griddepcontrol.wait: the previous grid complete and its writes
-    visible) before it reads or writes anything, so the launch latency between them overlaps the
-    previous launch's work. Without PDL nothing happens; tokens never depend on it."""
+    visible) before it reads anything a launch of the chain wrote, or writes anything; what it reads
+    of the op's own inputs comes before the wait (test_compiled_kernels checks that order in the
+    compiled code). The launch latency between them overlaps the previous launch's work. Without
+    PDL nothing happens; tokens never depend on it."""
     if PDL:
         if WAIT:
             gdc_wait()
