@@ -154,6 +154,18 @@ def main():
                    ((worst.double().mean() - 1).item(), (worst == k + 1).double().mean().item()))
             record("jsample.rejection_sample (jit)", harness.time_jax_us(
                 lambda i: jitted(jtargets[i], *jrest, jdrafts[i]), rotate))
+            # inside a larger jitted program (a decode step), Python's dispatch is paid once for it: many
+            # calls in one program, on the rotated copies (distinct seeds, so XLA cannot merge two calls)
+            calls = max(rotate, 16)
+            seed_sets = [jrest[2] + c for c in range(calls)]
+
+            @jax.jit
+            def many_calls(ts, ds, seed_sets, rest):
+                return [jsample.rejection_sample(ts[c % rotate], rest[0], rest[1], seed_sets[c], rest[3], rest[4],
+                                                 draft_logits=ds[c % rotate])[0] for c in range(calls)]
+
+            record(f"jsample, {calls} calls in one jitted program (per call)", harness.time_jax_us(
+                lambda i: many_calls(jtargets, jdrafts, seed_sets, jrest), calls=10) / calls)
             record("plain torch (softmax, ratio, multinomial)", harness.time_torch_us(
                 lambda i: plain_torch_rejection(targets[i], drafts[i], draft_tokens, temperature), rotate))
             if flashinfer_sampling is not None:
@@ -193,7 +205,8 @@ def main():
               "drafts given (uniformly random draft tokens; draft logits = target logits + N(0, 1)). "
               "`mean_accepted`: accepted drafts per request, `all_accepted`: the fraction of requests that accept "
               "every draft (they emit the bonus token, the others resample a residual). `us`: median (torch, CUDA "
-              "events) or best mean of 100 calls (JAX, including dispatch). `read_floor_us`: target + draft logit "
+              "events) or best mean of 100 calls (JAX, including dispatch; the row `N calls in one jitted program` "
+              "divides one program's time by its N calls, as a decode step's jit would see the op). `read_floor_us`: target + draft logit "
               "bytes / measured read rate. `read_once_us` measures that time instead: the fastest of six one-launch "
               "Triton readers of the same logits (harness.fastest_read_once_us: 2048- to 16384-element programs, "
               "4 or 8 warps), replayed as a CUDA graph like jsample's rows (its own row is `read target and draft "
