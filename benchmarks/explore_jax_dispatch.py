@@ -4,7 +4,7 @@ gumbel_sample, at V = 151936 on copies of the inputs. Run it twice, with and wit
 TRITON_DISABLE_LINE_INFO=1, to see whether the size of jax-triton's per-launch opaque (the
 compressed PTX and TTIR, hashed on every launch by jaxlib) matters.
 
-    XLA_PYTHON_CLIENT_PREALLOCATE=false python benchmarks/explore_jax_dispatch.py
+    XLA_PYTHON_CLIENT_PREALLOCATE=false python benchmarks/explore_jax_dispatch.py [--only rejection] [--runs 10]
 """
 
 import os
@@ -16,6 +16,12 @@ import harness  # noqa: E402
 
 
 def main():
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--only", default="")
+    parser.add_argument("--runs", type=int, default=10)
+    options = parser.parse_args()
     import jax
     import jax.numpy as jnp
     import triton
@@ -60,7 +66,9 @@ def main():
                  "jsample.rejection_sample B=1 K=1": (targets, drafts, seeds)}
     label = f"line info {'off' if os.environ.get('TRITON_DISABLE_LINE_INFO') == '1' else 'on'}"
     for name, program in programs.items():
-        us = harness.time_jax_us(lambda i: program(*arguments[name]), calls=10) / calls
+        if options.only not in name:
+            continue
+        us = harness.time_jax_us(lambda i: program(*arguments[name]), calls=options.runs) / calls
         print(f"{label:14s} {name:36s} {us:7.2f} us per call ({calls} calls in one jitted program)", flush=True)
 
 
