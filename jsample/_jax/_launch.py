@@ -52,18 +52,21 @@ def temperature_array(temperature, batch: int) -> jax.Array:
     return jnp.full((batch,), float(temperature), dtype=jnp.float32)
 
 
-def launch(kernel, *args, grid, out_shapes, num_warps, num_stages, enable_fp_fusion, **constexprs):
+def launch(kernel, *args, grid, out_shapes, num_warps, num_stages, enable_fp_fusion, zeroed_outputs=(),
+           **constexprs):
     """Run `kernel` over `grid` with array and Python-int arguments; returns its outputs.
 
     Outputs (`out_shapes`, a list of jax.ShapeDtypeStruct) follow all positional arguments in the
-    kernel's signature, as jax-triton appends them.
+    kernel's signature, as jax-triton appends them; those in `zeroed_outputs` (indices into
+    out_shapes) are zeroed before the launch, the others are uninitialised.
     """
     if on_gpu():
         jax_triton = _import_jax_triton()
         out_keyword = "out_type" if "out_type" in inspect.signature(jax_triton.triton_call).parameters else "out_shape"
         return jax_triton.triton_call(
             *args, kernel=kernel, grid=grid, num_warps=num_warps, num_stages=num_stages,
-            enable_fp_fusion=enable_fp_fusion, **{out_keyword: list(out_shapes)}, **constexprs)
+            enable_fp_fusion=enable_fp_fusion, zeroed_outputs=tuple(zeroed_outputs),
+            **{out_keyword: list(out_shapes)}, **constexprs)
 
     from jsample.kernels.host import launch_on_host
 
@@ -73,7 +76,7 @@ def launch(kernel, *args, grid, out_shapes, num_warps, num_stages, enable_fp_fus
         host_args = list(args)
         for i, array in zip(array_positions, arrays):
             host_args[i] = np.ascontiguousarray(array)
-        outputs = [np.empty(s.shape, s.dtype) for s in out_shapes]
+        outputs = [(np.zeros if i in zeroed_outputs else np.empty)(s.shape, s.dtype) for i, s in enumerate(out_shapes)]
         launch_on_host(kernel, grid, *host_args, *outputs, **constexprs)
         return outputs
 

@@ -75,17 +75,33 @@ def rejection_sample(target_logits, draft_tokens, num_draft_tokens, seeds, posit
     f32, i32 = jnp.float32, jnp.int32
     # small batches: three launches, the bonus row on stats programs of its own (BONUS_PROGRAMS)
     three_launches = kernels.decide_in_emit(batch, config)
+    stats_shapes = [jax.ShapeDtypeStruct((batch * max(k, 1), STATS_PER_BLOCK * config.num_blocks * words), f32),
+                    jax.ShapeDtypeStruct((batch * rows, config.num_blocks * words), f32),
+                    jax.ShapeDtypeStruct((batch * rows, config.num_blocks), i32)]
+    emit_shapes = [jax.ShapeDtypeStruct((2 * batch, config.num_blocks * words), f32),
+                   jax.ShapeDtypeStruct((2 * batch, config.num_blocks), i32)]
+    if three_launches and k <= 1 and config.decide_num_warps == config.num_warps:
+        # the three in one launch: JAX pays host time for every launch (rejection_one_launch_kernel)
+        *_, tokens, num_sampled = launch(
+            kernels.rejection_one_launch_kernel, target_logits, draft, draft_tokens, num_draft_tokens, seeds,
+            positions, temperature, vocab, k, batch, *strides, config.num_blocks,
+            grid=(batch * 3 * config.num_blocks,),
+            out_shapes=stats_shapes + emit_shapes + [
+                jax.ShapeDtypeStruct((batch,), i32), jax.ShapeDtypeStruct((batch,), i32),
+                jax.ShapeDtypeStruct((2 + batch,), i32), jax.ShapeDtypeStruct((batch, rows), i32),
+                jax.ShapeDtypeStruct((batch,), i32)],
+            zeroed_outputs=(7,),  # the ticket and arrival counters
+            STRICT=strict, ONE_HOT=one_hot, FP64=fp64, BLOCK_V=config.block_v, ROW_ALIGN=config.row_align,
+            VOCAB_ALIGN=config.vocab_align, FAST_MATH=config.fast_math, BLOCK_K=config.block_k,
+            REDUCE_BLOCK=config.reduce_block, num_warps=config.num_warps, **options)
+        return tokens, num_sampled
     stats, row_score, row_index = launch(
         kernels.rejection_stats_kernel, target_logits, draft, seeds, positions, temperature, num_draft_tokens,
         vocab, k, *strides, grid=(batch, config.stats_rows + three_launches, config.num_blocks),
-        out_shapes=[jax.ShapeDtypeStruct((batch * max(k, 1), STATS_PER_BLOCK * config.num_blocks * words), f32),
-                    jax.ShapeDtypeStruct((batch * rows, config.num_blocks * words), f32),
-                    jax.ShapeDtypeStruct((batch * rows, config.num_blocks), i32)],
+        out_shapes=stats_shapes,
         STRICT=strict, ONE_HOT=one_hot, BONUS_IN_STATS=config.bonus_in_stats and not three_launches,
         BONUS_PROGRAMS=three_launches, FP64=fp64, BLOCK_V=config.block_v, ROW_ALIGN=config.row_align,
         VOCAB_ALIGN=config.vocab_align, FAST_MATH=config.fast_math, num_warps=config.num_warps, **options)
-    emit_shapes = [jax.ShapeDtypeStruct((2 * batch, config.num_blocks * words), f32),
-                   jax.ShapeDtypeStruct((2 * batch, config.num_blocks), i32)]
     if three_launches:  # no PDL: jax-triton cannot chain them
         emit_score, emit_index, emit_row, emit_mode = launch(
             kernels.rejection_decide_emit_kernel, target_logits, draft, draft_tokens, num_draft_tokens, seeds,

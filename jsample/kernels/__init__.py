@@ -44,6 +44,7 @@ from jsample.kernels.rejection import (  # noqa: E402
     rejection_emit_kernel,
     rejection_finish_kernel,
     rejection_launch_config,
+    rejection_one_launch_kernel,
     rejection_stats_kernel,
     synthetic_rejection_kernel,
 )
@@ -68,6 +69,7 @@ __all__ = [
     "rejection_emit_kernel",
     "rejection_finish_kernel",
     "rejection_launch_config",
+    "rejection_one_launch_kernel",
     "rejection_stats_kernel",
     "synthetic_rejection_kernel",
     "uniforms_kernel",

@@ -325,11 +325,22 @@ def rejection_stats_kernel(
     do it instead (small batches, where the GPU has idle SMs and each program's latency counts).
     Rows j >= n_b are skipped (nothing reads them)."""
     dependent_launch(PDL, False)  # its inputs come from ordinary launches: no wait
+    _stats_program(target_logits_ptr, draft_logits_ptr, seeds_ptr, positions_ptr, temperature_ptr,
+                   num_draft_tokens_ptr, V, K, target_batch_stride, target_row_stride, draft_batch_stride,
+                   draft_row_stride, stats_ptr, partial_score_ptr, partial_index_ptr, tl.program_id(0),
+                   tl.program_id(1), tl.program_id(2), tl.num_programs(1), tl.num_programs(2), STRICT, ONE_HOT,
+                   BONUS_IN_STATS, FP64, BLOCK_V, ROW_ALIGN, VOCAB_ALIGN, FAST_MATH, BONUS_PROGRAMS)
+
+
+@triton.jit
+def _stats_program(target_logits_ptr, draft_logits_ptr, seeds_ptr, positions_ptr, temperature_ptr,
+                   num_draft_tokens_ptr, V, K, target_batch_stride, target_row_stride, draft_batch_stride,
+                   draft_row_stride, stats_ptr, partial_score_ptr, partial_index_ptr, b, j, block, num_rows,
+                   num_blocks, STRICT: tl.constexpr, ONE_HOT: tl.constexpr, BONUS_IN_STATS: tl.constexpr,
+                   FP64: tl.constexpr, BLOCK_V: tl.constexpr, ROW_ALIGN: tl.constexpr, VOCAB_ALIGN: tl.constexpr,
+                   FAST_MATH: tl.constexpr, BONUS_PROGRAMS: tl.constexpr):
+    """Program (b, j, block) of rejection_stats_kernel, whose grid dimension 1 has num_rows."""
     V = aligned(V, VOCAB_ALIGN)
-    b = tl.program_id(0)
-    j = tl.program_id(1)
-    block = tl.program_id(2)
-    num_blocks = tl.num_programs(2)
     b64 = b.to(tl.int64)
     num_drafts = tl.minimum(tl.maximum(tl.load(num_draft_tokens_ptr + b), 0), K)
     temperature = tl.load(temperature_ptr + b)
@@ -373,7 +384,7 @@ def rejection_stats_kernel(
                 tl.store(stats + out + 2 * num_blocks, draft_max)
                 tl.store(stats + out + 3 * num_blocks, draft_sum)
     if BONUS_PROGRAMS:
-        if j == tl.num_programs(1) - 1:  # > K - 1 >= n_b - 1: no draft row above
+        if j == num_rows - 1:  # > K - 1 >= n_b - 1: no draft row above
             _store_sampled_partials(target_row_ptr, num_drafts, target_row_stride, V, first_col, seed,
                                     position + num_drafts, temperature, partial_score_ptr, partial_index_ptr,
                                     bonus_out, BLOCK_V, ROW_ALIGN, FP64, FAST_MATH)
@@ -716,14 +727,43 @@ def rejection_decide_emit_kernel(
     Under PDL, everything read from the op's own inputs comes before the wait for the stats launch
     (_decision_inputs; and at K <= 1, where only row 0 can need this launch's pass, that row's block
     and noise): the wait then covers only the partials' loads and the decision itself."""
-    b = tl.program_id(0)
-    block = tl.program_id(1)
+    _decide_emit_program(
+        target_logits_ptr, draft_logits_ptr, draft_tokens_ptr, num_draft_tokens_ptr, seeds_ptr, positions_ptr,
+        temperature_ptr, stats_ptr, row_score_ptr, row_index_ptr, V, K, B, target_batch_stride, target_row_stride,
+        draft_batch_stride, draft_row_stride, partial_score_ptr, partial_index_ptr, emit_row_ptr, emit_mode_ptr,
+        tl.program_id(0), tl.program_id(1), tl.num_programs(1), emit_row_ptr, 0, STRICT, ONE_HOT, FP64, BLOCK_V,
+        ROW_ALIGN, VOCAB_ALIGN, FAST_MATH, BLOCK_K, REDUCE_BLOCK, PDL, False)
+
+
+@triton.jit
+def _wait_for_stats(PDL: tl.constexpr, TICKETS: tl.constexpr, stats_arrivals_ptr, stats_programs):
+    """Where the decision waits for the stats partials: griddepcontrol.wait under PDL; in
+    rejection_one_launch_kernel until all `stats_programs` stats programs have arrived (their
+    release, this acquire; the barrier orders every thread's loads after it)."""
+    if TICKETS:
+        arrived = tl.atomic_add(stats_arrivals_ptr, 0, sem="acquire", scope="gpu")
+        while arrived < stats_programs:
+            arrived = tl.atomic_add(stats_arrivals_ptr, 0, sem="acquire", scope="gpu")
+        tl.debug_barrier()
+    else:
+        dependent_launch(PDL, True)
+
+
+@triton.jit
+def _decide_emit_program(
+        target_logits_ptr, draft_logits_ptr, draft_tokens_ptr, num_draft_tokens_ptr, seeds_ptr, positions_ptr,
+        temperature_ptr, stats_ptr, row_score_ptr, row_index_ptr, V, K, B, target_batch_stride, target_row_stride,
+        draft_batch_stride, draft_row_stride, partial_score_ptr, partial_index_ptr, emit_row_ptr, emit_mode_ptr,
+        b, block, num_blocks, stats_arrivals_ptr, stats_programs, STRICT: tl.constexpr, ONE_HOT: tl.constexpr,
+        FP64: tl.constexpr, BLOCK_V: tl.constexpr, ROW_ALIGN: tl.constexpr, VOCAB_ALIGN: tl.constexpr,
+        FAST_MATH: tl.constexpr, BLOCK_K: tl.constexpr, REDUCE_BLOCK: tl.constexpr, PDL: tl.constexpr,
+        TICKETS: tl.constexpr):
+    """Program (b, block) of rejection_decide_emit_kernel (of num_blocks per request)."""
     b64 = b.to(tl.int64)
     num_drafts = tl.minimum(tl.maximum(tl.load(num_draft_tokens_ptr + b), 0), K)
     seed = tl.load(seeds_ptr + b).to(tl.int64)
     position = tl.load(positions_ptr + b).to(tl.int64)
     temperature = tl.load(temperature_ptr + b)
-    num_blocks = tl.num_programs(1)
     V = aligned(V, VOCAB_ALIGN)
     drafts, valid, target_at_draft, draft_at_draft, u = _decision_inputs(
         target_logits_ptr, draft_logits_ptr, draft_tokens_ptr, b64, num_drafts, seed, position, temperature, V, K,
@@ -736,7 +776,7 @@ def rejection_decide_emit_kernel(
             target_logits_ptr, draft_logits_ptr, b64, block, seed, position, temperature, 0, num_drafts > 0, V,
             target_batch_stride, target_row_stride, draft_batch_stride, draft_row_stride, ONE_HOT, FP64, BLOCK_V,
             ROW_ALIGN, FAST_MATH)
-    dependent_launch(PDL, True)
+    _wait_for_stats(PDL, TICKETS, stats_arrivals_ptr, stats_programs)
     rows = tl.arange(0, BLOCK_K)
     if ROW_0_ONLY:
         # K <= 1, where requests that accept their draft emit row n_b's sample from the stats launch
@@ -825,7 +865,17 @@ def rejection_finish_kernel(
     """The emitted token: the residual sample when row a_b resamples one (its Gumbel-max sample when
     the residual is all zero), else row a_b's Gumbel-max sample, from the emit or the stats launch
     (from the emit partials always with STATS_ROW_IN_EMIT)."""
-    b = tl.program_id(0)
+    _finish_program(draft_tokens_ptr, emit_row_ptr, emit_mode_ptr, row_score_ptr, row_index_ptr, emit_score_ptr,
+                    emit_index_ptr, num_blocks, K, B, tokens_ptr, num_sampled_ptr, tl.program_id(0), FP64, BLOCK_K,
+                    REDUCE_BLOCK, STATS_ROW_IN_EMIT, PDL)
+
+
+@triton.jit
+def _finish_program(draft_tokens_ptr, emit_row_ptr, emit_mode_ptr, row_score_ptr, row_index_ptr, emit_score_ptr,
+                    emit_index_ptr, num_blocks, K, B, tokens_ptr, num_sampled_ptr, b, FP64: tl.constexpr,
+                    BLOCK_K: tl.constexpr, REDUCE_BLOCK: tl.constexpr, STATS_ROW_IN_EMIT: tl.constexpr,
+                    PDL: tl.constexpr):
+    """Program b of rejection_finish_kernel."""
     b64 = b.to(tl.int64)
     drafts = _load_drafts(draft_tokens_ptr, b64, K, BLOCK_K)  # an input: before the wait
     if PDL:
@@ -842,6 +892,77 @@ def rejection_finish_kernel(
             emitted = reduce_block_best(row_score_ptr, row_index_ptr, b64 * (K + 1) + emit_row, num_blocks, FP64,
                                         REDUCE_BLOCK)
     _write_request(tokens_ptr, num_sampled_ptr, drafts, b64, K, emit_row, emitted, BLOCK_K)
+
+
+@triton.jit
+def rejection_one_launch_kernel(
+    target_logits_ptr,  # [B, K+1, V] f32|bf16|f16, columns contiguous
+    draft_logits_ptr,  # [B, K, V] f32, columns contiguous (unused when ONE_HOT)
+    draft_tokens_ptr,  # [B, K] i32, contiguous
+    num_draft_tokens_ptr,  # [B] i32, n_b (clamped to [0, K])
+    seeds_ptr,  # [B] i32|u32|i64
+    positions_ptr,  # [B] i32|i64, position of row 0
+    temperature_ptr,  # [B] f32
+    V,
+    K,  # <= 1
+    B,
+    target_batch_stride,
+    target_row_stride,
+    draft_batch_stride,
+    draft_row_stride,
+    num_blocks,
+    stats_ptr,  # scratch output, as rejection_stats_kernel's
+    row_score_ptr,  # scratch output, as rejection_stats_kernel's
+    row_index_ptr,  # scratch output, as rejection_stats_kernel's
+    emit_score_ptr,  # scratch output, as rejection_decide_emit_kernel's partial_score_ptr
+    emit_index_ptr,  # scratch output, as rejection_decide_emit_kernel's partial_index_ptr
+    emit_row_ptr,  # scratch output [B] i32
+    emit_mode_ptr,  # scratch output [B] i32
+    counters_ptr,  # [2 + B] i32 output, zeroed before the launch: tickets, stats arrivals, each request's emit arrivals
+    tokens_ptr,  # [B, K+1] i32 output
+    num_sampled_ptr,  # [B] i32 output
+    STRICT: tl.constexpr,
+    ONE_HOT: tl.constexpr,
+    FP64: tl.constexpr,
+    BLOCK_V: tl.constexpr,
+    ROW_ALIGN: tl.constexpr,
+    VOCAB_ALIGN: tl.constexpr,  # config.vocab_align
+    FAST_MATH: tl.constexpr,  # gumbel_sample's noise log (config.fast_math)
+    BLOCK_K: tl.constexpr,  # next power of two >= K + 1
+    REDUCE_BLOCK: tl.constexpr,  # next power of two >= NUM_BLOCKS
+):
+    """The three launches of a small batch at K <= 1 in one, for JAX, where each launch costs ~9 us
+    of host time (benchmarks/results/explore_jax_dispatch.txt), three times the launch's GPU time at
+    B = 1. Grid (B * 2 * NUM_BLOCKS + B * NUM_BLOCKS,): every program takes a ticket from an atomic
+    counter; the first B * 2 * NUM_BLOCKS tickets run the stats programs (bonus row on programs of
+    its own), the others the decide-emit programs, which wait until every stats program has arrived,
+    and the last of request b's decide-emit programs to arrive runs its finish. No deadlock whatever
+    the GPU keeps resident: a waiting program's ticket is above every stats ticket, and those are
+    held by programs already running, which wait for nothing. The same program bodies as the three
+    launches, all with config.num_warps = config.decide_num_warps (K <= 1), so the same tokens."""
+    stats_programs = B * 2 * num_blocks
+    ticket = tl.atomic_add(counters_ptr, 1, sem="relaxed", scope="gpu")
+    if ticket < stats_programs:
+        _stats_program(target_logits_ptr, draft_logits_ptr, seeds_ptr, positions_ptr, temperature_ptr,
+                       num_draft_tokens_ptr, V, K, target_batch_stride, target_row_stride, draft_batch_stride,
+                       draft_row_stride, stats_ptr, row_score_ptr, row_index_ptr, ticket // (2 * num_blocks),
+                       (ticket // num_blocks) % 2, ticket % num_blocks, 2, num_blocks, STRICT, ONE_HOT, False, FP64,
+                       BLOCK_V, ROW_ALIGN, VOCAB_ALIGN, FAST_MATH, True)
+        tl.debug_barrier()  # every thread's stores before the one release
+        tl.atomic_add(counters_ptr + 1, 1, sem="release", scope="gpu")
+    else:
+        b = (ticket - stats_programs) // num_blocks
+        _decide_emit_program(
+            target_logits_ptr, draft_logits_ptr, draft_tokens_ptr, num_draft_tokens_ptr, seeds_ptr, positions_ptr,
+            temperature_ptr, stats_ptr, row_score_ptr, row_index_ptr, V, K, B, target_batch_stride,
+            target_row_stride, draft_batch_stride, draft_row_stride, emit_score_ptr, emit_index_ptr, emit_row_ptr,
+            emit_mode_ptr, b, (ticket - stats_programs) % num_blocks, num_blocks, counters_ptr + 1, stats_programs,
+            STRICT, ONE_HOT, FP64, BLOCK_V, ROW_ALIGN, VOCAB_ALIGN, FAST_MATH, BLOCK_K, REDUCE_BLOCK, False, True)
+        tl.debug_barrier()
+        if tl.atomic_add(counters_ptr + 2 + b, 1, sem="acq_rel", scope="gpu") == num_blocks - 1:
+            _finish_program(draft_tokens_ptr, emit_row_ptr, emit_mode_ptr, row_score_ptr, row_index_ptr,
+                            emit_score_ptr, emit_index_ptr, num_blocks, K, B, tokens_ptr, num_sampled_ptr, b, FP64,
+                            BLOCK_K, REDUCE_BLOCK, True, False)
 
 
 @triton.jit
