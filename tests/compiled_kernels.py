@@ -7,8 +7,8 @@ cuobjdump ship with triton). Run in its own process: TRITON_INTERPRET must be 0 
 
 `--exact-math` compiles with FAST_MATH=False (the interpreter's code path) as a control.
 `--decide-layouts` prints instead the layouts of the rejection decision's tensors in both launch plans.
-`--pdl-order` prints instead which arguments the global accesses of the PDL-chained launches derive
-from, before and after their griddepcontrol.wait.
+`--pdl-order` prints instead which arguments the global accesses of the PDL-chained launches (and of
+rejection_one_launch_kernel) derive from, before and after they wait for the previous phase.
 """
 
 import collections
@@ -81,7 +81,8 @@ _REGISTER = re.compile(r"%[a-z]+\d+")
 def global_access_sources(compiled, kernel):
     """The kernel arguments that the address of each global load or store in the PTX derives from,
     in text order -> [(instruction, "before wait" | "after wait", sorted argument names)], "before
-    wait" meaning above the first griddepcontrol.wait (PTX registers are virtual, so a register's
+    wait" meaning above the first griddepcontrol.wait or acquiring load or atomic (rejection_one_launch_kernel
+    waits with those for the stats programs' arrivals; PTX registers are virtual, so a register's
     definitions are few: a backward walk over them finds every argument an address depends on,
     through arithmetic and through loaded values)."""
     arguments = [name for i, name in enumerate(kernel.arg_names) if i not in kernel.constexprs]  # PTX params
@@ -90,7 +91,7 @@ def global_access_sources(compiled, kernel):
     wait_seen = False
     for line in compiled.asm["ptx"].splitlines():
         code = line.split("//")[0].strip().rstrip(";")
-        if "griddepcontrol.wait" in line:
+        if "griddepcontrol.wait" in line or re.search(r"\b(ld|atom)\.global[\w.]*\.(acquire|acq_rel)\b", line):
             wait_seen = True
         if not code or code.startswith((".", "$", "{", "}")):
             continue
@@ -149,11 +150,17 @@ def pdl_order(types):
         launches[f"rejection_finish_kernel K={k}"] = (kernels.rejection_finish_kernel, dict(
             FP64=False, BLOCK_K=config.block_k, REDUCE_BLOCK=config.reduce_block, STATS_ROW_IN_EMIT=True, PDL=True),
             config.per_request_num_warps)
+    config = kernels.rejection_launch_config(151936, 1, (2 * 151936, 151936, 151936, 151936), False)
+    launches["rejection_one_launch_kernel K=1"] = (kernels.rejection_one_launch_kernel, dict(
+        STRICT=False, ONE_HOT=False, FP64=False, BLOCK_V=config.block_v, ROW_ALIGN=16, VOCAB_ALIGN=config.vocab_align,
+        FAST_MATH=True, BLOCK_K=config.block_k, REDUCE_BLOCK=config.reduce_block), config.num_warps)
     report = {}
     for name, (kernel, constexprs, num_warps) in launches.items():
         compiled = compile_for_sm90(kernel, types, constexprs, num_warps)
-        sides = {"before wait": set(), "after wait": set()}
-        for _, when, names in global_access_sources(compiled, kernel):
+        sides = {"loads before wait": set(), "stores before wait": set(), "after wait": set()}
+        for instruction, when, names in global_access_sources(compiled, kernel):
+            if when == "before wait":
+                when = ("loads " if instruction.startswith("ld") else "stores ") + when
             sides[when] |= set(names)
         report[name] = {side: sorted(names) for side, names in sides.items()}
     return report
@@ -185,7 +192,7 @@ def main():
     }
     if "--pdl-order" in sys.argv:
         print(json.dumps(pdl_order({**types, "emit_score_ptr": "*fp32", "emit_index_ptr": "*i32",
-                                    "tokens_ptr": "*i32", "num_sampled_ptr": "*i32"})))
+                                    "tokens_ptr": "*i32", "num_sampled_ptr": "*i32", "counters_ptr": "*i32"})))
         return
     if "--decide-layouts" in sys.argv:
         print(json.dumps(decide_layouts(types)))

@@ -99,12 +99,19 @@ def test_chained_launches_touch_only_the_op_inputs_before_their_wait():
     """Under PDL a launch starts while the previous one runs; griddepcontrol.wait is what makes the
     previous launch's writes visible. A load of its outputs above the wait would read stale memory
     now and then (a race no token test can be sure to catch), so every global access above the wait
-    in the compiled PTX must derive from the op's inputs alone."""
+    in the compiled PTX must derive from the op's inputs alone. rejection_one_launch_kernel (JAX)
+    waits with an acquiring load of the stats programs' arrival count instead: above it nothing
+    loads the partials."""
     report = compiled_facts("--pdl-order")
     control = report.pop("early_read_kernel (control)")
-    assert "stats_ptr" in control["before wait"], control  # the check can fail
+    assert "stats_ptr" in control["loads before wait"], control  # the check can fail
+    one_launch = report.pop("rejection_one_launch_kernel K=1")
     assert len(report) == 4, report
     for name, sides in report.items():
-        pointers_before = {arg for arg in sides["before wait"] if arg.endswith("_ptr")}
-        assert pointers_before and pointers_before <= OP_INPUTS, (name, sides)
+        loads_before = {arg for arg in sides["loads before wait"] if arg.endswith("_ptr")}
+        assert loads_before and loads_before <= OP_INPUTS, (name, sides)
+        assert not sides["stores before wait"], (name, sides)
         assert PREVIOUS_LAUNCH_OUTPUTS[name.split()[0]] <= set(sides["after wait"]), (name, sides)
+    loads_before = {arg for arg in one_launch["loads before wait"] if arg.endswith("_ptr")}
+    assert loads_before <= OP_INPUTS | {"counters_ptr"}, one_launch
+    assert {"stats_ptr", "row_score_ptr", "row_index_ptr", "emit_score_ptr"} <= set(one_launch["after wait"]), one_launch

@@ -72,7 +72,8 @@ def _dependent_launches(device: torch.device, config) -> bool:
     """Whether the launches of a small batch form a programmatic dependent launch chain
     (kernels.rejection.dependent_launch): on Hopper and newer GPUs (griddepcontrol), compiled code
     only (config.fast_math is off in the interpreter). jax-triton cannot launch that way, so JAX runs
-    the same three launches without it. Tests patch this function."""
+    the same three launches without it (at K <= 1 as one: kernels.rejection_one_launch_kernel).
+    Tests patch this function."""
     return config.fast_math and torch.cuda.get_device_capability(device)[0] >= 9
 
 

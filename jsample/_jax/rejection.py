@@ -73,7 +73,7 @@ def rejection_sample(target_logits, draft_tokens, num_draft_tokens, seeds, posit
     draft_tokens = jnp.asarray(draft_tokens) if k > 0 else jnp.zeros((1,), jnp.int32)  # k == 0: never read
     options = dict(num_stages=config.num_stages, enable_fp_fusion=config.enable_fp_fusion)
     f32, i32 = jnp.float32, jnp.int32
-    # small batches: three launches, the bonus row on stats programs of its own (BONUS_PROGRAMS)
+    # small batches: three launches (one at K <= 1), the bonus row on stats programs of its own (BONUS_PROGRAMS)
     three_launches = kernels.decide_in_emit(batch, config)
     stats_shapes = [jax.ShapeDtypeStruct((batch * max(k, 1), STATS_PER_BLOCK * config.num_blocks * words), f32),
                     jax.ShapeDtypeStruct((batch * rows, config.num_blocks * words), f32),

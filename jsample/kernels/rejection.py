@@ -48,7 +48,10 @@ at every K, on programs of its own (BONUS_PROGRAMS: grid (B, max(K, 1) + 1, NUM_
 that accept every draft then skip the second launch's pass, and at K <= 1 the row-0 programs get
 shorter. At B = 1 on an H200: 12.3 -> 11.4 us at K = 1; 12.6 -> 10.9 us at K = 4 and 13.9 -> 12.5
 us at K = 8 when every draft is accepted, and no loss when draft 0 is rejected. The launch copies
-row a_b's stats partials into its emit partials (STATS_ROW_IN_EMIT). Tokens never depend on the plan. Three
+row a_b's stats partials into its emit partials (STATS_ROW_IN_EMIT). JAX, which cannot chain launches
+with PDL and pays host time for each, runs the three as one launch at K <= 1
+(`rejection_one_launch_kernel`: the same program bodies, ordered by an atomic ticket counter).
+Tokens never depend on the plan. Three
 dependent phases stay (the normalisers, then the decision and row a_b's pass, then the argmax of its
 partials); with no work at all they take 1.6-1.9x a one-launch read of the logits at B = 1 on an
 H200 (benchmarks/results/explore_phase_floor.txt).
@@ -931,9 +934,11 @@ def rejection_one_launch_kernel(
     BLOCK_K: tl.constexpr,  # next power of two >= K + 1
     REDUCE_BLOCK: tl.constexpr,  # next power of two >= NUM_BLOCKS
 ):
-    """The three launches of a small batch at K <= 1 in one, for JAX, where each launch costs ~9 us
-    of host time (benchmarks/results/explore_jax_dispatch.txt), three times the launch's GPU time at
-    B = 1. Grid (B * 2 * NUM_BLOCKS + B * NUM_BLOCKS,): every program takes a ticket from an atomic
+    """The three launches of a small batch at K <= 1 in one, for JAX, where every launch costs host
+    time (a trivial jax-triton kernel takes 8.6 us a call inside a jitted program on an H200:
+    benchmarks/results/explore_jax_dispatch.txt) and PDL is not available: at B = 1, 64 calls in one
+    jitted program took 25.5-29.9 us a call as three launches, 14.8-17.2 us as one
+    (explore_one_launch.txt). Grid (B * 2 * NUM_BLOCKS + B * NUM_BLOCKS,): every program takes a ticket from an atomic
     counter; the first B * 2 * NUM_BLOCKS tickets run the stats programs (bonus row on programs of
     its own), the others the decide-emit programs, which wait until every stats program has arrived,
     and the last of request b's decide-emit programs to arrive runs its finish. No deadlock whatever
