@@ -12,6 +12,7 @@ from jsample.rates import (  # plain Python: no jax import
     resolve_synthetic_acceptance_rates,
     unconditional_to_conditional_rates,
 )
+from jsample.seeds import seed_words
 
 _JAX_API = {
     "gumbel_sample": "jsample._jax.gumbel",
@@ -25,6 +26,7 @@ __all__ = [
     "__version__",
     "acceptance_length_to_rates",
     "resolve_synthetic_acceptance_rates",
+    "seed_words",
     "unconditional_to_conditional_rates",
     *_JAX_API,
 ]

@@ -2,6 +2,6 @@
 
 __version__ = "0.1.0"
 
-# Version of the random-stream contract in shared/STREAM.md that every kernel implements.
+# Version of the random-stream contract in docs/STREAM.md that every kernel implements.
 # Any change to which random words feed which token is a new stream version, never a quiet fix.
 STREAM_VERSION = 1

@@ -24,6 +24,12 @@ def _check_count(op: str, name: str, value) -> int:
 
 
 def _check_number(op: str, name: str, value) -> float:
+    """A finite real number: a Python or NumPy number, or a one-element array of any framework
+    (the elements of a jax.Array or torch.Tensor of rates are 0-d arrays)."""
+    if getattr(value, "shape", None) is not None and tuple(value.shape) in ((), (1,)) and not isinstance(value, bool):
+        dtype = str(getattr(value, "dtype", ""))
+        if "float" in dtype or "int" in dtype:
+            value = float(value.item() if hasattr(value, "item") else value)
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(float(value)):
         raise ValueError(f"{op}: {name} must be a finite number, got {value!r}.")
     return float(value)
@@ -64,7 +70,10 @@ def acceptance_length_to_rates(length, num_speculative_tokens) -> list:
     Raises:
         ValueError: K is not an integer >= 0, or L is not a finite number in [1, K + 1].
     """
-    op = "acceptance_length_to_rates"
+    return _length_to_rates("acceptance_length_to_rates", length, num_speculative_tokens)
+
+
+def _length_to_rates(op: str, length, num_speculative_tokens) -> list:
     k = _check_count(op, "num_speculative_tokens", num_speculative_tokens)
     length = _check_number(op, "length", length)
     if not 1.0 <= length <= k + 1:
@@ -122,5 +131,5 @@ def resolve_synthetic_acceptance_rates(num_speculative_tokens, rates=None, lengt
         raise ValueError(f"{op}: exactly one of rates and length must be given, got "
                          f"{'both' if rates is not None else 'neither'}.")
     if length is not None:
-        return acceptance_length_to_rates(length, k)
+        return _length_to_rates(op, length, k)
     return _check_unconditional_rates(op, rates, k)

@@ -11,7 +11,12 @@ from typing import NamedTuple
 
 LOGIT_DTYPES = ("float32", "bfloat16", "float16")
 SEED_DTYPES = ("int32", "uint32", "int64")
+SEED_WORD_DTYPES = ("uint32", "int32")  # [B, 2] (low, high) words of 64-bit seeds
 POSITION_DTYPES = ("int32", "int64")
+FLOAT_DTYPES = ("float32", "float64", "bfloat16", "float16")  # temperature, top_p, min_p: read as float32
+INTEGER_DTYPES = ("int32", "int64", "int16", "int8", "uint8", "uint16", "uint32", "uint64")  # top_k: int64
+FLOAT32_MAX = 3.4028234663852886e38
+MAX_VOCAB = 2**30  # jsample.kernels.gumbel.MAX_VOCAB (no kernel import here)
 
 
 class ArraySpec(NamedTuple):
@@ -46,29 +51,46 @@ def check_batch_vector(op: str, name: str, spec: ArraySpec, batch: int) -> None:
 
 
 def check_seeds_positions(op: str, seeds, positions, batch: int) -> None:
-    check_array(op, "seeds", seeds, "[B]")
-    check_dtype(op, "seeds", seeds, SEED_DTYPES,
-                " Seeds are integers; a 64-bit unsigned seed can be passed as int64 (same bits)."
-                if seeds.dtype == "uint64" else "")
-    check_batch_vector(op, "seeds", seeds, batch)
+    check_array(op, "seeds", seeds, "[B] or [B, 2]")
+    if len(seeds.shape) == 2 and tuple(seeds.shape) == (batch, 2):  # (low, high) uint32 words
+        check_dtype(op, "seeds", seeds, SEED_WORD_DTYPES, " Seeds of shape [B, 2] are the (low, high) 32-bit words "
+                    "of 64-bit seeds.")
+    else:
+        check_dtype(op, "seeds", seeds, SEED_DTYPES,
+                    " Seeds are integers; a 64-bit unsigned seed can be passed as int64 (same bits)."
+                    if seeds.dtype == "uint64" else "")
+        if tuple(seeds.shape) != (batch,):
+            raise ValueError(f"{op}: seeds must be a 1-D array [B] or a 2-D array [B, 2] of (low, high) 32-bit words "
+                             f"with B = {batch} (the batch size of the logits), got shape {tuple(seeds.shape)}.")
     check_array(op, "positions", positions, "[B]")
     check_dtype(op, "positions", positions, POSITION_DTYPES)
     check_batch_vector(op, "positions", positions, batch)
 
 
+def _as_float(value) -> float:
+    """float(value), or inf for an integer too large for a float (float(10**400) raises)."""
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf if value > 0 else -math.inf
+
+
 def check_temperature(op: str, temperature, batch: int) -> None:
-    """A float32 array of shape [B] or (), or a finite Python/NumPy number >= 0."""
+    """A floating array of shape [B] or () (read as float32; values unchecked), or a number in
+    [0, float32 max] (below 1e-5 means greedy)."""
     if isinstance(temperature, ArraySpec):
-        check_dtype(op, "temperature", temperature, ("float32",))
+        check_dtype(op, "temperature", temperature, FLOAT_DTYPES, " It is read as float32.")
         if tuple(temperature.shape) not in ((batch,), ()):
             raise ValueError(f"{op}: temperature must be a number or an array of shape [B] with B = {batch}, "
                              f"got shape {tuple(temperature.shape)}.")
         return
     if isinstance(temperature, bool) or not isinstance(temperature, numbers.Real):
-        raise TypeError(f"{op}: temperature must be a float32 array [B] or a number, "
+        raise TypeError(f"{op}: temperature must be a float array [B] or (), or a number, "
                         f"got {type(temperature).__name__}.")
-    if not (math.isfinite(float(temperature)) and float(temperature) >= 0):
-        raise ValueError(f"{op}: temperature must be finite and >= 0 (0 means greedy), got {temperature!r}.")
+    value = _as_float(temperature)
+    if not (0 <= value <= FLOAT32_MAX):
+        raise ValueError(f"{op}: temperature must be finite, >= 0 and at most the float32 maximum 3.4028235e38 "
+                         f"(below 1e-5 means greedy), got {temperature!r}.")
 
 
 def check_logits(op: str, name: str, spec, expected_shape_text: str, allowed=LOGIT_DTYPES) -> None:
@@ -79,8 +101,8 @@ def check_logits(op: str, name: str, spec, expected_shape_text: str, allowed=LOG
                          f"got shape {tuple(spec.shape)}.")
     check_dtype(op, name, spec, allowed)
     vocab = spec.shape[-1]
-    if not 1 <= vocab < 2**31:
-        raise ValueError(f"{op}: {name} must have a vocabulary size V in [1, 2**31), got V = {vocab}.")
+    if not 1 <= vocab <= MAX_VOCAB:
+        raise ValueError(f"{op}: {name} must have a vocabulary size V in [1, 2**30], got V = {vocab}.")
 
 
 def check_gumbel_sample(op: str, logits, seeds, positions, temperature, fp64, draft) -> None:
@@ -163,14 +185,15 @@ def check_synthetic_rejection_sample(op: str, target_tokens, draft_tokens, num_d
 
 
 def check_filter(op: str, name: str, value, batch: int) -> None:
-    """top_k / top_p / min_p: None, a number in range, or an array [B] or () (values unchecked: no device
-    reads), as temperature."""
+    """top_k / top_p / min_p: None, a number in range, or an array [B] or () of any integer (top_k) or
+    floating dtype, values unchecked (no device reads: out-of-range values are clamped, STREAM.md)."""
     if value is None:
         return
     integer = name == "top_k"
-    dtype = "int32" if integer else "float32"
+    dtype = "integer" if integer else "float"
     if isinstance(value, ArraySpec):
-        check_dtype(op, name, value, (dtype,))
+        check_dtype(op, name, value, INTEGER_DTYPES if integer else FLOAT_DTYPES,
+                    " It is read as int64." if integer else " It is read as float32.")
         if tuple(value.shape) not in ((batch,), ()):
             raise ValueError(f"{op}: {name} must be a number or an array of shape [B] with B = {batch} (the batch "
                              f"size of the logits) or (), got shape {tuple(value.shape)}.")
@@ -179,9 +202,10 @@ def check_filter(op: str, name: str, value, batch: int) -> None:
     if isinstance(value, bool) or not isinstance(value, kinds):
         raise TypeError(f"{op}: {name} must be None, {'an int' if integer else 'a number'} or {'an' if integer else 'a'} {dtype} array [B] "
                         f"or (), got {type(value).__name__}.")
-    ranges = {"top_k": (0 <= value < 2**31, "an int in [0, 2**31) (0 keeps every token)"),
-              "top_p": (0 < value <= 1, "in (0, 1] (1 keeps every token)"),
-              "min_p": (0 <= value <= 1, "in [0, 1] (0 keeps every token)")}
+    number = value if integer else _as_float(value)
+    ranges = {"top_k": (0 <= number < 2**31, "an int in [0, 2**31) (0 keeps every token)"),
+              "top_p": (0 < number <= 1, "in (0, 1] (1 keeps every token)"),
+              "min_p": (0 <= number <= 1, "in [0, 1] (0 keeps every token)")}
     in_range, expected = ranges[name]
     if not in_range:
         raise ValueError(f"{op}: {name} must be {expected}, got {value!r}.")

@@ -37,12 +37,14 @@ def scalar_bf16_loads(loads):
     return loads.get("ld.global.b16", 0)
 
 
-# SASS instructions per column, with slack for compiler versions; CI's triton gives 51.5 and 74.5.
+# SASS instructions per column, with slack for compiler versions; CI's triton gives 59.5 and 83.5.
 # Static counts: every branch is counted, the emit kernel's residual branch and the masks that only
 # blocks holding a NaN or +inf logit run (gumbel.noisy_scores; about 10 a column, so a finite block
 # runs about 41.5 in gumbel_partial_kernel, and gumbel_sample at B = 256, V = 151936 on an H200 went
-# 83.4 -> 77.6 us when that fallback replaced the masks every block ran).
-INSTRUCTION_BUDGET = {"gumbel_partial_kernel": 53, "rejection_emit_kernel": 78}
+# 83.4 -> 77.6 us when that fallback replaced the masks every block ran), and the overflow check of
+# STREAM.md's clarifications (gumbel.scaled_logits_overflow: 8 static, of which rows with T < 1 run
+# one max of |x| and its reduction; the masks run only in blocks whose largest |x| / T overflows).
+INSTRUCTION_BUDGET = {"gumbel_partial_kernel": 61, "rejection_emit_kernel": 86}
 
 
 @pytest.fixture(scope="module")

@@ -203,7 +203,7 @@ BAD_INPUTS = [
     ("negative top_k", {"top_k": -1}, ValueError,
      "top_k_top_p_sample: top_k must be an int in [0, 2**31) (0 keeps every token), got -1."),
     ("float top_k", {"top_k": 2.5}, TypeError,
-     "top_k_top_p_sample: top_k must be None, an int or an int32 array [B] or (), got float."),
+     "top_k_top_p_sample: top_k must be None, an int or an integer array [B] or (), got float."),
     ("top_p zero", {"top_p": 0.0}, ValueError,
      "top_k_top_p_sample: top_p must be in (0, 1] (1 keeps every token), got 0.0."),
     ("top_p above one", {"top_p": 1.5}, ValueError,
@@ -211,9 +211,15 @@ BAD_INPUTS = [
     ("min_p negative", {"min_p": -0.1}, ValueError,
      "top_k_top_p_sample: min_p must be in [0, 1] (0 keeps every token), got -0.1."),
     ("top_p string", {"top_p": "0.9"}, TypeError,
-     "top_k_top_p_sample: top_p must be None, a number or a float32 array [B] or (), got str."),
-    ("top_k int64 array", {"top_k": np.zeros(3, np.int64)}, TypeError,
-     "top_k_top_p_sample: top_k must have dtype int32, got int64."),
+     "top_k_top_p_sample: top_p must be None, a number or a float array [B] or (), got str."),
+    ("top_k float array", {"top_k": np.zeros(3, np.float32)}, TypeError,
+     "top_k_top_p_sample: top_k must have dtype int32, int64, int16, int8, uint8, uint16, uint32 or uint64, got "
+     "float32. It is read as int64."),
+    ("min_p int array", {"min_p": np.zeros(3, np.int32)}, TypeError,
+     "top_k_top_p_sample: min_p must have dtype float32, float64, bfloat16 or float16, got int32. It is read as "
+     "float32."),
+    ("top_p huge int", {"top_p": 10**400}, ValueError,
+     f"top_k_top_p_sample: top_p must be in (0, 1] (1 keeps every token), got {10**400!r}."),
     ("min_p batch", {"min_p": np.zeros(2, np.float32)}, ValueError,
      "top_k_top_p_sample: min_p must be a number or an array of shape [B] with B = 3 (the batch size of the logits) "
      "or (), got shape (2,)."),

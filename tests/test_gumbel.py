@@ -243,6 +243,8 @@ def test_gumbel_empty_batch(frontend):
     assert out.shape == (0,) and out.dtype == np.int32
 
 
+TEMPERATURE_RANGE = ("temperature must be finite, >= 0 and at most the float32 maximum 3.4028235e38 (below 1e-5 "
+                     "means greedy)")
 BAD_INPUTS = [
     # (description, argument overrides, exception type, message)
     ("1-D logits", {"logits": np.zeros(5, np.float32)}, ValueError,
@@ -252,7 +254,7 @@ BAD_INPUTS = [
     ("int logits", {"logits": np.zeros((3, 5), np.int32)}, TypeError,
      "gumbel_sample: logits must have dtype float32, bfloat16 or float16, got int32."),
     ("empty vocabulary", {"logits": np.zeros((3, 0), np.float32)}, ValueError,
-     "gumbel_sample: logits must have a vocabulary size V in [1, 2**31), got V = 0."),
+     "gumbel_sample: logits must have a vocabulary size V in [1, 2**30], got V = 0."),
     ("float seeds", {"seeds": np.zeros(3, np.float32)}, TypeError,
      "gumbel_sample: seeds must have dtype int32, uint32 or int64, got float32."),
     ("bool seeds", {"seeds": np.zeros(3, bool)}, TypeError,
@@ -261,24 +263,33 @@ BAD_INPUTS = [
      "gumbel_sample: seeds must have dtype int32, uint32 or int64, got uint64. Seeds are integers; "
      "a 64-bit unsigned seed can be passed as int64 (same bits)."),
     ("seeds batch", {"seeds": np.zeros(4, np.int64)}, ValueError,
-     "gumbel_sample: seeds must be a 1-D array [B] with B = 3 (the batch size of the logits), got shape (4,)."),
+     "gumbel_sample: seeds must be a 1-D array [B] or a 2-D array [B, 2] of (low, high) 32-bit words with B = 3 "
+     "(the batch size of the logits), got shape (4,)."),
     ("2-D seeds", {"seeds": np.zeros((3, 1), np.int64)}, ValueError,
-     "gumbel_sample: seeds must be a 1-D array [B] with B = 3 (the batch size of the logits), got shape (3, 1)."),
-    ("list seeds", {"seeds": [1, 2, 3]}, TypeError, "gumbel_sample: seeds must be an array [B], got list."),
+     "gumbel_sample: seeds must be a 1-D array [B] or a 2-D array [B, 2] of (low, high) 32-bit words with B = 3 "
+     "(the batch size of the logits), got shape (3, 1)."),
+    ("int64 seed words", {"seeds": np.zeros((3, 2), np.int64)}, TypeError,
+     "gumbel_sample: seeds must have dtype uint32 or int32, got int64. Seeds of shape [B, 2] are the (low, high) "
+     "32-bit words of 64-bit seeds."),
+    ("list seeds", {"seeds": [1, 2, 3]}, TypeError, "gumbel_sample: seeds must be an array [B] or [B, 2], got list."),
     ("float positions", {"positions": np.zeros(3, np.float64)}, TypeError,
      "gumbel_sample: positions must have dtype int32 or int64, got float64."),
     ("uint32 positions", {"positions": np.zeros(3, np.uint32)}, TypeError,
      "gumbel_sample: positions must have dtype int32 or int64, got uint32."),
     ("positions batch", {"positions": np.zeros(2, np.int64)}, ValueError,
      "gumbel_sample: positions must be a 1-D array [B] with B = 3 (the batch size of the logits), got shape (2,)."),
-    ("negative temperature", {"temperature": -0.5}, ValueError,
-     "gumbel_sample: temperature must be finite and >= 0 (0 means greedy), got -0.5."),
-    ("nan temperature", {"temperature": float("nan")}, ValueError,
-     "gumbel_sample: temperature must be finite and >= 0 (0 means greedy), got nan."),
+    ("negative temperature", {"temperature": -0.5}, ValueError, f"gumbel_sample: {TEMPERATURE_RANGE}, got -0.5."),
+    ("nan temperature", {"temperature": float("nan")}, ValueError, f"gumbel_sample: {TEMPERATURE_RANGE}, got nan."),
+    ("inf temperature", {"temperature": float("inf")}, ValueError, f"gumbel_sample: {TEMPERATURE_RANGE}, got inf."),
+    ("temperature above float32", {"temperature": 3.5e38}, ValueError,
+     f"gumbel_sample: {TEMPERATURE_RANGE}, got 3.5e+38."),
+    ("huge int temperature", {"temperature": 10**400}, ValueError,
+     f"gumbel_sample: {TEMPERATURE_RANGE}, got {10**400!r}."),
     ("bool temperature", {"temperature": True}, TypeError,
-     "gumbel_sample: temperature must be a float32 array [B] or a number, got bool."),
-    ("float64 temperature", {"temperature": np.ones(3, np.float64)}, TypeError,
-     "gumbel_sample: temperature must have dtype float32, got float64."),
+     "gumbel_sample: temperature must be a float array [B] or (), or a number, got bool."),
+    ("int temperature array", {"temperature": np.ones(3, np.int32)}, TypeError,
+     "gumbel_sample: temperature must have dtype float32, float64, bfloat16 or float16, got int32. It is read as "
+     "float32."),
     ("temperature batch", {"temperature": np.ones(2, np.float32)}, ValueError,
      "gumbel_sample: temperature must be a number or an array of shape [B] with B = 3, got shape (2,)."),
     ("fp64 flag", {"fp64": 1}, TypeError, "gumbel_sample: fp64 must be True or False, got 1 (int)."),

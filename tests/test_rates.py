@@ -81,7 +81,7 @@ def test_rates_resolve():
      "num_speculative_tokens must be an integer >= 0, got -1."),
     (lambda: resolve_synthetic_acceptance_rates(2.0, length=1), "resolve_synthetic_acceptance_rates: "
      "num_speculative_tokens must be an integer >= 0, got 2.0."),
-    (lambda: resolve_synthetic_acceptance_rates(3, length=4.5), "acceptance_length_to_rates: length must be in "
+    (lambda: resolve_synthetic_acceptance_rates(3, length=4.5), "resolve_synthetic_acceptance_rates: length must be in "
      "[1, K + 1] = [1, 4] (accepted drafts + 1), got 4.5."),
     (lambda: acceptance_length_to_rates(0.5, 3), "acceptance_length_to_rates: length must be in [1, K + 1] = [1, 4] "
      "(accepted drafts + 1), got 0.5."),

@@ -466,7 +466,8 @@ def _error_cases():
          "rejection_sample: method must be 'probabilistic' or 'strict', got 'typical'."),
         (dict(fp64=1), TypeError, "rejection_sample: fp64 must be True or False, got 1 (int)."),
         (dict(temperature=-1.0), ValueError,
-         "rejection_sample: temperature must be finite and >= 0 (0 means greedy), got -1.0."),
+         "rejection_sample: temperature must be finite, >= 0 and at most the float32 maximum 3.4028235e38 (below "
+         "1e-5 means greedy), got -1.0."),
     ]
 
 

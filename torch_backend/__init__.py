@@ -9,6 +9,7 @@ from jsample.rates import (
     resolve_synthetic_acceptance_rates,
     unconditional_to_conditional_rates,
 )
+from jsample.seeds import seed_words
 from torch_backend.filtered import top_k_top_p_sample
 from torch_backend.gumbel import gumbel_sample
 from torch_backend.rejection import rejection_sample, synthetic_rejection_sample
@@ -20,6 +21,7 @@ __all__ = [
     "gumbel_sample",
     "rejection_sample",
     "resolve_synthetic_acceptance_rates",
+    "seed_words",
     "synthetic_rejection_sample",
     "top_k_top_p_sample",
     "unconditional_to_conditional_rates",

@@ -19,11 +19,36 @@ def check_devices(op: str, reference: torch.Tensor, **tensors) -> None:
             check_same_device(op, name, tensor.device, reference.device)
 
 
+def dense(tensor: torch.Tensor) -> torch.Tensor:
+    """`tensor` with its own contiguous storage: the kernels index per-request arrays densely, so
+    stride-0 (expanded), strided and offset views are copied first (a no-op for dense tensors).
+    Unsigned 32-bit words are copied as int32 (same bits): torch copies few uint32 kernels."""
+    if tensor.is_contiguous():
+        return tensor
+    if tensor.dtype == torch.uint32:
+        return tensor.view(torch.int32).contiguous().view(torch.uint32)
+    return tensor.contiguous()
+
+
+def seed_words(seeds: torch.Tensor) -> int:
+    """The kernels' SEED_WORDS: 2 for [B, 2] (low, high) words, 1 for [B] seeds."""
+    return 2 if seeds.dim() == 2 else 1
+
+
+def per_row(value, batch: int, dtype: torch.dtype, device) -> torch.Tensor:
+    """A per-request value as a dense [B] tensor of `dtype`: a tensor [B] or () is converted (a float
+    as float32, an integer that is neither int32 nor int64 as int64) and broadcast; a number is filled."""
+    if isinstance(value, torch.Tensor):
+        if value.dtype != dtype and not (dtype == torch.int64 and value.dtype == torch.int32):
+            value = value.to(dtype)
+        return dense(value.expand(batch))
+    return torch.full((batch,), value, dtype=dtype, device=device)
+
+
 def temperature_array(temperature, batch: int, device) -> torch.Tensor:
     """Per-row temperatures as a float32 device tensor [B] (a number is broadcast, never read back)."""
-    if isinstance(temperature, torch.Tensor):
-        return temperature.expand(batch).contiguous()
-    return torch.full((batch,), float(temperature), dtype=torch.float32, device=device)
+    return per_row(temperature if isinstance(temperature, torch.Tensor) else float(temperature), batch,
+                   torch.float32, device)
 
 
 def check_runnable(op: str, device) -> None:

@@ -6,7 +6,7 @@ import torch
 
 from jsample import kernels
 from jsample.validation import check_rejection_sample, check_synthetic_rejection_sample
-from torch_backend._launch import check_devices, check_runnable, spec, temperature_array
+from torch_backend._launch import check_devices, check_runnable, dense, seed_words, spec, temperature_array
 
 
 def rejection_sample(target_logits, draft_tokens, num_draft_tokens, seeds, positions, temperature, *,
@@ -24,7 +24,8 @@ def rejection_sample(target_logits, draft_tokens, num_draft_tokens, seeds, posit
       target model's (the speculative-sampling theorem) when the drafts were sampled from q.
     * method="strict": d_j is accepted iff it equals the stream-0 Gumbel-max sample of row j; at the
       first rejection that sample is emitted.
-    * Rows of a request with T_b == 0 are greedy under either method: accept iff d_j == argmax_k
+    * Rows of a request with T_b < 1e-5, and rows whose scaled logits overflow float32 (the target's,
+      or for a decision row the draft's: docs/STREAM.md), are greedy under either method: accept iff d_j == argmax_k
       target_logits[b, j, k]; emit that argmax at the first rejection.
     * All n_b drafts accepted: the bonus token is the stream-0 Gumbel-max sample of row n_b, equal to
       `gumbel_sample(target_logits[:, n_b], seeds, positions + n_b, temperature)`.
@@ -39,10 +40,10 @@ def rejection_sample(target_logits, draft_tokens, num_draft_tokens, seeds, posit
         draft_tokens: [B, K] int32. Entries at j >= n_b are ignored; a draft outside [0, V) is
             always rejected.
         num_draft_tokens: [B] int32, n_b in [0, K] (unchecked; values outside are clamped).
-        seeds: [B] int32, uint32 or int64; the element's value is the 64-bit seed.
+        seeds: as `gumbel_sample`: [B] int32, uint32 or int64, or [B, 2] (low, high) 32-bit words.
         positions: [B] int32 or int64, the position of row 0 (>= 0, unchecked).
-        temperature: [B] or scalar float32 tensor, or a finite number >= 0; 0 means greedy.
-            Tensor values are not checked.
+        temperature: as `gumbel_sample`: a number in [0, 3.4e38], or a [B] or scalar tensor of any float
+            dtype (values unchecked: below 1e-5, negative and NaN are greedy).
         draft_logits: [B, K, V] float32, or None for one-hot drafts. Ignored by method="strict".
         method: "probabilistic" or "strict".
         fp64: FP64 softmax, ratios, uniforms and scores instead of FP32.
@@ -63,8 +64,7 @@ def rejection_sample(target_logits, draft_tokens, num_draft_tokens, seeds, posit
     if draft_logits is not None and draft_logits.stride(2) != 1:
         draft_logits = draft_logits.contiguous()
     return _rejection_sample_op(
-        target_logits, draft_tokens.contiguous(), num_draft_tokens.contiguous(), seeds.contiguous(),
-        positions.contiguous(), temperature_array(temperature, target_logits.shape[0], target_logits.device),
+        target_logits, dense(draft_tokens), dense(num_draft_tokens), dense(seeds), dense(positions), temperature_array(temperature, target_logits.shape[0], target_logits.device),
         None if method == "strict" else draft_logits, method == "strict", fp64)
 
 
@@ -113,7 +113,7 @@ def _rejection_sample_op(target_logits: torch.Tensor, draft_tokens: torch.Tensor
         STRICT=strict, ONE_HOT=one_hot, BONUS_IN_STATS=config.bonus_in_stats and not three_launches,
         BONUS_PROGRAMS=three_launches, FP64=fp64,
         BLOCK_V=config.block_v, ROW_ALIGN=config.row_align, VOCAB_ALIGN=config.vocab_align,
-        FAST_MATH=config.fast_math, PDL=pdl, num_warps=config.num_warps, **options)
+        FAST_MATH=config.fast_math, PDL=pdl, SEED_WORDS=seed_words(seeds), num_warps=config.num_warps, **options)
     emit_row = torch.empty(batch, dtype=torch.int32, device=device)
     emit_mode = torch.empty(batch, dtype=torch.int32, device=device)
     emit_score = torch.empty(2 * batch, config.num_blocks * words, dtype=torch.float32, device=device)
@@ -125,23 +125,24 @@ def _rejection_sample_op(target_logits: torch.Tensor, draft_tokens: torch.Tensor
             STRICT=strict, ONE_HOT=one_hot, FP64=fp64,
             BLOCK_V=config.block_v, ROW_ALIGN=config.row_align, VOCAB_ALIGN=config.vocab_align,
             FAST_MATH=config.fast_math, BLOCK_K=config.block_k, REDUCE_BLOCK=config.reduce_block, PDL=pdl,
-            num_warps=config.decide_num_warps, **chained, **options)
+            SEED_WORDS=seed_words(seeds), num_warps=config.decide_num_warps, **chained, **options)
     else:
         log_normalizer = torch.empty(batch, 2 * words, dtype=torch.float32, device=device)
         kernels.rejection_decide_kernel[(batch,)](
             target_logits, draft, draft_tokens, num_draft_tokens, seeds, positions, temperature, stats, row_score,
             row_index, vocab, k, *strides, config.num_blocks, emit_row, emit_mode, log_normalizer,
             STRICT=strict, ONE_HOT=one_hot, BONUS_IN_STATS=config.bonus_in_stats, FP64=fp64,
-            BLOCK_K=config.block_k, REDUCE_BLOCK=config.reduce_block,
+            BLOCK_K=config.block_k, REDUCE_BLOCK=config.reduce_block, SEED_WORDS=seed_words(seeds),
             num_warps=config.decide_num_warps, **options)
         kernels.rejection_emit_kernel[(batch, config.num_blocks)](
             target_logits, draft, draft_tokens, seeds, positions, temperature, emit_row, emit_mode, log_normalizer,
             vocab, k, batch, *strides, emit_score, emit_index,
             ONE_HOT=one_hot, FP64=fp64, BLOCK_V=config.block_v, ROW_ALIGN=config.row_align,
-            VOCAB_ALIGN=config.vocab_align, FAST_MATH=config.fast_math, num_warps=config.num_warps, **options)
+            VOCAB_ALIGN=config.vocab_align, FAST_MATH=config.fast_math, SEED_WORDS=seed_words(seeds),
+            num_warps=config.num_warps, **options)
     kernels.rejection_finish_kernel[(batch,)](
-        draft_tokens, emit_row, emit_mode, row_score, row_index, emit_score, emit_index, config.num_blocks, k, batch,
-        tokens, num_sampled, FP64=fp64, BLOCK_K=config.block_k, REDUCE_BLOCK=config.reduce_block,
+        target_logits, draft_tokens, emit_row, emit_mode, row_score, row_index, emit_score, emit_index,
+        config.num_blocks, k, batch, vocab, strides[0], strides[1], tokens, num_sampled, FP64=fp64, BLOCK_K=config.block_k, REDUCE_BLOCK=config.reduce_block,
         STATS_ROW_IN_EMIT=three_launches, PDL=pdl,
         num_warps=config.per_request_num_warps, **chained, **options)
     return tokens, num_sampled
@@ -170,7 +171,7 @@ def synthetic_rejection_sample(target_tokens, draft_tokens, num_draft_tokens, se
         target_tokens: [B, K+1] int32, the target's sampled token of each row (e.g. gumbel_sample's).
         draft_tokens: [B, K] int32 (entries at j >= n_b ignored).
         num_draft_tokens: [B] int32, n_b in [0, K] (unchecked; clamped).
-        seeds: [B] int32, uint32 or int64.
+        seeds: as `gumbel_sample`: [B] int32, uint32 or int64, or [B, 2] (low, high) 32-bit words.
         positions: [B] int32 or int64, the position of row 0.
         conditional_rates: float32 [K] (one schedule) or [B, K] (one per request), values in [0, 1]
             (unchecked: reading them would synchronise).
@@ -185,9 +186,8 @@ def synthetic_rejection_sample(target_tokens, draft_tokens, num_draft_tokens, se
     check_devices(op, target_tokens, draft_tokens=draft_tokens, num_draft_tokens=num_draft_tokens, seeds=seeds,
                   positions=positions, conditional_rates=conditional_rates)
     check_runnable(op, target_tokens.device)
-    return _synthetic_rejection_sample_op(target_tokens.contiguous(), draft_tokens.contiguous(),
-                                          num_draft_tokens.contiguous(), seeds.contiguous(), positions.contiguous(),
-                                          conditional_rates.contiguous(), fp64)
+    return _synthetic_rejection_sample_op(dense(target_tokens), dense(draft_tokens), dense(num_draft_tokens), dense(seeds),
+                                          dense(positions), dense(conditional_rates), fp64)
 
 
 @torch.library.custom_op("jsample::synthetic_rejection_sample", mutates_args=())
@@ -208,8 +208,8 @@ def _synthetic_rejection_sample_op(target_tokens: torch.Tensor, draft_tokens: to
     kernels.synthetic_rejection_kernel[(batch,)](
         target_tokens, draft_tokens, num_draft_tokens, seeds, positions, conditional_rates,
         k, k if conditional_rates.dim() == 2 else 0, tokens, num_sampled,
-        FP64=fp64, BLOCK_K=config.block_k, num_warps=config.per_request_num_warps, num_stages=config.num_stages,
-        enable_fp_fusion=config.enable_fp_fusion)
+        FP64=fp64, BLOCK_K=config.block_k, SEED_WORDS=seed_words(seeds), num_warps=config.per_request_num_warps,
+        num_stages=config.num_stages, enable_fp_fusion=config.enable_fp_fusion)
     return tokens, num_sampled
 
 

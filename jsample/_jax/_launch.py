@@ -36,20 +36,52 @@ def on_gpu() -> bool:
 
 
 def spec(op: str, name: str, value):
-    """An ArraySpec for an array (traced or concrete), the value itself otherwise."""
-    if isinstance(value, np.ndarray) and value.dtype.itemsize == 8 and not jax.config.jax_enable_x64:
+    """An ArraySpec for an array (traced or concrete), the value itself otherwise.
+
+    A 64-bit NumPy integer array is refused with x64 off, where JAX would narrow it to 32 bits (a seed
+    or position would change silently); 64-bit floats are read as float32 anyway."""
+    if (isinstance(value, np.ndarray) and value.dtype.kind in "iu" and value.dtype.itemsize == 8
+            and not jax.config.jax_enable_x64):
+        hint = ", or pass 64-bit seeds as [B, 2] uint32 (low, high) words (jsample.seed_words)" if name == "seeds" else ""
         raise TypeError(f"{op}: {name} has dtype {value.dtype}, which JAX narrows to 32 bits unless "
-                        "jax_enable_x64 is on; enable it or pass a 32-bit array.")
+                        f"jax_enable_x64 is on; enable it or pass a 32-bit array{hint}.")
     if isinstance(value, (jax.Array, np.ndarray)):
-        return ArraySpec(tuple(value.shape), jnp.dtype(value.dtype).name)
+        dtype = value.dtype
+        name = "float0" if dtype == jax.dtypes.float0 else jnp.dtype(dtype).name
+        return ArraySpec(tuple(value.shape), name)
     return value
+
+
+def seed_words(seeds) -> int:
+    """The kernels' SEED_WORDS: 2 for [B, 2] (low, high) words, 1 for [B] seeds."""
+    return 2 if len(seeds.shape) == 2 else 1
+
+
+def per_row(value, batch: int, dtype) -> jax.Array:
+    """A per-request value as a [B] array: an array [B] or () is converted (a float as float32, an
+    integer that is neither int32 nor int64 as int64, int32 with x64 off) and broadcast; a number is
+    filled."""
+    if isinstance(value, (jax.Array, np.ndarray)):
+        value = jnp.asarray(value)
+        if value.dtype != dtype and not (dtype == jnp.int64 and value.dtype in (jnp.int32, jnp.int64)):
+            value = value.astype(dtype if jax.config.jax_enable_x64 or dtype != jnp.int64 else jnp.int32)
+        return jnp.broadcast_to(value, (batch,))
+    return jnp.full((batch,), value, dtype=dtype if jax.config.jax_enable_x64 or dtype != jnp.int64 else jnp.int32)
 
 
 def temperature_array(temperature, batch: int) -> jax.Array:
     """Per-row temperatures as a float32 array [B]; a number is broadcast."""
-    if isinstance(temperature, (jax.Array, np.ndarray)):
-        return jnp.broadcast_to(jnp.asarray(temperature), (batch,))
-    return jnp.full((batch,), float(temperature), dtype=jnp.float32)
+    return per_row(temperature if isinstance(temperature, (jax.Array, np.ndarray)) else float(temperature), batch,
+                   jnp.float32)
+
+
+_FLOAT_BITS = {2: jnp.uint16, 4: jnp.uint32, 8: jnp.uint64}
+
+
+def _as_bits(dtype):
+    """The unsigned dtype that carries a floating dtype's bits through a host callback (the callback
+    may flush subnormal floats to zero: JAX's CPU runtime runs with flush-to-zero), or None."""
+    return _FLOAT_BITS[jnp.dtype(dtype).itemsize] if jnp.issubdtype(dtype, jnp.floating) else None
 
 
 def launch(kernel, *args, grid, out_shapes, num_warps, num_stages, enable_fp_fusion, zeroed_outputs=(),
@@ -70,14 +102,20 @@ def launch(kernel, *args, grid, out_shapes, num_warps, num_stages, enable_fp_fus
 
     from jsample.kernels.host import launch_on_host
 
+    # every float crosses the callback as its bits (see _as_bits)
     array_positions = [i for i, a in enumerate(args) if not isinstance(a, int)]
+    array_dtypes = [jnp.dtype(args[i].dtype) for i in array_positions]
+    arrays = [jax.lax.bitcast_convert_type(args[i], _as_bits(d)) if _as_bits(d) else args[i]
+              for i, d in zip(array_positions, array_dtypes)]
+    bits_shapes = [jax.ShapeDtypeStruct(s.shape, _as_bits(s.dtype) or s.dtype) for s in out_shapes]
 
-    def run_on_host(*arrays):
+    def run_on_host(*host_arrays):
         host_args = list(args)
-        for i, array in zip(array_positions, arrays):
-            host_args[i] = np.ascontiguousarray(array)
+        for i, array, dtype in zip(array_positions, host_arrays, array_dtypes):
+            host_args[i] = np.ascontiguousarray(array).view(dtype)
         outputs = [(np.zeros if i in zeroed_outputs else np.empty)(s.shape, s.dtype) for i, s in enumerate(out_shapes)]
         launch_on_host(kernel, grid, *host_args, *outputs, **constexprs)
-        return outputs
+        return [o.view(b.dtype) for o, b in zip(outputs, bits_shapes)]
 
-    return jax.pure_callback(run_on_host, list(out_shapes), *[args[i] for i in array_positions])
+    results = jax.pure_callback(run_on_host, bits_shapes, *arrays)
+    return [jax.lax.bitcast_convert_type(r, s.dtype) if _as_bits(s.dtype) else r for r, s in zip(results, out_shapes)]

@@ -4,17 +4,9 @@ import jax
 import jax.numpy as jnp
 
 from jsample import kernels
-from jsample._jax._launch import launch, spec, temperature_array
+from jsample._jax._launch import launch, per_row, seed_words, spec, temperature_array
 from jsample.kernels.filtered import MAX_CHUNKS, STATE_WORDS
 from jsample.validation import check_top_k_top_p_sample
-
-
-def _per_row(value, batch: int, dtype):
-    if value is None:
-        return None
-    if isinstance(value, jax.Array) or hasattr(value, "shape"):
-        return jnp.broadcast_to(jnp.asarray(value), (batch,))  # [B], or () for every row
-    return jnp.full((batch,), value, dtype=dtype)
 
 
 def top_k_top_p_sample(logits, seeds, positions, temperature, *, top_k=None, top_p=None, min_p=None,
@@ -26,7 +18,7 @@ def top_k_top_p_sample(logits, seeds, positions, temperature, *, top_k=None, top
     mass of the tokens with a larger logit is < top_p of the kept mass (masses in fixed point,
     2**-24 of the largest token's); min-p keeps a token iff p >= min_p * max p. The token is
     `gumbel_sample`'s (stream 0) on the row with every other logit at -inf, so without filters it
-    is gumbel_sample's token bit for bit. Greedy rows (T == 0) are the argmax, unfiltered.
+    is gumbel_sample's token bit for bit. Greedy rows (as `gumbel_sample`'s) are the argmax, unfiltered.
 
     Determinism: a row's token depends only on its logits row, seed, position, temperature, filter
     values and `fp64`: not on the batch, row order or jit (the kept set is found with integer sums),
@@ -35,10 +27,15 @@ def top_k_top_p_sample(logits, seeds, positions, temperature, *, top_k=None, top
 
     Args:
         logits, seeds, positions, temperature, fp64: as `gumbel_sample`.
-        top_k: None, an int >= 0, or an int32 array [B] or (); 0 (or >= V) keeps every token.
-        top_p: None, a number in (0, 1], or a float32 array [B] or (); 1 keeps every token. Array values
-            are not checked: >= 1 or NaN keeps every token, <= 0 keeps the largest logit only.
-        min_p: None, a number in [0, 1], or a float32 array [B] or (); 0 keeps every token.
+        top_k: None, an int in [0, 2**31), or a [B] or scalar array of any integer dtype (read as
+            int64); 0 (or >= V) keeps every token.
+        top_p: None, a number in (0, 1], or a [B] or scalar array of any float dtype (read as
+            float32); 1 keeps every token.
+        min_p: None, a number in [0, 1], or a [B] or scalar array of any float dtype (read as
+            float32); 0 keeps every token.
+        Array values are not checked; out-of-range ones are clamped (docs/STREAM.md): top_k < 1 or
+        > V keeps all; top_p >= 1 or NaN keeps all, <= 0 keeps only the largest logit; min_p <= 0
+        or NaN keeps all, >= 1 keeps only the largest logit.
 
     Returns:
         [B] int32 token ids.
@@ -54,8 +51,8 @@ def top_k_top_p_sample(logits, seeds, positions, temperature, *, top_k=None, top
     config = kernels.filtered_launch_config(batch, vocab, vocab, jnp.dtype(logits.dtype).name, fp64)
     plan = kernels.filtered_plan(config, top_k is not None, top_p is not None)
     temperature = temperature_array(temperature, batch)
-    top_k, top_p, min_p = (_per_row(v, batch, d) for v, d in ((top_k, jnp.int32), (top_p, jnp.float32),
-                                                                 (min_p, jnp.float32)))
+    top_k, top_p, min_p = (None if v is None else per_row(v, batch, d)
+                           for v, d in ((top_k, jnp.int64), (top_p, jnp.float32), (min_p, jnp.float32)))
     has_min_p = min_p is not None
     unused = temperature  # stands for the filters a call does not have: never read
     top_k, top_p, min_p = (unused if v is None else v for v in (top_k, top_p, min_p))
@@ -72,7 +69,7 @@ def top_k_top_p_sample(logits, seeds, positions, temperature, *, top_k=None, top
             PHASE=step.phase, PREV_PHASE=step.prev_phase, CAPTURE_NORMALIZER=step.capture_normalizer,
             KEY_SHIFT=config.key_shift, FP64=fp64, THREADS=32 * config.num_warps, VEC=config.vec,
             ROW_ALIGN=gumbel.row_align, VOCAB_ALIGN=gumbel.vocab_align, WAYS=config.ways,
-            MAX_CHUNKS=MAX_CHUNKS, num_warps=config.num_warps, **options)
+            MAX_CHUNKS=MAX_CHUNKS, WIDE_SUMS=config.wide_sums, num_warps=config.num_warps, **options)
     words = 2 if fp64 else 1  # f64 partial scores are stored as two f32 words
     sample = plan[-1]
     partial_score, partial_index = launch(
@@ -84,9 +81,9 @@ def top_k_top_p_sample(logits, seeds, positions, temperature, *, top_k=None, top
         PREV_PHASE=sample.prev_phase, CAPTURE_NORMALIZER=sample.capture_normalizer, HAS_MIN_P=has_min_p,
         KEY_SHIFT=config.key_shift, FP64=fp64, BLOCK_V=gumbel.block_v, ROW_ALIGN=gumbel.row_align,
         VOCAB_ALIGN=gumbel.vocab_align, FAST_MATH=gumbel.fast_math, WAYS=config.ways, MAX_CHUNKS=MAX_CHUNKS,
-        num_warps=gumbel.num_warps, **options)
+        SEED_WORDS=seed_words(seeds), num_warps=gumbel.num_warps, **options)
     (tokens,) = launch(
-        kernels.argmax_reduce_kernel, partial_score, partial_index, gumbel.num_blocks,
+        kernels.argmax_reduce_kernel, partial_score, partial_index, logits, vocab, vocab, gumbel.num_blocks,
         grid=(batch,), out_shapes=[jax.ShapeDtypeStruct((batch,), jnp.int32)],
         FP64=fp64, REDUCE_BLOCK=gumbel.reduce_block, num_warps=1, **options)
     return tokens

@@ -4,7 +4,7 @@ import jax
 import jax.numpy as jnp
 
 from jsample import kernels
-from jsample._jax._launch import launch, spec, temperature_array
+from jsample._jax._launch import launch, seed_words, spec, temperature_array
 from jsample.validation import check_gumbel_sample
 
 
@@ -13,8 +13,9 @@ def gumbel_sample(logits, seeds, positions, temperature, *, fp64=False, draft=Fa
 
     `u_bk` is the stream-0 (or, with `draft=True`, stream-1) uniform of column k for
     (seeds[b], positions[b]) as defined in STREAM.md (version 1); g(u) = -log(-log1p(-u)).
-    T_b == 0 is greedy: argmax_k logits[b, k]. Ties go to the lowest column; -inf, +inf and NaN
-    logits are never chosen; a row with no finite logit gives -1.
+    T_b < 1e-5 is greedy: argmax_k logits[b, k]; so is a row in which some finite logits[b, k] / T_b
+    overflows float32 (docs/STREAM.md, "Clarifications of version 1"). Ties go to the lowest
+    column; -inf, +inf and NaN logits are never chosen; a row with no finite logit gives -1.
 
     Determinism: a row's token depends only on its logits row, seed, position, temperature and the
     `fp64`/`draft` flags: not on the batch, row order, vocabulary padding, jit or sharding, and it
@@ -23,10 +24,15 @@ def gumbel_sample(logits, seeds, positions, temperature, *, fp64=False, draft=Fa
 
     Args:
         logits: [B, V] float32, bfloat16 or float16.
-        seeds: [B] int32, uint32 or int64 (int64 needs jax_enable_x64); the value is the 64-bit seed.
+        seeds: [B] int32, uint32 or int64 (the value is the 64-bit seed), or [B, 2] uint32 or int32
+            (low, high) words of 64-bit seeds (`jsample.seed_words`). With jax_enable_x64 off, JAX
+            narrows an int64 array to int32 before the op sees it: eagerly a NumPy int64 array is
+            refused, but under jax.jit it arrives narrowed (the seed's high bits lost), so pass words.
         positions: [B] int32 or int64, the position of the token being drawn (>= 0, unchecked).
-        temperature: [B] or scalar float32 array, or a finite number >= 0; 0 means greedy.
-            Array values are not checked: negative values sample softmax(logits / T), NaN gives -1.
+        temperature: a number in [0, 3.4e38] (below 1e-5 is greedy), or a [B] or scalar array of any
+            float dtype, read as float32. Array values, and Python numbers traced by jax.jit (they
+            are arrays then), are not checked: below 1e-5, negative and NaN are greedy, +inf
+            samples uniformly, as in torch for a tensor of the same value.
         fp64: FP64 uniforms, noise and scores instead of FP32 (works with jax_enable_x64 off).
         draft: draw from stream 1 (draft-token sampling) instead of stream 0.
 
@@ -43,17 +49,18 @@ def gumbel_sample(logits, seeds, positions, temperature, *, fp64=False, draft=Fa
     words = 2 if fp64 else 1  # f64 partial scores are stored as two f32 words
     launch_options = dict(num_warps=config.num_warps, num_stages=config.num_stages,
                           enable_fp_fusion=config.enable_fp_fusion)
+    logits = jnp.asarray(logits)
     partial_score, partial_index = launch(
-        kernels.gumbel_partial_kernel, jnp.asarray(logits), jnp.asarray(seeds), jnp.asarray(positions),
+        kernels.gumbel_partial_kernel, logits, jnp.asarray(seeds), jnp.asarray(positions),
         temperature_array(temperature, batch), vocab, vocab,
         grid=(batch, config.num_blocks),
         out_shapes=[jax.ShapeDtypeStruct((batch, config.num_blocks * words), jnp.float32),
                     jax.ShapeDtypeStruct((batch, config.num_blocks), jnp.int32)],
         STREAM=1 if draft else 0, FP64=fp64, BLOCK_V=config.block_v, ROW_ALIGN=config.row_align,
-        VOCAB_ALIGN=config.vocab_align, FAST_MATH=config.fast_math,
+        VOCAB_ALIGN=config.vocab_align, FAST_MATH=config.fast_math, SEED_WORDS=seed_words(seeds),
         **launch_options)
     (tokens,) = launch(
-        kernels.argmax_reduce_kernel, partial_score, partial_index, config.num_blocks,
+        kernels.argmax_reduce_kernel, partial_score, partial_index, logits, vocab, vocab, config.num_blocks,
         grid=(batch,), out_shapes=[jax.ShapeDtypeStruct((batch,), jnp.int32)],
         FP64=fp64, REDUCE_BLOCK=config.reduce_block, **{**launch_options, "num_warps": 1})
     return tokens

@@ -4,7 +4,7 @@ import jax
 import jax.numpy as jnp
 
 from jsample import kernels
-from jsample._jax._launch import launch, spec, temperature_array
+from jsample._jax._launch import launch, seed_words, spec, temperature_array
 from jsample.kernels.rejection import STATS_PER_BLOCK
 from jsample.validation import check_rejection_sample, check_synthetic_rejection_sample
 
@@ -24,7 +24,8 @@ def rejection_sample(target_logits, draft_tokens, num_draft_tokens, seeds, posit
       target model's (the speculative-sampling theorem) when the drafts were sampled from q.
     * method="strict": d_j is accepted iff it equals the stream-0 Gumbel-max sample of row j; at the
       first rejection that sample is emitted.
-    * Rows of a request with T_b == 0 are greedy under either method: accept iff d_j == argmax_k
+    * Rows of a request with T_b < 1e-5, and rows whose scaled logits overflow float32 (the target's,
+      or for a decision row the draft's: docs/STREAM.md), are greedy under either method: accept iff d_j == argmax_k
       target_logits[b, j, k]; emit that argmax at the first rejection.
     * All n_b drafts accepted: the bonus token is the stream-0 Gumbel-max sample of row n_b, equal to
       `gumbel_sample(target_logits[:, n_b], seeds, positions + n_b, temperature)`.
@@ -38,10 +39,10 @@ def rejection_sample(target_logits, draft_tokens, num_draft_tokens, seeds, posit
         draft_tokens: [B, K] int32. Entries at j >= n_b are ignored; a draft outside [0, V) is
             always rejected.
         num_draft_tokens: [B] int32, n_b in [0, K] (unchecked; values outside are clamped).
-        seeds: [B] int32, uint32 or int64 (int64 needs jax_enable_x64); the value is the 64-bit seed.
+        seeds: as `gumbel_sample`: [B] int32, uint32 or int64, or [B, 2] (low, high) 32-bit words.
         positions: [B] int32 or int64, the position of row 0 (>= 0, unchecked).
-        temperature: [B] or scalar float32 array, or a finite number >= 0; 0 means greedy.
-            Array values are not checked.
+        temperature: as `gumbel_sample`: a number in [0, 3.4e38], or a [B] or scalar array of any float
+            dtype (values unchecked: below 1e-5, negative and NaN are greedy).
         draft_logits: [B, K, V] float32, or None for one-hot drafts. Ignored by method="strict".
         method: "probabilistic" or "strict".
         fp64: FP64 softmax, ratios, uniforms and scores instead of FP32 (works with jax_enable_x64 off).
@@ -93,7 +94,7 @@ def rejection_sample(target_logits, draft_tokens, num_draft_tokens, seeds, posit
             zeroed_outputs=(7,),  # the ticket and arrival counters
             STRICT=strict, ONE_HOT=one_hot, FP64=fp64, BLOCK_V=config.block_v, ROW_ALIGN=config.row_align,
             VOCAB_ALIGN=config.vocab_align, FAST_MATH=config.fast_math, BLOCK_K=config.block_k,
-            REDUCE_BLOCK=config.reduce_block, num_warps=config.num_warps, **options)
+            REDUCE_BLOCK=config.reduce_block, SEED_WORDS=seed_words(seeds), num_warps=config.num_warps, **options)
         return tokens, num_sampled
     stats, row_score, row_index = launch(
         kernels.rejection_stats_kernel, target_logits, draft, seeds, positions, temperature, num_draft_tokens,
@@ -101,7 +102,8 @@ def rejection_sample(target_logits, draft_tokens, num_draft_tokens, seeds, posit
         out_shapes=stats_shapes,
         STRICT=strict, ONE_HOT=one_hot, BONUS_IN_STATS=config.bonus_in_stats and not three_launches,
         BONUS_PROGRAMS=three_launches, FP64=fp64, BLOCK_V=config.block_v, ROW_ALIGN=config.row_align,
-        VOCAB_ALIGN=config.vocab_align, FAST_MATH=config.fast_math, num_warps=config.num_warps, **options)
+        VOCAB_ALIGN=config.vocab_align, FAST_MATH=config.fast_math, SEED_WORDS=seed_words(seeds),
+        num_warps=config.num_warps, **options)
     if three_launches:  # no PDL: jax-triton cannot chain them
         emit_score, emit_index, emit_row, emit_mode = launch(
             kernels.rejection_decide_emit_kernel, target_logits, draft, draft_tokens, num_draft_tokens, seeds,
@@ -111,7 +113,7 @@ def rejection_sample(target_logits, draft_tokens, num_draft_tokens, seeds, posit
             STRICT=strict, ONE_HOT=one_hot, FP64=fp64,
             BLOCK_V=config.block_v, ROW_ALIGN=config.row_align, VOCAB_ALIGN=config.vocab_align,
             FAST_MATH=config.fast_math, BLOCK_K=config.block_k, REDUCE_BLOCK=config.reduce_block,
-            num_warps=config.decide_num_warps, **options)
+            SEED_WORDS=seed_words(seeds), num_warps=config.decide_num_warps, **options)
     else:
         emit_row, emit_mode, log_normalizer = launch(
             kernels.rejection_decide_kernel, target_logits, draft, draft_tokens, num_draft_tokens, seeds, positions,
@@ -121,16 +123,17 @@ def rejection_sample(target_logits, draft_tokens, num_draft_tokens, seeds, posit
                         jax.ShapeDtypeStruct((batch, 2 * words), f32)],
             STRICT=strict, ONE_HOT=one_hot, BONUS_IN_STATS=config.bonus_in_stats, FP64=fp64,
             BLOCK_K=config.block_k, REDUCE_BLOCK=config.reduce_block,
-            num_warps=config.decide_num_warps, **options)
+            SEED_WORDS=seed_words(seeds), num_warps=config.decide_num_warps, **options)
         emit_score, emit_index = launch(
             kernels.rejection_emit_kernel, target_logits, draft, draft_tokens, seeds, positions, temperature,
             emit_row, emit_mode, log_normalizer, vocab, k, batch, *strides,
             grid=(batch, config.num_blocks), out_shapes=emit_shapes,
             ONE_HOT=one_hot, FP64=fp64, BLOCK_V=config.block_v, ROW_ALIGN=config.row_align,
-            VOCAB_ALIGN=config.vocab_align, FAST_MATH=config.fast_math, num_warps=config.num_warps, **options)
+            VOCAB_ALIGN=config.vocab_align, FAST_MATH=config.fast_math, SEED_WORDS=seed_words(seeds),
+            num_warps=config.num_warps, **options)
     tokens, num_sampled = launch(
-        kernels.rejection_finish_kernel, draft_tokens, emit_row, emit_mode, row_score, row_index, emit_score,
-        emit_index, config.num_blocks, k, batch,
+        kernels.rejection_finish_kernel, target_logits, draft_tokens, emit_row, emit_mode, row_score, row_index,
+        emit_score, emit_index, config.num_blocks, k, batch, vocab, strides[0], strides[1],
         grid=(batch,),
         out_shapes=[jax.ShapeDtypeStruct((batch, rows), i32), jax.ShapeDtypeStruct((batch,), i32)],
         FP64=fp64, BLOCK_K=config.block_k, REDUCE_BLOCK=config.reduce_block,
@@ -155,7 +158,7 @@ def synthetic_rejection_sample(target_tokens, draft_tokens, num_draft_tokens, se
         target_tokens: [B, K+1] int32, the target's sampled token of each row (e.g. gumbel_sample's).
         draft_tokens: [B, K] int32 (entries at j >= n_b ignored).
         num_draft_tokens: [B] int32, n_b in [0, K] (unchecked; clamped).
-        seeds: [B] int32, uint32 or int64.
+        seeds: as `gumbel_sample`: [B] int32, uint32 or int64, or [B, 2] (low, high) 32-bit words.
         positions: [B] int32 or int64, the position of row 0.
         conditional_rates: float32 [K] (one schedule) or [B, K] (one per request), values in [0, 1]
             (unchecked).
@@ -183,5 +186,6 @@ def synthetic_rejection_sample(target_tokens, draft_tokens, num_draft_tokens, se
         jnp.asarray(num_draft_tokens), jnp.asarray(seeds), jnp.asarray(positions), jnp.asarray(conditional_rates),
         k, rates_batch_stride, grid=(batch,),
         out_shapes=[jax.ShapeDtypeStruct((batch, rows), jnp.int32), jax.ShapeDtypeStruct((batch,), jnp.int32)],
-        FP64=fp64, BLOCK_K=config.block_k, num_warps=config.per_request_num_warps, num_stages=config.num_stages,
+        FP64=fp64, BLOCK_K=config.block_k, SEED_WORDS=seed_words(seeds), num_warps=config.per_request_num_warps,
+        num_stages=config.num_stages,
         enable_fp_fusion=config.enable_fp_fusion))

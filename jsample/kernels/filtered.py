@@ -13,10 +13,15 @@ With s = x / T (FP32, as gumbel_sample) and e_k = exp(s_k - max s) = p_k / p_max
   V = 151936, no more than FP32 sums of the probabilities would;
 * min-p (0 < min_p): token k is kept iff e_k >= min_p.
 
+Filter values outside their range are clamped (docs/STREAM.md, "Clarifications of version 1"):
+top_k < 1 or >= the number of finite logits keeps all; top_p >= 1 or NaN keeps all, top_p <= 0
+keeps only the tokens equal to the largest logit; min_p <= 0 or NaN keeps all, min_p >= 1 keeps only
+the tokens equal to the largest logit (e = 1 exactly there).
+
 The token is then `gumbel_sample` of the row with every other logit set to -inf, computed by the very
 same code (block_noise, noisy_scores), so with no filter it is gumbel_sample's token bit for bit.
-Greedy rows (T == 0) are not filtered (the largest logit is always kept, so nothing would change),
-nor are rows with T < 0 or NaN (unchecked device values).
+Greedy rows (T < 1e-5 or NaN, and rows whose scaled logits overflow: gumbel.py) are not filtered
+(the largest logit is always kept, so nothing would change).
 
 Every filter keeps the tokens whose logit is >= a threshold (e is non-decreasing in x), so each
 threshold is found by searching an order-preserving integer key of the logits: 32 bits for float32,
@@ -45,19 +50,23 @@ import triton
 import triton.language as tl
 
 from jsample.kernels.gumbel import (
+    GREEDY_BELOW,
     GumbelLaunchConfig,
     aligned,
     block_noise,
     gumbel_launch_config,
     inverse_temperature,
+    is_greedy,
     load_block,
     noisy_scores,
+    scaled_logits_overflow,
     store_block_best,
 )
+from jsample.kernels.stream import load_seed
 
 MAX_CHUNKS = 64  # chunks per row in the search launches (a power of two)
 MASS_SCALE = 2.0**24  # fixed-point unit of the top-p masses, relative to the largest token's
-MAX_COLUMNS_PER_THREAD = 64  # per chunk: int32 mass sums stay below 64 * 2**24 = 2**30
+MAX_COLUMNS_PER_THREAD = 64  # per chunk: int32 mass sums stay below 64 * 2**24 = 2**30 (int64 beyond)
 PHASE_STATS = 0
 PHASE_TOP_K = 1
 PHASE_TOP_P = 2
@@ -71,6 +80,7 @@ _TOP_P = tl.constexpr(PHASE_TOP_P)
 _SAMPLE = tl.constexpr(PHASE_SAMPLE)
 _MASS_SCALE = tl.constexpr(MASS_SCALE)
 _STATE_WORDS = tl.constexpr(STATE_WORDS)
+_GREEDY_BELOW = tl.constexpr(GREEDY_BELOW)
 
 
 @dataclass(frozen=True)
@@ -84,6 +94,7 @@ class FilteredLaunchConfig:
     num_chunks: int  # programs per row in the stats and search launches
     chunk: int  # columns per chunk, a multiple of threads * vec
     vec: int  # contiguous columns a thread loads at once: 16 bytes
+    wide_sums: bool  # chunk > MAX_COLUMNS_PER_THREAD per thread (V > 524288): int64 per-thread mass sums
     num_warps: int = 4
     num_stages: int = 1
     enable_fp_fusion: bool = False  # no FMA contraction: the same rounding as the NumPy reference
@@ -101,7 +112,6 @@ def filtered_launch_config(batch: int, vocab_size: int, row_stride: int, dtype_n
     # fewer tiles hide their load latency by occupancy (2 chunks a row at B = 256 took 2 ms)
     chunks = max(1, min(MAX_CHUNKS, tiles, max(triton.cdiv(vocab_size, 4096), 512 // max(batch, 1))))
     chunk = triton.cdiv(tiles, chunks) * tile
-    assert chunk <= MAX_COLUMNS_PER_THREAD * 32 * num_warps
     # Each pivot costs a compare and an add per column: 16 pivots make large launches compute-bound,
     # 4 pivots keep them near the read rate with twice the launches, which small ones pay in
     # latency. The kept set is exact either way.
@@ -114,6 +124,7 @@ def filtered_launch_config(batch: int, vocab_size: int, row_stride: int, dtype_n
         num_chunks=triton.cdiv(vocab_size, chunk),
         chunk=chunk,
         vec=vec,
+        wide_sums=chunk > MAX_COLUMNS_PER_THREAD * 32 * num_warps,
         num_warps=num_warps,
     )
 
@@ -180,8 +191,9 @@ def _tile_keys(row_ptr, start, V, KEY_SHIFT: tl.constexpr, THREADS: tl.constexpr
 
 @triton.jit
 def _filtered_row(temperature, count):
-    """Whether the filters apply to the row: T > 0 (not greedy, not negative or NaN) and a finite logit."""
-    return (temperature > 0) & (count > 0)
+    """Whether the filters apply to the row: T >= 1e-5 (not greedy: gumbel.is_greedy) and a finite
+    logit (rows that overflow are filtered too, and then sampled greedily by the reduce launch)."""
+    return (temperature >= _GREEDY_BELOW) & (count > 0)
 
 
 @triton.jit
@@ -270,6 +282,7 @@ def filter_step_kernel(
     VOCAB_ALIGN: tl.constexpr,  # gumbel.aligned: the row's masked loads stay vectorised
     WAYS: tl.constexpr,
     MAX_CHUNKS: tl.constexpr,
+    WIDE_SUMS: tl.constexpr = False,  # config.wide_sums
 ):
     """PHASE_STATS: per chunk, the largest and smallest finite key and the finite count (lanes 0-2).
     PHASE_TOP_K / PHASE_TOP_P: per chunk, the count / the fixed-point mass of the keys >= each of
@@ -313,8 +326,8 @@ def filter_step_kernel(
             pivots = (lo + ((hi - lo) * ways) // WAYS).to(tl.int32)[:, None, None]
             # per-thread accumulators, reduced once at the end (a reduction per tile cost a shuffle
             # tree per tile: 2 ms at B = 256 on an H200); int32: a thread adds at most
-            # MAX_COLUMNS_PER_THREAD counts, or masses <= 2**24
-            above = tl.zeros([WAYS, THREADS], tl.int32)
+            # MAX_COLUMNS_PER_THREAD counts, or masses <= 2**24 (longer chunks: int64, WIDE_SUMS)
+            above = tl.zeros([WAYS, THREADS], tl.int64 if WIDE_SUMS else tl.int32)
             start = first
             while start < first + chunk:
                 x, key, finite = _tile_keys(row_ptr, start, V, KEY_SHIFT, THREADS, VEC)
@@ -325,17 +338,17 @@ def filter_step_kernel(
                 else:
                     e = _relative_probability(x, temperature, key_max, KEY_SHIFT, FP64)
                     mass = (e * _MASS_SCALE).to(tl.int32)  # floor: e >= 0
-                    above += tl.sum(tl.where(is_above, mass[None, :, :], 0), axis=1)
+                    above += tl.sum(tl.where(is_above, mass[None, :, :], 0), axis=1).to(above.dtype)
             tl.store(out + ways, tl.sum(above.to(tl.int64), axis=1))
 
 
 @triton.jit
 def filtered_partial_kernel(
     logits_ptr,  # [B, V] f32|bf16|f16, rows `row_stride` elements apart, columns contiguous
-    seeds_ptr,  # [B] i32|u32|i64
+    seeds_ptr,  # [B] i32|u32|i64, or [B, 2] u32 words (SEED_WORDS = 2)
     positions_ptr,  # [B] i32|i64
     temperature_ptr,  # [B] f32
-    top_k_ptr,  # [B] i32
+    top_k_ptr,  # [B] i32|i64
     top_p_ptr,  # [B] f32
     min_p_ptr,  # [B] f32 (read when HAS_MIN_P)
     state_in_ptr,  # from the last filter_step_kernel launch
@@ -356,14 +369,17 @@ def filtered_partial_kernel(
     FAST_MATH: tl.constexpr,
     WAYS: tl.constexpr,
     MAX_CHUNKS: tl.constexpr,
+    SEED_WORDS: tl.constexpr = 1,
 ):
-    """gumbel_partial_kernel (stream 0) on the row with the logits the filters drop set to -inf."""
+    """gumbel_partial_kernel (stream 0) on the row with the logits the filters drop set to -inf; a
+    row whose scaled logits overflow is flagged as in gumbel_partial_kernel (found before the
+    filters drop anything), and the reduce launch samples it greedily."""
     V = aligned(V, VOCAB_ALIGN)
     b = tl.program_id(0)
     block = tl.program_id(1)
     num_blocks = tl.num_programs(1)
     b64 = b.to(tl.int64)
-    seed = tl.load(seeds_ptr + b).to(tl.int64)
+    seed = load_seed(seeds_ptr, b, SEED_WORDS)
     position = tl.load(positions_ptr + b).to(tl.int64)
     temperature = tl.load(temperature_ptr + b)
     key_max, key_min, count, threshold, hi, normalizer = _row_state(
@@ -372,15 +388,20 @@ def filtered_partial_kernel(
     first_col = block * BLOCK_V
     cols = first_col + tl.arange(0, BLOCK_V)
     x = load_block(logits_ptr + tl.multiple_of(b64 * row_stride, ROW_ALIGN), cols, V, FP64)
+    overflow = False
     if _filtered_row(temperature, count):
+        overflow = scaled_logits_overflow(x, temperature)
         x32 = x.to(tl.float32)
         keep = _key(x32, KEY_SHIFT) >= threshold
         if HAS_MIN_P:
-            keep = keep & (_relative_probability(x32, temperature, key_max, KEY_SHIFT, FP64) >= tl.load(min_p_ptr + b))
+            min_p = tl.load(min_p_ptr + b)
+            min_p = tl.where(min_p == min_p, tl.minimum(min_p, 1.0), 0.0)  # clamped; NaN keeps all
+            keep = keep & (_relative_probability(x32, temperature, key_max, KEY_SHIFT, FP64) >= min_p)
         x = tl.where(keep, x, float("-inf"))
-    if temperature == 0:
+    if is_greedy(temperature):
         noise = tl.zeros_like(x)
     else:
         noise = block_noise(seed, position, first_col, 0, BLOCK_V, FP64, FAST_MATH)
     score, best = noisy_scores(x, noise, temperature, FP64, FAST_MATH)
-    store_block_best(partial_score_ptr, partial_index_ptr, b64 * num_blocks + block, score, best, first_col, FP64)
+    store_block_best(partial_score_ptr, partial_index_ptr, b64 * num_blocks + block, score, best, first_col, FP64,
+                     overflow)

@@ -1,4 +1,4 @@
-"""Seeded Gumbel-max sampling: token = argmax_k (x_k / T + g(u_k)), greedy argmax_k x_k when T == 0.
+"""Seeded Gumbel-max sampling: token = argmax_k (x_k / T + g(u_k)), greedy argmax_k x_k when T < 1e-5.
 
 Two launches, both shared by the PyTorch and JAX frontends:
 
@@ -9,7 +9,14 @@ Two launches, both shared by the PyTorch and JAX frontends:
    the lowest column among equal best scores; -1 when the row has no finite logit.
 
 Only finite logits are candidates: -inf, +inf and NaN logits are never chosen, so a row with no
-finite logit gives -1 (STREAM.md). A score that is NaN (e.g. a NaN temperature) is never chosen either.
+finite logit gives -1 (STREAM.md). A score that is NaN is never chosen either.
+
+Greedy rows (docs/STREAM.md, "Clarifications of version 1"): a temperature below 1e-5 (negative
+ones too, and NaN: unchecked device values) is greedy, and so is a row in which some finite x_k / T
+overflows float32 (|x_k| * (1 / T) rounds to inf in FP32). Overflow is found per block, at the cost
+of one max of |x| a column, and only for T < 1, the only temperatures that can scale a finite
+logit past the range; a block that finds it stores its column as -1 - column, and the reduce
+launch then takes the row's greedy argmax itself (`greedy_argmax_row`: only such rows pay for it).
 """
 
 import os
@@ -18,10 +25,13 @@ from dataclasses import dataclass
 import triton
 import triton.language as tl
 
-from jsample.kernels.stream import gumbel_noise, uniform_block
+from jsample.kernels.stream import gumbel_noise, load_seed, uniform_block
 
 _BLOCK_V_MAX = 4096  # 16 KiB of fp32 logits per program: enough bytes in flight, few partials
 _BLOCK_V_MIN = 16
+GREEDY_BELOW = 1e-5  # docs/STREAM.md: a temperature below this is greedy
+_GREEDY_BELOW = tl.constexpr(GREEDY_BELOW)
+MAX_VOCAB = 2**30  # column arithmetic is int32: 2**30 leaves room for a padded last block
 
 
 @dataclass(frozen=True)
@@ -96,6 +106,29 @@ def inverse_temperature(temperature, FP64: tl.constexpr):
 
 
 @triton.jit
+def is_greedy(temperature):
+    """Whether a row with this temperature is greedy: T < 1e-5, and NaN (an unchecked device value:
+    STREAM.md allows -1 only for rows without a finite logit, and NaN scores would give it)."""
+    return not (temperature >= _GREEDY_BELOW)
+
+
+@triton.jit
+def scaled_logits_overflow(x, temperature):
+    """Whether some finite logit of the block `x` has |x| * (1 / T) beyond the FP32 range, with the
+    product rounded in FP32 (as FP32 scores are; the same rule in FP64 mode). Rounding is monotonic,
+    so the largest |x| decides; only T < 1 (1 / T > 1) can overflow a finite logit. The common
+    case costs one max of |x| a column; the masks run only when that max is not finite times 1/T."""
+    inverse_t = 1.0 / temperature.to(tl.float32)
+    overflow = False
+    if inverse_t > 1.0:
+        magnitude = tl.abs(x.to(tl.float32))
+        if not (tl.max(magnitude, axis=0) * inverse_t < float("inf")):  # inf, or NaN in the interpreter
+            finite_max = tl.max(tl.where(magnitude < float("inf"), magnitude, 0.0), axis=0)
+            overflow = finite_max * inverse_t == float("inf")
+    return overflow
+
+
+@triton.jit
 def block_noise(seed, position, first_col, STREAM: tl.constexpr, BLOCK_V: tl.constexpr, FP64: tl.constexpr,
                 FAST_MATH: tl.constexpr):
     """The Gumbel noise g of columns first_col .. first_col + BLOCK_V - 1 (STREAM.md)."""
@@ -121,7 +154,7 @@ def max_flagging_nan(x, FAST_MATH: tl.constexpr):
 
 @triton.jit
 def noisy_scores(x, noise, temperature, FP64: tl.constexpr, FAST_MATH: tl.constexpr):
-    """(scores, their max): the Gumbel-max scores x / T + g (x itself when T == 0: greedy), where
+    """(scores, their max): the Gumbel-max scores x / T + g (x itself when T < 1e-5: greedy), where
     non-candidates (padding, non-finite logits, NaN scores) score -inf. Every Gumbel-max in jsample
     scores with this. FAST_MATH (FP32) fuses the multiply-add: one rounding instead of two.
 
@@ -129,7 +162,7 @@ def noisy_scores(x, noise, temperature, FP64: tl.constexpr, FAST_MATH: tl.conste
     when the block's raw scores hold no NaN or +inf, every raw score above -inf is a candidate and
     the raw scores are the answer: the masks below (3 instructions a column) run only for blocks
     with a NaN or +inf score, which max_flagging_nan finds at the cost of the plain max."""
-    if temperature == 0:
+    if is_greedy(temperature):
         score = x
     else:
         if FAST_MATH and not FP64:
@@ -138,7 +171,7 @@ def noisy_scores(x, noise, temperature, FP64: tl.constexpr, FAST_MATH: tl.conste
             score = x * inverse_temperature(temperature, FP64) + noise
     best = max_flagging_nan(score, FAST_MATH)
     if not (best < float("inf")):
-        if temperature == 0:
+        if is_greedy(temperature):
             candidate = tl.abs(x) < float("inf")  # false for +-inf and NaN
         else:
             # x < inf drops +inf and NaN logits, score > -inf drops NaN scores (and -inf logits)
@@ -153,11 +186,11 @@ def block_scores(logits_ptr, row, row_stride, V, first_col, seed, position, temp
                  STREAM: tl.constexpr, BLOCK_V: tl.constexpr, ROW_ALIGN: tl.constexpr, FP64: tl.constexpr,
                  FAST_MATH: tl.constexpr):
     """(Gumbel-max scores, their max) of one row's columns first_col .. first_col + BLOCK_V - 1 (no
-    noise when T == 0)."""
+    noise when T < 1e-5)."""
     cols = first_col + tl.arange(0, BLOCK_V)
     row_offset = tl.multiple_of(row.to(tl.int64) * row_stride, ROW_ALIGN)
     x = load_block(logits_ptr + row_offset, cols, V, FP64)
-    if temperature == 0:
+    if is_greedy(temperature):
         noise = tl.zeros_like(x)
     else:
         noise = block_noise(seed, position, first_col, STREAM, BLOCK_V, FP64, FAST_MATH)
@@ -165,9 +198,11 @@ def block_scores(logits_ptr, row, row_stride, V, first_col, seed, position, temp
 
 
 @triton.jit
-def store_block_best(partial_score_ptr, partial_index_ptr, out, score, best, first_col, FP64: tl.constexpr):
+def store_block_best(partial_score_ptr, partial_index_ptr, out, score, best, first_col, FP64: tl.constexpr,
+                     overflow=False):
     """The block's best score `best` (= tl.max(score)) and its lowest column, in the layout
-    reduce_block_best reads.
+    reduce_block_best reads; with `overflow` (scaled_logits_overflow) the column is stored as
+    -1 - column, which tells the reduce launch that the row is greedy.
 
     `score` is never NaN (non-candidates score -inf), so the lowest offset holding the max is the
     argmax: 4 instructions per column against 7 for tl.max(return_indices=True), whose combine also
@@ -178,15 +213,16 @@ def store_block_best(partial_score_ptr, partial_index_ptr, out, score, best, fir
         tl.store(partial_score_ptr.to(tl.pointer_type(tl.float64)) + out, best)
     else:
         tl.store(partial_score_ptr + out, best)
-    tl.store(partial_index_ptr + out, (first_col + best_offset).to(tl.int32))
+    column = (first_col + best_offset).to(tl.int32)
+    tl.store(partial_index_ptr + out, tl.where(overflow, -1 - column, column))
 
 
 @triton.jit
 def gumbel_partial_kernel(
     logits_ptr,  # [B, V] f32|bf16|f16, rows `row_stride` elements apart, columns contiguous
-    seeds_ptr,  # [B] i32|u32|i64, the value is the 64-bit seed
+    seeds_ptr,  # [B] i32|u32|i64, or [B, 2] u32 (low, high) words with SEED_WORDS = 2: the 64-bit seed
     positions_ptr,  # [B] i32|i64
-    temperature_ptr,  # [B] f32, 0 = greedy
+    temperature_ptr,  # [B] f32, below 1e-5 = greedy
     V,
     row_stride,
     partial_score_ptr,  # [B, NUM_BLOCKS] f32; with FP64, f64 stored as [B, 2 * NUM_BLOCKS] f32 words
@@ -197,26 +233,54 @@ def gumbel_partial_kernel(
     ROW_ALIGN: tl.constexpr,
     VOCAB_ALIGN: tl.constexpr,  # config.vocab_align
     FAST_MATH: tl.constexpr,
+    SEED_WORDS: tl.constexpr = 1,
 ):
     V = aligned(V, VOCAB_ALIGN)
     row = tl.program_id(0)
     block = tl.program_id(1)
     num_blocks = tl.num_programs(1)
-    seed = tl.load(seeds_ptr + row).to(tl.int64)
+    seed = load_seed(seeds_ptr, row, SEED_WORDS)
     position = tl.load(positions_ptr + row).to(tl.int64)
     temperature = tl.load(temperature_ptr + row)
     first_col = block * BLOCK_V
-    score, best = block_scores(logits_ptr, row, row_stride, V, first_col, seed, position, temperature,
-                               STREAM, BLOCK_V, ROW_ALIGN, FP64, FAST_MATH)
+    cols = first_col + tl.arange(0, BLOCK_V)
+    x = load_block(logits_ptr + tl.multiple_of(row.to(tl.int64) * row_stride, ROW_ALIGN), cols, V, FP64)
+    overflow = False
+    if is_greedy(temperature):
+        noise = tl.zeros_like(x)
+    else:
+        noise = block_noise(seed, position, first_col, STREAM, BLOCK_V, FP64, FAST_MATH)
+        overflow = scaled_logits_overflow(x, temperature)
+    score, best = noisy_scores(x, noise, temperature, FP64, FAST_MATH)
     store_block_best(partial_score_ptr, partial_index_ptr, row.to(tl.int64) * num_blocks + block, score, best,
-                     first_col, FP64)
+                     first_col, FP64, overflow)
 
 
 @triton.jit
-def reduce_block_best(partial_score_ptr, partial_index_ptr, row, num_blocks, FP64: tl.constexpr,
-                      REDUCE_BLOCK: tl.constexpr):
-    """Second stage of every argmax in jsample: the lowest column among row `row`'s best block scores
-    (lowest block on ties, and each block holds its lowest best column); -1 when no score is finite."""
+def greedy_argmax_row(row_ptr, V, BLOCK: tl.constexpr):
+    """argmax_k x_k over the finite logits of one row (lowest column on ties; -1 if none), by one
+    program looping over the row: the reduce launch's fallback for rows that overflow."""
+    best = float("-inf")
+    column = -1
+    start = 0
+    while start < V:  # a while loop: the interpreter cannot range() over a runtime bound
+        cols = start + tl.arange(0, BLOCK)
+        x = tl.load(row_ptr + cols, mask=cols < V, other=float("-inf")).to(tl.float32)
+        x = tl.where(tl.abs(x) < float("inf"), x, float("-inf"))
+        block_best = tl.max(x, axis=0)
+        if block_best > best:  # strictly: an earlier block keeps a tie
+            best = block_best
+            column = tl.min(tl.where(x == block_best, cols, 2147483647), axis=0)
+        start += BLOCK
+    return column
+
+
+@triton.jit
+def reduce_block_best_flagged(partial_score_ptr, partial_index_ptr, row, num_blocks, FP64: tl.constexpr,
+                              REDUCE_BLOCK: tl.constexpr):
+    """Second stage of every argmax in jsample: (the lowest column among row `row`'s best block
+    scores (lowest block on ties, and each block holds its lowest best column), -1 when no score is
+    finite; whether a block flagged the row as overflowing (store_block_best))."""
     blocks = tl.arange(0, REDUCE_BLOCK)
     offsets = row.to(tl.int64) * num_blocks + blocks
     if FP64:
@@ -230,19 +294,34 @@ def reduce_block_best(partial_score_ptr, partial_index_ptr, row, num_blocks, FP6
     columns = tl.load(partial_index_ptr + offsets, mask=blocks < num_blocks, other=0)
     best = tl.max(scores, axis=0)
     column = tl.min(tl.where(scores == best, columns, 2147483647), axis=0)
-    return tl.where(best > float("-inf"), column, -1)
+    return tl.where(best > float("-inf"), column, -1), tl.min(columns, axis=0) < 0
+
+
+@triton.jit
+def reduce_block_best(partial_score_ptr, partial_index_ptr, row, num_blocks, FP64: tl.constexpr,
+                      REDUCE_BLOCK: tl.constexpr):
+    """reduce_block_best_flagged's token, for partials that carry no overflow flag."""
+    token, flagged = reduce_block_best_flagged(partial_score_ptr, partial_index_ptr, row, num_blocks, FP64,
+                                               REDUCE_BLOCK)
+    return token
 
 
 @triton.jit
 def argmax_reduce_kernel(
     partial_score_ptr,  # [B, NUM_BLOCKS] f32; with FP64, f64 stored as [B, 2 * NUM_BLOCKS] f32 words
-    partial_index_ptr,  # [B, NUM_BLOCKS] i32, the best column of each block
+    partial_index_ptr,  # [B, NUM_BLOCKS] i32, the best column of each block (-1 - column: the row overflows)
+    logits_ptr,  # [B, V], the partial launch's logits: read only for rows that overflow
+    V,
+    row_stride,
     num_blocks,
     tokens_ptr,  # [B] i32 output
     FP64: tl.constexpr,
     REDUCE_BLOCK: tl.constexpr,  # next power of two >= num_blocks
 ):
-    """One token per row from gumbel_partial_kernel's block partials."""
+    """One token per row from the block partials; a row whose scaled logits overflow is greedy."""
     row = tl.program_id(0)
-    tl.store(tokens_ptr + row, reduce_block_best(partial_score_ptr, partial_index_ptr, row, num_blocks, FP64,
-                                                 REDUCE_BLOCK))
+    token, overflow = reduce_block_best_flagged(partial_score_ptr, partial_index_ptr, row, num_blocks, FP64,
+                                                REDUCE_BLOCK)
+    if overflow:
+        token = greedy_argmax_row(logits_ptr + row.to(tl.int64) * row_stride, V, 1024)
+    tl.store(tokens_ptr + row, token)

@@ -5,8 +5,8 @@ d_j. Row j is drawn at position P_b + j (STREAM.md, "Rejection sampling"):
 
 * probabilistic, T > 0: p = softmax(x_j / T), q = softmax(y_j / T) (one-hot on d_j without draft
   logits); accept d_j iff u_j < p(d_j) / q(d_j), u_j the stream-2 uniform (call 0) of row j;
-* strict (any T), and greedy rows (T == 0) of either method: accept iff d_j equals the row's
-  stream-0 Gumbel-max sample (the argmax when T == 0);
+* strict (any T), and greedy rows (T < 1e-5) of either method: accept iff d_j equals the row's
+  stream-0 Gumbel-max sample (the argmax when T < 1e-5);
 * a = the first rejected row (a = n_b when all drafts are accepted). Row a emits, with the stream-0
   noise g of row a: after a probabilistic rejection argmax_k (log r_k + g_k), r = max(p - q, 0)
   (p with d_a removed for one-hot drafts), falling back to p when r is all zero; otherwise the
@@ -82,15 +82,20 @@ from jsample.kernels.gumbel import (
     block_scores,
     gumbel_launch_config,
     inverse_temperature,
+    is_greedy,
     load_block,
     max_flagging_nan,
     noisy_scores,
+    greedy_argmax_row,
     reduce_block_best,
+    reduce_block_best_flagged,
+    scaled_logits_overflow,
     store_block_best,
 )
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
-from jsample.kernels.stream import LN2, LOG2E, exp2_approx, log2_approx, philox_block, uniform_f32, uniform_f64
+from jsample.kernels.stream import (LN2, LOG2E, exp2_approx, load_seed, log2_approx, philox_block, uniform_f32,
+                                    uniform_f64)
 
 # Globals used inside kernels must be constexpr (the compiler rejects plain Python globals).
 STATS_PER_BLOCK = 4  # per row and block: target max, target sum of exp, draft max, draft sum of exp
@@ -101,6 +106,7 @@ STREAM_ACCEPT = tl.constexpr(2)  # STREAM.md stream 2: acceptance uniforms
 EMIT_STATS_ROW = tl.constexpr(0)  # row a_b's Gumbel-max sample, reduced by rejection_stats_kernel
 EMIT_RESIDUAL = tl.constexpr(1)  # the residual sample (the row's Gumbel-max sample if the residual is zero)
 EMIT_SAMPLE = tl.constexpr(2)  # row a_b's Gumbel-max sample, reduced by rejection_emit_kernel
+EMIT_GREEDY = tl.constexpr(3)  # row a_b's scaled logits overflow: its greedy argmax, taken by the finish launch
 
 
 @dataclass(frozen=True)
@@ -287,10 +293,18 @@ def _first_rejection(accept, rows, num_drafts):
 def _store_sampled_partials(target_row_ptr, row, target_row_stride, V, first_col, seed, position, temperature,
                             partial_score_ptr, partial_index_ptr, out, BLOCK_V: tl.constexpr,
                             ROW_ALIGN: tl.constexpr, FP64: tl.constexpr, FAST_MATH: tl.constexpr):
-    """The block partials of target row `row`'s Gumbel-max sample (gumbel_sample's block_scores)."""
-    score, best = block_scores(target_row_ptr, row, target_row_stride, V, first_col, seed, position, temperature,
-                               STREAM_TOKEN, BLOCK_V, ROW_ALIGN, FP64, FAST_MATH)
-    store_block_best(partial_score_ptr, partial_index_ptr, out, score, best, first_col, FP64)
+    """The block partials of target row `row`'s Gumbel-max sample (gumbel_sample's block_scores),
+    flagged when the row's scaled logits overflow (the row is then greedy: store_block_best)."""
+    cols = first_col + tl.arange(0, BLOCK_V)
+    x = load_block(target_row_ptr + tl.multiple_of(row.to(tl.int64) * target_row_stride, ROW_ALIGN), cols, V, FP64)
+    overflow = False
+    if is_greedy(temperature):
+        noise = tl.zeros_like(x)
+    else:
+        noise = block_noise(seed, position, first_col, STREAM_TOKEN, BLOCK_V, FP64, FAST_MATH)
+        overflow = scaled_logits_overflow(x, temperature)
+    score, best = noisy_scores(x, noise, temperature, FP64, FAST_MATH)
+    store_block_best(partial_score_ptr, partial_index_ptr, out, score, best, first_col, FP64, overflow)
 
 
 @triton.jit
@@ -320,6 +334,7 @@ def rejection_stats_kernel(
     FAST_MATH: tl.constexpr,  # gumbel_sample's noise log (config.fast_math)
     BONUS_PROGRAMS: tl.constexpr = False,  # BONUS_IN_STATS on programs of their own (grid dimension 1: K rows + 1)
     PDL: tl.constexpr = False,  # the first launch of a programmatic dependent launch chain (dependent_launch)
+    SEED_WORDS: tl.constexpr = 1,  # 2: seeds are [B, 2] u32 (low, high) words (stream.load_seed)
 ):
     """Per (request, draft row j < n_b, vocabulary block): the Gumbel-max partials (best score, its
     column) of strict and greedy rows, the softmax partials of the others. With BONUS_IN_STATS, the
@@ -332,7 +347,7 @@ def rejection_stats_kernel(
                    num_draft_tokens_ptr, V, K, target_batch_stride, target_row_stride, draft_batch_stride,
                    draft_row_stride, stats_ptr, partial_score_ptr, partial_index_ptr, tl.program_id(0),
                    tl.program_id(1), tl.program_id(2), tl.num_programs(1), tl.num_programs(2), STRICT, ONE_HOT,
-                   BONUS_IN_STATS, FP64, BLOCK_V, ROW_ALIGN, VOCAB_ALIGN, FAST_MATH, BONUS_PROGRAMS)
+                   BONUS_IN_STATS, FP64, BLOCK_V, ROW_ALIGN, VOCAB_ALIGN, FAST_MATH, BONUS_PROGRAMS, SEED_WORDS)
 
 
 @triton.jit
@@ -341,7 +356,7 @@ def _stats_program(target_logits_ptr, draft_logits_ptr, seeds_ptr, positions_ptr
                    draft_row_stride, stats_ptr, partial_score_ptr, partial_index_ptr, b, j, block, num_rows,
                    num_blocks, STRICT: tl.constexpr, ONE_HOT: tl.constexpr, BONUS_IN_STATS: tl.constexpr,
                    FP64: tl.constexpr, BLOCK_V: tl.constexpr, ROW_ALIGN: tl.constexpr, VOCAB_ALIGN: tl.constexpr,
-                   FAST_MATH: tl.constexpr, BONUS_PROGRAMS: tl.constexpr):
+                   FAST_MATH: tl.constexpr, BONUS_PROGRAMS: tl.constexpr, SEED_WORDS: tl.constexpr):
     """Program (b, j, block) of rejection_stats_kernel, whose grid dimension 1 has num_rows."""
     V = aligned(V, VOCAB_ALIGN)
     b64 = b.to(tl.int64)
@@ -349,13 +364,13 @@ def _stats_program(target_logits_ptr, draft_logits_ptr, seeds_ptr, positions_ptr
     temperature = tl.load(temperature_ptr + b)
     first_col = block * BLOCK_V
     target_row_ptr = target_logits_ptr + tl.multiple_of(b64 * target_batch_stride, ROW_ALIGN)
-    seed = tl.load(seeds_ptr + b).to(tl.int64)
+    seed = load_seed(seeds_ptr, b, SEED_WORDS)
     position = tl.load(positions_ptr + b).to(tl.int64)
     bonus_out = (b64 * (K + 1) + num_drafts) * num_blocks + block
     if STRICT:
         sampled_row = j < num_drafts  # every row
     else:
-        sampled_row = temperature == 0
+        sampled_row = is_greedy(temperature)
     if j < num_drafts:
         if sampled_row:
             _store_sampled_partials(target_row_ptr, j, target_row_stride, V, first_col, seed, position + j,
@@ -380,8 +395,11 @@ def _stats_program(target_logits_ptr, draft_logits_ptr, seeds_ptr, positions_ptr
                                         bonus_out, BLOCK_V, ROW_ALIGN, FP64, FAST_MATH)
             inverse_t = inverse_temperature(temperature, FP64)
             target_max, target_sum = _softmax_partials(x, inverse_t, FP64, FAST_MATH)
+            overflow = scaled_logits_overflow(x, temperature)
+            if not ONE_HOT:
+                overflow = overflow | scaled_logits_overflow(y, temperature)
             tl.store(stats + out, target_max)
-            tl.store(stats + out + num_blocks, target_sum)
+            tl.store(stats + out + num_blocks, tl.where(overflow, -1.0, target_sum))  # -1: the row is greedy
             if not ONE_HOT:
                 draft_max, draft_sum = _softmax_partials(y, inverse_t, FP64, FAST_MATH)
                 tl.store(stats + out + 2 * num_blocks, draft_max)
@@ -399,9 +417,25 @@ def _stats_program(target_logits_ptr, draft_logits_ptr, seeds_ptr, positions_ptr
 
 
 @triton.jit
-def _decide_by_target_token(partial_score_ptr, partial_index_ptr, b64, K, num_blocks, rows, drafts, valid,
-                            num_drafts, FP64: tl.constexpr, REDUCE_BLOCK: tl.constexpr):
-    """Strict and greedy rows: accept iff the draft equals the row's Gumbel-max (argmax) token."""
+def _greedy_where_flagged(tokens, flagged, rows, num_drafts, target_row_ptr, target_row_stride, V):
+    """`tokens` [BLOCK_K] with each flagged row's greedy argmax (rows whose scaled logits overflow:
+    STREAM.md's clarifications make them greedy), found by looping over those rows' logits here:
+    only requests with such a row pay for it."""
+    if tl.max(flagged.to(tl.int32), axis=0) > 0:
+        j = tl.zeros([], tl.int32)
+        while j < num_drafts:
+            if tl.max(tl.where(rows == j, flagged.to(tl.int32), 0), axis=0) > 0:
+                greedy = greedy_argmax_row(target_row_ptr + tl.cast(j, tl.int64) * target_row_stride, V, 1024)
+                tokens = tl.where(rows == j, greedy, tokens)
+            j += 1
+    return tokens
+
+
+@triton.jit
+def _target_tokens(partial_score_ptr, partial_index_ptr, b64, K, num_blocks, rows, num_drafts, target_row_ptr,
+                   target_row_stride, V, FP64: tl.constexpr, REDUCE_BLOCK: tl.constexpr):
+    """The Gumbel-max (argmax) token of each draft row < n_b from the stats launch's partials (the
+    greedy argmax where a row's partials are flagged as overflowing)."""
     active = rows < num_drafts
     flat_rows = b64 * (K + 1) + rows  # row index into the [B * (K+1), NUM_BLOCKS] partials
     blocks = tl.arange(0, REDUCE_BLOCK)
@@ -415,8 +449,9 @@ def _decide_by_target_token(partial_score_ptr, partial_index_ptr, b64, K, num_bl
     columns = tl.load(partial_index_ptr + offsets, mask=mask, other=0)
     best = tl.max(scores, axis=1)
     column = tl.min(tl.where(scores == best[:, None], columns, 2147483647), axis=1)
-    target_tokens = tl.where(best > float("-inf"), column, -1)
-    return _first_rejection(valid & (drafts == target_tokens), rows, num_drafts)
+    tokens = tl.where(best > float("-inf"), column, -1)
+    flagged = tl.min(columns, axis=1) < 0
+    return _greedy_where_flagged(tokens, flagged, rows, num_drafts, target_row_ptr, target_row_stride, V)
 
 
 @triton.jit
@@ -441,7 +476,7 @@ def _decision_inputs(target_logits_ptr, draft_logits_ptr, draft_tokens_ptr, b64,
         u = target_at_draft
     else:
         inverse_t = inverse_temperature(temperature, FP64)
-        # greedy requests (T = 0) gather too, and never use it: cheaper than a branch around the loads
+        # greedy requests (T < 1e-5) gather too, and never use it: cheaper than a branch around the loads
         target_rows = target_logits_ptr + b64 * target_batch_stride + rows.to(tl.int64) * target_row_stride
         target_at_draft = _scaled(_gather(target_rows, drafts, valid, FP64), inverse_t)
         if ONE_HOT:
@@ -455,11 +490,15 @@ def _decision_inputs(target_logits_ptr, draft_logits_ptr, draft_tokens_ptr, b64,
 
 @triton.jit
 def _decide(stats_ptr, partial_score_ptr, partial_index_ptr, b64, num_drafts, temperature, K, num_blocks, drafts,
-            valid, target_at_draft, draft_at_draft, u, STRICT: tl.constexpr, ONE_HOT: tl.constexpr,
-            FP64: tl.constexpr, BLOCK_K: tl.constexpr, REDUCE_BLOCK: tl.constexpr):
+            valid, target_at_draft, draft_at_draft, u, target_logits_ptr, target_batch_stride, target_row_stride, V,
+            STRICT: tl.constexpr, ONE_HOT: tl.constexpr, FP64: tl.constexpr, BLOCK_K: tl.constexpr,
+            REDUCE_BLOCK: tl.constexpr):
     """Every draft row's decision for one request, from _decision_inputs and the stats launch's
-    partials -> (a_b, whether row a_b resamples the residual, and the log-normalisers of x / T and
-    y / T of row a_b, used only when it resamples)."""
+    partials -> (a_b, whether row a_b resamples the residual, whether row a_b is greedy because its
+    scaled logits overflow (EMIT_GREEDY), and the log-normalisers of x / T and y / T of row a_b,
+    used only when it resamples). A probabilistic row whose target or draft logits overflow when
+    scaled (the stats launch flags it) is decided greedily: accept iff the draft is its argmax."""
+    target_row_ptr = target_logits_ptr + b64 * target_batch_stride
     rows = tl.arange(0, BLOCK_K)
     active = rows < num_drafts
     if FP64:
@@ -468,49 +507,53 @@ def _decide(stats_ptr, partial_score_ptr, partial_index_ptr, b64, num_drafts, te
     else:
         stats = stats_ptr
         no_normalizer = tl.zeros([BLOCK_K], tl.float32)
-    if STRICT:
-        emit_row = _decide_by_target_token(partial_score_ptr, partial_index_ptr, b64, K, num_blocks, rows, drafts,
-                                           valid, num_drafts, FP64, REDUCE_BLOCK)
+    if STRICT or is_greedy(temperature):
+        # by the target token; rows that overflow are flagged in their partials: the finish launch takes
+        # row a_b's greedy argmax from those flags
+        target_tokens = _target_tokens(partial_score_ptr, partial_index_ptr, b64, K, num_blocks, rows, num_drafts,
+                                       target_row_ptr, target_row_stride, V, FP64, REDUCE_BLOCK)
+        emit_row = _first_rejection(valid & (drafts == target_tokens), rows, num_drafts)
         resample = emit_row < 0  # never
+        greedy_emit = resample
         target_lse = no_normalizer
         draft_lse = no_normalizer
     else:
-        if temperature == 0:
-            emit_row = _decide_by_target_token(partial_score_ptr, partial_index_ptr, b64, K, num_blocks, rows,
-                                               drafts, valid, num_drafts, FP64, REDUCE_BLOCK)
-            resample = emit_row < 0  # never
-            target_lse = no_normalizer
+        blocks = tl.arange(0, REDUCE_BLOCK)
+        mask = active[:, None] & (blocks[None, :] < num_blocks)
+        offsets = (b64 * K + rows)[:, None] * (NUM_STATS * num_blocks) + blocks[None, :]
+        target_sums = tl.load(stats + offsets + num_blocks, mask=mask, other=0.0)
+        overflow = active & (tl.min(target_sums, axis=1) < 0)  # the stats launch's flag: the row is greedy
+        target_lse = _merge_log_normalizer(tl.load(stats + offsets, mask=mask, other=float("-inf")), target_sums)
+        log_ratio = target_at_draft - target_lse  # log p(d)
+        if ONE_HOT:
             draft_lse = no_normalizer
         else:
-            blocks = tl.arange(0, REDUCE_BLOCK)
-            mask = active[:, None] & (blocks[None, :] < num_blocks)
-            offsets = (b64 * K + rows)[:, None] * (NUM_STATS * num_blocks) + blocks[None, :]
-            target_lse = _merge_log_normalizer(tl.load(stats + offsets, mask=mask, other=float("-inf")),
-                                               tl.load(stats + offsets + num_blocks, mask=mask, other=0.0))
-            log_ratio = target_at_draft - target_lse  # log p(d)
-            if ONE_HOT:
-                draft_lse = no_normalizer
-            else:
-                draft_lse = _merge_log_normalizer(
-                    tl.load(stats + offsets + 2 * num_blocks, mask=mask, other=float("-inf")),
-                    tl.load(stats + offsets + 3 * num_blocks, mask=mask, other=0.0))
-                log_ratio = log_ratio - (draft_at_draft - draft_lse)
-            emit_row = _first_rejection(valid & (u < tl.exp(log_ratio)), rows, num_drafts)  # NaN ratios reject
-            resample = emit_row < num_drafts
+            draft_lse = _merge_log_normalizer(
+                tl.load(stats + offsets + 2 * num_blocks, mask=mask, other=float("-inf")),
+                tl.load(stats + offsets + 3 * num_blocks, mask=mask, other=0.0))
+            log_ratio = log_ratio - (draft_at_draft - draft_lse)
+        accept = valid & (u < tl.exp(log_ratio))  # NaN ratios reject
+        greedy_tokens = _greedy_where_flagged(drafts, overflow, rows, num_drafts, target_row_ptr,
+                                              target_row_stride, V)
+        accept = tl.where(overflow, valid & (drafts == greedy_tokens), accept)
+        emit_row = _first_rejection(accept, rows, num_drafts)
+        greedy_emit = tl.max(tl.where(rows == emit_row, overflow.to(tl.int32), 0), axis=0) > 0
+        resample = (emit_row < num_drafts) & ~greedy_emit
     chosen = rows == emit_row
-    return (emit_row, resample, tl.sum(tl.where(chosen, target_lse, 0.0), axis=0),
+    return (emit_row, resample, greedy_emit, tl.sum(tl.where(chosen, target_lse, 0.0), axis=0),
             tl.sum(tl.where(chosen, draft_lse, 0.0), axis=0))
 
 
 @triton.jit
-def _emit_mode(emit_row, resample, num_drafts, BONUS_IN_STATS: tl.constexpr):
+def _emit_mode(emit_row, resample, greedy_emit, num_drafts, BONUS_IN_STATS: tl.constexpr):
     """What row a_b emits: the stats launch reduced the Gumbel-max partials of every strict or greedy
     row < n_b, and of row n_b with BONUS_IN_STATS; the emit launch computes the others."""
     if BONUS_IN_STATS:
         in_stats = emit_row <= num_drafts
     else:
         in_stats = emit_row < num_drafts
-    return tl.where(resample, EMIT_RESIDUAL, tl.where(in_stats, EMIT_STATS_ROW, EMIT_SAMPLE))
+    return tl.where(greedy_emit, EMIT_GREEDY,
+                    tl.where(resample, EMIT_RESIDUAL, tl.where(in_stats, EMIT_STATS_ROW, EMIT_SAMPLE)))
 
 
 @triton.jit
@@ -541,6 +584,7 @@ def rejection_decide_kernel(
     FP64: tl.constexpr,
     BLOCK_K: tl.constexpr,  # next power of two >= K + 1
     REDUCE_BLOCK: tl.constexpr,  # next power of two >= NUM_BLOCKS
+    SEED_WORDS: tl.constexpr = 1,  # 2: seeds are [B, 2] u32 (low, high) words (stream.load_seed)
 ):
     """Per request: every draft row's decision, then a_b and what row a_b emits."""
     b = tl.program_id(0)
@@ -548,14 +592,15 @@ def rejection_decide_kernel(
     num_drafts = tl.minimum(tl.maximum(tl.load(num_draft_tokens_ptr + b), 0), K)
     temperature = tl.load(temperature_ptr + b)
     drafts, valid, target_at_draft, draft_at_draft, u = _decision_inputs(
-        target_logits_ptr, draft_logits_ptr, draft_tokens_ptr, b64, num_drafts, tl.load(seeds_ptr + b).to(tl.int64),
+        target_logits_ptr, draft_logits_ptr, draft_tokens_ptr, b64, num_drafts, load_seed(seeds_ptr, b, SEED_WORDS),
         tl.load(positions_ptr + b).to(tl.int64), temperature, V, K, target_batch_stride, target_row_stride,
         draft_batch_stride, draft_row_stride, STRICT, ONE_HOT, FP64, BLOCK_K)
-    emit_row, resample, target_lse, draft_lse = _decide(
+    emit_row, resample, greedy_emit, target_lse, draft_lse = _decide(
         stats_ptr, row_score_ptr, row_index_ptr, b64, num_drafts, temperature, K, num_blocks, drafts, valid,
-        target_at_draft, draft_at_draft, u, STRICT, ONE_HOT, FP64, BLOCK_K, REDUCE_BLOCK)
+        target_at_draft, draft_at_draft, u, target_logits_ptr, target_batch_stride, target_row_stride, V, STRICT,
+        ONE_HOT, FP64, BLOCK_K, REDUCE_BLOCK)
     tl.store(emit_row_ptr + b, emit_row)
-    tl.store(emit_mode_ptr + b, _emit_mode(emit_row, resample, num_drafts, BONUS_IN_STATS))
+    tl.store(emit_mode_ptr + b, _emit_mode(emit_row, resample, greedy_emit, num_drafts, BONUS_IN_STATS))
     if FP64:
         log_normalizer = log_normalizer_ptr.to(tl.pointer_type(tl.float64))
     else:
@@ -594,7 +639,7 @@ def _emit_inputs(target_logits_ptr, draft_logits_ptr, b64, block, seed, position
         # V or 0 (every column masked, nothing read: row a_b = n_b = K has no draft row); a multiple of
         # V's alignment either way, so the load stays vectorised
         y = load_block(draft_row_ptr, cols, V * residual.to(tl.int32), FP64)
-    if temperature == 0:
+    if is_greedy(temperature):
         noise = tl.zeros_like(x)
     else:
         noise = block_noise(seed, position, block * BLOCK_V, STREAM_TOKEN, BLOCK_V, FP64, FAST_MATH)
@@ -610,9 +655,15 @@ def _emit_block(x, y, noise, draft_tokens_ptr, b64, block, num_blocks, temperatu
     residual scores (rows < B), from one evaluation of the row's stream-0 noise."""
     first_col = block * BLOCK_V
     cols = first_col + tl.arange(0, BLOCK_V)
-    # exactly gumbel_sample's scores of this row (block_scores): the bonus token, or the fallback
+    # exactly gumbel_sample's scores of this row (block_scores): the bonus token, or the fallback; flagged
+    # when the row's scaled logits overflow (only a sampled row a_b = n_b can: the decision made the
+    # others greedy)
     score, best = noisy_scores(x, noise, temperature, FP64, FAST_MATH)
-    store_block_best(partial_score_ptr, partial_index_ptr, (B + b64) * num_blocks + block, score, best, first_col, FP64)
+    overflow = False
+    if not is_greedy(temperature):
+        overflow = scaled_logits_overflow(x, temperature)
+    store_block_best(partial_score_ptr, partial_index_ptr, (B + b64) * num_blocks + block, score, best, first_col, FP64,
+                     overflow)
     if emit_mode == EMIT_RESIDUAL:
         if ONE_HOT:
             draft = tl.load(draft_tokens_ptr + b64 * K + emit_row)
@@ -664,11 +715,12 @@ def rejection_emit_kernel(
     ROW_ALIGN: tl.constexpr,
     VOCAB_ALIGN: tl.constexpr,  # config.vocab_align
     FAST_MATH: tl.constexpr,  # gumbel_sample's noise log (config.fast_math)
+    SEED_WORDS: tl.constexpr = 1,  # 2: seeds are [B, 2] u32 (low, high) words (stream.load_seed)
 ):
     """Requests whose emitted token rejection_stats_kernel did not reduce: _emit_block of row a_b."""
     b = tl.program_id(0)
     emit_mode = tl.load(emit_mode_ptr + b)
-    if emit_mode != EMIT_STATS_ROW:
+    if (emit_mode == EMIT_RESIDUAL) | (emit_mode == EMIT_SAMPLE):
         b64 = b.to(tl.int64)
         block = tl.program_id(1)
         emit_row = tl.load(emit_row_ptr + b)
@@ -678,7 +730,7 @@ def rejection_emit_kernel(
         else:
             log_normalizer = log_normalizer_ptr
         x, y, noise = _emit_inputs(
-            target_logits_ptr, draft_logits_ptr, b64, block, tl.load(seeds_ptr + b).to(tl.int64),
+            target_logits_ptr, draft_logits_ptr, b64, block, load_seed(seeds_ptr, b, SEED_WORDS),
             tl.load(positions_ptr + b).to(tl.int64) + emit_row, temperature, emit_row, emit_mode == EMIT_RESIDUAL,
             aligned(V, VOCAB_ALIGN), target_batch_stride, target_row_stride, draft_batch_stride, draft_row_stride,
             ONE_HOT, FP64, BLOCK_V, ROW_ALIGN, FAST_MATH)
@@ -720,6 +772,7 @@ def rejection_decide_emit_kernel(
     BLOCK_K: tl.constexpr,  # next power of two >= K + 1
     REDUCE_BLOCK: tl.constexpr,  # next power of two >= NUM_BLOCKS
     PDL: tl.constexpr = False,  # a programmatic dependent launch (dependent_launch)
+    SEED_WORDS: tl.constexpr = 1,  # 2: seeds are [B, 2] u32 (low, high) words (stream.load_seed)
 ):
     """rejection_decide_kernel and rejection_emit_kernel in one launch, for small batches
     (decide_in_emit): every program of request b makes the request's decision itself (the same code,
@@ -735,7 +788,7 @@ def rejection_decide_emit_kernel(
         temperature_ptr, stats_ptr, row_score_ptr, row_index_ptr, V, K, B, target_batch_stride, target_row_stride,
         draft_batch_stride, draft_row_stride, partial_score_ptr, partial_index_ptr, emit_row_ptr, emit_mode_ptr,
         tl.program_id(0), tl.program_id(1), tl.num_programs(1), emit_row_ptr, 0, STRICT, ONE_HOT, FP64, BLOCK_V,
-        ROW_ALIGN, VOCAB_ALIGN, FAST_MATH, BLOCK_K, REDUCE_BLOCK, PDL, False)
+        ROW_ALIGN, VOCAB_ALIGN, FAST_MATH, BLOCK_K, REDUCE_BLOCK, PDL, False, SEED_WORDS)
 
 
 @triton.jit
@@ -760,11 +813,11 @@ def _decide_emit_program(
         b, block, num_blocks, stats_arrivals_ptr, stats_programs, STRICT: tl.constexpr, ONE_HOT: tl.constexpr,
         FP64: tl.constexpr, BLOCK_V: tl.constexpr, ROW_ALIGN: tl.constexpr, VOCAB_ALIGN: tl.constexpr,
         FAST_MATH: tl.constexpr, BLOCK_K: tl.constexpr, REDUCE_BLOCK: tl.constexpr, PDL: tl.constexpr,
-        TICKETS: tl.constexpr):
+        TICKETS: tl.constexpr, SEED_WORDS: tl.constexpr):
     """Program (b, block) of rejection_decide_emit_kernel (of num_blocks per request)."""
     b64 = b.to(tl.int64)
     num_drafts = tl.minimum(tl.maximum(tl.load(num_draft_tokens_ptr + b), 0), K)
-    seed = tl.load(seeds_ptr + b).to(tl.int64)
+    seed = load_seed(seeds_ptr, b, SEED_WORDS)
     position = tl.load(positions_ptr + b).to(tl.int64)
     temperature = tl.load(temperature_ptr + b)
     V = aligned(V, VOCAB_ALIGN)
@@ -791,10 +844,11 @@ def _decide_emit_program(
         else:
             row_scores = tl.load(row_score_ptr + stats_rows_at, mask=rows <= K)
         row_columns = tl.load(row_index_ptr + stats_rows_at, mask=rows <= K)
-    emit_row, resample, target_lse, draft_lse = _decide(
+    emit_row, resample, greedy_emit, target_lse, draft_lse = _decide(
         stats_ptr, row_score_ptr, row_index_ptr, b64, num_drafts, temperature, K, num_blocks, drafts, valid,
-        target_at_draft, draft_at_draft, u, STRICT, ONE_HOT, FP64, BLOCK_K, REDUCE_BLOCK)
-    emit_mode = _emit_mode(emit_row, resample, num_drafts, True)  # the stats launch's BONUS_PROGRAMS
+        target_at_draft, draft_at_draft, u, target_logits_ptr, target_batch_stride, target_row_stride, V, STRICT,
+        ONE_HOT, FP64, BLOCK_K, REDUCE_BLOCK)
+    emit_mode = _emit_mode(emit_row, resample, greedy_emit, num_drafts, True)  # the stats launch's BONUS_PROGRAMS
     if block == 0:
         tl.store(emit_row_ptr + b, emit_row)
         tl.store(emit_mode_ptr + b, emit_mode)
@@ -804,7 +858,7 @@ def _decide_emit_program(
         if ROW_0_ONLY:
             # rows the stats launch did not write hold anything (NaN too): only row a_b's values pass
             emit_score = tl.max(tl.where(rows == emit_row, row_scores, float("-inf")), axis=0)
-            emit_column = tl.max(tl.where(rows == emit_row, row_columns, -1), axis=0)
+            emit_column = tl.max(tl.where(rows == emit_row, row_columns, -2147483648), axis=0)  # flags are < 0
         else:
             emit_row_at = (b64 * (K + 1) + emit_row) * num_blocks + block
             if FP64:
@@ -818,7 +872,7 @@ def _decide_emit_program(
         else:
             tl.store(partial_score_ptr + out, emit_score)
         tl.store(partial_index_ptr + out, emit_column)
-    else:
+    elif emit_mode != EMIT_GREEDY:  # EMIT_GREEDY: the finish launch takes row a_b's argmax
         if not ROW_0_ONLY:
             x, y, noise = _emit_inputs(
                 target_logits_ptr, draft_logits_ptr, b64, block, seed, position + emit_row, temperature, emit_row,
@@ -847,6 +901,7 @@ def _write_request(tokens_ptr, num_sampled_ptr, drafts, b64, K, emit_row, emitte
 
 @triton.jit
 def rejection_finish_kernel(
+    target_logits_ptr,  # [B, K+1, V]: read only for a row a_b that is greedy because its scaled logits overflow
     draft_tokens_ptr,  # [B, K] i32, contiguous
     emit_row_ptr,  # [B] i32, a_b, from rejection_decide_kernel
     emit_mode_ptr,  # [B] i32, from rejection_decide_kernel
@@ -857,6 +912,9 @@ def rejection_finish_kernel(
     num_blocks,
     K,
     B,
+    V,
+    target_batch_stride,
+    target_row_stride,
     tokens_ptr,  # [B, K+1] i32 output
     num_sampled_ptr,  # [B] i32 output
     FP64: tl.constexpr,
@@ -868,17 +926,18 @@ def rejection_finish_kernel(
     """The emitted token: the residual sample when row a_b resamples one (its Gumbel-max sample when
     the residual is all zero), else row a_b's Gumbel-max sample, from the emit or the stats launch
     (from the emit partials always with STATS_ROW_IN_EMIT)."""
-    _finish_program(draft_tokens_ptr, emit_row_ptr, emit_mode_ptr, row_score_ptr, row_index_ptr, emit_score_ptr,
-                    emit_index_ptr, num_blocks, K, B, tokens_ptr, num_sampled_ptr, tl.program_id(0), FP64, BLOCK_K,
-                    REDUCE_BLOCK, STATS_ROW_IN_EMIT, PDL)
+    _finish_program(target_logits_ptr, draft_tokens_ptr, emit_row_ptr, emit_mode_ptr, row_score_ptr, row_index_ptr,
+                    emit_score_ptr, emit_index_ptr, num_blocks, K, B, V, target_batch_stride, target_row_stride,
+                    tokens_ptr, num_sampled_ptr, tl.program_id(0), FP64, BLOCK_K, REDUCE_BLOCK, STATS_ROW_IN_EMIT, PDL)
 
 
 @triton.jit
-def _finish_program(draft_tokens_ptr, emit_row_ptr, emit_mode_ptr, row_score_ptr, row_index_ptr, emit_score_ptr,
-                    emit_index_ptr, num_blocks, K, B, tokens_ptr, num_sampled_ptr, b, FP64: tl.constexpr,
-                    BLOCK_K: tl.constexpr, REDUCE_BLOCK: tl.constexpr, STATS_ROW_IN_EMIT: tl.constexpr,
-                    PDL: tl.constexpr):
-    """Program b of rejection_finish_kernel."""
+def _finish_program(target_logits_ptr, draft_tokens_ptr, emit_row_ptr, emit_mode_ptr, row_score_ptr, row_index_ptr,
+                    emit_score_ptr, emit_index_ptr, num_blocks, K, B, V, target_batch_stride, target_row_stride,
+                    tokens_ptr, num_sampled_ptr, b, FP64: tl.constexpr, BLOCK_K: tl.constexpr,
+                    REDUCE_BLOCK: tl.constexpr, STATS_ROW_IN_EMIT: tl.constexpr, PDL: tl.constexpr):
+    """Program b of rejection_finish_kernel. Row a_b's greedy argmax replaces the sample when it is
+    EMIT_GREEDY or its Gumbel-max partials are flagged (its scaled logits overflow)."""
     b64 = b.to(tl.int64)
     drafts = _load_drafts(draft_tokens_ptr, b64, K, BLOCK_K)  # an input: before the wait
     if PDL:
@@ -888,12 +947,19 @@ def _finish_program(draft_tokens_ptr, emit_row_ptr, emit_mode_ptr, row_score_ptr
     # the emit launch's partials are reduced whatever the mode (unwritten ones are discarded): their
     # loads then go out with emit_mode's, not after it
     residual = reduce_block_best(emit_score_ptr, emit_index_ptr, b64, num_blocks, FP64, REDUCE_BLOCK)
-    sampled = reduce_block_best(emit_score_ptr, emit_index_ptr, B + b64, num_blocks, FP64, REDUCE_BLOCK)
+    sampled, overflow = reduce_block_best_flagged(emit_score_ptr, emit_index_ptr, B + b64, num_blocks, FP64,
+                                                  REDUCE_BLOCK)
     emitted = tl.where((emit_mode == EMIT_RESIDUAL) & (residual >= 0), residual, sampled)
-    if not STATS_ROW_IN_EMIT:
+    if STATS_ROW_IN_EMIT:
+        greedy = (emit_mode == EMIT_GREEDY) | (((emit_mode == EMIT_SAMPLE) | (emit_mode == EMIT_STATS_ROW)) & overflow)
+    else:
+        greedy = (emit_mode == EMIT_GREEDY) | ((emit_mode == EMIT_SAMPLE) & overflow)
         if emit_mode == EMIT_STATS_ROW:
-            emitted = reduce_block_best(row_score_ptr, row_index_ptr, b64 * (K + 1) + emit_row, num_blocks, FP64,
-                                        REDUCE_BLOCK)
+            emitted, greedy = reduce_block_best_flagged(row_score_ptr, row_index_ptr, b64 * (K + 1) + emit_row,
+                                                        num_blocks, FP64, REDUCE_BLOCK)
+    if greedy:
+        emitted = greedy_argmax_row(target_logits_ptr + b64 * target_batch_stride
+                                    + tl.cast(emit_row, tl.int64) * target_row_stride, V, 1024)
     _write_request(tokens_ptr, num_sampled_ptr, drafts, b64, K, emit_row, emitted, BLOCK_K)
 
 
@@ -933,6 +999,7 @@ def rejection_one_launch_kernel(
     FAST_MATH: tl.constexpr,  # gumbel_sample's noise log (config.fast_math)
     BLOCK_K: tl.constexpr,  # next power of two >= K + 1
     REDUCE_BLOCK: tl.constexpr,  # next power of two >= NUM_BLOCKS
+    SEED_WORDS: tl.constexpr = 1,  # 2: seeds are [B, 2] u32 (low, high) words (stream.load_seed)
 ):
     """The three launches of a small batch at K <= 1 in one, for JAX, where every launch costs host
     time (a trivial jax-triton kernel takes 8.6 us a call inside a jitted program on an H200:
@@ -952,7 +1019,7 @@ def rejection_one_launch_kernel(
                        num_draft_tokens_ptr, V, K, target_batch_stride, target_row_stride, draft_batch_stride,
                        draft_row_stride, stats_ptr, row_score_ptr, row_index_ptr, ticket // (2 * num_blocks),
                        (ticket // num_blocks) % 2, ticket % num_blocks, 2, num_blocks, STRICT, ONE_HOT, False, FP64,
-                       BLOCK_V, ROW_ALIGN, VOCAB_ALIGN, FAST_MATH, True)
+                       BLOCK_V, ROW_ALIGN, VOCAB_ALIGN, FAST_MATH, True, SEED_WORDS)
         tl.debug_barrier()  # every thread's stores before the one release
         tl.atomic_add(counters_ptr + 1, 1, sem="release", scope="gpu")
     else:
@@ -962,12 +1029,14 @@ def rejection_one_launch_kernel(
             temperature_ptr, stats_ptr, row_score_ptr, row_index_ptr, V, K, B, target_batch_stride,
             target_row_stride, draft_batch_stride, draft_row_stride, emit_score_ptr, emit_index_ptr, emit_row_ptr,
             emit_mode_ptr, b, (ticket - stats_programs) % num_blocks, num_blocks, counters_ptr + 1, stats_programs,
-            STRICT, ONE_HOT, FP64, BLOCK_V, ROW_ALIGN, VOCAB_ALIGN, FAST_MATH, BLOCK_K, REDUCE_BLOCK, False, True)
+            STRICT, ONE_HOT, FP64, BLOCK_V, ROW_ALIGN, VOCAB_ALIGN, FAST_MATH, BLOCK_K, REDUCE_BLOCK, False, True,
+            SEED_WORDS)
         tl.debug_barrier()
         if tl.atomic_add(counters_ptr + 2 + b, 1, sem="acq_rel", scope="gpu") == num_blocks - 1:
-            _finish_program(draft_tokens_ptr, emit_row_ptr, emit_mode_ptr, row_score_ptr, row_index_ptr,
-                            emit_score_ptr, emit_index_ptr, num_blocks, K, B, tokens_ptr, num_sampled_ptr, b, FP64,
-                            BLOCK_K, REDUCE_BLOCK, True, False)
+            _finish_program(target_logits_ptr, draft_tokens_ptr, emit_row_ptr, emit_mode_ptr, row_score_ptr,
+                            row_index_ptr, emit_score_ptr, emit_index_ptr, num_blocks, K, B, V, target_batch_stride,
+                            target_row_stride, tokens_ptr, num_sampled_ptr, b, FP64, BLOCK_K, REDUCE_BLOCK, True,
+                            False)
 
 
 @triton.jit
@@ -984,6 +1053,7 @@ def synthetic_rejection_kernel(
     num_sampled_ptr,  # [B] i32 output
     FP64: tl.constexpr,
     BLOCK_K: tl.constexpr,  # next power of two >= K + 1
+    SEED_WORDS: tl.constexpr = 1,  # 2: seeds are [B, 2] u32 (low, high) words (stream.load_seed)
 ):
     """Accept draft j iff u_j < conditional_rates[j] (u_j: stream 2, position P + j); emit target_tokens[b, a_b]."""
     b = tl.program_id(0)
@@ -992,7 +1062,7 @@ def synthetic_rejection_kernel(
     rows = tl.arange(0, BLOCK_K)
     active = rows < num_drafts
     rates = tl.load(conditional_rates_ptr + b64 * rates_batch_stride + rows, mask=active, other=0.0)
-    seed = tl.load(seeds_ptr + b).to(tl.int64)
+    seed = load_seed(seeds_ptr, b, SEED_WORDS)
     u = _acceptance_uniforms(seed, tl.load(positions_ptr + b).to(tl.int64) + rows.to(tl.int64), FP64)
     if FP64:
         accept = active & (u < rates.to(tl.float64))

@@ -1,4 +1,4 @@
-"""The jsample random stream (shared/STREAM.md, version 1) as Triton device functions.
+"""The jsample random stream (docs/STREAM.md, version 1) as Triton device functions.
 
 A draw is keyed by the request's 64-bit `seed`; its Philox4x32-10 counter is
 `(i, low32(position), high32(position), stream)`, where `i` is the call index. FP32 noise of
@@ -78,6 +78,20 @@ def philox_block(seed, position, calls, STREAM: tl.constexpr, FAST_MATH: tl.cons
     position_hi = zero + ((position >> 32) & 0xFFFFFFFF).to(tl.uint32)
     stream = zero + STREAM
     return philox(seed, calls, position_lo, position_hi, stream, FAST_MATH)
+
+
+@triton.jit
+def load_seed(seeds_ptr, row, SEED_WORDS: tl.constexpr):
+    """The 64-bit seed of request `row` as an int64 scalar: element `row` of an [B] i32|u32|i64 array
+    (its value), or with SEED_WORDS = 2 the (low, high) uint32 words of row `row` of a [B, 2] array
+    (a full 64-bit seed without 64-bit arrays, e.g. JAX with x64 off)."""
+    if SEED_WORDS == 2:
+        words = seeds_ptr + row.to(tl.int64) * 2
+        low = tl.load(words).to(tl.uint32, bitcast=True).to(tl.uint64)
+        high = tl.load(words + 1).to(tl.uint32, bitcast=True).to(tl.uint64)
+        return ((high << 32) | low).to(tl.int64, bitcast=True)
+    else:
+        return tl.load(seeds_ptr + row).to(tl.int64)
 
 
 @triton.jit

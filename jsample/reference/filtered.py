@@ -9,7 +9,7 @@ Imports numpy only.
 
 import numpy as np
 
-from jsample.reference.gumbel import gumbel_sample_reference
+from jsample.reference.gumbel import greedy_rows, gumbel_sample_reference
 
 MASS_SCALE = 2.0**24  # jsample.kernels.filtered.MASS_SCALE
 
@@ -28,13 +28,13 @@ def relative_probabilities(row, temperature, fp64=False):
 
 def kept_tokens(row, temperature, top_k=None, top_p=None, min_p=None, fp64=False, *, top_p_scale=1.0,
                 min_p_scale=1.0):
-    """Boolean [V]: the tokens the filters keep (all finite logits for greedy rows or T < 0).
+    """Boolean [V]: the tokens the filters keep (all finite logits for greedy rows, gumbel.greedy_rows). Out-of-range filter values are clamped (STREAM.md, clarifications).
 
     top_p_scale / min_p_scale multiply the limits: the tests use them to find the rows whose kept
     set a rounding of e could change."""
     x = np.asarray(row, dtype=np.float32)
     finite = np.isfinite(x)
-    if not (temperature > 0) or not finite.any():
+    if greedy_rows(x[None], temperature)[0] or not finite.any():
         return finite
     keep = finite.copy()
     if top_k is not None and 1 <= top_k < finite.sum():

@@ -5,11 +5,27 @@ import numpy as np
 from jsample.reference.stream import STREAM_DRAFT, STREAM_TOKEN, gumbel_noise, stream_uniforms
 
 
+GREEDY_BELOW = np.float32(1e-5)  # a temperature below this is greedy (STREAM.md, clarifications)
+
+
+def greedy_rows(logits, temperature) -> np.ndarray:
+    """Boolean [B]: the rows sampled greedily (STREAM.md, "Clarifications of version 1"): T < 1e-5, or
+    some finite logit with |x| * (1 / T) beyond the float32 range (product and 1 / T rounded in
+    float32, as the FP32 scores). A NaN temperature is greedy too (STREAM.md allows -1 only for rows
+    without a finite logit)."""
+    logits = np.asarray(logits, dtype=np.float32)
+    temperature = np.broadcast_to(np.asarray(temperature, dtype=np.float32), (logits.shape[0],))
+    magnitude = np.where(np.isfinite(logits), np.abs(logits), np.float32(0)).max(axis=1, initial=np.float32(0))
+    with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
+        overflow = np.isinf(magnitude * (np.float32(1) / temperature))
+    return ~(temperature >= GREEDY_BELOW) | overflow
+
+
 def gumbel_scores_reference(logits, seeds, positions, temperature, *, fp64=False, draft=False) -> np.ndarray:
     """The [B, V] float64 scores whose argmax is the token; -inf for non-candidates.
 
     s_k = x_k / T + g(u_k) with x / T in fp32 (FP64 mode: in fp64) and g evaluated in float64 from
-    the exact uniform; greedy rows (T == 0) score x_k. Non-finite logits score -inf.
+    the exact uniform; greedy rows (greedy_rows) score x_k. Non-finite logits score -inf.
     """
     logits = np.asarray(logits, dtype=np.float32)
     batch, vocab = logits.shape
@@ -20,7 +36,8 @@ def gumbel_scores_reference(logits, seeds, positions, temperature, *, fp64=False
             scaled = logits.astype(np.float64) / temperature.astype(np.float64)[:, None]
         else:
             scaled = (logits / temperature[:, None]).astype(np.float64)
-        scores = np.where(temperature[:, None] == 0, logits.astype(np.float64), scaled + gumbel_noise(u))
+        scores = np.where(greedy_rows(logits, temperature)[:, None], logits.astype(np.float64),
+                          scaled + gumbel_noise(u))
     candidate = np.isfinite(logits) & ~np.isnan(scores)
     return np.where(candidate, scores, -np.inf)
 

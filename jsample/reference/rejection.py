@@ -7,11 +7,12 @@ space, a plain per-request loop. Imports numpy only.
 
 import numpy as np
 
-from jsample.reference.stream import STREAM_ACCEPT, STREAM_TOKEN, gumbel_noise, stream_uniforms
+from jsample.reference.gumbel import GREEDY_BELOW, greedy_rows
+from jsample.reference.stream import STREAM_ACCEPT, STREAM_TOKEN, gumbel_noise, seed_values, stream_uniforms
 
 
 def _row_positions(seeds, positions, rows):
-    seeds = np.repeat(np.asarray(seeds).reshape(-1), rows)
+    seeds = np.repeat(seed_values(seeds), rows)
     positions = (np.asarray(positions).astype(np.int64).reshape(-1)[:, None] + np.arange(rows)).reshape(-1)
     return seeds, positions
 
@@ -68,9 +69,17 @@ def rejection_sample_reference(target_logits, draft_tokens, num_draft_tokens, se
     if draft_logits is not None:
         draft_probs = _softmax(_scaled(np.asarray(draft_logits, dtype=np.float32), temperature, fp64))
     finite = np.isfinite(target_logits)
+    # greedy rows (STREAM.md, clarifications): T < 1e-5, or a row whose scaled target logits overflow; a
+    # probabilistic draft row j < n_b whose draft logits overflow makes row j greedy too
+    row_greedy = greedy_rows(target_logits.reshape(batch * rows, vocab), np.repeat(temperature, rows))
+    row_greedy = row_greedy.reshape(batch, rows)
+    if draft_logits is not None and method == "probabilistic" and k > 0:
+        draft_greedy = greedy_rows(np.asarray(draft_logits, dtype=np.float32).reshape(batch * k, vocab),
+                                   np.repeat(temperature, k)).reshape(batch, k)
+        row_greedy[:, :k] |= draft_greedy & (np.arange(k)[None, :] < num_drafts[:, None])
 
     def gumbel_scores(b, j):
-        if temperature[b] == 0:
+        if row_greedy[b, j]:
             return np.where(finite[b, j], target_logits[b, j].astype(np.float64), -np.inf)
         scores = scaled_target[b, j] + noise[b, j]
         return np.where(finite[b, j] & ~np.isnan(scores), scores, -np.inf)
@@ -81,20 +90,20 @@ def rejection_sample_reference(target_logits, draft_tokens, num_draft_tokens, se
     score_margin = np.full(batch, np.inf)
     for b in range(batch):
         n = int(num_drafts[b])
-        greedy = temperature[b] == 0
+        greedy = not temperature[b] >= GREEDY_BELOW  # NaN too
         by_token = greedy or method == "strict"
         accepted = n
         for j in range(n):
             d = int(draft_tokens[b, j])
             in_range = 0 <= d < vocab
-            if by_token:
+            if by_token or row_greedy[b, j]:
                 target_token, gap = _argmax_and_gap(gumbel_scores(b, j))
-                if not greedy:
+                if not row_greedy[b, j]:
                     score_margin[b] = min(score_margin[b], gap)
                 accept = in_range and d == target_token
             else:
-                p_d = target_probs[b, j, d] if in_range else 0.0
-                q_d = 1.0 if draft_probs is None else (draft_probs[b, j, d] if in_range else 0.0)
+                p_d = np.float64(target_probs[b, j, d] if in_range else 0.0)
+                q_d = np.float64(1.0 if draft_probs is None else (draft_probs[b, j, d] if in_range else 0.0))
                 with np.errstate(divide="ignore", invalid="ignore"):
                     ratio = p_d / q_d
                 accept = bool(accept_u[b, j] < ratio)
@@ -104,7 +113,7 @@ def rejection_sample_reference(target_logits, draft_tokens, num_draft_tokens, se
                 accepted = j
                 break
         scores = gumbel_scores(b, accepted)
-        if accepted < n and not by_token:
+        if accepted < n and not by_token and not row_greedy[b, accepted]:
             d = int(draft_tokens[b, accepted])
             if draft_probs is None:  # r = p with the draft removed
                 residual = scores.copy()
@@ -117,7 +126,7 @@ def rejection_sample_reference(target_logits, draft_tokens, num_draft_tokens, se
             if np.isfinite(residual).any():  # all-zero residual: fall back to p
                 scores = residual
         token, gap = _argmax_and_gap(scores)
-        if not greedy:
+        if not row_greedy[b, accepted]:
             score_margin[b] = min(score_margin[b], gap)
         tokens[b, :accepted] = draft_tokens[b, :accepted]
         tokens[b, accepted] = token

@@ -1,4 +1,4 @@
-"""The random stream of shared/STREAM.md (version 1), in plain NumPy.
+"""The random stream of docs/STREAM.md (version 1), in plain NumPy.
 
 This is the documented stream, written independently of Triton: the bit tests check that the
 kernels' Philox words and uniforms equal these, and the token tests score with these uniforms.
@@ -23,6 +23,15 @@ def _as_u64_bits(values) -> np.ndarray:
     if values.dtype.kind == "i":
         return values.astype(np.int64).view(np.uint64)
     raise TypeError(f"integers expected, got dtype {values.dtype}")
+
+
+def seed_values(seeds) -> np.ndarray:
+    """Seeds [B] (any integers) or [B, 2] (low, high) 32-bit words -> the 64-bit seeds as uint64 [B]."""
+    seeds = np.asarray(seeds)
+    if seeds.ndim == 2:
+        words = seeds.astype(np.int64) & 0xFFFFFFFF
+        return (words[:, 0] | (words[:, 1] << 32)).view(np.uint64)
+    return _as_u64_bits(seeds)
 
 
 def philox4x32(key, c0, c1, c2, c3, rounds: int = 10):
@@ -64,7 +73,7 @@ def stream_uniforms(seeds, positions, stream: int, num_columns: int, fp64: bool 
     FP32: column k uses word k % 4 of call k // 4. FP64: column k uses words
     (w[2*(k % 2)], w[2*(k % 2) + 1]) of call k // 2.
     """
-    seeds = _as_u64_bits(np.asarray(seeds).reshape(-1))[:, None]
+    seeds = seed_values(seeds).reshape(-1)[:, None]
     positions = _as_u64_bits(np.asarray(positions).reshape(-1))[:, None]
     per_call = 2 if fp64 else 4
     calls = np.arange((num_columns + per_call - 1) // per_call, dtype=np.uint64)[None, :]
