@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Every GPU result in benchmarks/results/, in one command on a CUDA machine (the device image lacks
 # jax-triton: see benchmarks/results/README.md). Writes to $OUT (default benchmarks/results).
-#   bash benchmarks/run_gpu.sh [tests] [multi] [bench] [rejection] [filtered] [explore]      (default: tests bench)
+#   bash benchmarks/run_gpu.sh [tests] [multi] [bench] [rejection] [filtered] [digest] [explore]   (default: tests bench)
 # `multi` needs two or more GPUs.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -37,6 +37,9 @@ for step in $steps; do
       export CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0}
       python3 benchmarks/bench_filtered.py --out "$OUT" --git-sha "$SHA" > "$OUT/bench_filtered_log.txt" 2>&1
       tail -n 5 "$OUT/bench_filtered_log.txt" ;;
+    digest)  # every op's tokens over benchmarks/token_digest.py's grid: compare with results/digest/
+      python3 benchmarks/token_digest.py --size gpu --out "$OUT/token_digest_gpu.json" > "$OUT/token_digest_gpu_log.txt" 2>&1
+      tail -n 1 "$OUT/token_digest_gpu_log.txt" ;;
     explore)
       python3 benchmarks/explore_gumbel_variants.py > "$OUT/explore_gumbel_variants.txt" 2>&1 ;;
   esac

@@ -4,7 +4,7 @@ Run before and after a refactor or a speed change: the digest must not move, exc
 the stream contract says change (docs/STREAM.md, "Clarifications of version 1"), which the grid
 avoids (temperatures are 0 or >= 0.05, logits are moderate, filter values are in range).
 
-    python benchmarks/token_digest.py [--size cpu|gpu] [--out FILE]
+    python benchmarks/token_digest.py [--size cpu|gpu] [--out FILE] [--compare BASELINE.json]
 
 The CPU digest comes from the Triton interpreter, the GPU digest from compiled kernels (FAST_MATH
 logs): each is compared with itself, not with the other.
@@ -65,6 +65,7 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--size", choices=("cpu", "gpu"), default=None)
     parser.add_argument("--out", default=None)
+    parser.add_argument("--compare", default=None, help="a digest JSON recorded before: every case must match")
     args = parser.parse_args()
     from conftest import SIZE, both_frontends  # noqa: E402  (chooses the interpreter on CPU machines)
 
@@ -82,6 +83,13 @@ def main():
     if args.out:
         with open(args.out, "w") as f:
             json.dump(result, f, indent=1, sort_keys=True)
+    if args.compare:
+        with open(args.compare) as f:
+            baseline = json.load(f)["per_case"]
+        changed = sorted(case for case in baseline if digests.get(case) != baseline[case])
+        print(f"compared with {args.compare}: {len(baseline) - len(changed)} of {len(baseline)} cases equal"
+              + "".join(f"\n  differs: {case}" for case in changed))
+        sys.exit(1 if changed else 0)
 
 
 if __name__ == "__main__":

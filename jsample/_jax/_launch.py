@@ -75,15 +75,6 @@ def temperature_array(temperature, batch: int) -> jax.Array:
                    jnp.float32)
 
 
-_FLOAT_BITS = {2: jnp.uint16, 4: jnp.uint32, 8: jnp.uint64}
-
-
-def _as_bits(dtype):
-    """The unsigned dtype that carries a floating dtype's bits through a host callback (the callback
-    may flush subnormal floats to zero: JAX's CPU runtime runs with flush-to-zero), or None."""
-    return _FLOAT_BITS[jnp.dtype(dtype).itemsize] if jnp.issubdtype(dtype, jnp.floating) else None
-
-
 def launch(kernel, *args, grid, out_shapes, num_warps, num_stages, enable_fp_fusion, zeroed_outputs=(),
            **constexprs):
     """Run `kernel` over `grid` with array and Python-int arguments; returns its outputs.
@@ -102,20 +93,14 @@ def launch(kernel, *args, grid, out_shapes, num_warps, num_stages, enable_fp_fus
 
     from jsample.kernels.host import launch_on_host
 
-    # every float crosses the callback as its bits (see _as_bits)
     array_positions = [i for i, a in enumerate(args) if not isinstance(a, int)]
-    array_dtypes = [jnp.dtype(args[i].dtype) for i in array_positions]
-    arrays = [jax.lax.bitcast_convert_type(args[i], _as_bits(d)) if _as_bits(d) else args[i]
-              for i, d in zip(array_positions, array_dtypes)]
-    bits_shapes = [jax.ShapeDtypeStruct(s.shape, _as_bits(s.dtype) or s.dtype) for s in out_shapes]
 
-    def run_on_host(*host_arrays):
+    def run_on_host(*arrays):  # on one of XLA's threads: launch_on_host runs the kernel on a clean one
         host_args = list(args)
-        for i, array, dtype in zip(array_positions, host_arrays, array_dtypes):
-            host_args[i] = np.ascontiguousarray(array).view(dtype)
+        for i, array in zip(array_positions, arrays):
+            host_args[i] = np.ascontiguousarray(array)
         outputs = [(np.zeros if i in zeroed_outputs else np.empty)(s.shape, s.dtype) for i, s in enumerate(out_shapes)]
         launch_on_host(kernel, grid, *host_args, *outputs, **constexprs)
-        return [o.view(b.dtype) for o, b in zip(outputs, bits_shapes)]
+        return outputs
 
-    results = jax.pure_callback(run_on_host, bits_shapes, *arrays)
-    return [jax.lax.bitcast_convert_type(r, s.dtype) if _as_bits(s.dtype) else r for r, s in zip(results, out_shapes)]
+    return jax.pure_callback(run_on_host, list(out_shapes), *[args[i] for i in array_positions])

@@ -4,8 +4,41 @@ The interpreter's own launcher expects torch tensors; NumPy arrays already live 
 so we hand it their addresses directly. This touches interpreter internals (pinned triton 3.6).
 """
 
+import queue
+import threading
+
 import numpy as np
 from triton.runtime.interpreter import GridExecutor
+
+
+class _CleanThread:
+    """One worker thread, started when this module is imported (on the importing thread, whose
+    floating-point state a new thread inherits), that runs every host launch in turn. A host callback
+    runs on one of XLA's threads, which set the CPU to treat subnormal floats as zero: there
+    1e-45 > 0 is false, and subnormal logits would sample differently than in torch."""
+
+    def __init__(self):
+        self._tasks = queue.Queue()
+        threading.Thread(target=self._serve, name="jsample-host-launch", daemon=True).start()
+
+    def _serve(self):
+        while True:
+            task, done = self._tasks.get()
+            try:
+                done.put((task(), None))
+            except BaseException as error:  # re-raised on the caller's thread
+                done.put((None, error))
+
+    def run(self, task):
+        done = queue.Queue(maxsize=1)
+        self._tasks.put((task, done))
+        result, error = done.get()
+        if error is not None:
+            raise error
+        return result
+
+
+_WORKER = _CleanThread()
 
 
 class _HostArray:
@@ -33,4 +66,4 @@ def launch_on_host(kernel, grid, *args, **kwargs) -> None:
         raise RuntimeError("jsample: the CPU path runs the kernels through the Triton interpreter, which must be "
                            "chosen before triton is first imported: set TRITON_INTERPRET=1 at the start of the process.")
     wrapped = [_HostArray(a) if isinstance(a, np.ndarray) else a for a in args]
-    _HostGridExecutor(kernel.rewrite(), kernel.arg_names, tuple(grid))(*wrapped, **kwargs)
+    _WORKER.run(lambda: _HostGridExecutor(kernel.rewrite(), kernel.arg_names, tuple(grid))(*wrapped, **kwargs))

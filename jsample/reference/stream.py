@@ -78,11 +78,12 @@ def stream_uniforms(seeds, positions, stream: int, num_columns: int, fp64: bool 
     per_call = 2 if fp64 else 4
     calls = np.arange((num_columns + per_call - 1) // per_call, dtype=np.uint64)[None, :]
     words = philox4x32(seeds, calls, positions & _MASK32, positions >> np.uint64(32), stream)
+    columns = calls.shape[1] * per_call  # explicit: a reshape to (0, -1) fails for B = 0
     if fp64:
-        lo = np.stack([words[0], words[2]], axis=-1).reshape(len(seeds), -1)
-        hi = np.stack([words[1], words[3]], axis=-1).reshape(len(seeds), -1)
+        lo = np.stack([words[0], words[2]], axis=-1).reshape(len(seeds), columns)
+        hi = np.stack([words[1], words[3]], axis=-1).reshape(len(seeds), columns)
         return uniforms_f64(lo, hi)[:, :num_columns]
-    return uniforms_f32(np.stack(words, axis=-1).reshape(len(seeds), -1))[:, :num_columns]
+    return uniforms_f32(np.stack(words, axis=-1).reshape(len(seeds), columns))[:, :num_columns]
 
 
 def gumbel_noise(u) -> np.ndarray:
