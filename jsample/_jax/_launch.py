@@ -5,6 +5,7 @@ import, which breaks torch's Triton launcher in the same process, so we restore 
 the 0.3 (`out_shape=`) vs 0.4 (`out_type=`) keyword rename.
 """
 
+import functools
 import inspect
 import os
 
@@ -29,6 +30,66 @@ def _import_jax_triton():
             os.environ["TRITON_CACHE_DIR"] = saved
         _jax_triton = jax_triton
     return _jax_triton
+
+
+def not_differentiable(op: str):
+    """Decorates a public op so that jax.grad / jax.jvp through it raise a clear error naming the op
+    (the tokens are integers: sampling has no derivative), instead of an internal one about host
+    callbacks or Triton calls. The floating inputs pass through a jax.custom_jvp whose rule raises;
+    inputs whose tangents are zero (jax.lax.stop_gradient) never reach it."""
+    message = (f"{op}: sampling is not differentiable (its outputs are integer tokens), so jax.grad and jax.jvp "
+               "cannot pass through it; wrap its inputs in jax.lax.stop_gradient to treat them as constants "
+               "(their gradient is then zero).")
+
+    def decorate(fn):
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            leaves, tree = jax.tree_util.tree_flatten((args, kwargs), is_leaf=lambda x: x is None)
+            floating = [i for i, leaf in enumerate(leaves) if isinstance(leaf, (jax.Array, np.ndarray))
+                        and jnp.issubdtype(leaf.dtype, jnp.floating)]
+
+            @jax.custom_jvp
+            def call(*floats):
+                full = list(leaves)
+                for i, value in zip(floating, floats):
+                    full[i] = value
+                call_args, call_kwargs = jax.tree_util.tree_unflatten(tree, full)
+                return fn(*call_args, **call_kwargs)
+
+            @call.defjvp
+            def _(primals, tangents):
+                raise TypeError(message)
+
+            return call(*[leaves[i] for i in floating])
+        return wrapper
+    return decorate
+
+
+def rowwise(fn, *arrays):
+    """fn(*arrays), where every array (None allowed) has the requests on axis 0 and fn's outputs too, with
+    a batching rule: under jax.vmap (any number of nested axes) the mapped axes are flattened into
+    requests, fn runs once on all of them, and its outputs are unflattened, so the tokens equal those
+    of the flattened call. Arrays that are not mapped are broadcast along the mapped axis."""
+    present = [i for i, a in enumerate(arrays) if a is not None]
+
+    def call_fn(*given):
+        full = list(arrays)
+        for i, a in zip(present, given):
+            full[i] = a
+        return fn(*full)
+
+    call = jax.custom_batching.custom_vmap(call_fn)
+
+    @call.def_vmap
+    def _(axis_size, in_batched, *given):
+        requests = next(a.shape[1] if mapped else a.shape[0] for a, mapped in zip(given, in_batched))
+        flat = [(a if mapped else jnp.broadcast_to(a, (axis_size,) + a.shape)).reshape(
+                (axis_size * requests,) + a.shape[(2 if mapped else 1):]) for a, mapped in zip(given, in_batched)]
+        outputs = call(*flat)
+        unflat = jax.tree_util.tree_map(lambda o: o.reshape((axis_size, requests) + o.shape[1:]), outputs)
+        return unflat, jax.tree_util.tree_map(lambda o: True, outputs)
+
+    return call(*[arrays[i] for i in present])
 
 
 def on_gpu() -> bool:

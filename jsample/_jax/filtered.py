@@ -1,14 +1,17 @@
 """`top_k_top_p_sample` for JAX: validate, allocate, launch the shared Triton kernels (jax.jit-able)."""
 
+import functools
+
 import jax
 import jax.numpy as jnp
 
 from jsample import kernels
-from jsample._jax._launch import launch, per_row, seed_words, spec, temperature_array
+from jsample._jax._launch import launch, not_differentiable, rowwise, per_row, seed_words, spec, temperature_array
 from jsample.kernels.filtered import MAX_CHUNKS, STATE_WORDS
 from jsample.validation import check_top_k_top_p_sample
 
 
+@not_differentiable("top_k_top_p_sample")
 def top_k_top_p_sample(logits, seeds, positions, temperature, *, top_k=None, top_p=None, min_p=None,
                        fp64=False) -> jax.Array:
     """Seeded top-k / top-p / min-p sampling: gumbel_sample over the tokens the filters keep.
@@ -44,15 +47,20 @@ def top_k_top_p_sample(logits, seeds, positions, temperature, *, top_k=None, top
     check_top_k_top_p_sample(op, spec(op, "logits", logits), spec(op, "seeds", seeds),
                              spec(op, "positions", positions), spec(op, "temperature", temperature),
                              spec(op, "top_k", top_k), spec(op, "top_p", top_p), spec(op, "min_p", min_p), fp64)
-    batch, vocab = logits.shape
+    batch = logits.shape[0]
     if batch == 0:
         return jnp.zeros((0,), jnp.int32)
-    logits = jnp.asarray(logits)
-    config = kernels.filtered_launch_config(batch, vocab, vocab, jnp.dtype(logits.dtype).name, fp64)
-    plan = kernels.filtered_plan(config, top_k is not None, top_p is not None)
-    temperature = temperature_array(temperature, batch)
     top_k, top_p, min_p = (None if v is None else per_row(v, batch, d)
                            for v, d in ((top_k, jnp.int64), (top_p, jnp.float32), (min_p, jnp.float32)))
+    return rowwise(functools.partial(_filtered_rows, fp64=fp64), jnp.asarray(logits), jnp.asarray(seeds),
+                   jnp.asarray(positions), temperature_array(temperature, batch), top_k, top_p, min_p)
+
+
+def _filtered_rows(logits, seeds, positions, temperature, top_k, top_p, min_p, *, fp64):
+    """The launches of top_k_top_p_sample on validated arrays, the requests on axis 0."""
+    batch, vocab = logits.shape
+    config = kernels.filtered_launch_config(batch, vocab, vocab, jnp.dtype(logits.dtype).name, fp64)
+    plan = kernels.filtered_plan(config, top_k is not None, top_p is not None)
     has_min_p = min_p is not None
     unused = temperature  # stands for the filters a call does not have: never read
     top_k, top_p, min_p = (unused if v is None else v for v in (top_k, top_p, min_p))
@@ -73,7 +81,7 @@ def top_k_top_p_sample(logits, seeds, positions, temperature, *, top_k=None, top
     words = 2 if fp64 else 1  # f64 partial scores are stored as two f32 words
     sample = plan[-1]
     partial_score, partial_index = launch(
-        kernels.filtered_partial_kernel, logits, jnp.asarray(seeds), jnp.asarray(positions), temperature, top_k,
+        kernels.filtered_partial_kernel, logits, seeds, positions, temperature, top_k,
         top_p, min_p, state, partials, vocab, vocab, config.num_chunks,
         grid=(batch, gumbel.num_blocks),
         out_shapes=[jax.ShapeDtypeStruct((batch, gumbel.num_blocks * words), jnp.float32),

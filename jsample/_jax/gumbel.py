@@ -1,13 +1,16 @@
 """`gumbel_sample` for JAX: validate, allocate, launch the shared Triton kernels (jax.jit-able)."""
 
+import functools
+
 import jax
 import jax.numpy as jnp
 
 from jsample import kernels
-from jsample._jax._launch import launch, seed_words, spec, temperature_array
+from jsample._jax._launch import launch, not_differentiable, rowwise, seed_words, spec, temperature_array
 from jsample.validation import check_gumbel_sample
 
 
+@not_differentiable("gumbel_sample")
 def gumbel_sample(logits, seeds, positions, temperature, *, fp64=False, draft=False) -> jax.Array:
     """Seeded Gumbel-max sampling: token_b = argmax_k (logits[b, k] / T_b + g(u_bk)).
 
@@ -42,17 +45,22 @@ def gumbel_sample(logits, seeds, positions, temperature, *, fp64=False, draft=Fa
     op = "gumbel_sample"
     check_gumbel_sample(op, spec(op, "logits", logits), spec(op, "seeds", seeds),
                         spec(op, "positions", positions), spec(op, "temperature", temperature), fp64, draft)
-    batch, vocab = logits.shape
+    batch = logits.shape[0]
     if batch == 0:
         return jnp.zeros((0,), jnp.int32)
+    return rowwise(functools.partial(_gumbel_rows, fp64=fp64, draft=draft), jnp.asarray(logits),
+                   jnp.asarray(seeds), jnp.asarray(positions), temperature_array(temperature, batch))
+
+
+def _gumbel_rows(logits, seeds, positions, temperature, *, fp64, draft):
+    """The launches of gumbel_sample on validated arrays, the requests on axis 0."""
+    batch, vocab = logits.shape
     config = kernels.gumbel_launch_config(vocab, vocab, fp64)
     words = 2 if fp64 else 1  # f64 partial scores are stored as two f32 words
     launch_options = dict(num_warps=config.num_warps, num_stages=config.num_stages,
                           enable_fp_fusion=config.enable_fp_fusion)
-    logits = jnp.asarray(logits)
     partial_score, partial_index = launch(
-        kernels.gumbel_partial_kernel, logits, jnp.asarray(seeds), jnp.asarray(positions),
-        temperature_array(temperature, batch), vocab, vocab,
+        kernels.gumbel_partial_kernel, logits, seeds, positions, temperature, vocab, vocab,
         grid=(batch, config.num_blocks),
         out_shapes=[jax.ShapeDtypeStruct((batch, config.num_blocks * words), jnp.float32),
                     jax.ShapeDtypeStruct((batch, config.num_blocks), jnp.int32)],

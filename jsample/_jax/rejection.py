@@ -1,14 +1,17 @@
 """`rejection_sample` and `synthetic_rejection_sample` for JAX: validate, allocate, launch (jax.jit-able)."""
 
+import functools
+
 import jax
 import jax.numpy as jnp
 
 from jsample import kernels
-from jsample._jax._launch import launch, seed_words, spec, temperature_array
+from jsample._jax._launch import launch, not_differentiable, rowwise, seed_words, spec, temperature_array
 from jsample.kernels.rejection import STATS_PER_BLOCK
 from jsample.validation import check_rejection_sample, check_synthetic_rejection_sample
 
 
+@not_differentiable("rejection_sample")
 def rejection_sample(target_logits, draft_tokens, num_draft_tokens, seeds, positions, temperature, *,
                      draft_logits=None, method="probabilistic", fp64=False):
     """Speculative-decoding verification: accept a prefix of the drafts, then emit one target token.
@@ -57,21 +60,29 @@ def rejection_sample(target_logits, draft_tokens, num_draft_tokens, seeds, posit
                            spec(op, "num_draft_tokens", num_draft_tokens), spec(op, "seeds", seeds),
                            spec(op, "positions", positions), spec(op, "temperature", temperature),
                            spec(op, "draft_logits", draft_logits), method, fp64)
-    batch, rows, vocab = target_logits.shape
-    k = rows - 1
+    batch, rows, _ = target_logits.shape
     if batch == 0:
         return jnp.zeros((0, rows), jnp.int32), jnp.zeros((0,), jnp.int32)
     strict = method == "strict"
     one_hot = draft_logits is None or strict
-    target_logits = jnp.asarray(target_logits)
-    draft = target_logits if one_hot else jnp.asarray(draft_logits)  # never read when ONE_HOT
+    return rowwise(functools.partial(_rejection_rows, strict=strict, fp64=fp64), jnp.asarray(target_logits),
+                   jnp.asarray(draft_tokens), jnp.asarray(num_draft_tokens), jnp.asarray(seeds),
+                   jnp.asarray(positions), temperature_array(temperature, batch),
+                   None if one_hot else jnp.asarray(draft_logits))
+
+
+def _rejection_rows(target_logits, draft_tokens, num_draft_tokens, seeds, positions, temperature, draft_logits, *,
+                    strict, fp64):
+    """The launches of rejection_sample on validated arrays, the requests on axis 0."""
+    batch, rows, vocab = target_logits.shape
+    k = rows - 1
+    one_hot = draft_logits is None
+    draft = target_logits if one_hot else draft_logits  # never read when ONE_HOT
     strides = (rows * vocab, vocab, k * vocab, vocab) if not one_hot else (rows * vocab, vocab) * 2
     config = kernels.rejection_launch_config(vocab, k, strides, fp64)
     words = 2 if fp64 else 1  # f64 values are stored as two f32 words
-    seeds, positions = jnp.asarray(seeds), jnp.asarray(positions)
-    num_draft_tokens = jnp.asarray(num_draft_tokens)
-    temperature = temperature_array(temperature, batch)
-    draft_tokens = jnp.asarray(draft_tokens) if k > 0 else jnp.zeros((1,), jnp.int32)  # k == 0: never read
+    if k == 0:
+        draft_tokens = jnp.zeros((1,), jnp.int32)  # never read
     options = dict(num_stages=config.num_stages, enable_fp_fusion=config.enable_fp_fusion)
     f32, i32 = jnp.float32, jnp.int32
     # small batches: three launches (one at K <= 1), the bonus row on stats programs of its own (BONUS_PROGRAMS)
@@ -142,6 +153,7 @@ def rejection_sample(target_logits, draft_tokens, num_draft_tokens, seeds, posit
     return tokens, num_sampled
 
 
+@not_differentiable("synthetic_rejection_sample")
 def synthetic_rejection_sample(target_tokens, draft_tokens, num_draft_tokens, seeds, positions, conditional_rates, *,
                                fp64=False):
     """Rejection with prescribed acceptance rates (benchmarking a serving stack at a chosen acceptance).
@@ -177,14 +189,21 @@ def synthetic_rejection_sample(target_tokens, draft_tokens, num_draft_tokens, se
     k = rows - 1
     if batch == 0:
         return jnp.zeros((0, rows), jnp.int32), jnp.zeros((0,), jnp.int32)
+    rates = jnp.broadcast_to(jnp.asarray(conditional_rates), (batch, k))  # [K]: every request the same schedule
+    return rowwise(functools.partial(_synthetic_rows, fp64=fp64), jnp.asarray(target_tokens), jnp.asarray(draft_tokens),
+                   jnp.asarray(num_draft_tokens), jnp.asarray(seeds), jnp.asarray(positions), rates)
+
+
+def _synthetic_rows(target_tokens, draft_tokens, num_draft_tokens, seeds, positions, conditional_rates, *, fp64):
+    """The launch of synthetic_rejection_sample on validated arrays, the requests on axis 0."""
+    batch, rows = target_tokens.shape
+    k = rows - 1
     config = kernels.rejection_launch_config(1, k, (), fp64)
-    rates_batch_stride = k if len(conditional_rates.shape) == 2 else 0
     if k == 0:  # never read; avoids empty buffers
         draft_tokens, conditional_rates = jnp.zeros((1,), jnp.int32), jnp.zeros((1,), jnp.float32)
     return tuple(launch(
-        kernels.synthetic_rejection_kernel, jnp.asarray(target_tokens), jnp.asarray(draft_tokens),
-        jnp.asarray(num_draft_tokens), jnp.asarray(seeds), jnp.asarray(positions), jnp.asarray(conditional_rates),
-        k, rates_batch_stride, grid=(batch,),
+        kernels.synthetic_rejection_kernel, target_tokens, draft_tokens, num_draft_tokens, seeds, positions,
+        conditional_rates, k, k, grid=(batch,),
         out_shapes=[jax.ShapeDtypeStruct((batch, rows), jnp.int32), jax.ShapeDtypeStruct((batch,), jnp.int32)],
         FP64=fp64, BLOCK_K=config.block_k, SEED_WORDS=seed_words(seeds), num_warps=config.per_request_num_warps,
         num_stages=config.num_stages,
