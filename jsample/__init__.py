@@ -19,6 +19,7 @@ _JAX_API = {
     "rejection_sample": "jsample._jax.rejection",
     "synthetic_rejection_sample": "jsample._jax.rejection",
     "top_k_top_p_sample": "jsample._jax.filtered",
+    "seeds_from_key": "jsample._jax.seeds",
 }
 
 __all__ = [

@@ -30,6 +30,9 @@ def _or_list(names) -> str:
 
 def check_flag(op: str, name: str, value) -> None:
     if not isinstance(value, bool):
+        if "Tracer" in type(value).__name__:  # jax.jit traced a flag that must be a Python bool
+            raise TypeError(f"{op}: {name} must be True or False, got a traced value: under jax.jit, make it static, "
+                            f"e.g. jax.jit(jsample.{op}, static_argnames=(\"{name}\",)).")
         raise TypeError(f"{op}: {name} must be True or False, got {value!r} ({type(value).__name__}).")
 
 

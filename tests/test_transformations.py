@@ -97,3 +97,30 @@ def test_grad_and_jvp_raise_a_clear_error_naming_the_op(op):
     # stopped at the inputs: the op is a constant, and the gradient is the rest's
     stopped = lambda x: jnp.sum(calls[op](jax.lax.stop_gradient(x)).astype(jnp.float32)) * x  # noqa: E731
     assert float(jax.grad(stopped)(ONE)) == float(jnp.sum(calls[op](ONE).astype(jnp.float32)))
+
+
+def test_traced_flags_say_how_to_make_them_static():
+    x, s = np.zeros((2, 5), np.float32), np.zeros(2, np.int32)
+    with pytest.raises(TypeError, match=r'gumbel_sample: fp64 must be True or False, got a traced value: under '
+                                        r'jax.jit, make it static, e.g. jax.jit\(jsample.gumbel_sample, '
+                                        r'static_argnames=\("fp64",\)\).'):
+        jax.jit(jsample.gumbel_sample)(x, s, s, 0.5, fp64=True)
+    static = jax.jit(jsample.gumbel_sample, static_argnames=("fp64",))(x, s, s, 0.5, fp64=True)
+    np.testing.assert_array_equal(np.asarray(static), np.asarray(jsample.gumbel_sample(x, s, s, 0.5, fp64=True)))
+
+
+def test_seeds_from_a_prng_key():
+    rng = np.random.default_rng(43)
+    x = rng.standard_normal((4, 50)).astype(np.float32)
+    positions = np.arange(4, dtype=np.int32)
+    with pytest.raises(TypeError, match=r"gumbel_sample: seeds must be an integer array, got a JAX PRNG key array; "
+                                        r"draw seeds from it with jsample.seeds_from_key\(key, batch\)."):
+        jsample.gumbel_sample(x, jax.random.key(0), positions, 0.7)
+    seeds = jsample.seeds_from_key(jax.random.key(7), 4)
+    assert seeds.dtype == jnp.uint32 and seeds.shape == (4, 2)
+    np.testing.assert_array_equal(np.asarray(seeds), np.asarray(jsample.seeds_from_key(jax.random.key(7), 4)))
+    assert not np.array_equal(np.asarray(seeds), np.asarray(jsample.seeds_from_key(jax.random.key(8), 4)))
+    words = np.asarray(seeds).astype(np.int64)
+    as_int64 = (words[:, 0] | (words[:, 1] << 32)).astype(np.uint64).view(np.int64)
+    np.testing.assert_array_equal(np.asarray(jsample.gumbel_sample(x, seeds, positions, 0.7)),
+                                  np.asarray(jsample.gumbel_sample(x, as_int64, positions, 0.7)))

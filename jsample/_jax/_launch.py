@@ -106,6 +106,9 @@ def spec(op: str, name: str, value):
         hint = ", or pass 64-bit seeds as [B, 2] uint32 (low, high) words (jsample.seed_words)" if name == "seeds" else ""
         raise TypeError(f"{op}: {name} has dtype {value.dtype}, which JAX narrows to 32 bits unless "
                         f"jax_enable_x64 is on; enable it or pass a 32-bit array{hint}.")
+    if isinstance(value, jax.Array) and jax.dtypes.issubdtype(value.dtype, jax.dtypes.prng_key):
+        raise TypeError(f"{op}: {name} must be an integer array, got a JAX PRNG key array; draw seeds from it with "
+                        "jsample.seeds_from_key(key, batch).")
     if isinstance(value, (jax.Array, np.ndarray)):
         dtype = value.dtype
         name = "float0" if dtype == jax.dtypes.float0 else jnp.dtype(dtype).name
