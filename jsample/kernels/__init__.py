@@ -29,6 +29,13 @@ from jsample.kernels.gumbel import (  # noqa: E402
 )
 
 INTERPRETER = interpreting()
+if INTERPRETER:
+    import warnings
+
+    # The interpreter evaluates the kernels with NumPy, which warns where the GPU silently gives inf or
+    # NaN (an overflowing exp of a hostile logit, a masked-out lane): the kernels handle those values,
+    # so the warnings are noise in a user's output.
+    warnings.filterwarnings("ignore", category=RuntimeWarning, module=r"triton\.runtime\.interpreter")
 from jsample.kernels.filtered import (  # noqa: E402
     FilteredLaunchConfig,
     filter_step_kernel,
