@@ -7,8 +7,6 @@ of JAX and PyTorch installed, it samples with that one and compares with the Num
 seeds reach JAX as (low, high) words (jsample.seed_words), so jax_enable_x64 is left as it is.
 """
 
-import importlib.util
-
 import jsample.kernels  # noqa: F401  (chooses the Triton interpreter first on a CPU-only machine)
 import numpy as np
 
@@ -24,19 +22,23 @@ def main(batch: int = 8, vocab: int = 32000) -> bool:
     temperatures = [0.0, 0.7, 1.0, 1.3]
     temperature = np.float32(temperatures * (batch // 4 + 1))[:batch]  # 0 = greedy
     results, where = {}, "CPU (Triton interpreter)"
-    if importlib.util.find_spec("torch"):
+    try:
         import torch
 
         import torch_backend
-
+    except ImportError:
+        torch = None
+    if torch is not None:
         device = "cuda" if torch.cuda.is_available() else "cpu"
         if device == "cuda":
             where = "GPU: " + torch.cuda.get_device_name()
         results["torch"] = torch_backend.gumbel_sample(*(torch.from_numpy(a).to(device) for a in
                                                          (logits, seeds, positions, temperature))).cpu().numpy()
-    if importlib.util.find_spec("jax"):
+    try:
         import jax
-
+    except ImportError:
+        jax = None
+    if jax is not None:
         results["JAX"] = np.asarray(jax.jit(jsample.gumbel_sample)(logits, jsample.seed_words(seeds), positions,
                                                                    temperature))
         print(f"JAX backend: {jax.default_backend()}")

@@ -39,3 +39,9 @@ def test_versions_match():
 
     assert jsample.__version__ == torch_backend.__version__
     assert jsample.STREAM_VERSION == torch_backend.STREAM_VERSION == 1
+
+
+@pytest.mark.parametrize("blocked", ["torch", "jax", None])
+def test_demo_runs_with_either_frontend_alone(blocked):
+    block = f"import sys; sys.modules[{blocked!r}] = None\n" if blocked else ""
+    _run(block + "from jsample.demo import main\nassert main(batch=4, vocab=300)")
