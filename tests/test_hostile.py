@@ -113,9 +113,9 @@ def test_every_tensor_argument_honours_its_strides():
 @pytest.mark.parametrize("op", ["gumbel_sample", "top_k_top_p_sample"])
 def test_temperatures_below_1e_5_are_greedy(op):
     rng = np.random.default_rng(12)
-    logits = _logits(rng)
-    seeds, positions = _requests(rng)
-    temperature = np.float32([9.99e-6, 1e-30, 1e-45, -1.0, -np.inf, 0.0])[:BATCH]
+    logits = _logits(rng, 6)
+    seeds, positions = _requests(rng, 6)
+    temperature = np.float32([9.99e-6, 1e-30, 1e-45, -1.0, -np.inf, np.nan])
     kwargs = dict(top_k=3, top_p=0.5) if op == "top_k_top_p_sample" else {}
     tokens = both_frontends(op, logits, seeds, positions, temperature, **kwargs)
     np.testing.assert_array_equal(tokens, logits.argmax(axis=1))
@@ -131,13 +131,13 @@ def test_temperatures_below_1e_5_are_greedy(op):
 def test_rejection_temperatures_below_1e_5_are_greedy():
     rng = np.random.default_rng(13)
     k = 3
-    target = _logits(rng, rows=k + 1)
+    target = _logits(rng, 6, rows=k + 1)
     drafts = target[:, :k].argmax(-1).astype(np.int32)
     drafts[::2, 1] = 0  # rejected at row 1 where the argmax is not 0
-    num_drafts = np.full(BATCH, k, np.int32)
-    seeds, positions = _requests(rng)
-    temperature = np.float32([1e-6, -2.0, 1e-40, 0.0, 9e-6, 1e-7])[:BATCH]
-    for kwargs in (dict(), dict(draft_logits=_logits(rng, rows=k)), dict(method="strict")):
+    num_drafts = np.full(6, k, np.int32)
+    seeds, positions = _requests(rng, 6)
+    temperature = np.float32([1e-6, -2.0, 1e-40, 0.0, 9e-6, np.nan])
+    for kwargs in (dict(), dict(draft_logits=_logits(rng, 6, rows=k)), dict(method="strict")):
         out = both_frontends("rejection_sample", target, drafts, num_drafts, seeds, positions, temperature, **kwargs)
         greedy = both_frontends("rejection_sample", target, drafts, num_drafts, seeds, positions, 0.0, **kwargs)
         for o, g in zip(out, greedy):
@@ -191,16 +191,17 @@ def test_rejection_rows_whose_scaled_logits_overflow_are_greedy(monkeypatch, pla
 
     monkeypatch.setattr(jsample.kernels, "decide_in_emit", lambda batch, config: plan == "decide in emit")
     rng = np.random.default_rng(16)
-    batch, k, vocab = 6, 2, 300
+    batch, k, vocab = 7, 2, 300
     target = _logits(rng, batch, vocab, rows=k + 1)
     draft_logits = (target[:, :k] + rng.standard_normal((batch, k, vocab))).astype(np.float32)
     drafts = target[:, :k].argmax(-1).astype(np.int32)
-    num_drafts = np.int32([2, 2, 1, 2, 0, 2])
+    num_drafts = np.int32([2, 2, 1, 2, 0, 2, 2])
     seeds, positions = _requests(rng, batch)
-    temperature = np.float32([0.7, 0.5, 0.9, 0.6, 0.8, 0.9])
+    temperature = np.float32([0.7, 0.5, 0.9, 0.6, 0.8, 0.9, 0.9])
     target[0, 0, 3] = 3e38  # a decision row: greedy, its draft (the old argmax) rejected, argmax 3 emitted
     target[1, 1, 7] = -3e38  # negative overflow of a decision row
-    draft_logits[2, 0, 5] = 3e38  # the draft row overflows: the row is greedy
+    draft_logits[2, 0, 5] = 3.2e38  # the draft row overflows (3.56e38): the row is greedy
+    draft_logits[6, 0, 5] = 3e38  # 3.33e38 does not overflow: q is one-hot on 5, the draft accepted (p / q = inf)
     target[3, 2, 9] = 3e38  # the bonus row (every draft is the argmax: accepted unless sampled otherwise)
     target[4, 0, 11] = 3e38  # n = 0: the bonus row 0
     drafts[5, 0] = 250
@@ -218,6 +219,8 @@ def test_rejection_rows_whose_scaled_logits_overflow_are_greedy(monkeypatch, pla
         tokens, num_sampled = from_torch
         assert tokens[0, 0] == 3 and num_sampled[0] == 1  # greedy row 0: the draft is not its argmax
         assert tokens[4, 0] == 11 and tokens[5, 0] == 250
+        if "draft_logits" in kwargs:
+            assert num_sampled[2] == 2 and num_sampled[6] == 3, num_sampled
         if num_sampled[3] == 3:
             assert tokens[3, 2] == 9
 
@@ -330,13 +333,14 @@ def test_seed_words_carry_64_bit_seeds_with_x64_off():
     import jax
 
     rng = np.random.default_rng(21)
-    logits = _logits(rng)
-    seeds = np.array([2**40 + 1, -5, 2**63 - 1, 7, -(2**63), 2**32][:BATCH], np.int64)
-    positions = np.arange(BATCH, dtype=np.int32)
+    batch = 6
+    logits = _logits(rng, batch)
+    seeds = np.array([2**40 + 1, -5, 2**63 - 1, 7, -(2**63), 2**32], np.int64)
+    positions = np.arange(batch, dtype=np.int32)
     expected = run_torch("gumbel_sample", logits, seeds, positions, 0.7)
     np.testing.assert_array_equal(expected, gumbel_sample_reference(logits, seeds, positions, 0.7))
     words = jsample.seed_words(seeds)
-    assert words.dtype == np.uint32 and words.shape == (BATCH, 2)
+    assert words.dtype == np.uint32 and words.shape == (batch, 2)
     with jax.enable_x64(False):
         from_words = jax.jit(jsample.gumbel_sample)(logits, words, positions, 0.7)
         with pytest.raises(TypeError, match=r"\(jsample\.seed_words\)"):
@@ -349,9 +353,9 @@ def test_seed_words_carry_64_bit_seeds_with_x64_off():
     np.testing.assert_array_equal(torch_backend.gumbel_sample(to_torch(logits), torch_words, to_torch(positions),
                                                               0.7).cpu().numpy(), expected)
     k = 2
-    target = _logits(rng, rows=k + 1)
+    target = _logits(rng, batch, rows=k + 1)
     drafts = target[:, :k].argmax(-1).astype(np.int32)
-    n = np.full(BATCH, k, np.int32)
+    n = np.full(batch, k, np.int32)
     np.testing.assert_array_equal(both_frontends("rejection_sample", target, drafts, n, words, positions, 0.7)[0],
                                   rejection_sample_reference(target, drafts, n, seeds, positions, 0.7)[0])
     rates = np.full(k, 0.5, np.float32)
@@ -364,14 +368,14 @@ def test_seed_words_carry_64_bit_seeds_with_x64_off():
 @pytest.mark.parametrize("dtype", ["float64", "float16", "bfloat16"])
 def test_temperature_and_filters_of_any_float_dtype(dtype):
     rng = np.random.default_rng(22)
-    logits = _logits(rng)
-    seeds, positions = _requests(rng)
+    logits = _logits(rng, 6)
+    seeds, positions = _requests(rng, 6)
     cast = getattr(ml_dtypes, dtype, None) or np.dtype(dtype)
-    temperature = np.float32([0.5, 0.75, 1.0, 1.5, 2.0, 0.25])[:BATCH]  # exact in every dtype
+    temperature = np.float32([0.5, 0.75, 1.0, 1.5, 2.0, 0.25])  # exact in every dtype
     tokens = both_frontends("gumbel_sample", logits, seeds, positions, temperature.astype(cast))
     np.testing.assert_array_equal(tokens, both_frontends("gumbel_sample", logits, seeds, positions, temperature))
     filtered = both_frontends("top_k_top_p_sample", logits, seeds, positions, temperature.astype(cast),
-                              top_p=np.full(BATCH, 0.5, cast), min_p=np.full(BATCH, 0.125, cast))
+                              top_p=np.full(6, 0.5, cast), min_p=np.full(6, 0.125, cast))
     np.testing.assert_array_equal(filtered, top_k_top_p_sample_reference(logits, seeds, positions, temperature,
                                                                           top_p=0.5, min_p=0.125))
 

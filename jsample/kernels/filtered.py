@@ -59,7 +59,6 @@ from jsample.kernels.gumbel import (
     is_greedy,
     load_block,
     noisy_scores,
-    scaled_logits_overflow,
     store_block_best,
 )
 from jsample.kernels.stream import load_seed
@@ -388,9 +387,8 @@ def filtered_partial_kernel(
     first_col = block * BLOCK_V
     cols = first_col + tl.arange(0, BLOCK_V)
     x = load_block(logits_ptr + tl.multiple_of(b64 * row_stride, ROW_ALIGN), cols, V, FP64)
-    overflow = False
+    unfiltered = x
     if _filtered_row(temperature, count):
-        overflow = scaled_logits_overflow(x, temperature)
         x32 = x.to(tl.float32)
         keep = _key(x32, KEY_SHIFT) >= threshold
         if HAS_MIN_P:
@@ -402,6 +400,6 @@ def filtered_partial_kernel(
         noise = tl.zeros_like(x)
     else:
         noise = block_noise(seed, position, first_col, 0, BLOCK_V, FP64, FAST_MATH)
-    score, best = noisy_scores(x, noise, temperature, FP64, FAST_MATH)
+    score, best, overflow = noisy_scores(x, noise, temperature, FP64, FAST_MATH, unfiltered)
     store_block_best(partial_score_ptr, partial_index_ptr, b64 * num_blocks + block, score, best, first_col, FP64,
                      overflow)

@@ -11,7 +11,7 @@ d_j. Row j is drawn at position P_b + j (STREAM.md, "Rejection sampling"):
   noise g of row a: after a probabilistic rejection argmax_k (log r_k + g_k), r = max(p - q, 0)
   (p with d_a removed for one-hot drafts), falling back to p when r is all zero; otherwise the
   Gumbel-max sample of row a, computed by the very code of `gumbel_sample` (`noisy_scores` of
-  `block_noise`, the two halves of `block_scores`), so the bonus token equals `gumbel_sample` of
+  `block_noise`, as gumbel_partial_kernel), so the bonus token equals `gumbel_sample` of
   that row with position P_b + n_b bit for bit.
 
 Four launches (three for small batches, below), all shared by the PyTorch and JAX frontends (no host
@@ -79,17 +79,16 @@ from jsample.kernels.gumbel import (
     _largest_power_of_two_dividing,
     aligned,
     block_noise,
-    block_scores,
     gumbel_launch_config,
     inverse_temperature,
     is_greedy,
     load_block,
-    max_flagging_nan,
+    max_and_magnitude,
     noisy_scores,
+    overflow_from_magnitude,
     greedy_argmax_row,
     reduce_block_best,
     reduce_block_best_flagged,
-    scaled_logits_overflow,
     store_block_best,
 )
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
@@ -230,14 +229,16 @@ def _gather(row_ptrs, cols, mask, FP64: tl.constexpr):
 
 @triton.jit
 def _softmax_partials(x, inverse_t, FP64: tl.constexpr, FAST_MATH: tl.constexpr):
-    """(max, sum of exp(s - max)) of a block's scaled logits s = x / T, where NaN and +inf logits
-    have probability 0, as -inf ones; (-inf, 0) when the block has no candidate.
+    """(max, sum of exp(s - max), largest |x|) of a block's scaled logits s = x / T, where NaN and +inf
+    logits have probability 0, as -inf ones; (-inf, 0) when the block has no candidate. The largest
+    |x| (of every logit, padding included) is what gumbel.overflow_from_magnitude needs, reduced
+    with the max (gumbel.max_and_magnitude).
 
     x * (1/T) rounds monotonically (1/T > 0), so max s = (max x) * (1/T), and when that is below
     +inf the block holds no NaN or +inf logit (max_flagging_nan says so, at the cost of the plain
     max): only the other blocks run the mask, 3 instructions a column. Both branches compute a
     finite logit's term alike, so a NaN elsewhere in its block cannot change it."""
-    x_max = max_flagging_nan(x, FAST_MATH)
+    x_max, magnitude = max_and_magnitude(x, x, FAST_MATH)
     block_max = x_max * inverse_t
     if (block_max < float("inf")) & (inverse_t > 0):
         # exp(-inf - shift) = 0 covers -inf logits; the shift keeps an all -inf block at sum 0, not NaN
@@ -250,16 +251,20 @@ def _softmax_partials(x, inverse_t, FP64: tl.constexpr, FAST_MATH: tl.constexpr)
         block_max = tl.max(x * inverse_t, axis=0)
         shift = tl.where(block_max > float("-inf"), block_max, 0.0)
         terms = _softmax_terms(x, inverse_t, shift, FP64, FAST_MATH)
-    return block_max, tl.sum(terms, axis=0)
+    return block_max, tl.sum(terms, axis=0), magnitude
 
 
 @triton.jit
 def _softmax_terms(x, inverse_t, shift, FP64: tl.constexpr, FAST_MATH: tl.constexpr):
     """exp(x / T - shift) of finite or -inf logits x."""
     if FAST_MATH and not FP64:
-        # ex2.approx.ftz of one fused multiply-add, 1 / T folded into it: 2 instructions a column,
-        # not 6 for tl.exp; the flushed terms (< 2**-126) are far below the sum's rounding (sum >= 1)
-        return exp2_approx(tl.fma(x, inverse_t * LOG2E, -shift * LOG2E))
+        if tl.abs(shift) < 2.0e38:  # shift * log2(e) stays finite (it overflows from 2.36e38)
+            # ex2.approx.ftz of one fused multiply-add, 1 / T folded into it: 2 instructions a column,
+            # not 6 for tl.exp; the flushed terms (< 2**-126) are far below the sum's rounding (sum >= 1)
+            terms = exp2_approx(tl.fma(x, inverse_t * LOG2E, -shift * LOG2E))
+        else:
+            terms = tl.exp(x * inverse_t - shift)
+        return terms
     else:
         return tl.exp(x * inverse_t - shift)
 
@@ -293,17 +298,15 @@ def _first_rejection(accept, rows, num_drafts):
 def _store_sampled_partials(target_row_ptr, row, target_row_stride, V, first_col, seed, position, temperature,
                             partial_score_ptr, partial_index_ptr, out, BLOCK_V: tl.constexpr,
                             ROW_ALIGN: tl.constexpr, FP64: tl.constexpr, FAST_MATH: tl.constexpr):
-    """The block partials of target row `row`'s Gumbel-max sample (gumbel_sample's block_scores),
+    """The block partials of target row `row`'s Gumbel-max sample (gumbel_partial_kernel's code),
     flagged when the row's scaled logits overflow (the row is then greedy: store_block_best)."""
     cols = first_col + tl.arange(0, BLOCK_V)
     x = load_block(target_row_ptr + tl.multiple_of(row.to(tl.int64) * target_row_stride, ROW_ALIGN), cols, V, FP64)
-    overflow = False
     if is_greedy(temperature):
         noise = tl.zeros_like(x)
     else:
         noise = block_noise(seed, position, first_col, STREAM_TOKEN, BLOCK_V, FP64, FAST_MATH)
-        overflow = scaled_logits_overflow(x, temperature)
-    score, best = noisy_scores(x, noise, temperature, FP64, FAST_MATH)
+    score, best, overflow = noisy_scores(x, noise, temperature, FP64, FAST_MATH, x)
     store_block_best(partial_score_ptr, partial_index_ptr, out, score, best, first_col, FP64, overflow)
 
 
@@ -394,16 +397,15 @@ def _stats_program(target_logits_ptr, draft_logits_ptr, seeds_ptr, positions_ptr
                                         position + num_drafts, temperature, partial_score_ptr, partial_index_ptr,
                                         bonus_out, BLOCK_V, ROW_ALIGN, FP64, FAST_MATH)
             inverse_t = inverse_temperature(temperature, FP64)
-            target_max, target_sum = _softmax_partials(x, inverse_t, FP64, FAST_MATH)
-            overflow = scaled_logits_overflow(x, temperature)
+            target_max, target_sum, magnitude = _softmax_partials(x, inverse_t, FP64, FAST_MATH)
+            overflow = overflow_from_magnitude(x, magnitude, temperature)
             if not ONE_HOT:
-                overflow = overflow | scaled_logits_overflow(y, temperature)
-            tl.store(stats + out, target_max)
-            tl.store(stats + out + num_blocks, tl.where(overflow, -1.0, target_sum))  # -1: the row is greedy
-            if not ONE_HOT:
-                draft_max, draft_sum = _softmax_partials(y, inverse_t, FP64, FAST_MATH)
+                draft_max, draft_sum, magnitude = _softmax_partials(y, inverse_t, FP64, FAST_MATH)
+                overflow = overflow | overflow_from_magnitude(y, magnitude, temperature)
                 tl.store(stats + out + 2 * num_blocks, draft_max)
                 tl.store(stats + out + 3 * num_blocks, draft_sum)
+            tl.store(stats + out, target_max)
+            tl.store(stats + out + num_blocks, tl.where(overflow, -1.0, target_sum))  # -1: the row is greedy
     if BONUS_PROGRAMS:
         if j == num_rows - 1:  # > K - 1 >= n_b - 1: no draft row above
             _store_sampled_partials(target_row_ptr, num_drafts, target_row_stride, V, first_col, seed,
@@ -658,10 +660,7 @@ def _emit_block(x, y, noise, draft_tokens_ptr, b64, block, num_blocks, temperatu
     # exactly gumbel_sample's scores of this row (block_scores): the bonus token, or the fallback; flagged
     # when the row's scaled logits overflow (only a sampled row a_b = n_b can: the decision made the
     # others greedy)
-    score, best = noisy_scores(x, noise, temperature, FP64, FAST_MATH)
-    overflow = False
-    if not is_greedy(temperature):
-        overflow = scaled_logits_overflow(x, temperature)
+    score, best, overflow = noisy_scores(x, noise, temperature, FP64, FAST_MATH, x)
     store_block_best(partial_score_ptr, partial_index_ptr, (B + b64) * num_blocks + block, score, best, first_col, FP64,
                      overflow)
     if emit_mode == EMIT_RESIDUAL:
@@ -673,7 +672,7 @@ def _emit_block(x, y, noise, draft_tokens_ptr, b64, block, num_blocks, temperatu
             # (NaN where both logits are -inf, p = 0 there: compared below as false). log r + g =
             # log p + log(1 - q / p) + g = (score - log Z_p) + log(1 - q / p) where q < p; only the
             # absolute error of log(1 - q / p) matters next to the score, so no log1p series is needed
-            if FAST_MATH and not FP64:
+            if FAST_MATH and not FP64 and (tl.abs(target_lse - draft_lse) < 2.0e38):  # * log2(e) stays finite
                 # q = 0 where a draft logit is NaN or +inf (masking only the blocks that hold one, as
                 # noisy_scores does, saved 2 instructions a column but cost 6 registers)
                 residual = _fast_residual_scores(x, tl.where(tl.abs(y) < float("inf"), y, float("-inf")),
