@@ -4,7 +4,7 @@ Run before and after a refactor or a speed change: the digest must not move, exc
 the stream contract says change (docs/STREAM.md, "Clarifications of version 1"), which the grid
 avoids (temperatures are 0 or >= 0.05, logits are moderate, filter values are in range).
 
-    python benchmarks/token_digest.py [--size cpu|gpu] [--out FILE] [--compare BASELINE.json]
+    python benchmarks/token_digest.py [--size cpu|gpu] [--out FILE] [--compare BASELINE.json] [--only TEXT]
 
 The CPU digest comes from the Triton interpreter, the GPU digest from compiled kernels (FAST_MATH
 logs): each is compared with itself, not with the other.
@@ -66,12 +66,15 @@ def main():
     parser.add_argument("--size", choices=("cpu", "gpu"), default=None)
     parser.add_argument("--out", default=None)
     parser.add_argument("--compare", default=None, help="a digest JSON recorded before: every case must match")
+    parser.add_argument("--only", default="", help="run only the cases whose name contains this text")
     args = parser.parse_args()
     from conftest import SIZE, both_frontends  # noqa: E402  (chooses the interpreter on CPU machines)
 
     size = args.size or SIZE
     digests, total = {}, hashlib.sha256()
     for op, name, op_args, kwargs in grid(size):
+        if args.only not in f"{op} {name}":
+            continue
         out = both_frontends(op, *op_args, **kwargs)  # asserts torch == JAX
         data = b"".join(np.ascontiguousarray(o).tobytes() for o in (out if isinstance(out, tuple) else (out,)))
         digest = hashlib.sha256(data).hexdigest()[:16]
@@ -86,6 +89,7 @@ def main():
     if args.compare:
         with open(args.compare) as f:
             baseline = json.load(f)["per_case"]
+        baseline = {case: digest for case, digest in baseline.items() if args.only in case}
         changed = sorted(case for case in baseline if digests.get(case) != baseline[case])
         print(f"compared with {args.compare}: {len(baseline) - len(changed)} of {len(baseline)} cases equal"
               + "".join(f"\n  differs: {case}" for case in changed))
