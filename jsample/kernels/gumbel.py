@@ -223,6 +223,23 @@ def store_block_best(partial_score_ptr, partial_index_ptr, out, score, best, fir
 
 
 @triton.jit
+def store_sampled_block(logits_ptr, row, row_stride, V, first_col, seed, position, temperature, partial_score_ptr,
+                        partial_index_ptr, out, STREAM: tl.constexpr, BLOCK_V: tl.constexpr, ROW_ALIGN: tl.constexpr,
+                        FP64: tl.constexpr, FAST_MATH: tl.constexpr):
+    """Block partials (store_block_best, at `out`) of the Gumbel-max sample of row `row`'s columns
+    first_col .. first_col + BLOCK_V - 1, flagged when the row's scaled logits overflow: every
+    unfiltered Gumbel-max in jsample (gumbel_sample, and rejection_sample's sampled rows) runs this."""
+    cols = first_col + tl.arange(0, BLOCK_V)
+    x = load_block(logits_ptr + tl.multiple_of(row.to(tl.int64) * row_stride, ROW_ALIGN), cols, V, FP64)
+    if is_greedy(temperature):
+        noise = tl.zeros_like(x)
+    else:
+        noise = block_noise(seed, position, first_col, STREAM, BLOCK_V, FP64, FAST_MATH)
+    score, best, overflow = noisy_scores(x, noise, temperature, FP64, FAST_MATH, x)
+    store_block_best(partial_score_ptr, partial_index_ptr, out, score, best, first_col, FP64, overflow)
+
+
+@triton.jit
 def gumbel_partial_kernel(
     logits_ptr,  # [B, V] f32|bf16|f16, rows `row_stride` elements apart, columns contiguous
     seeds_ptr,  # [B] i32|u32|i64, or [B, 2] u32 (low, high) words with SEED_WORDS = 2: the 64-bit seed
@@ -247,16 +264,9 @@ def gumbel_partial_kernel(
     seed = load_seed(seeds_ptr, row, SEED_WORDS)
     position = tl.load(positions_ptr + row).to(tl.int64)
     temperature = tl.load(temperature_ptr + row)
-    first_col = block * BLOCK_V
-    cols = first_col + tl.arange(0, BLOCK_V)
-    x = load_block(logits_ptr + tl.multiple_of(row.to(tl.int64) * row_stride, ROW_ALIGN), cols, V, FP64)
-    if is_greedy(temperature):
-        noise = tl.zeros_like(x)
-    else:
-        noise = block_noise(seed, position, first_col, STREAM, BLOCK_V, FP64, FAST_MATH)
-    score, best, overflow = noisy_scores(x, noise, temperature, FP64, FAST_MATH, x)
-    store_block_best(partial_score_ptr, partial_index_ptr, row.to(tl.int64) * num_blocks + block, score, best,
-                     first_col, FP64, overflow)
+    store_sampled_block(logits_ptr, row, row_stride, V, block * BLOCK_V, seed, position, temperature,
+                        partial_score_ptr, partial_index_ptr, row.to(tl.int64) * num_blocks + block, STREAM, BLOCK_V,
+                        ROW_ALIGN, FP64, FAST_MATH)
 
 
 @triton.jit

@@ -90,6 +90,7 @@ from jsample.kernels.gumbel import (
     reduce_block_best,
     reduce_block_best_flagged,
     store_block_best,
+    store_sampled_block,
 )
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
@@ -298,16 +299,9 @@ def _first_rejection(accept, rows, num_drafts):
 def _store_sampled_partials(target_row_ptr, row, target_row_stride, V, first_col, seed, position, temperature,
                             partial_score_ptr, partial_index_ptr, out, BLOCK_V: tl.constexpr,
                             ROW_ALIGN: tl.constexpr, FP64: tl.constexpr, FAST_MATH: tl.constexpr):
-    """The block partials of target row `row`'s Gumbel-max sample (gumbel_partial_kernel's code),
-    flagged when the row's scaled logits overflow (the row is then greedy: store_block_best)."""
-    cols = first_col + tl.arange(0, BLOCK_V)
-    x = load_block(target_row_ptr + tl.multiple_of(row.to(tl.int64) * target_row_stride, ROW_ALIGN), cols, V, FP64)
-    if is_greedy(temperature):
-        noise = tl.zeros_like(x)
-    else:
-        noise = block_noise(seed, position, first_col, STREAM_TOKEN, BLOCK_V, FP64, FAST_MATH)
-    score, best, overflow = noisy_scores(x, noise, temperature, FP64, FAST_MATH, x)
-    store_block_best(partial_score_ptr, partial_index_ptr, out, score, best, first_col, FP64, overflow)
+    """The block partials of target row `row`'s Gumbel-max sample: gumbel_sample's code exactly."""
+    store_sampled_block(target_row_ptr, row, target_row_stride, V, first_col, seed, position, temperature,
+                        partial_score_ptr, partial_index_ptr, out, STREAM_TOKEN, BLOCK_V, ROW_ALIGN, FP64, FAST_MATH)
 
 
 @triton.jit
