@@ -432,3 +432,17 @@ def test_reference_rejects_out_of_range_drafts_quietly():
     out = both_frontends("rejection_sample", target, drafts, np.full(3, 2, np.int32), np.arange(3, dtype=np.int64),
                          np.zeros(3, np.int64), 0.8, draft_logits=draft_logits)
     np.testing.assert_array_equal(out[0], tokens)
+
+
+def test_residual_with_log_probabilities_beyond_float64():
+    """Found by the property suite on the GPU: a rejected row whose probabilities underflow float64
+    (x / T = 2.4e38 next to ~0). In exact arithmetic r = max(p - q, 0) is positive at column 1 only
+    (q < p there), so the residual sample is 1; a linear-space reference (r = 0 everywhere, so the
+    fallback to p) said 0. The kernels work in log space, and so does the reference now."""
+    target = np.array([[[1.7e38, -1.3210486e-03], [6.4042266e-03, 1.0490011e-03]]], np.float32)
+    draft_logits = np.array([[[1.7e38, -6.241797e-01]]], np.float32)
+    args = (target, np.int32([[2]]), np.int32([1]), np.array([2526497193922298463]), np.array([296633628802]), 0.7)
+    tokens, num_sampled = both_frontends("rejection_sample", *args, draft_logits=draft_logits)
+    np.testing.assert_array_equal(tokens, [[1, -1]])
+    reference = rejection_sample_reference(*args, draft_logits=draft_logits)
+    np.testing.assert_array_equal(reference[0], tokens)

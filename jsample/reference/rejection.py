@@ -1,8 +1,10 @@
 """NumPy reference of `rejection_sample` and `synthetic_rejection_sample` (STREAM.md, "Rejection sampling").
 
 Written from the contract, independently of the kernels: probabilities in float64 (from x / T
-rounded to fp32 in FP32 mode, as the kernels see it), the residual as max(p - q, 0) in linear
-space, a plain per-request loop. Imports numpy only.
+rounded to fp32 in FP32 mode, as the kernels see it), the residual r = max(p - q, 0) in log space
+(log r = log p + log(1 - q / p) where q < p: in linear space the entries of a row whose
+log-probabilities span more than float64's range, ~745, underflow to 0, and the all-zero fallback
+would be taken where exact arithmetic has a residual), a plain per-request loop. Imports numpy only.
 """
 
 import numpy as np
@@ -26,11 +28,12 @@ def _scaled(logits, temperature, fp64):
     return np.where(np.isfinite(logits), scaled, -np.inf)
 
 
-def _softmax(scaled):
-    with np.errstate(invalid="ignore", divide="ignore"):
+def _log_normalizer(scaled):
+    """log sum exp over the last axis (-inf for a row without a finite entry)."""
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
         top = scaled.max(axis=-1, keepdims=True)
-        e = np.where(np.isneginf(scaled), 0.0, np.exp(scaled - np.where(np.isfinite(top), top, 0.0)))
-        return e / e.sum(axis=-1, keepdims=True)
+        shift = np.where(np.isfinite(top), top, 0.0)
+        return (shift + np.log(np.exp(scaled - shift).sum(axis=-1, keepdims=True)))[..., 0]
 
 
 def _argmax_and_gap(scores):
@@ -64,10 +67,8 @@ def rejection_sample_reference(target_logits, draft_tokens, num_draft_tokens, se
     noise = noise.reshape(batch, rows, vocab)
     accept_u = stream_uniforms(row_seeds, row_positions, STREAM_ACCEPT, 1, fp64=fp64).reshape(batch, rows)
     scaled_target = _scaled(target_logits, temperature, fp64)
-    target_probs = _softmax(scaled_target)
-    draft_probs = None
-    if draft_logits is not None:
-        draft_probs = _softmax(_scaled(np.asarray(draft_logits, dtype=np.float32), temperature, fp64))
+    scaled_draft = None if draft_logits is None else _scaled(np.asarray(draft_logits, dtype=np.float32),
+                                                              temperature, fp64)
     finite = np.isfinite(target_logits)
     # greedy rows (STREAM.md, clarifications): T < 1e-5, or a row whose scaled target logits overflow; a
     # probabilistic draft row j < n_b whose draft logits overflow makes row j greedy too
@@ -102,10 +103,13 @@ def rejection_sample_reference(target_logits, draft_tokens, num_draft_tokens, se
                     score_margin[b] = min(score_margin[b], gap)
                 accept = in_range and d == target_token
             else:
-                p_d = np.float64(target_probs[b, j, d] if in_range else 0.0)
-                q_d = np.float64(1.0 if draft_probs is None else (draft_probs[b, j, d] if in_range else 0.0))
-                with np.errstate(divide="ignore", invalid="ignore"):
-                    ratio = p_d / q_d
+                # p(d) / q(d) from log-probabilities: both may underflow in float64 where the ratio does not
+                log_p = scaled_target[b, j, d] - _log_normalizer(scaled_target[b, j]) if in_range else -np.inf
+                log_q = 0.0
+                if scaled_draft is not None:
+                    log_q = scaled_draft[b, j, d] - _log_normalizer(scaled_draft[b, j]) if in_range else -np.inf
+                with np.errstate(invalid="ignore", over="ignore"):
+                    ratio = np.exp(log_p - log_q)  # NaN (rejected) when both are -inf
                 accept = bool(accept_u[b, j] < ratio)
                 if 0 < ratio < np.inf:
                     ratio_margin[b] = min(ratio_margin[b], abs(accept_u[b, j] - ratio) / ratio)
@@ -115,14 +119,18 @@ def rejection_sample_reference(target_logits, draft_tokens, num_draft_tokens, se
         scores = gumbel_scores(b, accepted)
         if accepted < n and not by_token and not row_greedy[b, accepted]:
             d = int(draft_tokens[b, accepted])
-            if draft_probs is None:  # r = p with the draft removed
+            if scaled_draft is None:  # r = p with the draft removed
                 residual = scores.copy()
                 if 0 <= d < vocab:
                     residual[d] = -np.inf
-            else:  # r = max(p - q, 0)
-                r = np.maximum(target_probs[b, accepted] - draft_probs[b, accepted], 0.0)
-                with np.errstate(divide="ignore"):
-                    residual = np.where(finite[b, accepted] & (r > 0), np.log(r) + noise[b, accepted], -np.inf)
+            else:  # r = max(p - q, 0): log r = log p + log(1 - q / p) where q < p
+                x, y = scaled_target[b, accepted], scaled_draft[b, accepted]
+                lse_p, lse_q = _log_normalizer(x), _log_normalizer(y)
+                with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+                    log_ratio = np.where(np.isneginf(y), -np.inf, (y - x) + (lse_p - lse_q))  # log(q / p)
+                    log_r = (x - lse_p) + np.log1p(-np.exp(log_ratio))
+                residual = np.where(finite[b, accepted] & (log_ratio < 0) & (log_r > -np.inf),
+                                    log_r + noise[b, accepted], -np.inf)
             if np.isfinite(residual).any():  # all-zero residual: fall back to p
                 scores = residual
         token, gap = _argmax_and_gap(scores)
