@@ -77,7 +77,7 @@ def test_without_fast_math_the_budget_is_exceeded():
     """The control: the interpreter's code path (tl.philox-style multiplies, accurate logs) is far over it."""
     facts = compiled_facts("--exact-math")
     for kernel, budget in INSTRUCTION_BUDGET.items():
-        assert facts[kernel]["sass_per_column"] > 1.35 * budget, (kernel, facts[kernel])
+        assert facts[kernel]["sass_per_column"] > 1.3 * budget, (kernel, facts[kernel])
 
 
 def test_both_rejection_plans_reduce_the_normalisers_alike():
