@@ -17,7 +17,6 @@ import os
 
 import ml_dtypes
 import numpy as np
-import pytest
 import torch
 from conftest import ON_GPU, TORCH_DEVICE, run_jax
 from hypothesis import HealthCheck, given, settings
