@@ -16,7 +16,7 @@ POSITION_DTYPES = ("int32", "int64")
 FLOAT_DTYPES = ("float32", "float64", "bfloat16", "float16")  # temperature, top_p, min_p: read as float32
 INTEGER_DTYPES = ("int32", "int64", "int16", "int8", "uint8", "uint16", "uint32", "uint64")  # top_k: int64
 FLOAT32_MAX = 3.4028234663852886e38
-MAX_VOCAB = 2**30  # jsample.kernels.gumbel.MAX_VOCAB (no kernel import here)
+MAX_VOCAB = 2**30  # the kernels' column arithmetic is int32: 2**30 leaves room for a padded last block
 
 
 class ArraySpec(NamedTuple):

@@ -30,11 +30,6 @@ def dense(tensor: torch.Tensor) -> torch.Tensor:
     return tensor.contiguous()
 
 
-def seed_words(seeds: torch.Tensor) -> int:
-    """The kernels' SEED_WORDS: 2 for [B, 2] (low, high) words, 1 for [B] seeds."""
-    return 2 if seeds.dim() == 2 else 1
-
-
 def per_row(value, batch: int, dtype: torch.dtype, device) -> torch.Tensor:
     """A per-request value as a dense [B] tensor of `dtype`: a tensor [B] or () is converted (a float
     as float32, an integer that is neither int32 nor int64 as int64) and broadcast; a number is filled."""

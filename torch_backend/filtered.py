@@ -5,8 +5,9 @@ from typing import Optional
 import torch
 
 from jsample import kernels
+from jsample.kernels.stream import seed_word_count
 from jsample.validation import check_top_k_top_p_sample
-from torch_backend._launch import check_devices, check_runnable, dense, per_row, seed_words, spec, temperature_array
+from torch_backend._launch import check_devices, check_runnable, dense, per_row, spec, temperature_array
 
 
 def top_k_top_p_sample(logits, seeds, positions, temperature, *, top_k=None, top_p=None, min_p=None,
@@ -95,7 +96,7 @@ def _top_k_top_p_sample_op(logits: torch.Tensor, seeds: torch.Tensor, positions:
         PREV_PHASE=sample.prev_phase, CAPTURE_NORMALIZER=sample.capture_normalizer, HAS_MIN_P=has_min_p,
         KEY_SHIFT=config.key_shift, FP64=fp64, BLOCK_V=gumbel.block_v, ROW_ALIGN=gumbel.row_align,
         VOCAB_ALIGN=gumbel.vocab_align, FAST_MATH=gumbel.fast_math, WAYS=config.ways,
-        MAX_CHUNKS=kernels.filtered.MAX_CHUNKS, SEED_WORDS=seed_words(seeds), num_warps=gumbel.num_warps, **options)
+        MAX_CHUNKS=kernels.filtered.MAX_CHUNKS, SEED_WORDS=seed_word_count(seeds.shape), num_warps=gumbel.num_warps, **options)
     kernels.argmax_reduce_kernel[(batch,)](
         partial_score, partial_index, logits, vocab, logits.stride(0), gumbel.num_blocks, tokens, FP64=fp64, REDUCE_BLOCK=gumbel.reduce_block,
         num_warps=1, **options)

@@ -3,8 +3,9 @@
 import torch
 
 from jsample import kernels
+from jsample.kernels.stream import seed_word_count
 from jsample.validation import check_gumbel_sample
-from torch_backend._launch import check_devices, check_runnable, dense, seed_words, spec, temperature_array
+from torch_backend._launch import check_devices, check_runnable, dense, spec, temperature_array
 
 
 def gumbel_sample(logits, seeds, positions, temperature, *, fp64=False, draft=False) -> torch.Tensor:
@@ -60,7 +61,7 @@ def _gumbel_sample_op(logits: torch.Tensor, seeds: torch.Tensor, positions: torc
     kernels.gumbel_partial_kernel[(batch, config.num_blocks)](
         logits, seeds, positions, temperature, vocab, logits.stride(0), partial_score, partial_index,
         STREAM=1 if draft else 0, FP64=fp64, BLOCK_V=config.block_v, ROW_ALIGN=config.row_align,
-        VOCAB_ALIGN=config.vocab_align, FAST_MATH=config.fast_math, SEED_WORDS=seed_words(seeds),
+        VOCAB_ALIGN=config.vocab_align, FAST_MATH=config.fast_math, SEED_WORDS=seed_word_count(seeds.shape),
         num_warps=config.num_warps, num_stages=config.num_stages, enable_fp_fusion=config.enable_fp_fusion)
     kernels.argmax_reduce_kernel[(batch,)](
         partial_score, partial_index, logits, vocab, logits.stride(0), config.num_blocks, tokens,

@@ -5,8 +5,9 @@ from typing import Optional
 import torch
 
 from jsample import kernels
+from jsample.kernels.stream import seed_word_count
 from jsample.validation import check_rejection_sample, check_synthetic_rejection_sample
-from torch_backend._launch import check_devices, check_runnable, dense, seed_words, spec, temperature_array
+from torch_backend._launch import check_devices, check_runnable, dense, spec, temperature_array
 
 
 def rejection_sample(target_logits, draft_tokens, num_draft_tokens, seeds, positions, temperature, *,
@@ -113,7 +114,7 @@ def _rejection_sample_op(target_logits: torch.Tensor, draft_tokens: torch.Tensor
         STRICT=strict, ONE_HOT=one_hot, BONUS_IN_STATS=config.bonus_in_stats and not three_launches,
         BONUS_PROGRAMS=three_launches, FP64=fp64,
         BLOCK_V=config.block_v, ROW_ALIGN=config.row_align, VOCAB_ALIGN=config.vocab_align,
-        FAST_MATH=config.fast_math, PDL=pdl, SEED_WORDS=seed_words(seeds), num_warps=config.num_warps, **options)
+        FAST_MATH=config.fast_math, PDL=pdl, SEED_WORDS=seed_word_count(seeds.shape), num_warps=config.num_warps, **options)
     emit_row = torch.empty(batch, dtype=torch.int32, device=device)
     emit_mode = torch.empty(batch, dtype=torch.int32, device=device)
     emit_score = torch.empty(2 * batch, config.num_blocks * words, dtype=torch.float32, device=device)
@@ -125,20 +126,20 @@ def _rejection_sample_op(target_logits: torch.Tensor, draft_tokens: torch.Tensor
             STRICT=strict, ONE_HOT=one_hot, FP64=fp64,
             BLOCK_V=config.block_v, ROW_ALIGN=config.row_align, VOCAB_ALIGN=config.vocab_align,
             FAST_MATH=config.fast_math, BLOCK_K=config.block_k, REDUCE_BLOCK=config.reduce_block, PDL=pdl,
-            SEED_WORDS=seed_words(seeds), num_warps=config.decide_num_warps, **chained, **options)
+            SEED_WORDS=seed_word_count(seeds.shape), num_warps=config.decide_num_warps, **chained, **options)
     else:
         log_normalizer = torch.empty(batch, 2 * words, dtype=torch.float32, device=device)
         kernels.rejection_decide_kernel[(batch,)](
             target_logits, draft, draft_tokens, num_draft_tokens, seeds, positions, temperature, stats, row_score,
             row_index, vocab, k, *strides, config.num_blocks, emit_row, emit_mode, log_normalizer,
             STRICT=strict, ONE_HOT=one_hot, BONUS_IN_STATS=config.bonus_in_stats, FP64=fp64,
-            BLOCK_K=config.block_k, REDUCE_BLOCK=config.reduce_block, SEED_WORDS=seed_words(seeds),
+            BLOCK_K=config.block_k, REDUCE_BLOCK=config.reduce_block, SEED_WORDS=seed_word_count(seeds.shape),
             num_warps=config.decide_num_warps, **options)
         kernels.rejection_emit_kernel[(batch, config.num_blocks)](
             target_logits, draft, draft_tokens, seeds, positions, temperature, emit_row, emit_mode, log_normalizer,
             vocab, k, batch, *strides, emit_score, emit_index,
             ONE_HOT=one_hot, FP64=fp64, BLOCK_V=config.block_v, ROW_ALIGN=config.row_align,
-            VOCAB_ALIGN=config.vocab_align, FAST_MATH=config.fast_math, SEED_WORDS=seed_words(seeds),
+            VOCAB_ALIGN=config.vocab_align, FAST_MATH=config.fast_math, SEED_WORDS=seed_word_count(seeds.shape),
             num_warps=config.num_warps, **options)
     kernels.rejection_finish_kernel[(batch,)](
         target_logits, draft_tokens, emit_row, emit_mode, row_score, row_index, emit_score, emit_index,
@@ -208,7 +209,7 @@ def _synthetic_rejection_sample_op(target_tokens: torch.Tensor, draft_tokens: to
     kernels.synthetic_rejection_kernel[(batch,)](
         target_tokens, draft_tokens, num_draft_tokens, seeds, positions, conditional_rates,
         k, k if conditional_rates.dim() == 2 else 0, tokens, num_sampled,
-        FP64=fp64, BLOCK_K=config.block_k, SEED_WORDS=seed_words(seeds), num_warps=config.per_request_num_warps,
+        FP64=fp64, BLOCK_K=config.block_k, SEED_WORDS=seed_word_count(seeds.shape), num_warps=config.per_request_num_warps,
         num_stages=config.num_stages, enable_fp_fusion=config.enable_fp_fusion)
     return tokens, num_sampled
 

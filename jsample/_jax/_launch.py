@@ -116,21 +116,18 @@ def spec(op: str, name: str, value):
     return value
 
 
-def seed_words(seeds) -> int:
-    """The kernels' SEED_WORDS: 2 for [B, 2] (low, high) words, 1 for [B] seeds."""
-    return 2 if len(seeds.shape) == 2 else 1
-
-
 def per_row(value, batch: int, dtype) -> jax.Array:
     """A per-request value as a [B] array: an array [B] or () is converted (a float as float32, an
     integer that is neither int32 nor int64 as int64, int32 with x64 off) and broadcast; a number is
     filled."""
+    if dtype == jnp.int64 and not jax.config.jax_enable_x64:
+        dtype = jnp.int32
     if isinstance(value, (jax.Array, np.ndarray)):
         value = jnp.asarray(value)
-        if value.dtype != dtype and not (dtype == jnp.int64 and value.dtype in (jnp.int32, jnp.int64)):
-            value = value.astype(dtype if jax.config.jax_enable_x64 or dtype != jnp.int64 else jnp.int32)
+        if value.dtype != dtype and not (jnp.issubdtype(dtype, jnp.integer) and value.dtype in (jnp.int32, jnp.int64)):
+            value = value.astype(dtype)
         return jnp.broadcast_to(value, (batch,))
-    return jnp.full((batch,), value, dtype=dtype if jax.config.jax_enable_x64 or dtype != jnp.int64 else jnp.int32)
+    return jnp.full((batch,), value, dtype=dtype)
 
 
 def temperature_array(temperature, batch: int) -> jax.Array:

@@ -6,7 +6,8 @@ import jax
 import jax.numpy as jnp
 
 from jsample import kernels
-from jsample._jax._launch import launch, not_differentiable, rowwise, per_row, seed_words, spec, temperature_array
+from jsample.kernels.stream import seed_word_count
+from jsample._jax._launch import launch, not_differentiable, rowwise, per_row, spec, temperature_array
 from jsample.kernels.filtered import MAX_CHUNKS, STATE_WORDS
 from jsample.validation import check_top_k_top_p_sample
 
@@ -89,7 +90,7 @@ def _filtered_rows(logits, seeds, positions, temperature, top_k, top_p, min_p, *
         PREV_PHASE=sample.prev_phase, CAPTURE_NORMALIZER=sample.capture_normalizer, HAS_MIN_P=has_min_p,
         KEY_SHIFT=config.key_shift, FP64=fp64, BLOCK_V=gumbel.block_v, ROW_ALIGN=gumbel.row_align,
         VOCAB_ALIGN=gumbel.vocab_align, FAST_MATH=gumbel.fast_math, WAYS=config.ways, MAX_CHUNKS=MAX_CHUNKS,
-        SEED_WORDS=seed_words(seeds), num_warps=gumbel.num_warps, **options)
+        SEED_WORDS=seed_word_count(seeds.shape), num_warps=gumbel.num_warps, **options)
     (tokens,) = launch(
         kernels.argmax_reduce_kernel, partial_score, partial_index, logits, vocab, vocab, gumbel.num_blocks,
         grid=(batch,), out_shapes=[jax.ShapeDtypeStruct((batch,), jnp.int32)],

@@ -6,7 +6,8 @@ import jax
 import jax.numpy as jnp
 
 from jsample import kernels
-from jsample._jax._launch import launch, not_differentiable, rowwise, seed_words, spec, temperature_array
+from jsample.kernels.stream import seed_word_count
+from jsample._jax._launch import launch, not_differentiable, rowwise, spec, temperature_array
 from jsample.validation import check_gumbel_sample
 
 
@@ -65,7 +66,7 @@ def _gumbel_rows(logits, seeds, positions, temperature, *, fp64, draft):
         out_shapes=[jax.ShapeDtypeStruct((batch, config.num_blocks * words), jnp.float32),
                     jax.ShapeDtypeStruct((batch, config.num_blocks), jnp.int32)],
         STREAM=1 if draft else 0, FP64=fp64, BLOCK_V=config.block_v, ROW_ALIGN=config.row_align,
-        VOCAB_ALIGN=config.vocab_align, FAST_MATH=config.fast_math, SEED_WORDS=seed_words(seeds),
+        VOCAB_ALIGN=config.vocab_align, FAST_MATH=config.fast_math, SEED_WORDS=seed_word_count(seeds.shape),
         **launch_options)
     (tokens,) = launch(
         kernels.argmax_reduce_kernel, partial_score, partial_index, logits, vocab, vocab, config.num_blocks,

@@ -6,7 +6,8 @@ import jax
 import jax.numpy as jnp
 
 from jsample import kernels
-from jsample._jax._launch import launch, not_differentiable, rowwise, seed_words, spec, temperature_array
+from jsample.kernels.stream import seed_word_count
+from jsample._jax._launch import launch, not_differentiable, rowwise, spec, temperature_array
 from jsample.kernels.rejection import STATS_PER_BLOCK
 from jsample.validation import check_rejection_sample, check_synthetic_rejection_sample
 
@@ -105,7 +106,7 @@ def _rejection_rows(target_logits, draft_tokens, num_draft_tokens, seeds, positi
             zeroed_outputs=(7,),  # the ticket and arrival counters
             STRICT=strict, ONE_HOT=one_hot, FP64=fp64, BLOCK_V=config.block_v, ROW_ALIGN=config.row_align,
             VOCAB_ALIGN=config.vocab_align, FAST_MATH=config.fast_math, BLOCK_K=config.block_k,
-            REDUCE_BLOCK=config.reduce_block, SEED_WORDS=seed_words(seeds), num_warps=config.num_warps, **options)
+            REDUCE_BLOCK=config.reduce_block, SEED_WORDS=seed_word_count(seeds.shape), num_warps=config.num_warps, **options)
         return tokens, num_sampled
     stats, row_score, row_index = launch(
         kernels.rejection_stats_kernel, target_logits, draft, seeds, positions, temperature, num_draft_tokens,
@@ -113,7 +114,7 @@ def _rejection_rows(target_logits, draft_tokens, num_draft_tokens, seeds, positi
         out_shapes=stats_shapes,
         STRICT=strict, ONE_HOT=one_hot, BONUS_IN_STATS=config.bonus_in_stats and not three_launches,
         BONUS_PROGRAMS=three_launches, FP64=fp64, BLOCK_V=config.block_v, ROW_ALIGN=config.row_align,
-        VOCAB_ALIGN=config.vocab_align, FAST_MATH=config.fast_math, SEED_WORDS=seed_words(seeds),
+        VOCAB_ALIGN=config.vocab_align, FAST_MATH=config.fast_math, SEED_WORDS=seed_word_count(seeds.shape),
         num_warps=config.num_warps, **options)
     if three_launches:  # no PDL: jax-triton cannot chain them
         emit_score, emit_index, emit_row, emit_mode = launch(
@@ -124,7 +125,7 @@ def _rejection_rows(target_logits, draft_tokens, num_draft_tokens, seeds, positi
             STRICT=strict, ONE_HOT=one_hot, FP64=fp64,
             BLOCK_V=config.block_v, ROW_ALIGN=config.row_align, VOCAB_ALIGN=config.vocab_align,
             FAST_MATH=config.fast_math, BLOCK_K=config.block_k, REDUCE_BLOCK=config.reduce_block,
-            SEED_WORDS=seed_words(seeds), num_warps=config.decide_num_warps, **options)
+            SEED_WORDS=seed_word_count(seeds.shape), num_warps=config.decide_num_warps, **options)
     else:
         emit_row, emit_mode, log_normalizer = launch(
             kernels.rejection_decide_kernel, target_logits, draft, draft_tokens, num_draft_tokens, seeds, positions,
@@ -134,13 +135,13 @@ def _rejection_rows(target_logits, draft_tokens, num_draft_tokens, seeds, positi
                         jax.ShapeDtypeStruct((batch, 2 * words), f32)],
             STRICT=strict, ONE_HOT=one_hot, BONUS_IN_STATS=config.bonus_in_stats, FP64=fp64,
             BLOCK_K=config.block_k, REDUCE_BLOCK=config.reduce_block,
-            SEED_WORDS=seed_words(seeds), num_warps=config.decide_num_warps, **options)
+            SEED_WORDS=seed_word_count(seeds.shape), num_warps=config.decide_num_warps, **options)
         emit_score, emit_index = launch(
             kernels.rejection_emit_kernel, target_logits, draft, draft_tokens, seeds, positions, temperature,
             emit_row, emit_mode, log_normalizer, vocab, k, batch, *strides,
             grid=(batch, config.num_blocks), out_shapes=emit_shapes,
             ONE_HOT=one_hot, FP64=fp64, BLOCK_V=config.block_v, ROW_ALIGN=config.row_align,
-            VOCAB_ALIGN=config.vocab_align, FAST_MATH=config.fast_math, SEED_WORDS=seed_words(seeds),
+            VOCAB_ALIGN=config.vocab_align, FAST_MATH=config.fast_math, SEED_WORDS=seed_word_count(seeds.shape),
             num_warps=config.num_warps, **options)
     tokens, num_sampled = launch(
         kernels.rejection_finish_kernel, target_logits, draft_tokens, emit_row, emit_mode, row_score, row_index,
@@ -205,6 +206,6 @@ def _synthetic_rows(target_tokens, draft_tokens, num_draft_tokens, seeds, positi
         kernels.synthetic_rejection_kernel, target_tokens, draft_tokens, num_draft_tokens, seeds, positions,
         conditional_rates, k, k, grid=(batch,),
         out_shapes=[jax.ShapeDtypeStruct((batch, rows), jnp.int32), jax.ShapeDtypeStruct((batch,), jnp.int32)],
-        FP64=fp64, BLOCK_K=config.block_k, SEED_WORDS=seed_words(seeds), num_warps=config.per_request_num_warps,
+        FP64=fp64, BLOCK_K=config.block_k, SEED_WORDS=seed_word_count(seeds.shape), num_warps=config.per_request_num_warps,
         num_stages=config.num_stages,
         enable_fp_fusion=config.enable_fp_fusion))

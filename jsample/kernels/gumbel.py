@@ -31,7 +31,6 @@ _BLOCK_V_MAX = 4096  # 16 KiB of fp32 logits per program: enough bytes in flight
 _BLOCK_V_MIN = 16
 GREEDY_BELOW = 1e-5  # docs/STREAM.md: a temperature below this is greedy
 _GREEDY_BELOW = tl.constexpr(GREEDY_BELOW)
-MAX_VOCAB = 2**30  # column arithmetic is int32: 2**30 leaves room for a padded last block
 
 
 @dataclass(frozen=True)

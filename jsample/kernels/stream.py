@@ -80,6 +80,11 @@ def philox_block(seed, position, calls, STREAM: tl.constexpr, FAST_MATH: tl.cons
     return philox(seed, calls, position_lo, position_hi, stream, FAST_MATH)
 
 
+def seed_word_count(seeds_shape) -> int:
+    """The kernels' SEED_WORDS for a seeds array of this shape: 2 for [B, 2] (low, high) words, 1 for [B]."""
+    return 2 if len(seeds_shape) == 2 else 1
+
+
 @triton.jit
 def load_seed(seeds_ptr, row, SEED_WORDS: tl.constexpr):
     """The 64-bit seed of request `row` as an int64 scalar: element `row` of an [B] i32|u32|i64 array
