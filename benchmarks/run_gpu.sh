@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Every GPU result in benchmarks/results/, in one command on a CUDA machine (the device image lacks
 # jax-triton: see benchmarks/results/README.md). Writes to $OUT (default benchmarks/results).
-#   bash benchmarks/run_gpu.sh [tests] [multi] [bench] [rejection] [filtered] [digest] [explore]   (default: tests bench)
+#   bash benchmarks/run_gpu.sh [tests] [multi] [bench] [eager] [rejection] [filtered] [digest]   (default: tests bench)
 # `multi` needs two or more GPUs.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -29,6 +29,10 @@ for step in $steps; do
       python3 benchmarks/bench_rejection.py --out "$OUT" --git-sha "$SHA" > "$OUT/bench_rejection_log.txt" 2>&1
       python3 benchmarks/bench_filtered.py --out "$OUT" --git-sha "$SHA" > "$OUT/bench_filtered_log.txt" 2>&1
       tail -n 2 "$OUT/bench_gumbel_log.txt" "$OUT/bench_rejection_log.txt" "$OUT/bench_filtered_log.txt" ;;
+    eager)  # eager torch calls: wall time against a bare launch and against the CUDA-graph time
+      export CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0}
+      python3 benchmarks/bench_eager.py --out "$OUT" --git-sha "$SHA" > "$OUT/bench_eager_log.txt" 2>&1
+      tail -n 12 "$OUT/bench_eager_log.txt" ;;
     rejection)  # rejection_sample's benchmark alone
       export CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0}
       python3 benchmarks/bench_rejection.py --out "$OUT" --git-sha "$SHA" > "$OUT/bench_rejection_log.txt" 2>&1
@@ -40,7 +44,5 @@ for step in $steps; do
     digest)  # every op's tokens over benchmarks/token_digest.py's grid: compare with results/digest/
       python3 benchmarks/token_digest.py --size gpu --out "$OUT/token_digest_gpu.json" > "$OUT/token_digest_gpu_log.txt" 2>&1
       tail -n 1 "$OUT/token_digest_gpu_log.txt" ;;
-    explore)
-      python3 benchmarks/explore_gumbel_variants.py > "$OUT/explore_gumbel_variants.txt" 2>&1 ;;
   esac
 done

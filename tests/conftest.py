@@ -5,6 +5,7 @@ frontend through a host callback); with a GPU, torch runs CUDA tensors and JAX r
 Sizes grow on the GPU (`SIZE`), so the same tests check real shapes there.
 """
 
+import functools
 import os
 
 import jsample.kernels  # noqa: F401  (chooses the Triton interpreter on CPU-only machines first)
@@ -20,16 +21,34 @@ import torch_backend  # noqa: E402
 
 ON_GPU = torch.cuda.is_available()
 TORCH_DEVICE = "cuda" if ON_GPU else "cpu"
-# Problem scale: the interpreter runs ~5 ms per program, the GPU runs real sizes.
+# Problem scale: the interpreter runs ~5 ms per program, the GPU runs real sizes (pytest --size overrides).
 SIZE = "gpu" if ON_GPU else "cpu"
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+# Tokens may differ from the reference where its top-2 scores are this close (relative to max(1, |best|)):
+# GPU logs are not NumPy logs.
+SCORE_MARGIN = {False: 1e-4, True: 1e-9}
+
+
+def pytest_addoption(parser):
+    parser.addoption("--size", choices=["cpu", "gpu"], default=None,
+                     help="problem sizes of the shared tests (default: gpu with a CUDA GPU, else cpu)")
+    parser.addoption("--quick", action="store_true",
+                     help="the quick tier for local runs: skip the tests marked slow (statistics, properties)")
+
+
+def pytest_configure(config):
+    global SIZE
+    SIZE = config.getoption("--size") or SIZE  # before the test modules import it
 
 
 def pytest_collection_modifyitems(config, items):
     skip_gpu = pytest.mark.skip(reason="needs a CUDA GPU")
+    skip_slow = pytest.mark.skip(reason="--quick: slow tests skipped")
     for item in items:
         if "gpu" in item.keywords and not ON_GPU:
             item.add_marker(skip_gpu)
+        if "slow" in item.keywords and config.getoption("--quick"):
+            item.add_marker(skip_slow)
 
 
 def to_torch(value):
@@ -97,6 +116,19 @@ FRONTENDS = {"torch": run_torch, "jax": run_jax}
 def frontend(request):
     """run(op_name, *numpy_args, **kwargs) -> numpy outputs, for one frontend."""
     return FRONTENDS[request.param]
+
+
+@pytest.fixture
+def force_variant(monkeypatch):
+    """force_variant(variant): both frontends' rejection_sample calls run that plan variant
+    (kernels.REJECTION_VARIANTS) instead of the one the planning function would choose (call JAX
+    eagerly: a jitted function keeps the plan it was traced with)."""
+    from jsample.kernels import rejection
+
+    def force(variant):
+        monkeypatch.setattr(jsample.kernels, "plan_rejection_sample",
+                            functools.partial(rejection.plan_rejection_sample, variant=variant))
+    return force
 
 
 def both_frontends(op_name, *args, **kwargs):

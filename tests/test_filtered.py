@@ -6,8 +6,8 @@ import dataclasses
 import ml_dtypes
 import numpy as np
 import pytest
-from conftest import ON_GPU, SIZE, both_frontends, make_requests
-from test_gumbel import MARGIN, _chi_square_pvalue, _softmax
+from conftest import ON_GPU, SCORE_MARGIN, SIZE, both_frontends, make_requests
+from distribution_checks import P_VALUE, chi_square_pvalue, softmax
 
 from jsample import kernels
 from jsample.reference import gumbel_scores_reference, top_k_top_p_sample_reference
@@ -57,14 +57,14 @@ def assert_tokens_match_reference(tokens, logits, seeds, positions, temperature,
         return
     # On a GPU every row is checked: exactly where its kept set is unambiguous and its best two scores
     # do not nearly tie; otherwise the token must be in the largest kept set and score at least the
-    # best score of the smallest one (the argmax over any set between the two), within MARGIN.
+    # best score of the smallest one (the argmax over any set between the two), within SCORE_MARGIN.
     exact = np.zeros(len(logits), bool)
     for b in range(len(logits)):
         small, large = _kept_bracket(logits[b], temperature[b], int(top_k[b]), top_p[b], min_p[b], fp64)
         scores = gumbel_scores_reference(np.where(large, logits[b], -np.inf)[None], seeds[b:b + 1],
                                          positions[b:b + 1], temperature[b:b + 1], fp64=fp64)[0]
         top_two = np.sort(scores[large])[-2:]
-        margin = MARGIN[fp64] * max(1.0, abs(float(top_two[-1])))
+        margin = SCORE_MARGIN[fp64] * max(1.0, abs(float(top_two[-1])))
         near_tie = temperature[b] > 0 and len(top_two) == 2 and top_two[1] - top_two[0] < margin
         exact[b] = np.array_equal(small, large) and not near_tie
         if exact[b]:
@@ -174,13 +174,14 @@ def test_filtered_row_alone_equals_row_in_a_batch():
         assert alone[0] == whole[b]
 
 
+@pytest.mark.slow
 def test_filtered_distribution_is_the_renormalised_kept_distribution(frontend):
     """Deterministic chi-square: the draws follow softmax(x / T) restricted to the kept tokens and
     renormalised, and never leave the kept set."""
     row = np.linspace(2.0, -4.0, 24).astype(ml_dtypes.bfloat16)  # bf16: half the search launches of f32
     draws = {"cpu": 400, "gpu": 100_000}[SIZE]
     temperature = 0.8
-    probs = _softmax(row.astype(np.float64) / temperature)
+    probs = softmax(row.astype(np.float64) / temperature)
     cases = {"top_k": ({"top_k": 6}, np.arange(24) < 6),
              "top_p": ({"top_p": 0.8}, np.cumsum(probs) - probs < 0.8),
              "min_p": ({"min_p": 0.05}, probs >= 0.05 * probs.max())}
@@ -189,7 +190,7 @@ def test_filtered_distribution_is_the_renormalised_kept_distribution(frontend):
                           np.full(draws, 5, np.int64), np.float32(temperature), **filters)
         assert kept[tokens].all()
         assert kept[: kept.sum()].all()  # a prefix (the row decreases): token ids index probs[kept]
-        assert _chi_square_pvalue(tokens, probs[kept]) > 1e-4
+        assert chi_square_pvalue(tokens, probs[kept]) > P_VALUE
 
 
 def test_filtered_no_finite_logit_gives_minus_one():
@@ -258,7 +259,7 @@ def test_filtered_reference_top_p_follows_the_sorted_cumulative_rule():
     for _ in range(20):
         row = rng.standard_normal(200).astype(np.float32) * 2
         p = float(rng.uniform(0.05, 0.95))
-        probs = _softmax(np.float64(row))
+        probs = softmax(np.float64(row))
         order = np.argsort(-row)
         before = np.cumsum(probs[order]) - probs[order]
         expected = np.zeros(200, bool)

@@ -3,13 +3,20 @@
 import ml_dtypes
 import numpy as np
 import pytest
-from conftest import SIZE, both_frontends, make_requests, run_jax, run_torch
+from conftest import (
+    SCORE_MARGIN,
+    SIZE,
+    both_frontends,
+    make_requests,
+    run_jax,
+    run_torch,
+)
+from distribution_checks import P_VALUE, chi_square_pvalue, softmax
 from scipy import stats
 
 from jsample.reference import gumbel_sample_reference, gumbel_scores_reference
 
 # Rows whose reference top-2 scores are closer than this may differ (GPU logs are not NumPy's).
-MARGIN = {False: 1e-4, True: 1e-9}
 BATCH, VOCAB = {"cpu": (24, 9000), "gpu": (64, 151936)}[SIZE]  # 9000 > 2 blocks of 4096; B=1024: test_gumbel_gpu
 DRAWS = {"cpu": 1200, "gpu": 200_000}[SIZE]  # draws per distribution test
 
@@ -19,11 +26,11 @@ def make_logits(rng, batch, vocab, scale=3.0):
 
 
 def assert_tokens_match_reference(tokens, logits, seeds, positions, temperature, fp64=False, draft=False):
-    """Exact, except rows whose reference top-2 scores lie within MARGIN; those must be rare."""
+    """Exact, except rows whose reference top-2 scores lie within SCORE_MARGIN; those must be rare."""
     expected = gumbel_sample_reference(logits, seeds, positions, temperature, fp64=fp64, draft=draft)
     scores = np.sort(gumbel_scores_reference(logits, seeds, positions, temperature, fp64=fp64, draft=draft), axis=1)
     with np.errstate(invalid="ignore"):
-        near_tie = (scores[:, -1] - scores[:, -2]) < MARGIN[fp64] * np.maximum(1.0, np.abs(scores[:, -1]))
+        near_tie = (scores[:, -1] - scores[:, -2]) < SCORE_MARGIN[fp64] * np.maximum(1.0, np.abs(scores[:, -1]))
     greedy = np.broadcast_to(np.asarray(temperature) == 0, near_tie.shape)
     checked = ~near_tie | greedy  # greedy rows are exact whatever the gap
     assert checked.mean() > 0.99, f"{(~checked).sum()} near-tie rows: the test would lose its teeth"
@@ -138,9 +145,9 @@ def test_gumbel_invariants(frontend):
 
 def test_gumbel_row_stride_changes_nothing():
     import torch
+    from conftest import TORCH_DEVICE
 
     import torch_backend
-    from conftest import TORCH_DEVICE
 
     rng = np.random.default_rng(5)
     logits = make_logits(rng, 6, 3001)
@@ -165,44 +172,30 @@ def _draws(frontend, row, num_draws, temperature, fp64, draft=False, first_seed=
     return frontend("gumbel_sample", logits, seeds, positions, np.float32(temperature), fp64=fp64, draft=draft)
 
 
-def _chi_square_pvalue(tokens, probs, min_expected=5.0):
-    """Chi-square goodness of fit; categories with small expected counts are pooled."""
-    counts = np.bincount(tokens, minlength=len(probs)).astype(float)
-    probs = np.asarray(probs, dtype=np.float64)
-    expected = probs / probs.sum() * len(tokens)
-    small = expected < min_expected
-    if small.any():
-        counts = np.append(counts[~small], counts[small].sum())
-        expected = np.append(expected[~small], expected[small].sum())
-    return stats.chisquare(counts, expected).pvalue
-
-
-def _softmax(x):
-    e = np.exp(x - x.max())
-    return e / e.sum()
-
-
+@pytest.mark.slow
 @pytest.mark.parametrize("fp64", [False, True], ids=["fp32", "fp64"])
 def test_gumbel_distribution_follows_softmax(frontend, fp64):
     row = np.float32(np.linspace(-3, 2, 12))
     tokens = _draws(frontend, row, DRAWS, 0.7, fp64)
-    assert _chi_square_pvalue(tokens, _softmax(row / 0.7)) > 1e-4
+    assert chi_square_pvalue(tokens, softmax(row / 0.7)) > P_VALUE
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fp64", [False, True], ids=["fp32", "fp64"])
 def test_gumbel_distribution_heavy_tail(frontend, fp64):
     # One top token; 97% of the mass lies in 3000 tokens 4.5 nats below it.
     row = np.zeros(3001, dtype=np.float32)
     row[0] = 4.5
-    probs = _softmax(np.float64(row))
+    probs = softmax(np.float64(row))
     tokens = _draws(frontend, row, DRAWS, 1.0, fp64)
     assert abs(probs[0] - 0.029) < 0.001
     tail = np.minimum(tokens, 1)  # top token vs the tail, and the tail's spread over its columns
-    assert _chi_square_pvalue(tail, np.array([probs[0], 1 - probs[0]])) > 1e-4
+    assert chi_square_pvalue(tail, np.array([probs[0], 1 - probs[0]])) > P_VALUE
     tail_tokens = tokens[tokens > 0]
-    assert stats.chisquare(np.bincount((tail_tokens - 1) * 10 // 3000, minlength=10)).pvalue > 1e-4
+    assert stats.chisquare(np.bincount((tail_tokens - 1) * 10 // 3000, minlength=10)).pvalue > P_VALUE
 
 
+@pytest.mark.slow
 def test_gumbel_distribution_reference_large_sample():
     """The documented stream itself, with many draws (NumPy only: fast on any machine)."""
     row = np.float32([3.0, 2.5, 0.0, -1.0, -4.0, -8.0, -12.0, 1.0])
@@ -210,7 +203,7 @@ def test_gumbel_distribution_reference_large_sample():
     for fp64 in (False, True):
         tokens = gumbel_sample_reference(np.broadcast_to(row, (num, 8)), np.arange(num), np.full(num, 3), 1.3,
                                          fp64=fp64)
-        assert _chi_square_pvalue(tokens, _softmax(np.float64(row) / 1.3)) > 1e-4
+        assert chi_square_pvalue(tokens, softmax(np.float64(row) / 1.3)) > P_VALUE
 
 
 def test_gumbel_draft_stream_is_independent(frontend):
@@ -220,9 +213,9 @@ def test_gumbel_draft_stream_is_independent(frontend):
     assert (target != draft).any()
     # independent draws agree with probability 1/64; a shared stream would agree always
     agree = (target == draft).sum()
-    assert stats.binomtest(agree, DRAWS, 1 / 64).pvalue > 1e-4
+    assert stats.binomtest(agree, DRAWS, 1 / 64).pvalue > P_VALUE
     # and the draft stream itself follows the distribution
-    assert _chi_square_pvalue(draft, np.full(64, 1 / 64)) > 1e-4
+    assert chi_square_pvalue(draft, np.full(64, 1 / 64)) > P_VALUE
 
 
 def test_gumbel_seed_and_position_change_the_draw(frontend):

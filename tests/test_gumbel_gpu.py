@@ -1,4 +1,4 @@
-"""gumbel_sample on a real GPU: CUDA graphs, torch.compile, no recompilation, real sizes, one process
+"""gumbel_sample on a real GPU: real sizes, one process
 holding both frameworks. Skipped without a CUDA GPU (see conftest)."""
 
 import os
@@ -28,50 +28,6 @@ def _requests(batch, vocab, seed=0):
     temperature = torch.rand(batch, device="cuda", generator=gen) * 1.5
     temperature[::7] = 0
     return logits, seeds, positions, temperature
-
-
-def test_gumbel_gpu_cuda_graph_replay_follows_in_place_updates():
-    logits, seeds, positions, temperature = _requests(64, 151936)
-    torch_backend.gumbel_sample(logits, seeds, positions, temperature)  # compile outside the capture
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        captured = torch_backend.gumbel_sample(logits, seeds, positions, temperature)
-    for step in range(3):
-        seeds.add_(12345)
-        positions.add_(1)
-        temperature.mul_(0.9)
-        logits.mul_(1.01)
-        graph.replay()
-        torch.testing.assert_close(captured, torch_backend.gumbel_sample(logits, seeds, positions, temperature),
-                                   rtol=0, atol=0)
-
-
-def test_gumbel_gpu_torch_compile_equals_eager():
-    logits, seeds, positions, temperature = _requests(32, 32000)
-
-    def step(x, s, p, t):
-        return torch_backend.gumbel_sample(x * 1.0, s, p + 1, t)
-
-    compiled = torch.compile(step, fullgraph=True)
-    torch.testing.assert_close(compiled(logits, seeds, positions, temperature),
-                               step(logits, seeds, positions, temperature), rtol=0, atol=0)
-
-
-def test_gumbel_gpu_no_recompilation_when_values_change():
-    logits, seeds, positions, temperature = _requests(16, 32000)
-    sample = jax.jit(jsample.gumbel_sample)
-    x = jnp.from_dlpack(logits)
-    for k in range(4):
-        sample(x, jnp.arange(16) + k, jnp.arange(16) * k, jnp.full(16, 0.5 + k, jnp.float32)).block_until_ready()
-    assert sample._cache_size() == 1
-    from jsample import kernels
-
-    torch_backend.gumbel_sample(logits, seeds, positions, temperature)  # this variant compiled once
-    before = sum(len(c) for c in kernels.gumbel_partial_kernel.device_caches[torch.cuda.current_device()][0:1])
-    for k in range(4):
-        torch_backend.gumbel_sample(logits, seeds + k, positions * k, temperature + k)
-    after = sum(len(c) for c in kernels.gumbel_partial_kernel.device_caches[torch.cuda.current_device()][0:1])
-    assert after == before
 
 
 @pytest.mark.parametrize("batch,vocab", [(1024, 151936), (1024, 262144), (1, 262144)])

@@ -185,11 +185,11 @@ def test_filtered_rows_whose_scaled_logits_overflow_are_greedy():
         assert tokens[0] == 5 and tokens[1] == logits[1].argmax() and (tokens >= 0).all()
 
 
-@pytest.mark.parametrize("plan", ["decide in emit", "decide launch"])
-def test_rejection_rows_whose_scaled_logits_overflow_are_greedy(monkeypatch, plan):
+@pytest.mark.parametrize("variant", ["three launches", "four launches"])
+def test_rejection_rows_whose_scaled_logits_overflow_are_greedy(force_variant, variant):
     import jax.numpy as jnp
 
-    monkeypatch.setattr(jsample.kernels, "decide_in_emit", lambda batch, config: plan == "decide in emit")
+    force_variant(variant)
     rng = np.random.default_rng(16)
     batch, k, vocab = 7, 2, 300
     target = _logits(rng, batch, vocab, rows=k + 1)
@@ -214,8 +214,8 @@ def test_rejection_rows_whose_scaled_logits_overflow_are_greedy(monkeypatch, pla
                                                for n, v in kwargs.items()})
         expected = rejection_sample_reference(*args, **kwargs)
         for t, j, e in zip(from_torch, from_jax, expected):
-            np.testing.assert_array_equal(t, np.asarray(j), err_msg=f"{plan} {kwargs.keys()}: torch and JAX")
-            np.testing.assert_array_equal(t, e, err_msg=f"{plan} {kwargs.keys()}: reference")
+            np.testing.assert_array_equal(t, np.asarray(j), err_msg=f"{variant} {kwargs.keys()}: torch and JAX")
+            np.testing.assert_array_equal(t, e, err_msg=f"{variant} {kwargs.keys()}: reference")
         tokens, num_sampled = from_torch
         assert tokens[0, 0] == 3 and num_sampled[0] == 1  # greedy row 0: the draft is not its argmax
         assert tokens[4, 0] == 11 and tokens[5, 0] == 250

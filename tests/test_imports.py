@@ -1,13 +1,14 @@
 """The import rule is the architecture: torch_backend -> jsample.kernels <- jsample (JAX)."""
 
+import os
 import subprocess
 import sys
 
 import pytest
 
 
-def _run(code: str) -> None:
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+def _run(code: str, env=None) -> None:
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
     assert result.returncode == 0, result.stderr[-3000:]
 
 
@@ -56,3 +57,25 @@ def test_versions_match():
 @pytest.mark.parametrize("blocked", ["torch", "jax", None])
 def test_demo_runs_with_either_frontend_alone(blocked):
     _run((_block(blocked) if blocked else "") + "from jsample.demo import main\nassert main(batch=4, vocab=300)")
+
+
+def test_the_interpreter_choice_does_not_depend_on_import_order():
+    """Triton picks interpreted or compiled per kernel when the kernel is defined, so jsample's choice
+    (jsample.kernels: TRITON_INTERPRET, else the interpreter when no GPU is present) holds whatever
+    was imported before it; on a CPU machine, tokens then equal the reference's."""
+    env = {name: value for name, value in os.environ.items() if name != "TRITON_INTERPRET"}  # the automatic choice
+    _run("import os, triton, torch, jax\n"
+         "import numpy as np, torch_backend, jsample, jsample.kernels as k\n"
+         "from jsample.reference import gumbel_sample_reference\n"
+         "gpu = torch.cuda.is_available()\n"
+         "assert k.INTERPRETER == (not gpu)\n"
+         "x = np.random.default_rng(0).standard_normal((3, 300)).astype(np.float32)\n"
+         "s, p, t = np.arange(3), np.arange(3) * 7, np.float32([0.7, 1.0, 0.0])\n"
+         "d = 'cuda' if gpu else 'cpu'\n"
+         "out = torch_backend.gumbel_sample(*(torch.tensor(a, device=d) for a in (x, s, p, t))).cpu().numpy()\n"
+         "if not gpu: np.testing.assert_array_equal(out, gumbel_sample_reference(x, s, p, t))\n"
+         "np.testing.assert_array_equal(np.asarray(jsample.gumbel_sample(x, s.astype(np.int32), p.astype(np.int32), t)), out)\n"
+         "f = torch_backend.top_k_top_p_sample(*(torch.tensor(a, device=d) for a in (x, s, p, t)), top_k=5, top_p=0.8)\n"
+         "np.testing.assert_array_equal(np.asarray(jsample.top_k_top_p_sample(x, s.astype(np.int32), p.astype(np.int32), t,\n"
+         "                              top_k=5, top_p=0.8)), f.cpu().numpy())",
+         env)

@@ -17,6 +17,7 @@ import os
 
 import ml_dtypes
 import numpy as np
+import pytest
 import torch
 from conftest import ON_GPU, TORCH_DEVICE, run_jax
 from hypothesis import HealthCheck, given, settings
@@ -32,6 +33,7 @@ from jsample.reference import (
 from jsample.reference.filtered import kept_tokens
 from jsample.reference.gumbel import greedy_rows
 
+pytestmark = pytest.mark.slow  # pytest --quick skips it
 EXAMPLES = int(os.environ.get("JSAMPLE_PROPERTY_EXAMPLES", 60 if ON_GPU else 25))
 PROPERTY = settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None,
                     suppress_health_check=list(HealthCheck))

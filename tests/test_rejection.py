@@ -5,9 +5,16 @@ import ml_dtypes
 import numpy as np
 import pytest
 import torch
-from conftest import SIZE, run_jax, to_torch
-from conftest import make_requests as _make_requests
-from conftest import run_torch as _run_torch_positional
+from conftest import (
+    FRONTENDS,
+    SCORE_MARGIN,
+    SIZE,
+    both_frontends,
+    make_requests,
+    run_jax,
+    run_torch,
+)
+from distribution_checks import P_VALUE
 from scipy import stats
 
 import jsample
@@ -21,8 +28,6 @@ from jsample.reference import (
 # Requests whose reference decisions lie this close to flipping may differ (GPU logs are not NumPy's):
 # |u - p/q| / (p/q) for acceptances, top-2 score gap / max(1, |best|) for sampled tokens.
 RATIO_MARGIN = {False: 1e-5, True: 1e-12}
-SCORE_MARGIN = {False: 1e-4, True: 1e-9}
-P_VALUE = 1e-4  # statistical tests use fixed seeds: deterministic, and this threshold keeps them honest
 # (batch, K, vocab) of the token tests; 5000 = three 2048-column blocks FP32, five 1024-column blocks FP64
 BATCH, K, VOCAB = {"cpu": (6, 3, 5000), "gpu": (64, 8, 151936)}[SIZE]
 # Requests per speculative-sampling theorem test. 500 detects "resample from p instead of the residual"
@@ -30,33 +35,6 @@ BATCH, K, VOCAB = {"cpu": (6, 3, 5000), "gpu": (64, 8, 151936)}[SIZE]
 THEOREM_DRAWS = {"cpu": 500, "gpu": 100_000}[SIZE]
 SYNTHETIC_DRAWS = {"cpu": 600, "gpu": 200_000}[SIZE]
 STAT_FRONTENDS = ["torch", "jax"]
-
-
-def run_torch(op_name, *args, **kwargs):
-    """conftest's run_torch, with array keyword arguments (draft_logits) converted too."""
-    return _run_torch_positional(op_name, *args, **{k: to_torch(v) for k, v in kwargs.items()})
-
-
-RUN = {"torch": run_torch, "jax": run_jax}
-
-
-@pytest.fixture(params=list(RUN))
-def frontend(request):
-    """run(op_name, *numpy_args, **kwargs) -> numpy outputs, for one frontend (JAX under jax.jit)."""
-    return RUN[request.param]
-
-
-def both_frontends(op_name, *args, **kwargs):
-    """Runs the op in torch and JAX, asserts the outputs are identical, returns them."""
-    from_torch, from_jax = run_torch(op_name, *args, **kwargs), run_jax(op_name, *args, **kwargs)
-    for t, j in zip(from_torch, from_jax):
-        np.testing.assert_array_equal(t, j, err_msg=f"{op_name}: torch and JAX differ")
-    return from_torch
-
-
-def make_requests(rng, batch, seed_dtype="int64", position_dtype="int64"):
-    """conftest's, without the extra draw of wide seeds (keeps these tests' data as committed results saw it)."""
-    return _make_requests(rng, batch, seed_dtype, position_dtype, wide_seeds=False)
 
 
 def make_problem(rng, batch, k, vocab, *, close=True, scale=2.0):
@@ -87,7 +65,7 @@ def rejection_inputs(rng, dtype="float32", batch=BATCH, k=K, vocab=VOCAB):
     target, draft, drafts = make_problem(rng, batch, k, vocab)
     num_drafts = rng.integers(0, k + 1, size=batch).astype(np.int32)
     num_drafts[:2] = [0, k]
-    seeds, positions = make_requests(rng, batch)
+    seeds, positions = make_requests(rng, batch, wide_seeds=False)
     temperature = rng.choice(np.float32([0.0, 0.5, 1.0, 1.3]), size=batch)
     temperature[:3] = [1.0, 0.0, 0.7]  # greedy and non-greedy requests in one batch
     return target.astype(getattr(ml_dtypes, dtype, dtype)), draft, drafts, num_drafts, seeds, positions, temperature
@@ -127,11 +105,10 @@ def test_single_draft_rejection_matches_reference(fp64, method, one_hot):
 
 
 @pytest.mark.parametrize("k", [1, 3])
-def test_rejection_launch_plans_give_the_same_outputs(monkeypatch, k):
-    """Small batches decide in the emit launch (kernels.decide_in_emit: every emit program makes its
-    request's decision, three launches), larger ones in a launch of their own (four). The same code
-    decides either way, so the outputs are equal bit for bit, in both frontends, and match the
-    reference (the token tests above run the small-batch plan; this forces each)."""
+def test_rejection_launch_plans_give_the_same_outputs(force_variant, k):
+    """Every plan variant an input can get (kernels.plan_rejection_sample: four launches, three with
+    the decision in every emit program, one at K <= 1) runs the same decision and emit code, so the
+    outputs are equal bit for bit, in both frontends, and match the reference."""
     import jax.numpy as jnp
 
     rng = np.random.default_rng(70 + k)
@@ -139,23 +116,24 @@ def test_rejection_launch_plans_give_the_same_outputs(monkeypatch, k):
     target[::2, 0, drafts[::2, 0]] += 20.0  # bonus rows as well as rejections
     cases = (dict(draft_logits=draft), dict(), dict(method="strict"), dict(draft_logits=draft, fp64=True))
     args = (target, drafts, num_drafts, seeds, positions, temperature)
+    variants = [v for v in jsample.kernels.REJECTION_VARIANTS if k <= 1 or v != "one launch"]
     for kwargs in cases:
         outputs = []
-        for plan in ("decide in emit", "decide launch"):
-            monkeypatch.setattr(jsample.kernels, "decide_in_emit", lambda batch, config, plan=plan: plan == "decide in emit")
+        for variant in variants:
+            force_variant(variant)
             from_torch = run_torch("rejection_sample", *args, **kwargs)
-            # eager JAX: a jitted function would keep the plan it was traced with
             from_jax = jsample.rejection_sample(*[jnp.asarray(a) for a in args],
                                                 **{n: jnp.asarray(v) if isinstance(v, np.ndarray) else v
                                                    for n, v in kwargs.items()})
             for t, j in zip(from_torch, from_jax):
-                np.testing.assert_array_equal(t, np.asarray(j), err_msg=f"{plan} {sorted(kwargs)}: torch and JAX")
+                np.testing.assert_array_equal(t, np.asarray(j), err_msg=f"{variant} {sorted(kwargs)}: torch and JAX")
             outputs.append(from_torch)
-        for fused, separate in zip(*outputs):
-            np.testing.assert_array_equal(fused, separate, err_msg=f"{sorted(kwargs)}: the plans differ")
-        assert_matches_reference(outputs[1], *args, **kwargs)
-        all_accepted = outputs[1][1] == num_drafts + 1
-        assert all_accepted.any() and not all_accepted.all(), f"{sorted(kwargs)}: {outputs[1][1]} {num_drafts}"
+        for variant, other in zip(variants[1:], outputs[1:]):
+            for a, b in zip(outputs[0], other):
+                np.testing.assert_array_equal(a, b, err_msg=f"{sorted(kwargs)}: {variant} differs")
+        assert_matches_reference(outputs[0], *args, **kwargs)
+        all_accepted = outputs[0][1] == num_drafts + 1
+        assert all_accepted.any() and not all_accepted.all(), f"{sorted(kwargs)}: {outputs[0][1]} {num_drafts}"
 
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
@@ -165,7 +143,7 @@ def test_rejection_conformance_torch_equals_jax(dtype):
     batch, k, vocab = (10, 2, 700) if SIZE == "cpu" else (32, 4, 151936)
     target, draft, drafts, num_drafts, seeds, positions, temperature = rejection_inputs(rng, dtype, batch, k, vocab)
     seed_dtype, position_dtype = ("int32", "int64") if dtype == "bfloat16" else ("uint32", "int32")
-    seeds, positions = make_requests(rng, batch, seed_dtype, position_dtype)
+    seeds, positions = make_requests(rng, batch, seed_dtype, position_dtype, wide_seeds=False)
     cases = ((dict(draft_logits=draft), temperature), (dict(draft_logits=draft, fp64=True), 0.8),
              (dict(method="strict"), temperature), (dict(fp64=True), 0.8))
     for kwargs, temp in cases:  # an array and a Python float temperature
@@ -179,7 +157,7 @@ def test_rejection_bonus_equals_gumbel_sample(frontend):
     rng = np.random.default_rng(30)
     batch, vocab = 8, 3000
     target = (rng.standard_normal((batch, 1, vocab)) * 2).astype(np.float32)
-    seeds, positions = make_requests(rng, batch)
+    seeds, positions = make_requests(rng, batch, wide_seeds=False)
     temperature = np.float32([0, 0.5, 1, 1, 2, 1, 0.8, 1])
     for fp64 in (False, True):
         tokens, num_sampled = frontend("rejection_sample", target, np.zeros((batch, 0), np.int32),
@@ -212,7 +190,7 @@ def test_rejection_greedy_rows_follow_the_argmax_rule(frontend):
     for b, j in enumerate(mismatch_at):
         if j < k:
             drafts[b, j] = (argmax[b, j] + 1) % vocab
-    seeds, positions = make_requests(rng, batch)
+    seeds, positions = make_requests(rng, batch, wide_seeds=False)
     draft_logits = (rng.standard_normal((batch, k, vocab))).astype(np.float32)
     for kwargs in (dict(), dict(draft_logits=draft_logits), dict(method="strict"), dict(fp64=True)):
         tokens, num_sampled = frontend("rejection_sample", target, drafts, num_drafts, seeds, positions, 0.0, **kwargs)
@@ -231,7 +209,7 @@ def test_rejection_strict_follows_the_compare_with_target_rule(frontend):
     rng = np.random.default_rng(50)
     batch, k, vocab = 8, 3, 300
     target = (rng.standard_normal((batch, k + 1, vocab)) * 1.5).astype(np.float32)
-    seeds, positions = make_requests(rng, batch)
+    seeds, positions = make_requests(rng, batch, wide_seeds=False)
     temperature = np.float32([1, 0.7, 1, 2, 1, 0, 1, 1.2])
     rows = [gumbel_sample_reference(target[:, j], seeds, positions + j, temperature) for j in range(k + 1)]
     sampled = np.stack(rows, axis=1).astype(np.int32)  # the target's own sample of every row
@@ -355,6 +333,7 @@ def test_jax_rejection_never_recompiles_when_values_change():
     assert verify._cache_size() == 1 and synthetic._cache_size() == 1
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fp64", [False, True], ids=["fp32", "fp64"])
 @pytest.mark.parametrize("one_hot", [False, True], ids=["draft_logits", "one_hot"])
 @pytest.mark.parametrize("frontend_name", STAT_FRONTENDS)
@@ -371,7 +350,7 @@ def test_rejection_theorem_output_is_target_distributed(frontend_name, one_hot, 
     positions = rng.integers(0, 2**30, size=draws)
     drafts = np.stack([gumbel_sample_reference(draft[:, j], seeds, positions + j, 1.0, draft=True)
                        for j in range(k)], axis=1).astype(np.int32)  # q's samples, stream 1
-    tokens, num_sampled = RUN[frontend_name](
+    tokens, num_sampled = FRONTENDS[frontend_name](
         "rejection_sample", target, drafts, np.full(draws, k, np.int32), seeds, positions, 1.0,
         draft_logits=None if one_hot else draft, fp64=fp64)
     p = np.exp(target_rows.astype(np.float64))
@@ -398,7 +377,7 @@ def test_synthetic_tokens_match_reference(frontend, rates_shape, fp64):
     drafts = rng.integers(0, 1000, size=(batch, k)).astype(np.int32)
     num_drafts = rng.integers(0, k + 1, size=batch).astype(np.int32)
     num_drafts[:2] = [0, k]
-    seeds, positions = make_requests(rng, batch)
+    seeds, positions = make_requests(rng, batch, wide_seeds=False)
     rates = rng.random((batch, k) if rates_shape == "BK" else (k,)).astype(np.float32)
     out = frontend("synthetic_rejection_sample", target_tokens, drafts, num_drafts, seeds, positions, rates,
                    fp64=fp64)
@@ -410,6 +389,7 @@ def test_synthetic_tokens_match_reference(frontend, rates_shape, fp64):
         both_frontends("synthetic_rejection_sample", target_tokens, drafts, num_drafts, seeds, positions, rates)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("rates_shape", ["K", "BK"])
 @pytest.mark.parametrize("frontend_name", STAT_FRONTENDS)
 def test_synthetic_acceptance_matches_unconditional_rates(frontend_name, rates_shape):
@@ -430,7 +410,7 @@ def test_synthetic_acceptance_matches_unconditional_rates(frontend_name, rates_s
     drafts = rng.integers(0, 50, size=(draws, k)).astype(np.int32)
     seeds = rng.integers(-(2**62), 2**62, size=draws)
     positions = rng.integers(0, 2**30, size=draws)
-    tokens, num_sampled = RUN[frontend_name]("synthetic_rejection_sample", target_tokens, drafts,
+    tokens, num_sampled = FRONTENDS[frontend_name]("synthetic_rejection_sample", target_tokens, drafts,
                                              np.full(draws, k, np.int32), seeds, positions, conditional)
     accepted = num_sampled - 1
     for j in range(k):
@@ -534,7 +514,7 @@ def test_rejection_cuda_graph_replay_follows_new_seeds():
     rng = np.random.default_rng(100)
     target, draft, drafts = make_problem(rng, batch, k, vocab)
     args = [torch.from_numpy(a).cuda() for a in (target, drafts, np.full(batch, k, np.int32))]
-    seeds, positions = (torch.from_numpy(a).cuda() for a in make_requests(rng, batch))
+    seeds, positions = (torch.from_numpy(a).cuda() for a in make_requests(rng, batch, wide_seeds=False))
     temperature = torch.ones(batch, device="cuda")
     draft_logits = torch.from_numpy(draft).cuda()
     torch_backend.rejection_sample(*args, seeds, positions, temperature, draft_logits=draft_logits)

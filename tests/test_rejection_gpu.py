@@ -1,4 +1,4 @@
-"""rejection_sample and synthetic_rejection_sample on a real GPU: torch.compile, no recompilation,
+"""rejection_sample and synthetic_rejection_sample on a real GPU:
 the benchmark's sizes with torch and JAX in one process. Skipped without a CUDA GPU (see conftest)."""
 
 import numpy as np
@@ -31,40 +31,6 @@ def _problem(batch, k, vocab, seed=0, dtype=None):
     temperature = torch.rand(batch, device="cuda", generator=gen) + 0.3
     temperature[::5] = 0
     return target, draft_tokens, num_drafts, seeds, positions, temperature, draft
-
-
-def test_rejection_gpu_torch_compile_equals_eager():
-    target, draft_tokens, num_drafts, seeds, positions, temperature, draft = _problem(16, 4, 32000)
-
-    def step(t, d, n, s, p, temp, dl):
-        verified = torch_backend.rejection_sample(t * 1, d, n, s, p + 1, temp, draft_logits=dl)
-        synthetic = torch_backend.synthetic_rejection_sample(
-            verified[0], d, n, s, p, torch.full((d.shape[1],), 0.7, device=d.device))
-        return verified, synthetic
-
-    args = (target, draft_tokens, num_drafts, seeds, positions, temperature, draft)
-    compiled = torch.compile(step, fullgraph=True)
-    for got, expected in zip(compiled(*args), step(*args)):
-        torch.testing.assert_close(got, expected, rtol=0, atol=0)
-
-
-def test_rejection_gpu_no_recompilation_when_values_change():
-    from jsample import kernels
-
-    target, draft_tokens, num_drafts, seeds, positions, temperature, draft = _problem(8, 4, 32000)
-    torch_backend.rejection_sample(target, draft_tokens, num_drafts, seeds, positions, temperature, draft_logits=draft)
-    device = torch.cuda.current_device()
-    watched = (kernels.rejection_stats_kernel, kernels.rejection_decide_kernel, kernels.rejection_emit_kernel,
-               kernels.rejection_decide_emit_kernel, kernels.rejection_finish_kernel)
-
-    def compiled_variants():
-        return [sum(len(c) for c in kernel.device_caches[device][0:1]) for kernel in watched]
-
-    before = compiled_variants()
-    for step in range(4):
-        torch_backend.rejection_sample(target, draft_tokens, (num_drafts + step) % 5, seeds + step, positions * step,
-                                       temperature * (step + 1), draft_logits=draft)
-    assert compiled_variants() == before
 
 
 @pytest.mark.parametrize("batch,k,dtype", [(256, 8, "bfloat16"), (64, 4, "float32"), (1, 1, "float16")])
@@ -109,20 +75,29 @@ def test_rejection_gpu_no_partial_leaks_between_calls(batch, k, one_hot):
         torch.testing.assert_close(num_sampled, expected[step % 2][1], rtol=0, atol=0)
 
 
-@pytest.mark.parametrize("batch,k,vocab", [(1, 1, 151936), (1, 4, 151936), (1, 8, 151936), (8, 3, 32000)])
-def test_rejection_gpu_launch_plans_and_pdl_give_the_same_tokens(monkeypatch, batch, k, vocab):
-    """Small batches run three launches (kernels.decide_in_emit), chained by programmatic dependent
-    launch on Hopper (torch only); tokens equal the four-launch plan's bit for bit, eagerly and as a
-    replayed CUDA graph, over many seeds (a launch that read before its predecessor finished would
-    show up as a wrong token now and then)."""
+@pytest.mark.parametrize("batch,k,vocab", [(1, 0, 32000), (1, 1, 151936), (2, 1, 1000), (4, 1, 32000),
+                                            (1, 4, 151936), (1, 8, 151936), (8, 3, 32000)])
+def test_rejection_gpu_every_plan_variant_gives_the_same_tokens(force_variant, monkeypatch, batch, k, vocab):
+    """Every plan an input can get (kernels.plan_rejection_sample): three launches chained by
+    programmatic dependent launch (torch on Hopper), the same unchained, four launches, and at K <= 1
+    one launch whose phases are ordered by an atomic ticket counter (JAX's plan; torch can run it
+    too). Tokens are equal bit for bit, eagerly and as a replayed CUDA graph, over many seeds: a launch
+    or phase that read before its predecessor finished would show up as a wrong token now and then;
+    JAX's jitted one-launch call repeated must give the same tokens every time."""
+    import jax
+    import jax.numpy as jnp
+
+    import jsample
     from jsample import kernels
+    from jsample.kernels.plan import Target
     from torch_backend import rejection as torch_rejection
 
     assert kernels.decide_in_emit(batch, kernels.rejection_launch_config(vocab, k, (0,), False))
     problem = list(_problem(batch, k, vocab, seed=10 + k))
     problem[2].fill_(k)  # every draft verified
-    rows = torch.arange(batch, device="cuda")[:, None], torch.arange(k, device="cuda")[None, :]
-    problem[6][rows[0], rows[1], problem[1]] += 1.0  # q(d) > p(d) mostly: the seeds decide acceptances
+    if k:
+        rows = torch.arange(batch, device="cuda")[:, None], torch.arange(k, device="cuda")[None, :]
+        problem[6][rows[0], rows[1], problem[1]] += 1.0  # q(d) > p(d) mostly: the seeds decide acceptances
     problem[5][0] = 0.9  # request 0 samples (the others keep _problem's mix of greedy and sampled rows)
     seeds = problem[3]
 
@@ -130,6 +105,9 @@ def test_rejection_gpu_launch_plans_and_pdl_give_the_same_tokens(monkeypatch, ba
         return torch_backend.rejection_sample(*problem[:3], seeds + step, *problem[4:6], draft_logits=problem[6])
 
     steps = range(40)
+    assert "PDL" in kernels.plan_rejection_sample(
+        *(torch_rejection.arg_spec(t) for t in (problem[0], problem[6], seeds)),
+        torch_rejection.target(seeds.device), strict=False, fp64=False).variant
     chained = [run(step) for step in steps]
     graph_seeds = seeds.clone()
     graph = torch.cuda.CUDAGraph()
@@ -141,12 +119,23 @@ def test_rejection_gpu_launch_plans_and_pdl_give_the_same_tokens(monkeypatch, ba
         graph_seeds.copy_(seeds + step)
         graph.replay()
         replayed.append(tuple(t.clone() for t in graph_out))
-    monkeypatch.setattr(torch_rejection, "_dependent_launches", lambda device, config: False)
+    monkeypatch.setattr(torch_rejection, "target", lambda device: Target(interpreter=False, pdl=False))
     unchained = [run(step) for step in steps]
-    monkeypatch.setattr(kernels, "decide_in_emit", lambda batch, config: False)
+    variants = {"chained": chained, "replayed": replayed, "unchained": unchained}
+    if k <= 1:
+        force_variant("one launch")
+        variants["one launch"] = [run(step) for step in steps]
+        jitted = jax.jit(lambda *a: jsample.rejection_sample(*a[:6], draft_logits=a[6]))
+        jax_args = [jnp.asarray(t.cpu().numpy()) for t in problem]
+        for step in steps[:8]:
+            jax_args[3] = jnp.asarray((seeds + step).cpu().numpy())
+            for repeat in range(3):
+                variants.setdefault(f"JAX one launch, call {repeat}", []).append(
+                    tuple(torch.from_numpy(np.asarray(o)).cuda() for o in jitted(*jax_args)))
+    force_variant("four launches")
     four_launches = [run(step) for step in steps]
-    assert len({int(out[1].sum()) for out in four_launches}) > 1  # the seeds change the acceptances
-    for outputs in (chained, replayed, unchained):
+    assert len({int(out[1].sum()) for out in four_launches}) > 1 or k == 0  # the seeds change the acceptances
+    for name, outputs in variants.items():
         for got, expected in zip(outputs, four_launches):
             for g, e in zip(got, expected):
-                torch.testing.assert_close(g, e, rtol=0, atol=0)
+                torch.testing.assert_close(g, e, rtol=0, atol=0, msg=name)

@@ -46,7 +46,23 @@ def temperature_array(temperature, batch: int, device) -> torch.Tensor:
                    torch.float32, device)
 
 
+def temperature_value(temperature, batch: int, device):
+    """For an eager call: a Python number as one float32 kernel argument on a GPU (no device array to
+    fill: kernels.common.load_temperature), a per-row tensor otherwise (temperature_array)."""
+    if not isinstance(temperature, torch.Tensor) and device.type == "cuda" and not kernels.INTERPRETER:
+        return float(temperature)
+    return temperature_array(temperature, batch, device)
+
+
 def check_runnable(op: str, device) -> None:
     if device.type == "cpu" and not kernels.INTERPRETER:
-        raise RuntimeError(f"{op}: CPU tensors run through the Triton interpreter, which must be chosen "
-                           "before triton is first imported: set TRITON_INTERPRET=1 at the start of the process.")
+        raise RuntimeError(f"{op}: CPU tensors run through the Triton interpreter, which jsample uses when no GPU is "
+                           "present or when TRITON_INTERPRET=1 is set before jsample is first imported.")
+
+
+def traced(tensor: torch.Tensor) -> bool:
+    """Whether this call is being traced (torch.compile, fake or wrapped tensors, a dispatch mode): then
+    an op runs through its custom op, which tracing sees as one opaque call; eager calls skip the
+    dispatcher and run their plan directly."""
+    return (torch.compiler.is_compiling() or type(tensor) is not torch.Tensor
+            or torch._C._len_torch_dispatch_stack() > 0)

@@ -1,11 +1,12 @@
-"""`gumbel_sample` for PyTorch: validate, allocate, launch the shared Triton kernels."""
+"""`gumbel_sample` for PyTorch: validate, plan, run."""
 
 import torch
 
 from jsample import kernels
-from jsample.kernels.stream import seed_word_count
 from jsample.validation import check_gumbel_sample
-from torch_backend._launch import check_devices, check_runnable, dense, spec, temperature_array
+from torch_backend._execute import arg_spec, run, target
+from torch_backend._launch import (check_devices, check_runnable, dense, spec, temperature_array, temperature_value,
+                                   traced)
 
 
 def gumbel_sample(logits, seeds, positions, temperature, *, fp64=False, draft=False) -> torch.Tensor:
@@ -42,32 +43,22 @@ def gumbel_sample(logits, seeds, positions, temperature, *, fp64=False, draft=Fa
     check_runnable(op, logits.device)
     if logits.stride(1) != 1:
         logits = logits.contiguous()
-    return _gumbel_sample_op(logits, dense(seeds), dense(positions),
-                             temperature_array(temperature, logits.shape[0], logits.device), fp64, draft)
+    seeds, positions, batch = dense(seeds), dense(positions), logits.shape[0]
+    if traced(logits):
+        return _gumbel_sample_op(logits, seeds, positions, temperature_array(temperature, batch, logits.device), fp64,
+                                 draft)
+    return _gumbel_sample(logits, seeds, positions, temperature_value(temperature, batch, logits.device), fp64, draft)
+
+
+def _gumbel_sample(logits: torch.Tensor, seeds: torch.Tensor, positions: torch.Tensor, temperature: torch.Tensor,
+                   fp64: bool, draft: bool) -> torch.Tensor:
+    plan = kernels.plan_gumbel_sample(arg_spec(logits), arg_spec(seeds), target(logits.device), fp64=fp64, draft=draft)
+    (tokens,) = run(plan, logits.device, dict(logits=logits, seeds=seeds, positions=positions, temperature=temperature))
+    return tokens
 
 
 # A custom op, so torch.compile sees one opaque call (no graph break, shape known from the fake).
-@torch.library.custom_op("jsample::gumbel_sample", mutates_args=())
-def _gumbel_sample_op(logits: torch.Tensor, seeds: torch.Tensor, positions: torch.Tensor,
-                      temperature: torch.Tensor, fp64: bool, draft: bool) -> torch.Tensor:
-    batch, vocab = logits.shape
-    tokens = torch.empty(batch, dtype=torch.int32, device=logits.device)
-    if batch == 0:
-        return tokens
-    config = kernels.gumbel_launch_config(vocab, logits.stride(0), fp64)
-    words = 2 if fp64 else 1  # f64 partial scores are stored as two f32 words
-    partial_score = torch.empty(batch, config.num_blocks * words, dtype=torch.float32, device=logits.device)
-    partial_index = torch.empty(batch, config.num_blocks, dtype=torch.int32, device=logits.device)
-    kernels.gumbel_partial_kernel[(batch, config.num_blocks)](
-        logits, seeds, positions, temperature, vocab, logits.stride(0), partial_score, partial_index,
-        STREAM=1 if draft else 0, FP64=fp64, BLOCK_V=config.block_v, ROW_ALIGN=config.row_align,
-        VOCAB_ALIGN=config.vocab_align, FAST_MATH=config.fast_math, SEED_WORDS=seed_word_count(seeds.shape),
-        num_warps=config.num_warps, num_stages=config.num_stages, enable_fp_fusion=config.enable_fp_fusion)
-    kernels.argmax_reduce_kernel[(batch,)](
-        partial_score, partial_index, logits, vocab, logits.stride(0), config.num_blocks, tokens,
-        FP64=fp64, REDUCE_BLOCK=config.reduce_block,
-        num_warps=1, num_stages=1, enable_fp_fusion=config.enable_fp_fusion)
-    return tokens
+_gumbel_sample_op = torch.library.custom_op("jsample::gumbel_sample", mutates_args=())(_gumbel_sample)
 
 
 @_gumbel_sample_op.register_fake

@@ -1,13 +1,14 @@
-"""`rejection_sample` and `synthetic_rejection_sample` for PyTorch: validate, allocate, launch."""
+"""`rejection_sample` and `synthetic_rejection_sample` for PyTorch: validate, plan, run."""
 
 from typing import Optional
 
 import torch
 
 from jsample import kernels
-from jsample.kernels.stream import seed_word_count
 from jsample.validation import check_rejection_sample, check_synthetic_rejection_sample
-from torch_backend._launch import check_devices, check_runnable, dense, spec, temperature_array
+from torch_backend._execute import arg_spec, run, target
+from torch_backend._launch import (check_devices, check_runnable, dense, spec, temperature_array, temperature_value,
+                                   traced)
 
 
 def rejection_sample(target_logits, draft_tokens, num_draft_tokens, seeds, positions, temperature, *,
@@ -64,89 +65,31 @@ def rejection_sample(target_logits, draft_tokens, num_draft_tokens, seeds, posit
         target_logits = target_logits.contiguous()
     if draft_logits is not None and draft_logits.stride(2) != 1:
         draft_logits = draft_logits.contiguous()
-    return _rejection_sample_op(
-        target_logits, dense(draft_tokens), dense(num_draft_tokens), dense(seeds), dense(positions), temperature_array(temperature, target_logits.shape[0], target_logits.device),
-        None if method == "strict" else draft_logits, method == "strict", fp64)
+    batch, device = target_logits.shape[0], target_logits.device
+    requests = (dense(draft_tokens), dense(num_draft_tokens), dense(seeds), dense(positions))
+    draft_logits = None if method == "strict" else draft_logits
+    if traced(target_logits):
+        return _rejection_sample_op(target_logits, *requests, temperature_array(temperature, batch, device),
+                                    draft_logits, method == "strict", fp64)
+    return _rejection_sample(target_logits, *requests, temperature_value(temperature, batch, device), draft_logits,
+                             method == "strict", fp64)
 
 
-def _dependent_launches(device: torch.device, config) -> bool:
-    """Whether the launches of a small batch form a programmatic dependent launch chain
-    (kernels.rejection.dependent_launch): on Hopper and newer GPUs (griddepcontrol), compiled code
-    only (config.fast_math is off in the interpreter). jax-triton cannot launch that way, so JAX runs
-    the same three launches without it (at K <= 1 as one: kernels.rejection_one_launch_kernel).
-    Tests patch this function."""
-    return config.fast_math and torch.cuda.get_device_capability(device)[0] >= 9
+def _rejection_sample(target_logits: torch.Tensor, draft_tokens: torch.Tensor, num_draft_tokens: torch.Tensor,
+                      seeds: torch.Tensor, positions: torch.Tensor, temperature: torch.Tensor,
+                      draft_logits: Optional[torch.Tensor], strict: bool,
+                      fp64: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    plan = kernels.plan_rejection_sample(arg_spec(target_logits), None if draft_logits is None else arg_spec(draft_logits),
+                                         arg_spec(seeds), target(target_logits.device), strict=strict, fp64=fp64)
+    inputs = dict(target_logits=target_logits, draft_tokens=draft_tokens, num_draft_tokens=num_draft_tokens,
+                  seeds=seeds, positions=positions, temperature=temperature)
+    if draft_logits is not None:
+        inputs["draft_logits"] = draft_logits
+    return run(plan, target_logits.device, inputs)
 
 
 # A custom op, so torch.compile sees one opaque call (no graph break, shapes known from the fake).
-@torch.library.custom_op("jsample::rejection_sample", mutates_args=())
-def _rejection_sample_op(target_logits: torch.Tensor, draft_tokens: torch.Tensor, num_draft_tokens: torch.Tensor,
-                         seeds: torch.Tensor, positions: torch.Tensor, temperature: torch.Tensor,
-                         draft_logits: Optional[torch.Tensor], strict: bool,
-                         fp64: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    batch, rows, vocab = target_logits.shape
-    k = rows - 1
-    device = target_logits.device
-    tokens = torch.empty(batch, rows, dtype=torch.int32, device=device)
-    num_sampled = torch.empty(batch, dtype=torch.int32, device=device)
-    if batch == 0:
-        return tokens, num_sampled
-    one_hot = draft_logits is None
-    draft = target_logits if one_hot else draft_logits  # never read when ONE_HOT
-    strides = (target_logits.stride(0), target_logits.stride(1), draft.stride(0), draft.stride(1))
-    config = kernels.rejection_launch_config(vocab, k, strides, fp64)
-    words = 2 if fp64 else 1  # f64 values are stored as two f32 words
-    if k == 0:
-        draft_tokens = torch.zeros(1, dtype=torch.int32, device=device)  # never read; avoids a null pointer
-    options = dict(num_stages=config.num_stages, enable_fp_fusion=config.enable_fp_fusion)
-    stats = torch.empty(batch * max(k, 1), kernels.rejection.STATS_PER_BLOCK * config.num_blocks * words,
-                        dtype=torch.float32, device=device)
-    row_score = torch.empty(batch * rows, config.num_blocks * words, dtype=torch.float32, device=device)
-    row_index = torch.empty(batch * rows, config.num_blocks, dtype=torch.int32, device=device)
-    # small batches: three launches, chained with PDL where the GPU has it (kernels.rejection.dependent_launch),
-    # the bonus row on stats programs of its own (BONUS_PROGRAMS)
-    three_launches = kernels.decide_in_emit(batch, config)
-    pdl = three_launches and _dependent_launches(device, config)
-    chained = dict(launch_pdl=True) if pdl else {}  # the interpreter takes no launch_pdl
-    kernels.rejection_stats_kernel[(batch, config.stats_rows + three_launches, config.num_blocks)](
-        target_logits, draft, seeds, positions, temperature, num_draft_tokens,
-        vocab, k, *strides, stats, row_score, row_index,
-        STRICT=strict, ONE_HOT=one_hot, BONUS_IN_STATS=config.bonus_in_stats and not three_launches,
-        BONUS_PROGRAMS=three_launches, FP64=fp64,
-        BLOCK_V=config.block_v, ROW_ALIGN=config.row_align, VOCAB_ALIGN=config.vocab_align,
-        FAST_MATH=config.fast_math, PDL=pdl, SEED_WORDS=seed_word_count(seeds.shape), num_warps=config.num_warps, **options)
-    emit_row = torch.empty(batch, dtype=torch.int32, device=device)
-    emit_mode = torch.empty(batch, dtype=torch.int32, device=device)
-    emit_score = torch.empty(2 * batch, config.num_blocks * words, dtype=torch.float32, device=device)
-    emit_index = torch.empty(2 * batch, config.num_blocks, dtype=torch.int32, device=device)
-    if three_launches:
-        kernels.rejection_decide_emit_kernel[(batch, config.num_blocks)](
-            target_logits, draft, draft_tokens, num_draft_tokens, seeds, positions, temperature, stats, row_score,
-            row_index, vocab, k, batch, *strides, emit_score, emit_index, emit_row, emit_mode,
-            STRICT=strict, ONE_HOT=one_hot, FP64=fp64,
-            BLOCK_V=config.block_v, ROW_ALIGN=config.row_align, VOCAB_ALIGN=config.vocab_align,
-            FAST_MATH=config.fast_math, BLOCK_K=config.block_k, REDUCE_BLOCK=config.reduce_block, PDL=pdl,
-            SEED_WORDS=seed_word_count(seeds.shape), num_warps=config.decide_num_warps, **chained, **options)
-    else:
-        log_normalizer = torch.empty(batch, 2 * words, dtype=torch.float32, device=device)
-        kernels.rejection_decide_kernel[(batch,)](
-            target_logits, draft, draft_tokens, num_draft_tokens, seeds, positions, temperature, stats, row_score,
-            row_index, vocab, k, *strides, config.num_blocks, emit_row, emit_mode, log_normalizer,
-            STRICT=strict, ONE_HOT=one_hot, BONUS_IN_STATS=config.bonus_in_stats, FP64=fp64,
-            BLOCK_K=config.block_k, REDUCE_BLOCK=config.reduce_block, SEED_WORDS=seed_word_count(seeds.shape),
-            num_warps=config.decide_num_warps, **options)
-        kernels.rejection_emit_kernel[(batch, config.num_blocks)](
-            target_logits, draft, draft_tokens, seeds, positions, temperature, emit_row, emit_mode, log_normalizer,
-            vocab, k, batch, *strides, emit_score, emit_index,
-            ONE_HOT=one_hot, FP64=fp64, BLOCK_V=config.block_v, ROW_ALIGN=config.row_align,
-            VOCAB_ALIGN=config.vocab_align, FAST_MATH=config.fast_math, SEED_WORDS=seed_word_count(seeds.shape),
-            num_warps=config.num_warps, **options)
-    kernels.rejection_finish_kernel[(batch,)](
-        target_logits, draft_tokens, emit_row, emit_mode, row_score, row_index, emit_score, emit_index,
-        config.num_blocks, k, batch, vocab, strides[0], strides[1], tokens, num_sampled, FP64=fp64, BLOCK_K=config.block_k, REDUCE_BLOCK=config.reduce_block,
-        STATS_ROW_IN_EMIT=three_launches, PDL=pdl,
-        num_warps=config.per_request_num_warps, **chained, **options)
-    return tokens, num_sampled
+_rejection_sample_op = torch.library.custom_op("jsample::rejection_sample", mutates_args=())(_rejection_sample)
 
 
 @_rejection_sample_op.register_fake
@@ -187,31 +130,23 @@ def synthetic_rejection_sample(target_tokens, draft_tokens, num_draft_tokens, se
     check_devices(op, target_tokens, draft_tokens=draft_tokens, num_draft_tokens=num_draft_tokens, seeds=seeds,
                   positions=positions, conditional_rates=conditional_rates)
     check_runnable(op, target_tokens.device)
-    return _synthetic_rejection_sample_op(dense(target_tokens), dense(draft_tokens), dense(num_draft_tokens), dense(seeds),
-                                          dense(positions), dense(conditional_rates), fp64)
+    args = (dense(target_tokens), dense(draft_tokens), dense(num_draft_tokens), dense(seeds), dense(positions),
+            dense(conditional_rates), fp64)
+    return _synthetic_rejection_sample_op(*args) if traced(target_tokens) else _synthetic_rejection_sample(*args)
 
 
-@torch.library.custom_op("jsample::synthetic_rejection_sample", mutates_args=())
-def _synthetic_rejection_sample_op(target_tokens: torch.Tensor, draft_tokens: torch.Tensor,
-                                   num_draft_tokens: torch.Tensor, seeds: torch.Tensor, positions: torch.Tensor,
-                                   conditional_rates: torch.Tensor, fp64: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    batch, rows = target_tokens.shape
-    k = rows - 1
-    device = target_tokens.device
-    tokens = torch.empty(batch, rows, dtype=torch.int32, device=device)
-    num_sampled = torch.empty(batch, dtype=torch.int32, device=device)
-    if batch == 0:
-        return tokens, num_sampled
-    if k == 0:  # never read; avoids null pointers
-        draft_tokens = torch.zeros(1, dtype=torch.int32, device=device)
-        conditional_rates = torch.zeros(1, dtype=torch.float32, device=device)
-    config = kernels.rejection_launch_config(1, k, (), fp64)
-    kernels.synthetic_rejection_kernel[(batch,)](
-        target_tokens, draft_tokens, num_draft_tokens, seeds, positions, conditional_rates,
-        k, k if conditional_rates.dim() == 2 else 0, tokens, num_sampled,
-        FP64=fp64, BLOCK_K=config.block_k, SEED_WORDS=seed_word_count(seeds.shape), num_warps=config.per_request_num_warps,
-        num_stages=config.num_stages, enable_fp_fusion=config.enable_fp_fusion)
-    return tokens, num_sampled
+def _synthetic_rejection_sample(target_tokens: torch.Tensor, draft_tokens: torch.Tensor,
+                                num_draft_tokens: torch.Tensor, seeds: torch.Tensor, positions: torch.Tensor,
+                                conditional_rates: torch.Tensor, fp64: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    plan = kernels.plan_synthetic_rejection_sample(arg_spec(target_tokens), arg_spec(conditional_rates),
+                                                   arg_spec(seeds), target(target_tokens.device), fp64=fp64)
+    return run(plan, target_tokens.device, dict(
+        target_tokens=target_tokens, draft_tokens=draft_tokens, num_draft_tokens=num_draft_tokens, seeds=seeds,
+        positions=positions, conditional_rates=conditional_rates))
+
+
+_synthetic_rejection_sample_op = torch.library.custom_op(
+    "jsample::synthetic_rejection_sample", mutates_args=())(_synthetic_rejection_sample)
 
 
 @_synthetic_rejection_sample_op.register_fake

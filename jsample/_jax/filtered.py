@@ -1,4 +1,4 @@
-"""`top_k_top_p_sample` for JAX: validate, allocate, launch the shared Triton kernels (jax.jit-able)."""
+"""`top_k_top_p_sample` for JAX: validate, plan, run (jax.jit-able)."""
 
 import functools
 
@@ -6,9 +6,8 @@ import jax
 import jax.numpy as jnp
 
 from jsample import kernels
-from jsample.kernels.stream import seed_word_count
-from jsample._jax._launch import launch, not_differentiable, rowwise, per_row, spec, temperature_array
-from jsample.kernels.filtered import MAX_CHUNKS, STATE_WORDS
+from jsample._jax._execute import TARGET, arg_spec, run
+from jsample._jax._launch import not_differentiable, per_row, rowwise, spec, temperature_array
 from jsample.validation import check_top_k_top_p_sample
 
 
@@ -58,41 +57,10 @@ def top_k_top_p_sample(logits, seeds, positions, temperature, *, top_k=None, top
 
 
 def _filtered_rows(logits, seeds, positions, temperature, top_k, top_p, min_p, *, fp64):
-    """The launches of top_k_top_p_sample on validated arrays, the requests on axis 0."""
-    batch, vocab = logits.shape
-    config = kernels.filtered_launch_config(batch, vocab, vocab, jnp.dtype(logits.dtype).name, fp64)
-    plan = kernels.filtered_plan(config, top_k is not None, top_p is not None)
-    has_min_p = min_p is not None
-    unused = temperature  # stands for the filters a call does not have: never read
-    top_k, top_p, min_p = (unused if v is None else v for v in (top_k, top_p, min_p))
-    gumbel = config.gumbel
-    options = dict(num_stages=config.num_stages, enable_fp_fusion=config.enable_fp_fusion)
-    # int64 state and partials as pairs of int32 words (no jax_enable_x64 needed)
-    state_shape = jax.ShapeDtypeStruct((batch, 2 * STATE_WORDS), jnp.int32)
-    partials_shape = jax.ShapeDtypeStruct((batch, 2 * config.ways * config.num_chunks), jnp.int32)
-    state, partials = unused, unused  # the stats launch reads neither
-    for step in plan[:-1]:
-        state, partials = launch(
-            kernels.filter_step_kernel, logits, temperature, top_k, top_p, state, partials, vocab, vocab,
-            config.num_chunks, config.chunk, grid=(batch, config.num_chunks), out_shapes=[state_shape, partials_shape],
-            PHASE=step.phase, PREV_PHASE=step.prev_phase, CAPTURE_NORMALIZER=step.capture_normalizer,
-            KEY_SHIFT=config.key_shift, FP64=fp64, THREADS=32 * config.num_warps, VEC=config.vec,
-            ROW_ALIGN=gumbel.row_align, VOCAB_ALIGN=gumbel.vocab_align, WAYS=config.ways,
-            MAX_CHUNKS=MAX_CHUNKS, WIDE_SUMS=config.wide_sums, num_warps=config.num_warps, **options)
-    words = 2 if fp64 else 1  # f64 partial scores are stored as two f32 words
-    sample = plan[-1]
-    partial_score, partial_index = launch(
-        kernels.filtered_partial_kernel, logits, seeds, positions, temperature, top_k,
-        top_p, min_p, state, partials, vocab, vocab, config.num_chunks,
-        grid=(batch, gumbel.num_blocks),
-        out_shapes=[jax.ShapeDtypeStruct((batch, gumbel.num_blocks * words), jnp.float32),
-                    jax.ShapeDtypeStruct((batch, gumbel.num_blocks), jnp.int32)],
-        PREV_PHASE=sample.prev_phase, CAPTURE_NORMALIZER=sample.capture_normalizer, HAS_MIN_P=has_min_p,
-        KEY_SHIFT=config.key_shift, FP64=fp64, BLOCK_V=gumbel.block_v, ROW_ALIGN=gumbel.row_align,
-        VOCAB_ALIGN=gumbel.vocab_align, FAST_MATH=gumbel.fast_math, WAYS=config.ways, MAX_CHUNKS=MAX_CHUNKS,
-        SEED_WORDS=seed_word_count(seeds.shape), num_warps=gumbel.num_warps, **options)
-    (tokens,) = launch(
-        kernels.argmax_reduce_kernel, partial_score, partial_index, logits, vocab, vocab, gumbel.num_blocks,
-        grid=(batch,), out_shapes=[jax.ShapeDtypeStruct((batch,), jnp.int32)],
-        FP64=fp64, REDUCE_BLOCK=gumbel.reduce_block, num_warps=1, **options)
+    """top_k_top_p_sample on validated arrays, the requests on axis 0."""
+    plan = kernels.plan_top_k_top_p_sample(arg_spec(logits), arg_spec(seeds), TARGET, has_top_k=top_k is not None,
+                                           has_top_p=top_p is not None, has_min_p=min_p is not None, fp64=fp64)
+    inputs = dict(logits=logits, seeds=seeds, positions=positions, temperature=temperature, top_k=top_k, top_p=top_p,
+                  min_p=min_p)
+    (tokens,) = run(plan, {name: value for name, value in inputs.items() if value is not None})
     return tokens

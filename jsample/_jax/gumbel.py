@@ -1,4 +1,4 @@
-"""`gumbel_sample` for JAX: validate, allocate, launch the shared Triton kernels (jax.jit-able)."""
+"""`gumbel_sample` for JAX: validate, plan, run (jax.jit-able)."""
 
 import functools
 
@@ -6,8 +6,8 @@ import jax
 import jax.numpy as jnp
 
 from jsample import kernels
-from jsample.kernels.stream import seed_word_count
-from jsample._jax._launch import launch, not_differentiable, rowwise, spec, temperature_array
+from jsample._jax._execute import TARGET, arg_spec, run
+from jsample._jax._launch import not_differentiable, rowwise, spec, temperature_array
 from jsample.validation import check_gumbel_sample
 
 
@@ -54,22 +54,7 @@ def gumbel_sample(logits, seeds, positions, temperature, *, fp64=False, draft=Fa
 
 
 def _gumbel_rows(logits, seeds, positions, temperature, *, fp64, draft):
-    """The launches of gumbel_sample on validated arrays, the requests on axis 0."""
-    batch, vocab = logits.shape
-    config = kernels.gumbel_launch_config(vocab, vocab, fp64)
-    words = 2 if fp64 else 1  # f64 partial scores are stored as two f32 words
-    launch_options = dict(num_warps=config.num_warps, num_stages=config.num_stages,
-                          enable_fp_fusion=config.enable_fp_fusion)
-    partial_score, partial_index = launch(
-        kernels.gumbel_partial_kernel, logits, seeds, positions, temperature, vocab, vocab,
-        grid=(batch, config.num_blocks),
-        out_shapes=[jax.ShapeDtypeStruct((batch, config.num_blocks * words), jnp.float32),
-                    jax.ShapeDtypeStruct((batch, config.num_blocks), jnp.int32)],
-        STREAM=1 if draft else 0, FP64=fp64, BLOCK_V=config.block_v, ROW_ALIGN=config.row_align,
-        VOCAB_ALIGN=config.vocab_align, FAST_MATH=config.fast_math, SEED_WORDS=seed_word_count(seeds.shape),
-        **launch_options)
-    (tokens,) = launch(
-        kernels.argmax_reduce_kernel, partial_score, partial_index, logits, vocab, vocab, config.num_blocks,
-        grid=(batch,), out_shapes=[jax.ShapeDtypeStruct((batch,), jnp.int32)],
-        FP64=fp64, REDUCE_BLOCK=config.reduce_block, **{**launch_options, "num_warps": 1})
+    """gumbel_sample on validated arrays, the requests on axis 0."""
+    plan = kernels.plan_gumbel_sample(arg_spec(logits), arg_spec(seeds), TARGET, fp64=fp64, draft=draft)
+    (tokens,) = run(plan, dict(logits=logits, seeds=seeds, positions=positions, temperature=temperature))
     return tokens

@@ -1,14 +1,12 @@
-"""`rejection_sample` and `synthetic_rejection_sample` for JAX: validate, allocate, launch (jax.jit-able)."""
+"""`rejection_sample` and `synthetic_rejection_sample` for JAX: validate, plan, run (jax.jit-able)."""
 
 import functools
 
-import jax
 import jax.numpy as jnp
 
 from jsample import kernels
-from jsample.kernels.stream import seed_word_count
-from jsample._jax._launch import launch, not_differentiable, rowwise, spec, temperature_array
-from jsample.kernels.rejection import STATS_PER_BLOCK
+from jsample._jax._execute import TARGET, arg_spec, run
+from jsample._jax._launch import not_differentiable, rowwise, spec, temperature_array
 from jsample.validation import check_rejection_sample, check_synthetic_rejection_sample
 
 
@@ -74,84 +72,14 @@ def rejection_sample(target_logits, draft_tokens, num_draft_tokens, seeds, posit
 
 def _rejection_rows(target_logits, draft_tokens, num_draft_tokens, seeds, positions, temperature, draft_logits, *,
                     strict, fp64):
-    """The launches of rejection_sample on validated arrays, the requests on axis 0."""
-    batch, rows, vocab = target_logits.shape
-    k = rows - 1
-    one_hot = draft_logits is None
-    draft = target_logits if one_hot else draft_logits  # never read when ONE_HOT
-    strides = (rows * vocab, vocab, k * vocab, vocab) if not one_hot else (rows * vocab, vocab) * 2
-    config = kernels.rejection_launch_config(vocab, k, strides, fp64)
-    words = 2 if fp64 else 1  # f64 values are stored as two f32 words
-    if k == 0:
-        draft_tokens = jnp.zeros((1,), jnp.int32)  # never read
-    options = dict(num_stages=config.num_stages, enable_fp_fusion=config.enable_fp_fusion)
-    f32, i32 = jnp.float32, jnp.int32
-    # small batches: three launches (one at K <= 1), the bonus row on stats programs of its own (BONUS_PROGRAMS)
-    three_launches = kernels.decide_in_emit(batch, config)
-    stats_shapes = [jax.ShapeDtypeStruct((batch * max(k, 1), STATS_PER_BLOCK * config.num_blocks * words), f32),
-                    jax.ShapeDtypeStruct((batch * rows, config.num_blocks * words), f32),
-                    jax.ShapeDtypeStruct((batch * rows, config.num_blocks), i32)]
-    emit_shapes = [jax.ShapeDtypeStruct((2 * batch, config.num_blocks * words), f32),
-                   jax.ShapeDtypeStruct((2 * batch, config.num_blocks), i32)]
-    if three_launches and k <= 1 and config.decide_num_warps == config.num_warps:
-        # the three in one launch: JAX pays host time for every launch (rejection_one_launch_kernel)
-        *_, tokens, num_sampled = launch(
-            kernels.rejection_one_launch_kernel, target_logits, draft, draft_tokens, num_draft_tokens, seeds,
-            positions, temperature, vocab, k, batch, *strides, config.num_blocks,
-            grid=(batch * 3 * config.num_blocks,),
-            out_shapes=stats_shapes + emit_shapes + [
-                jax.ShapeDtypeStruct((batch,), i32), jax.ShapeDtypeStruct((batch,), i32),
-                jax.ShapeDtypeStruct((2 + batch,), i32), jax.ShapeDtypeStruct((batch, rows), i32),
-                jax.ShapeDtypeStruct((batch,), i32)],
-            zeroed_outputs=(7,),  # the ticket and arrival counters
-            STRICT=strict, ONE_HOT=one_hot, FP64=fp64, BLOCK_V=config.block_v, ROW_ALIGN=config.row_align,
-            VOCAB_ALIGN=config.vocab_align, FAST_MATH=config.fast_math, BLOCK_K=config.block_k,
-            REDUCE_BLOCK=config.reduce_block, SEED_WORDS=seed_word_count(seeds.shape), num_warps=config.num_warps, **options)
-        return tokens, num_sampled
-    stats, row_score, row_index = launch(
-        kernels.rejection_stats_kernel, target_logits, draft, seeds, positions, temperature, num_draft_tokens,
-        vocab, k, *strides, grid=(batch, config.stats_rows + three_launches, config.num_blocks),
-        out_shapes=stats_shapes,
-        STRICT=strict, ONE_HOT=one_hot, BONUS_IN_STATS=config.bonus_in_stats and not three_launches,
-        BONUS_PROGRAMS=three_launches, FP64=fp64, BLOCK_V=config.block_v, ROW_ALIGN=config.row_align,
-        VOCAB_ALIGN=config.vocab_align, FAST_MATH=config.fast_math, SEED_WORDS=seed_word_count(seeds.shape),
-        num_warps=config.num_warps, **options)
-    if three_launches:  # no PDL: jax-triton cannot chain them
-        emit_score, emit_index, emit_row, emit_mode = launch(
-            kernels.rejection_decide_emit_kernel, target_logits, draft, draft_tokens, num_draft_tokens, seeds,
-            positions, temperature, stats, row_score, row_index, vocab, k, batch, *strides,
-            grid=(batch, config.num_blocks),
-            out_shapes=emit_shapes + [jax.ShapeDtypeStruct((batch,), i32), jax.ShapeDtypeStruct((batch,), i32)],
-            STRICT=strict, ONE_HOT=one_hot, FP64=fp64,
-            BLOCK_V=config.block_v, ROW_ALIGN=config.row_align, VOCAB_ALIGN=config.vocab_align,
-            FAST_MATH=config.fast_math, BLOCK_K=config.block_k, REDUCE_BLOCK=config.reduce_block,
-            SEED_WORDS=seed_word_count(seeds.shape), num_warps=config.decide_num_warps, **options)
-    else:
-        emit_row, emit_mode, log_normalizer = launch(
-            kernels.rejection_decide_kernel, target_logits, draft, draft_tokens, num_draft_tokens, seeds, positions,
-            temperature, stats, row_score, row_index, vocab, k, *strides, config.num_blocks,
-            grid=(batch,),
-            out_shapes=[jax.ShapeDtypeStruct((batch,), i32), jax.ShapeDtypeStruct((batch,), i32),
-                        jax.ShapeDtypeStruct((batch, 2 * words), f32)],
-            STRICT=strict, ONE_HOT=one_hot, BONUS_IN_STATS=config.bonus_in_stats, FP64=fp64,
-            BLOCK_K=config.block_k, REDUCE_BLOCK=config.reduce_block,
-            SEED_WORDS=seed_word_count(seeds.shape), num_warps=config.decide_num_warps, **options)
-        emit_score, emit_index = launch(
-            kernels.rejection_emit_kernel, target_logits, draft, draft_tokens, seeds, positions, temperature,
-            emit_row, emit_mode, log_normalizer, vocab, k, batch, *strides,
-            grid=(batch, config.num_blocks), out_shapes=emit_shapes,
-            ONE_HOT=one_hot, FP64=fp64, BLOCK_V=config.block_v, ROW_ALIGN=config.row_align,
-            VOCAB_ALIGN=config.vocab_align, FAST_MATH=config.fast_math, SEED_WORDS=seed_word_count(seeds.shape),
-            num_warps=config.num_warps, **options)
-    tokens, num_sampled = launch(
-        kernels.rejection_finish_kernel, target_logits, draft_tokens, emit_row, emit_mode, row_score, row_index,
-        emit_score, emit_index, config.num_blocks, k, batch, vocab, strides[0], strides[1],
-        grid=(batch,),
-        out_shapes=[jax.ShapeDtypeStruct((batch, rows), i32), jax.ShapeDtypeStruct((batch,), i32)],
-        FP64=fp64, BLOCK_K=config.block_k, REDUCE_BLOCK=config.reduce_block,
-        STATS_ROW_IN_EMIT=three_launches,
-        num_warps=config.per_request_num_warps, **options)
-    return tokens, num_sampled
+    """rejection_sample on validated arrays, the requests on axis 0."""
+    plan = kernels.plan_rejection_sample(arg_spec(target_logits), None if draft_logits is None else arg_spec(draft_logits),
+                                         arg_spec(seeds), TARGET, strict=strict, fp64=fp64)
+    inputs = dict(target_logits=target_logits, draft_tokens=draft_tokens, num_draft_tokens=num_draft_tokens,
+                  seeds=seeds, positions=positions, temperature=temperature)
+    if draft_logits is not None:
+        inputs["draft_logits"] = draft_logits
+    return run(plan, inputs)
 
 
 @not_differentiable("synthetic_rejection_sample")
@@ -196,16 +124,8 @@ def synthetic_rejection_sample(target_tokens, draft_tokens, num_draft_tokens, se
 
 
 def _synthetic_rows(target_tokens, draft_tokens, num_draft_tokens, seeds, positions, conditional_rates, *, fp64):
-    """The launch of synthetic_rejection_sample on validated arrays, the requests on axis 0."""
-    batch, rows = target_tokens.shape
-    k = rows - 1
-    config = kernels.rejection_launch_config(1, k, (), fp64)
-    if k == 0:  # never read; avoids empty buffers
-        draft_tokens, conditional_rates = jnp.zeros((1,), jnp.int32), jnp.zeros((1,), jnp.float32)
-    return tuple(launch(
-        kernels.synthetic_rejection_kernel, target_tokens, draft_tokens, num_draft_tokens, seeds, positions,
-        conditional_rates, k, k, grid=(batch,),
-        out_shapes=[jax.ShapeDtypeStruct((batch, rows), jnp.int32), jax.ShapeDtypeStruct((batch,), jnp.int32)],
-        FP64=fp64, BLOCK_K=config.block_k, SEED_WORDS=seed_word_count(seeds.shape), num_warps=config.per_request_num_warps,
-        num_stages=config.num_stages,
-        enable_fp_fusion=config.enable_fp_fusion))
+    """synthetic_rejection_sample on validated arrays, the requests on axis 0."""
+    plan = kernels.plan_synthetic_rejection_sample(arg_spec(target_tokens), arg_spec(conditional_rates),
+                                                   arg_spec(seeds), TARGET, fp64=fp64)
+    return run(plan, dict(target_tokens=target_tokens, draft_tokens=draft_tokens, num_draft_tokens=num_draft_tokens,
+                          seeds=seeds, positions=positions, conditional_rates=conditional_rates))

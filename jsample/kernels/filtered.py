@@ -43,25 +43,27 @@ to fill the GPU; fewer pivots for large ones, whose launches are compute-bound);
 depends on them: counts and fixed-point masses are integer sums, and the searches are exact.
 """
 
+import functools
 import math
 from dataclasses import dataclass
 
 import triton
 import triton.language as tl
 
-from jsample.kernels.gumbel import (
+from jsample.kernels.common import (
     GREEDY_BELOW,
-    GumbelLaunchConfig,
     aligned,
     block_noise,
-    gumbel_launch_config,
     inverse_temperature,
     is_greedy,
     load_block,
+    load_temperature,
     noisy_scores,
     store_block_best,
 )
-from jsample.kernels.stream import load_seed
+from jsample.kernels.gumbel import GumbelLaunchConfig, argmax_reduce_kernel, gumbel_launch_config
+from jsample.kernels.plan import ArgSpec, Buffer, Plan, Target, launch
+from jsample.kernels.stream import load_seed, seed_word_count
 
 MAX_CHUNKS = 64  # chunks per row in the search launches (a power of two)
 MASS_SCALE = 2.0**24  # fixed-point unit of the top-p masses, relative to the largest token's
@@ -100,7 +102,7 @@ class FilteredLaunchConfig:
 
 
 def filtered_launch_config(batch: int, vocab_size: int, row_stride: int, dtype_name: str,
-                           fp64: bool) -> FilteredLaunchConfig:
+                           fp64: bool, fast_math: bool = None) -> FilteredLaunchConfig:
     """The launch configuration of `top_k_top_p_sample` for [B, V] logits of this dtype."""
     key_shift = KEY_SHIFTS[dtype_name]
     vec = 4 if dtype_name == "float32" else 8
@@ -116,7 +118,7 @@ def filtered_launch_config(batch: int, vocab_size: int, row_stride: int, dtype_n
     # latency. The kept set is exact either way.
     ways = 4 if batch * vocab_size >= 2**22 else 16
     return FilteredLaunchConfig(
-        gumbel=gumbel_launch_config(vocab_size, row_stride, fp64),
+        gumbel=gumbel_launch_config(vocab_size, row_stride, fp64, fast_math),
         key_shift=key_shift,
         ways=ways,
         search_steps=math.ceil((32 - key_shift) / math.log2(ways)),
@@ -291,7 +293,7 @@ def filter_step_kernel(
     b = tl.program_id(0)
     c = tl.program_id(1)
     b64 = b.to(tl.int64)
-    temperature = tl.load(temperature_ptr + b)
+    temperature = load_temperature(temperature_ptr, b)
     row_ptr = logits_ptr + tl.multiple_of(b64 * row_stride, ROW_ALIGN)
     first = c * chunk
     ways = tl.arange(0, WAYS)
@@ -380,7 +382,7 @@ def filtered_partial_kernel(
     b64 = b.to(tl.int64)
     seed = load_seed(seeds_ptr, b, SEED_WORDS)
     position = tl.load(positions_ptr + b).to(tl.int64)
-    temperature = tl.load(temperature_ptr + b)
+    temperature = load_temperature(temperature_ptr, b)
     key_max, key_min, count, threshold, hi, normalizer = _row_state(
         b64, state_in_ptr, partial_in_ptr, num_chunks, temperature, top_k_ptr, top_p_ptr,
         _SAMPLE, PREV_PHASE, CAPTURE_NORMALIZER, WAYS, MAX_CHUNKS)
@@ -403,3 +405,59 @@ def filtered_partial_kernel(
     score, best, overflow = noisy_scores(x, noise, temperature, FP64, FAST_MATH, unfiltered)
     store_block_best(partial_score_ptr, partial_index_ptr, b64 * num_blocks + block, score, best, first_col, FP64,
                      overflow)
+
+
+@functools.lru_cache(maxsize=512)
+def plan_top_k_top_p_sample(logits: ArgSpec, seeds: ArgSpec, target: Target, *, has_top_k: bool, has_top_p: bool,
+                            has_min_p: bool, fp64: bool) -> Plan:
+    """The launches of `top_k_top_p_sample` on inputs `logits` [B, V] (rows `logits.strides[0]` apart,
+    columns contiguous), `seeds`, `positions`, `temperature` [B] f32 and, where present, `top_k` [B]
+    int32|int64, `top_p` and `min_p` [B] f32; output `tokens` [B] i32."""
+    batch, vocab = logits.shape
+    tokens = Buffer("tokens", (batch,), "int32")
+    if batch == 0:
+        return Plan((tokens,), (), ("tokens",), "empty")
+    row_stride = logits.strides[0]
+    config = filtered_launch_config(batch, vocab, row_stride, logits.dtype, fp64, fast_math=not target.interpreter)
+    gumbel = config.gumbel
+    steps = filtered_plan(config, has_top_k, has_top_p)
+    unused = "positions"  # stands in for absent filters, never read ([B], where temperature may be a number)
+    top_k, top_p, min_p = (name if given else unused for name, given in
+                           (("top_k", has_top_k), ("top_p", has_top_p), ("min_p", has_min_p)))
+    options = dict(num_stages=config.num_stages, enable_fp_fusion=config.enable_fp_fusion)
+    # int64 state and partials as pairs of int32 words (no jax_enable_x64 needed); the search
+    # launches alternate between two of each (each reads the one before's)
+    buffers = [Buffer(f"state_{i}", (batch, 2 * STATE_WORDS), "int32") for i in (0, 1)]
+    buffers += [Buffer(f"partials_{i}", (batch, 2 * config.ways * config.num_chunks), "int32") for i in (0, 1)]
+    launches = []
+    state, partials = unused, unused  # the stats launch reads neither
+    for i, step in enumerate(steps[:-1]):
+        new_state, new_partials = f"state_{i % 2}", f"partials_{i % 2}"
+        launches.append(launch(
+            filter_step_kernel, (batch, config.num_chunks),
+            ("logits", "temperature", top_k, top_p, state, partials, vocab, row_stride, config.num_chunks,
+             config.chunk), (new_state, new_partials),
+            PHASE=step.phase, PREV_PHASE=step.prev_phase, CAPTURE_NORMALIZER=step.capture_normalizer,
+            KEY_SHIFT=config.key_shift, FP64=fp64, THREADS=32 * config.num_warps, VEC=config.vec,
+            ROW_ALIGN=gumbel.row_align, VOCAB_ALIGN=gumbel.vocab_align, WAYS=config.ways, MAX_CHUNKS=MAX_CHUNKS,
+            WIDE_SUMS=config.wide_sums, num_warps=config.num_warps, **options))
+        state, partials = new_state, new_partials
+    words = 2 if fp64 else 1  # f64 partial scores are stored as two f32 words
+    buffers += [Buffer("partial_score", (batch, gumbel.num_blocks * words), "float32"),
+                Buffer("partial_index", (batch, gumbel.num_blocks), "int32"), tokens]
+    sample = steps[-1]
+    launches.append(launch(
+        filtered_partial_kernel, (batch, gumbel.num_blocks),
+        ("logits", "seeds", "positions", "temperature", top_k, top_p, min_p, state, partials, vocab, row_stride,
+         config.num_chunks), ("partial_score", "partial_index"),
+        PREV_PHASE=sample.prev_phase, CAPTURE_NORMALIZER=sample.capture_normalizer, HAS_MIN_P=has_min_p,
+        KEY_SHIFT=config.key_shift, FP64=fp64, BLOCK_V=gumbel.block_v, ROW_ALIGN=gumbel.row_align,
+        VOCAB_ALIGN=gumbel.vocab_align, FAST_MATH=gumbel.fast_math, WAYS=config.ways, MAX_CHUNKS=MAX_CHUNKS,
+        SEED_WORDS=seed_word_count(seeds.shape), num_warps=gumbel.num_warps, **options))
+    launches.append(launch(
+        argmax_reduce_kernel, (batch,),
+        ("partial_score", "partial_index", "logits", vocab, row_stride, gumbel.num_blocks), ("tokens",),
+        FP64=fp64, REDUCE_BLOCK=gumbel.reduce_block, num_warps=1, **options))
+    used = {name for step in launches for name in step.args + step.outputs}
+    return Plan(tuple(b for b in buffers if b.name in used), tuple(launches), ("tokens",),
+                f"{len(launches)} launches")

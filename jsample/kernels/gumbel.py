@@ -19,18 +19,19 @@ logit past the range; a block that finds it stores its column as -1 - column, an
 launch then takes the row's greedy argmax itself (`greedy_argmax_row`: only such rows pay for it).
 """
 
-import os
+import functools
 from dataclasses import dataclass
 
 import triton
 import triton.language as tl
 
-from jsample.kernels.stream import gumbel_noise, load_seed, uniform_block
+from jsample.kernels.common import (aligned, greedy_argmax_row, interpreting, largest_power_of_two_dividing, load_temperature,
+                                    reduce_block_best_flagged, store_sampled_block)
+from jsample.kernels.plan import ArgSpec, Buffer, Plan, Target, launch
+from jsample.kernels.stream import STREAM_DRAFT, STREAM_TOKEN, load_seed, seed_word_count
 
 _BLOCK_V_MAX = 4096  # 16 KiB of fp32 logits per program: enough bytes in flight, few partials
 _BLOCK_V_MIN = 16
-GREEDY_BELOW = 1e-5  # docs/STREAM.md: a temperature below this is greedy
-_GREEDY_BELOW = tl.constexpr(GREEDY_BELOW)
 
 
 @dataclass(frozen=True)
@@ -48,194 +49,20 @@ class GumbelLaunchConfig:
     enable_fp_fusion: bool = False  # no FMA contraction: the same rounding as the NumPy reference
 
 
-def _largest_power_of_two_dividing(n: int, cap: int) -> int:
-    align = 1
-    while align < cap and n % (align * 2) == 0:
-        align *= 2
-    return align
-
-
-def interpreting() -> bool:
-    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
-
-
-def gumbel_launch_config(vocab_size: int, row_stride: int, fp64: bool) -> GumbelLaunchConfig:
-    """The launch configuration of `gumbel_sample` for a [B, V] logits array with this row stride."""
+def gumbel_launch_config(vocab_size: int, row_stride: int, fp64: bool, fast_math: bool = None) -> GumbelLaunchConfig:
+    """The launch configuration of `gumbel_sample` for a [B, V] logits array with this row stride
+    (`fast_math`: compiled code, not the interpreter; by default, whether the interpreter is off)."""
     block_v = max(_BLOCK_V_MIN, min(_BLOCK_V_MAX // (2 if fp64 else 1), triton.next_power_of_2(vocab_size)))
     num_blocks = triton.cdiv(vocab_size, block_v)
     return GumbelLaunchConfig(
         block_v=block_v,
         num_blocks=num_blocks,
         reduce_block=triton.next_power_of_2(num_blocks),
-        row_align=_largest_power_of_two_dividing(row_stride, 16) if row_stride else 16,
-        vocab_align=_largest_power_of_two_dividing(vocab_size, 16),
+        row_align=largest_power_of_two_dividing(row_stride, 16) if row_stride else 16,
+        vocab_align=largest_power_of_two_dividing(vocab_size, 16),
         num_warps=8 if block_v >= 2048 else 4,
-        fast_math=not interpreting(),
+        fast_math=not interpreting() if fast_math is None else fast_math,
     )
-
-
-@triton.jit
-def aligned(n, ALIGN: tl.constexpr):
-    """`n` itself (a multiple of ALIGN), in a form the compiler knows is a multiple of ALIGN.
-
-    torch's Triton launcher tells the compiler which integer arguments are multiples of 16;
-    jax-triton does not, and then every masked load of a row (`cols < V`) is split into scalar loads
-    (2-byte loads for bf16, 8x the instructions). tl.multiple_of has no effect on a scalar argument;
-    this product does (checked in the PTX of both frontends' kernels, tests/test_compiled_kernels.py).
-    """
-    return (n // ALIGN) * ALIGN
-
-
-@triton.jit
-def load_block(row_ptr, cols, V, FP64: tl.constexpr):
-    """Logits of columns `cols` of one row, widened to FP32 (FP64 when FP64); -inf for padding."""
-    x = tl.load(row_ptr + cols, mask=cols < V, other=float("-inf")).to(tl.float32)
-    if FP64:
-        x = x.to(tl.float64)
-    return x
-
-
-@triton.jit
-def inverse_temperature(temperature, FP64: tl.constexpr):
-    """1 / T, in FP32 (FP64): x / T is computed as x * (1 / T), one division per program, not per column."""
-    if FP64:
-        return 1.0 / temperature.to(tl.float64)
-    else:
-        return 1.0 / temperature
-
-
-@triton.jit
-def is_greedy(temperature):
-    """Whether a row with this temperature is greedy: T < 1e-5, and NaN (an unchecked device value:
-    STREAM.md allows -1 only for rows without a finite logit, and NaN scores would give it)."""
-    return not (temperature >= _GREEDY_BELOW)
-
-
-@triton.jit
-def overflow_from_magnitude(x, magnitude, temperature):
-    """Whether some finite logit of the block `x` has |x| * (1 / T) beyond the FP32 range, with the
-    product rounded in FP32 (as FP32 scores are; the same rule in FP64 mode), given `magnitude`, the
-    block's largest |x| (reduced together with another max by the caller: max_and_magnitude).
-    Rounding is monotonic, so the largest |x| decides, and only T < 1 (1 / T > 1) can overflow a
-    finite logit; the masks run only in blocks where that largest |x| (which counts +-inf logits and
-    padding too) times 1 / T is not finite."""
-    inverse_t = 1.0 / temperature.to(tl.float32)
-    overflow = False
-    if (inverse_t > 1.0) & (not (magnitude.to(tl.float32) * inverse_t < float("inf"))):  # NaN: interpreter
-        finite = tl.abs(x.to(tl.float32))
-        finite_max = tl.max(tl.where(finite < float("inf"), finite, 0.0), axis=0)
-        overflow = finite_max * inverse_t == float("inf")
-    return overflow
-
-
-@triton.jit
-def block_noise(seed, position, first_col, STREAM: tl.constexpr, BLOCK_V: tl.constexpr, FP64: tl.constexpr,
-                FAST_MATH: tl.constexpr):
-    """The Gumbel noise g of columns first_col .. first_col + BLOCK_V - 1 (STREAM.md)."""
-    return gumbel_noise(uniform_block(seed, position, first_col, STREAM, BLOCK_V, FP64, FAST_MATH), FP64, FAST_MATH)
-
-
-@triton.jit
-def _maximum_keeping_nan(a, b):
-    return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)
-
-
-@triton.jit
-def max_flagging_nan(x, FAST_MATH: tl.constexpr):
-    """The largest element of a 1-D block, or NaN or +inf when an element is NaN, so that
-    `max_flagging_nan(x) < inf` proves the block holds no NaN and no +inf. On a GPU (FAST_MATH) a
-    NaN-propagating max, one max.NaN per column, the cost of a plain max; the interpreter runs a
-    custom reduction 8x slower than tl.max, so there NaNs are mapped to +inf first."""
-    if FAST_MATH:
-        return tl.reduce(x, 0, _maximum_keeping_nan)
-    else:
-        return tl.max(tl.where(x != x, float("inf"), x), axis=0)
-
-
-@triton.jit
-def _maximum_pair(a, b, c, d):
-    return tl.maximum(a, c, propagate_nan=tl.PropagateNan.ALL), tl.maximum(b, d)
-
-
-@triton.jit
-def max_and_magnitude(x, y, FAST_MATH: tl.constexpr):
-    """(max_flagging_nan(x), the largest |y|) in one reduction on a GPU: a second reduction would add
-    its own shuffles and barrier to every block (measured 6-14% of gumbel_sample)."""
-    if FAST_MATH:
-        return tl.reduce((x, tl.abs(y)), 0, _maximum_pair)
-    else:
-        return max_flagging_nan(x, False), tl.max(tl.abs(y), axis=0)
-
-
-@triton.jit
-def noisy_scores(x, noise, temperature, FP64: tl.constexpr, FAST_MATH: tl.constexpr, unfiltered):
-    """(scores, their max, whether the row overflows): the Gumbel-max scores x / T + g (x itself when
-    T < 1e-5: greedy), where non-candidates (padding, non-finite logits, NaN scores) score -inf, and
-    whether some finite logit of `unfiltered` (x before a filter dropped any) overflows
-    when scaled (overflow_from_magnitude; never for greedy rows). Every Gumbel-max in jsample scores
-    with this. FAST_MATH (FP32) fuses the multiply-add: one rounding instead of two.
-
-    A +inf or NaN logit makes its raw score +inf, NaN or -inf (x * (1/T) + g with g finite), so
-    when the block's raw scores hold no NaN or +inf, every raw score above -inf is a candidate and
-    the raw scores are the answer: the masks below (3 instructions a column) run only for blocks
-    with a NaN or +inf score, which max_flagging_nan finds at the cost of the plain max."""
-    overflow = False
-    if is_greedy(temperature):
-        score = x
-        best = max_flagging_nan(score, FAST_MATH)
-    else:
-        if FAST_MATH and not FP64:
-            score = tl.fma(x, inverse_temperature(temperature, FP64), noise)
-        else:
-            score = x * inverse_temperature(temperature, FP64) + noise
-        best, magnitude = max_and_magnitude(score, unfiltered, FAST_MATH)
-        overflow = overflow_from_magnitude(unfiltered, magnitude, temperature)
-    if not (best < float("inf")):
-        if is_greedy(temperature):
-            candidate = tl.abs(x) < float("inf")  # false for +-inf and NaN
-        else:
-            # x < inf drops +inf and NaN logits, score > -inf drops NaN scores (and -inf logits)
-            candidate = (x < float("inf")) & (score > float("-inf"))
-        score = tl.where(candidate, score, float("-inf"))
-        best = tl.max(score, axis=0)
-    return score, best, overflow
-
-
-@triton.jit
-def store_block_best(partial_score_ptr, partial_index_ptr, out, score, best, first_col, FP64: tl.constexpr,
-                     overflow=False):
-    """The block's best score `best` (= tl.max(score)) and its lowest column, in the layout
-    reduce_block_best reads; with `overflow` (noisy_scores) the column is stored as
-    -1 - column, which tells the reduce launch that the row is greedy.
-
-    `score` is never NaN (non-candidates score -inf), so the lowest offset holding the max is the
-    argmax: 4 instructions per column against 7 for tl.max(return_indices=True), whose combine also
-    orders NaNs and pairs of indices."""
-    offsets = tl.arange(0, score.shape[0])
-    best_offset = tl.min(tl.where(score == best, offsets, score.shape[0]), axis=0)
-    if FP64:
-        tl.store(partial_score_ptr.to(tl.pointer_type(tl.float64)) + out, best)
-    else:
-        tl.store(partial_score_ptr + out, best)
-    column = (first_col + best_offset).to(tl.int32)
-    tl.store(partial_index_ptr + out, tl.where(overflow, -1 - column, column))
-
-
-@triton.jit
-def store_sampled_block(logits_ptr, row, row_stride, V, first_col, seed, position, temperature, partial_score_ptr,
-                        partial_index_ptr, out, STREAM: tl.constexpr, BLOCK_V: tl.constexpr, ROW_ALIGN: tl.constexpr,
-                        FP64: tl.constexpr, FAST_MATH: tl.constexpr):
-    """Block partials (store_block_best, at `out`) of the Gumbel-max sample of row `row`'s columns
-    first_col .. first_col + BLOCK_V - 1, flagged when the row's scaled logits overflow: every
-    unfiltered Gumbel-max in jsample (gumbel_sample, and rejection_sample's sampled rows) runs this."""
-    cols = first_col + tl.arange(0, BLOCK_V)
-    x = load_block(logits_ptr + tl.multiple_of(row.to(tl.int64) * row_stride, ROW_ALIGN), cols, V, FP64)
-    if is_greedy(temperature):
-        noise = tl.zeros_like(x)
-    else:
-        noise = block_noise(seed, position, first_col, STREAM, BLOCK_V, FP64, FAST_MATH)
-    score, best, overflow = noisy_scores(x, noise, temperature, FP64, FAST_MATH, x)
-    store_block_best(partial_score_ptr, partial_index_ptr, out, score, best, first_col, FP64, overflow)
 
 
 @triton.jit
@@ -243,7 +70,7 @@ def gumbel_partial_kernel(
     logits_ptr,  # [B, V] f32|bf16|f16, rows `row_stride` elements apart, columns contiguous
     seeds_ptr,  # [B] i32|u32|i64, or [B, 2] u32 (low, high) words with SEED_WORDS = 2: the 64-bit seed
     positions_ptr,  # [B] i32|i64
-    temperature_ptr,  # [B] f32, below 1e-5 = greedy
+    temperature_ptr,  # [B] f32, or one f32 for all rows (load_temperature); below 1e-5 = greedy
     V,
     row_stride,
     partial_score_ptr,  # [B, NUM_BLOCKS] f32; with FP64, f64 stored as [B, 2 * NUM_BLOCKS] f32 words
@@ -262,61 +89,10 @@ def gumbel_partial_kernel(
     num_blocks = tl.num_programs(1)
     seed = load_seed(seeds_ptr, row, SEED_WORDS)
     position = tl.load(positions_ptr + row).to(tl.int64)
-    temperature = tl.load(temperature_ptr + row)
+    temperature = load_temperature(temperature_ptr, row)
     store_sampled_block(logits_ptr, row, row_stride, V, block * BLOCK_V, seed, position, temperature,
                         partial_score_ptr, partial_index_ptr, row.to(tl.int64) * num_blocks + block, STREAM, BLOCK_V,
                         ROW_ALIGN, FP64, FAST_MATH)
-
-
-@triton.jit
-def greedy_argmax_row(row_ptr, V, BLOCK: tl.constexpr):
-    """argmax_k x_k over the finite logits of one row (lowest column on ties; -1 if none), by one
-    program looping over the row: the reduce launch's fallback for rows that overflow."""
-    best = float("-inf")
-    column = -1
-    start = 0
-    while start < V:  # a while loop: the interpreter cannot range() over a runtime bound
-        cols = start + tl.arange(0, BLOCK)
-        x = tl.load(row_ptr + cols, mask=cols < V, other=float("-inf")).to(tl.float32)
-        x = tl.where(tl.abs(x) < float("inf"), x, float("-inf"))
-        block_best = tl.max(x, axis=0)
-        if block_best > best:  # strictly: an earlier block keeps a tie
-            best = block_best
-            column = tl.min(tl.where(x == block_best, cols, 2147483647), axis=0)
-        start += BLOCK
-    return column
-
-
-@triton.jit
-def reduce_block_best_flagged(partial_score_ptr, partial_index_ptr, row, num_blocks, FP64: tl.constexpr,
-                              REDUCE_BLOCK: tl.constexpr):
-    """Second stage of every argmax in jsample: (the lowest column among row `row`'s best block
-    scores (lowest block on ties, and each block holds its lowest best column), -1 when no score is
-    finite; whether a block flagged the row as overflowing (store_block_best))."""
-    blocks = tl.arange(0, REDUCE_BLOCK)
-    offsets = row.to(tl.int64) * num_blocks + blocks
-    if FP64:
-        scores = tl.load(partial_score_ptr.to(tl.pointer_type(tl.float64)) + offsets,
-                         mask=blocks < num_blocks, other=float("-inf"))
-    else:
-        scores = tl.load(partial_score_ptr + offsets, mask=blocks < num_blocks, other=float("-inf"))
-    # the columns are loaded with the scores, not after the argmax: one dependent load less, the
-    # latency of the small-batch launches. Blocks hold increasing column ranges, so the lowest column
-    # among the best blocks is the best block's own.
-    columns = tl.load(partial_index_ptr + offsets, mask=blocks < num_blocks, other=0)
-    best = tl.max(scores, axis=0)
-    column = tl.min(tl.where(scores == best, columns, 2147483647), axis=0)
-    return tl.where(best > float("-inf"), column, -1), tl.min(columns, axis=0) < 0
-
-
-@triton.jit
-def reduce_block_best(partial_score_ptr, partial_index_ptr, row, num_blocks, FP64: tl.constexpr,
-                      REDUCE_BLOCK: tl.constexpr):
-    """reduce_block_best_flagged's token, for partials that carry no overflow flag."""
-    token, flagged = reduce_block_best_flagged(partial_score_ptr, partial_index_ptr, row, num_blocks, FP64,
-                                               REDUCE_BLOCK)
-    return token
-
 
 @triton.jit
 def argmax_reduce_kernel(
@@ -337,3 +113,31 @@ def argmax_reduce_kernel(
     if overflow:
         token = greedy_argmax_row(logits_ptr + row.to(tl.int64) * row_stride, V, 1024)
     tl.store(tokens_ptr + row, token)
+
+
+@functools.lru_cache(maxsize=512)
+def plan_gumbel_sample(logits: ArgSpec, seeds: ArgSpec, target: Target, *, fp64: bool, draft: bool) -> Plan:
+    """The launches of `gumbel_sample` on inputs `logits` [B, V] (rows `logits.strides[0]` apart,
+    columns contiguous), `seeds`, `positions` [B] and `temperature` [B] f32; output `tokens` [B] i32."""
+    batch, vocab = logits.shape
+    tokens = Buffer("tokens", (batch,), "int32")
+    if batch == 0:
+        return Plan((tokens,), (), ("tokens",), "empty")
+    row_stride = logits.strides[0]
+    config = gumbel_launch_config(vocab, row_stride, fp64, fast_math=not target.interpreter)
+    words = 2 if fp64 else 1  # f64 partial scores are stored as two f32 words
+    buffers = (Buffer("partial_score", (batch, config.num_blocks * words), "float32"),
+               Buffer("partial_index", (batch, config.num_blocks), "int32"), tokens)
+    launches = (
+        launch(gumbel_partial_kernel, (batch, config.num_blocks),
+               ("logits", "seeds", "positions", "temperature", vocab, row_stride), ("partial_score", "partial_index"),
+               STREAM=(STREAM_DRAFT if draft else STREAM_TOKEN).value, FP64=fp64, BLOCK_V=config.block_v,
+               ROW_ALIGN=config.row_align, VOCAB_ALIGN=config.vocab_align, FAST_MATH=config.fast_math,
+               SEED_WORDS=seed_word_count(seeds.shape), num_warps=config.num_warps, num_stages=config.num_stages,
+               enable_fp_fusion=config.enable_fp_fusion),
+        launch(argmax_reduce_kernel, (batch,),
+               ("partial_score", "partial_index", "logits", vocab, row_stride, config.num_blocks), ("tokens",),
+               FP64=fp64, REDUCE_BLOCK=config.reduce_block, num_warps=1, num_stages=config.num_stages,
+               enable_fp_fusion=config.enable_fp_fusion),
+    )
+    return Plan(buffers, launches, ("tokens",), "two launches")

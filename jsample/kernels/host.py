@@ -64,6 +64,6 @@ def launch_on_host(kernel, grid, *args, **kwargs) -> None:
     """kernel[grid](*args, **kwargs) with NumPy arrays (C-contiguous; outputs written in place)."""
     if not hasattr(kernel, "rewrite"):
         raise RuntimeError("jsample: the CPU path runs the kernels through the Triton interpreter, which must be "
-                           "chosen before triton is first imported: set TRITON_INTERPRET=1 at the start of the process.")
+                           "chosen when jsample is first imported: set TRITON_INTERPRET=1 before that (or run on a machine without a GPU).")
     wrapped = [_HostArray(a) if isinstance(a, np.ndarray) else a for a in args]
     _WORKER.run(lambda: _HostGridExecutor(kernel.rewrite(), kernel.arg_names, tuple(grid))(*wrapped, **kwargs))

@@ -14,47 +14,34 @@ d_j. Row j is drawn at position P_b + j (STREAM.md, "Rejection sampling"):
   `block_noise`, as gumbel_partial_kernel), so the bonus token equals `gumbel_sample` of
   that row with position P_b + n_b bit for bit.
 
-Four launches (three for small batches, below), all shared by the PyTorch and JAX frontends (no host
-synchronisation between them):
+Launches (plan_rejection_sample decides; no host synchronisation between them):
 
 1. `rejection_stats_kernel`, grid (B, max(K, 1), NUM_BLOCKS), rows j < n_b only: per vocabulary
-   block the Gumbel-max partials (best score, its column) of strict and greedy rows, the
-   online-softmax partials (max, sum of exp) of x_j / T and y_j / T of the others. When K <= 1
-   (config.bonus_in_stats) its row-0 programs also reduce row n_b's Gumbel-max partials: the bonus
-   row's noise, the launch's compute, overlaps the draft row's memory-bound softmax pass.
-2. `rejection_decide_kernel`, grid (B,): merges the partials of all K rows of a request, decides
-   every row, and writes a_b, what row a_b emits (EMIT_STATS_ROW: a Gumbel-max sample the stats
-   launch reduced; EMIT_RESIDUAL; EMIT_SAMPLE: a Gumbel-max sample left to the emit launch) and the
-   log-normalisers of row a_b. (Folding this into every program of the next launch cost more than
-   the launch: each program's chain of dependent loads was latency-bound, 50 us at B = 256, K = 8 on
-   an H200. Doing it in the stats launch's last program per request, found by an atomic count, was
-   slower at every size too: explore_last_program_fusion_reverted_log.txt.)
+   block the Gumbel-max partials (best score, its column) of strict and greedy rows and the
+   online-softmax partials (max, sum of exp) of x_j / T and y_j / T of the others. At K <= 1
+   (config.bonus_in_stats) its row-0 programs also reduce row n_b's Gumbel-max partials.
+2. `rejection_decide_kernel`, grid (B,): merges the partials of a request's rows, decides every
+   row, and writes a_b, what row a_b emits (EMIT_STATS_ROW, EMIT_RESIDUAL, EMIT_SAMPLE,
+   EMIT_GREEDY) and row a_b's log-normalisers.
 3. `rejection_emit_kernel`, grid (B, NUM_BLOCKS), requests with EMIT_RESIDUAL or EMIT_SAMPLE only:
-   block partials of row a_b's Gumbel-max scores and, for EMIT_RESIDUAL, of its residual scores,
-   from one evaluation of its stream-0 noise (the Gumbel-max sample is the residual's fallback).
-4. `rejection_finish_kernel`, grid (B,): reduces the partials of the emitted token (lowest column on
-   ties, as every argmax in jsample) and writes tokens [B, K+1] = accepted drafts, the emitted token,
-   -1, and num_sampled = a_b + 1.
+   block partials of row a_b's Gumbel-max scores and, for EMIT_RESIDUAL, its residual scores, from
+   one evaluation of its stream-0 noise (the Gumbel-max sample is the residual's fallback).
+4. `rejection_finish_kernel`, grid (B,): reduces the emitted token's partials (lowest column on
+   ties) and writes tokens [B, K+1] = accepted drafts, the emitted token, -1; num_sampled = a_b + 1.
 
-Small batches (decide_in_emit: B * NUM_BLOCKS <= 300) run three launches instead: 2 and 3 become
-`rejection_decide_emit_kernel`, whose every program makes its request's decision itself (the same
-`_decide`, so the same a_b everywhere) before its block of the emit step (the same `_emit_block`).
-There a launch costs more than the repeated decisions; in torch on Hopper the three launches also
-form a programmatic dependent launch chain (dependent_launch), in which each launch reads what it needs
-of the op's own inputs before it waits for the previous one (_decision_inputs, _emit_inputs,
-_load_drafts): at B = 1 on an H200 that took 14.4 -> 12.0 us at K = 1 and 14.0 -> 12.8 us at K = 4
-(explore_pdl_prologue.txt). There the GPU has idle SMs, so the stats launch reduces the bonus row
-at every K, on programs of its own (BONUS_PROGRAMS: grid (B, max(K, 1) + 1, NUM_BLOCKS)): requests
-that accept every draft then skip the second launch's pass, and at K <= 1 the row-0 programs get
-shorter. At B = 1 on an H200: 12.3 -> 11.4 us at K = 1; 12.6 -> 10.9 us at K = 4 and 13.9 -> 12.5
-us at K = 8 when every draft is accepted, and no loss when draft 0 is rejected. The launch copies
-row a_b's stats partials into its emit partials (STATS_ROW_IN_EMIT). JAX, which cannot chain launches
-with PDL and pays host time for each, runs the three as one launch at K <= 1
-(`rejection_one_launch_kernel`: the same program bodies, ordered by an atomic ticket counter).
-Tokens never depend on the plan. Three
-dependent phases stay (the normalisers, then the decision and row a_b's pass, then the argmax of its
-partials); with no work at all they take 1.6-1.9x a one-launch read of the logits at B = 1 on an
-H200 (benchmarks/results/explore_phase_floor.txt).
+Small batches (decide_in_emit) run three launches: 2 and 3 become `rejection_decide_emit_kernel`,
+whose every program makes its request's decision itself (the same `_decide`, so the same a_b
+everywhere) before its block of the emit step (the same `_emit_block`); the stats launch reduces the
+bonus row on programs of its own (BONUS_PROGRAMS), and the fused launch copies row a_b's stats
+partials into its emit partials (STATS_ROW_IN_EMIT). Where the target has programmatic dependent
+launch the three form a chain (`dependent_launch`): each launch reads what it needs of the op's own
+inputs before it waits for the previous one, and nothing written by a previous launch
+(tests/test_compiled_kernels.py checks the PTX). Where every launch costs host time (JAX) and K <= 1,
+`rejection_one_launch_kernel` runs the three as one launch, ordered by an atomic ticket counter.
+Invariants: tokens never depend on the plan (the same program bodies run in every plan, with the
+same warps: the normalisers' sums are reduced in an order the layout could change), nor on the
+batch (the tiling is a function of V, K, fp64 and the strides' alignment only). Measurements behind
+these choices: benchmarks/lab/INDEX.md.
 
 `synthetic_rejection_kernel` (one launch, grid (B,)) accepts draft j iff the stream-2 uniform of row
 j is below conditional_rates[j] and emits target_tokens[b, a_b].
@@ -66,23 +53,24 @@ score log r_k + g_k is computed as (s_k - log Z_p) + log(1 - q_k / p_k) from the
 s_k = x_k / T + g_k, with q_k / p_k = exp((y_k - x_k) / T + log Z_p - log Z_q): one exp and one log per
 column (the hardware's ex2 and lg2 on a GPU, where the row's constant log Z_p is left out: the argmax
 does not change). Non-finite (NaN, +inf) logits have probability 0, as -inf ones; only the vocabulary
-blocks that hold one pay for the masks (gumbel.max_flagging_nan).
+blocks that hold one pay for the masks (common.max_flagging_nan).
 """
 
+import functools
 import math
 from dataclasses import dataclass
 
 import triton
 import triton.language as tl
 
-from jsample.kernels.gumbel import (
-    _largest_power_of_two_dividing,
+from jsample.kernels.common import (
     aligned,
     block_noise,
-    gumbel_launch_config,
     inverse_temperature,
     is_greedy,
+    largest_power_of_two_dividing,
     load_block,
+    load_temperature,
     max_and_magnitude,
     noisy_scores,
     overflow_from_magnitude,
@@ -92,16 +80,16 @@ from jsample.kernels.gumbel import (
     store_block_best,
     store_sampled_block,
 )
+from jsample.kernels.gumbel import gumbel_launch_config
+from jsample.kernels.plan import ArgSpec, Buffer, Plan, Target, launch
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
-from jsample.kernels.stream import (LN2, LOG2E, exp2_approx, load_seed, log2_approx, philox_block, uniform_f32,
-                                    uniform_f64)
+from jsample.kernels.stream import (LN2, LOG2E, STREAM_ACCEPT, STREAM_TOKEN, exp2_approx, load_seed, log2_approx,
+                                    philox_block, seed_word_count, uniform_f32, uniform_f64)
 
 # Globals used inside kernels must be constexpr (the compiler rejects plain Python globals).
 STATS_PER_BLOCK = 4  # per row and block: target max, target sum of exp, draft max, draft sum of exp
 NUM_STATS = tl.constexpr(STATS_PER_BLOCK)
-STREAM_TOKEN = tl.constexpr(0)  # STREAM.md stream 0: the emitted token
-STREAM_ACCEPT = tl.constexpr(2)  # STREAM.md stream 2: acceptance uniforms
 # What row a_b emits, written by rejection_decide_kernel for the emit and finish kernels
 EMIT_STATS_ROW = tl.constexpr(0)  # row a_b's Gumbel-max sample, reduced by rejection_stats_kernel
 EMIT_RESIDUAL = tl.constexpr(1)  # the residual sample (the row's Gumbel-max sample if the residual is zero)
@@ -132,7 +120,8 @@ class RejectionLaunchConfig:
     per_request_num_warps: int = 1  # the finish and synthetic kernels: a few values per request
 
 
-def rejection_launch_config(vocab_size: int, num_speculative_tokens: int, strides, fp64: bool) -> RejectionLaunchConfig:
+def rejection_launch_config(vocab_size: int, num_speculative_tokens: int, strides, fp64: bool,
+                            fast_math: bool = None) -> RejectionLaunchConfig:
     """The launch configuration of `rejection_sample` / `synthetic_rejection_sample`.
 
     Args:
@@ -141,15 +130,15 @@ def rejection_launch_config(vocab_size: int, num_speculative_tokens: int, stride
         strides: the batch and row strides (in elements) of the target and draft logits; zeros are
             ignored (a broadcast dimension).
         fp64: FP64 mode (halves the vocabulary tile, as in gumbel_sample).
+        fast_math: compiled code (not the interpreter); by default, whether the interpreter is off.
     """
     stride_gcd = 0
     for stride in strides:
         stride_gcd = math.gcd(stride_gcd, int(stride))
-    gumbel = gumbel_launch_config(vocab_size, stride_gcd, fp64)
-    # At most 2048 columns (1024 FP64) and 4 warps, half gumbel_sample's largest tile and warps
-    # (16 columns per thread either way): the smaller programs pack the SMs better, 4-5% faster at
-    # B = 256 (explore_rejection_variants.txt), where gumbel_sample saw no difference. Argmaxes are
-    # exact under any tiling, so the bonus token still equals gumbel_sample's.
+    gumbel = gumbel_launch_config(vocab_size, stride_gcd, fp64, fast_math)
+    # At most 2048 columns (1024 FP64) and 4 warps, half gumbel_sample's largest tile: smaller programs
+    # pack the SMs better (lab INDEX: explore_rejection_variants). Argmaxes are exact under any
+    # tiling, so the bonus token still equals gumbel_sample's.
     block_v = min(gumbel.block_v, 1024 if fp64 else 2048)
     num_blocks = triton.cdiv(vocab_size, block_v)
     return RejectionLaunchConfig(
@@ -157,26 +146,19 @@ def rejection_launch_config(vocab_size: int, num_speculative_tokens: int, stride
         num_blocks=num_blocks,
         reduce_block=triton.next_power_of_2(num_blocks),
         block_k=triton.next_power_of_2(num_speculative_tokens + 1),
-        row_align=_largest_power_of_two_dividing(stride_gcd, 16) if stride_gcd else 16,
+        row_align=largest_power_of_two_dividing(stride_gcd, 16) if stride_gcd else 16,
         vocab_align=gumbel.vocab_align,
         num_warps=4,
         fast_math=gumbel.fast_math,
         # K <= 1: the bonus row's noise overlaps the draft row's memory-bound softmax pass in the same
-        # programs, and only rejecting requests run the emit launch. On an H200 at B = 256, K = 1
-        # (rejection.md, rejection_k1_before_bonus_in_stats_log.txt): 173 -> 151 us when 7 requests
-        # in 8 accept their draft, but 197 -> 249 us when all reject (they compute the noise of both
-        # rows); break-even near 1 accept in 2, and one-draft speculation (MTP, EAGLE) usually
-        # accepts more. At B = 64 both workloads gain (59 -> 52 us). With more draft rows the stats
-        # launch is memory-bound, and the noise's registers (55, not 31) cost the softmax programs
-        # occupancy: K = 8 got 12% slower, so K >= 2 keep the emit launch for the bonus row. (Small
-        # batches, decide_in_emit, reduce it in the stats launch at every K, on programs of their own.)
+        # programs (a gain unless most requests reject their draft); with more draft rows the noise's
+        # registers cost the softmax programs occupancy (lab INDEX: rejection_k1_before_bonus_in_stats).
         bonus_in_stats=num_speculative_tokens <= 1,
         stats_rows=max(num_speculative_tokens, 1),
         # Every row of a request's decision on a warp of its own (4 to 16): each thread works through
-        # its warp's rows one after another, and that chain is the decision's latency. On an H200 at
-        # B = 1 (explore_decide_emit_warps.txt) the small-batch plan took 15.5 -> 13.8 us at K = 4
-        # with 8 warps and 19.5 -> 15.4 us at K = 8 with 16. Both plans must use the same count: the
-        # normalisers' sums are reduced in an order that the layout, and so the warps, could change.
+        # its warp's rows one after another, and that chain is the decision's latency (lab INDEX:
+        # explore_decide_emit_warps). Every plan uses the same count: the normalisers' sums are
+        # reduced in an order that the layout, and so the warps, could change.
         decide_num_warps=min(16, max(4, triton.next_power_of_2(num_speculative_tokens + 1))),
         num_stages=gumbel.num_stages,
         enable_fp_fusion=gumbel.enable_fp_fusion,
@@ -189,12 +171,9 @@ DECIDE_IN_EMIT_MAX_PROGRAMS = 300
 
 def decide_in_emit(batch: int, config: RejectionLaunchConfig) -> bool:
     """Whether a batch runs rejection_decide_emit_kernel (three launches) rather than the decide and
-    emit launches (four). On an H200 (benchmarks/results/explore_small_batch_plans.txt) three launches
-    were faster at every size measured up to 300 emit programs (B <= 4 at V = 151936): 1.2-2.0 us
-    without PDL, 1.5-3.8 us with it. From 600 to 1200 programs the outcome depended on K (B = 8,
-    V = 151936: K = 1 gained 3 us, K = 8 lost 1.4 us), and from 2400 on they lost 2-20%: the
-    decision's chain of dependent loads then runs B * NUM_BLOCKS times over. Tokens never depend on
-    it: both plans run the same decision and emit code."""
+    emit launches (four): a launch costs more than the repeated decisions up to a few hundred emit
+    programs; beyond, the decision's chain of dependent loads runs B * NUM_BLOCKS times over (lab
+    INDEX: explore_small_batch_plans). Tokens never depend on it."""
     return batch * config.num_blocks <= DECIDE_IN_EMIT_MAX_PROGRAMS
 
 
@@ -358,7 +337,7 @@ def _stats_program(target_logits_ptr, draft_logits_ptr, seeds_ptr, positions_ptr
     V = aligned(V, VOCAB_ALIGN)
     b64 = b.to(tl.int64)
     num_drafts = tl.minimum(tl.maximum(tl.load(num_draft_tokens_ptr + b), 0), K)
-    temperature = tl.load(temperature_ptr + b)
+    temperature = load_temperature(temperature_ptr, b)
     first_col = block * BLOCK_V
     target_row_ptr = target_logits_ptr + tl.multiple_of(b64 * target_batch_stride, ROW_ALIGN)
     seed = load_seed(seeds_ptr, b, SEED_WORDS)
@@ -586,7 +565,7 @@ def rejection_decide_kernel(
     b = tl.program_id(0)
     b64 = b.to(tl.int64)
     num_drafts = tl.minimum(tl.maximum(tl.load(num_draft_tokens_ptr + b), 0), K)
-    temperature = tl.load(temperature_ptr + b)
+    temperature = load_temperature(temperature_ptr, b)
     drafts, valid, target_at_draft, draft_at_draft, u = _decision_inputs(
         target_logits_ptr, draft_logits_ptr, draft_tokens_ptr, b64, num_drafts, load_seed(seeds_ptr, b, SEED_WORDS),
         tl.load(positions_ptr + b).to(tl.int64), temperature, V, K, target_batch_stride, target_row_stride,
@@ -717,7 +696,7 @@ def rejection_emit_kernel(
         b64 = b.to(tl.int64)
         block = tl.program_id(1)
         emit_row = tl.load(emit_row_ptr + b)
-        temperature = tl.load(temperature_ptr + b)
+        temperature = load_temperature(temperature_ptr, b)
         if FP64:
             log_normalizer = log_normalizer_ptr.to(tl.pointer_type(tl.float64))
         else:
@@ -812,7 +791,7 @@ def _decide_emit_program(
     num_drafts = tl.minimum(tl.maximum(tl.load(num_draft_tokens_ptr + b), 0), K)
     seed = load_seed(seeds_ptr, b, SEED_WORDS)
     position = tl.load(positions_ptr + b).to(tl.int64)
-    temperature = tl.load(temperature_ptr + b)
+    temperature = load_temperature(temperature_ptr, b)
     V = aligned(V, VOCAB_ALIGN)
     drafts, valid, target_at_draft, draft_at_draft, u = _decision_inputs(
         target_logits_ptr, draft_logits_ptr, draft_tokens_ptr, b64, num_drafts, seed, position, temperature, V, K,
@@ -994,16 +973,14 @@ def rejection_one_launch_kernel(
     REDUCE_BLOCK: tl.constexpr,  # next power of two >= NUM_BLOCKS
     SEED_WORDS: tl.constexpr = 1,  # 2: seeds are [B, 2] u32 (low, high) words (stream.load_seed)
 ):
-    """The three launches of a small batch at K <= 1 in one, for JAX, where every launch costs host
-    time (a trivial jax-triton kernel takes 8.6 us a call inside a jitted program on an H200:
-    benchmarks/results/explore_jax_dispatch.txt) and PDL is not available: at B = 1, 64 calls in one
-    jitted program took 25.5-29.9 us a call as three launches, 14.8-17.2 us as one
-    (explore_one_launch.txt). Grid (B * 2 * NUM_BLOCKS + B * NUM_BLOCKS,): every program takes a ticket from an atomic
-    counter; the first B * 2 * NUM_BLOCKS tickets run the stats programs (bonus row on programs of
-    its own), the others the decide-emit programs, which wait until every stats program has arrived,
-    and the last of request b's decide-emit programs to arrive runs its finish. No deadlock whatever
-    the GPU keeps resident: a waiting program's ticket is above every stats ticket, and those are
-    held by programs already running, which wait for nothing. The same program bodies as the three
+    """The three launches of a small batch at K <= 1 in one, for targets where every launch costs host
+    time and PDL is not available (JAX; lab INDEX: explore_jax_dispatch). Grid (B * 2 * NUM_BLOCKS +
+    B * NUM_BLOCKS,): every program takes a ticket from an atomic counter; the first B * 2 * NUM_BLOCKS
+    tickets run the stats programs (bonus row on programs of its own), the others the decide-emit
+    programs, which wait until every stats program has arrived, and the last of request b's
+    decide-emit programs to arrive runs its finish. No deadlock whatever the GPU keeps resident: a
+    waiting program's ticket is above every stats ticket, and those are held by programs already
+    running, which wait for nothing. The same program bodies as the three
     launches, all with config.num_warps = config.decide_num_warps (K <= 1), so the same tokens."""
     stats_programs = B * 2 * num_blocks
     ticket = tl.atomic_add(counters_ptr, 1, sem="relaxed", scope="gpu")
@@ -1065,3 +1042,127 @@ def synthetic_rejection_kernel(
     emitted = tl.load(target_tokens_ptr + b64 * (K + 1) + emit_row)
     _write_request(tokens_ptr, num_sampled_ptr, _load_drafts(draft_tokens_ptr, b64, K, BLOCK_K), b64, K, emit_row,
                    emitted, BLOCK_K)
+
+
+REJECTION_VARIANTS = ("four launches", "three launches", "one launch")
+
+
+@functools.lru_cache(maxsize=512)
+def plan_rejection_sample(target_logits: ArgSpec, draft_logits: ArgSpec, seeds: ArgSpec, target: Target, *,
+                          strict: bool, fp64: bool, variant: str = None) -> Plan:
+    """The launches of `rejection_sample` on inputs `target_logits` [B, K+1, V], `draft_logits`
+    [B, K, V] (None: one-hot drafts; columns contiguous, any batch and row strides), `draft_tokens`
+    [B, K] i32, `num_draft_tokens` [B] i32, `seeds`, `positions`, `temperature` [B] f32; outputs
+    `tokens` [B, K+1] and `num_sampled` [B] i32.
+
+    The variant (REJECTION_VARIANTS) is chosen here unless given (tests run each): "four launches"
+    for large batches; "three launches" for small ones (decide_in_emit), chained by programmatic
+    dependent launch where the target has it; "one launch" (rejection_one_launch_kernel) instead
+    where every launch costs the caller host time (Target.launch_bound) and K <= 1. Tokens never
+    depend on the variant."""
+    batch, rows, vocab = target_logits.shape
+    k = rows - 1
+    outputs = (Buffer("tokens", (batch, rows), "int32"), Buffer("num_sampled", (batch,), "int32"))
+    if batch == 0:
+        return Plan(outputs, (), ("tokens", "num_sampled"), "empty")
+    one_hot = strict or draft_logits is None
+    draft = target_logits if one_hot else draft_logits  # never read when ONE_HOT
+    strides = (target_logits.strides[0], target_logits.strides[1], draft.strides[0], draft.strides[1])
+    config = rejection_launch_config(vocab, k, strides, fp64, fast_math=not target.interpreter)
+    fused = config.decide_num_warps == config.num_warps and k <= 1  # rejection_one_launch_kernel's condition
+    if variant is None:
+        variant = "four launches"
+        if decide_in_emit(batch, config):
+            variant = "one launch" if target.launch_bound and fused else "three launches"
+    if variant not in REJECTION_VARIANTS or (variant == "one launch" and not fused):
+        raise ValueError(f"plan_rejection_sample: no variant {variant!r} for K = {k}")
+    three = variant != "four launches"
+    pdl = variant == "three launches" and target.pdl and config.fast_math
+    words = 2 if fp64 else 1  # f64 values are stored as two f32 words
+    drafts = "draft_tokens" if k else "no_drafts"  # K = 0: a one-element stand-in, never read
+    logits = ("target_logits", "target_logits" if one_hot else "draft_logits")
+    requests = ("seeds", "positions", "temperature")
+    options = dict(num_stages=config.num_stages, enable_fp_fusion=config.enable_fp_fusion)
+    tiles = dict(BLOCK_V=config.block_v, ROW_ALIGN=config.row_align, VOCAB_ALIGN=config.vocab_align,
+                 FAST_MATH=config.fast_math)
+    flags = dict(STRICT=strict, ONE_HOT=one_hot, FP64=fp64)
+    seed_words = seed_word_count(seeds.shape)
+    buffers = (
+        Buffer("stats", (batch * max(k, 1), STATS_PER_BLOCK * config.num_blocks * words), "float32"),
+        Buffer("row_score", (batch * rows, config.num_blocks * words), "float32"),
+        Buffer("row_index", (batch * rows, config.num_blocks), "int32"),
+        Buffer("emit_score", (2 * batch, config.num_blocks * words), "float32"),
+        Buffer("emit_index", (2 * batch, config.num_blocks), "int32"),
+        Buffer("emit_row", (batch,), "int32"), Buffer("emit_mode", (batch,), "int32"),
+        Buffer("log_normalizer", (batch, 2 * words), "float32"),
+        Buffer("counters", (2 + batch,), "int32", zeroed=True),  # the one launch's tickets and arrivals
+        Buffer("no_drafts", (1,), "int32", zeroed=True)) + outputs
+    stats_outputs = ("stats", "row_score", "row_index")
+    if variant == "one launch":
+        launches = (launch(
+            rejection_one_launch_kernel, (batch * 3 * config.num_blocks,),
+            (*logits, drafts, "num_draft_tokens", *requests, vocab, k, batch, *strides, config.num_blocks),
+            stats_outputs + ("emit_score", "emit_index", "emit_row", "emit_mode", "counters", "tokens", "num_sampled"),
+            **flags, **tiles, BLOCK_K=config.block_k, REDUCE_BLOCK=config.reduce_block, SEED_WORDS=seed_words,
+            num_warps=config.num_warps, **options),)
+    else:
+        stats = launch(
+            rejection_stats_kernel, (batch, config.stats_rows + three, config.num_blocks),
+            (*logits, *requests, "num_draft_tokens", vocab, k, *strides), stats_outputs,
+            **flags, BONUS_IN_STATS=config.bonus_in_stats and not three, BONUS_PROGRAMS=three, **tiles, PDL=pdl,
+            SEED_WORDS=seed_words, num_warps=config.num_warps, **options)
+        if three:
+            middle = (launch(
+                rejection_decide_emit_kernel, (batch, config.num_blocks),
+                (*logits, drafts, "num_draft_tokens", *requests, *stats_outputs, vocab, k, batch, *strides),
+                ("emit_score", "emit_index", "emit_row", "emit_mode"),
+                **flags, **tiles, BLOCK_K=config.block_k, REDUCE_BLOCK=config.reduce_block, PDL=pdl,
+                SEED_WORDS=seed_words, num_warps=config.decide_num_warps, pdl=pdl, **options),)
+        else:
+            middle = (
+                launch(rejection_decide_kernel, (batch,),
+                       (*logits, drafts, "num_draft_tokens", *requests, *stats_outputs, vocab, k, *strides,
+                        config.num_blocks), ("emit_row", "emit_mode", "log_normalizer"),
+                       **flags, BONUS_IN_STATS=config.bonus_in_stats, BLOCK_K=config.block_k,
+                       REDUCE_BLOCK=config.reduce_block, SEED_WORDS=seed_words, num_warps=config.decide_num_warps,
+                       **options),
+                launch(rejection_emit_kernel, (batch, config.num_blocks),
+                       (*logits, drafts, *requests, "emit_row", "emit_mode", "log_normalizer", vocab, k, batch,
+                        *strides), ("emit_score", "emit_index"),
+                       ONE_HOT=one_hot, FP64=fp64, **tiles, SEED_WORDS=seed_words, num_warps=config.num_warps,
+                       **options))
+        finish = launch(
+            rejection_finish_kernel, (batch,),
+            ("target_logits", drafts, "emit_row", "emit_mode", "row_score", "row_index", "emit_score", "emit_index",
+             config.num_blocks, k, batch, vocab, strides[0], strides[1]), ("tokens", "num_sampled"),
+            FP64=fp64, BLOCK_K=config.block_k, REDUCE_BLOCK=config.reduce_block, STATS_ROW_IN_EMIT=three, PDL=pdl,
+            num_warps=config.per_request_num_warps, pdl=pdl, **options)
+        launches = (stats,) + middle + (finish,)
+    used = {name for step in launches for name in step.args + step.outputs}
+    return Plan(tuple(b for b in buffers if b.name in used), launches, ("tokens", "num_sampled"),
+                variant + (", PDL" if pdl else ""))
+
+
+@functools.lru_cache(maxsize=512)
+def plan_synthetic_rejection_sample(target_tokens: ArgSpec, conditional_rates: ArgSpec, seeds: ArgSpec,
+                                    target: Target, *, fp64: bool) -> Plan:
+    """The launch of `synthetic_rejection_sample` on inputs `target_tokens` [B, K+1], `draft_tokens`
+    [B, K], `num_draft_tokens` [B] (i32, contiguous), `seeds`, `positions` [B] and
+    `conditional_rates` [K] or [B, K] f32 (contiguous); outputs `tokens` [B, K+1], `num_sampled` [B]."""
+    batch, rows = target_tokens.shape
+    k = rows - 1
+    buffers = (Buffer("tokens", (batch, rows), "int32"), Buffer("num_sampled", (batch,), "int32"),
+               Buffer("no_drafts", (1,), "int32", zeroed=True), Buffer("no_rates", (1,), "float32", zeroed=True))
+    if batch == 0:
+        return Plan(buffers[:2], (), ("tokens", "num_sampled"), "empty")
+    config = rejection_launch_config(1, k, (), fp64, fast_math=not target.interpreter)
+    drafts, rates = ("draft_tokens", "conditional_rates") if k else ("no_drafts", "no_rates")  # K = 0: never read
+    rates_batch_stride = conditional_rates.strides[0] if len(conditional_rates.shape) == 2 and k else 0
+    launches = (launch(
+        synthetic_rejection_kernel, (batch,),
+        ("target_tokens", drafts, "num_draft_tokens", "seeds", "positions", rates, k, rates_batch_stride),
+        ("tokens", "num_sampled"), FP64=fp64, BLOCK_K=config.block_k, SEED_WORDS=seed_word_count(seeds.shape),
+        num_warps=config.per_request_num_warps, num_stages=config.num_stages,
+        enable_fp_fusion=config.enable_fp_fusion),)
+    used = {name for step in launches for name in step.args + step.outputs}
+    return Plan(tuple(b for b in buffers if b.name in used), launches, ("tokens", "num_sampled"), "one launch")

@@ -12,9 +12,12 @@ Only interpreter-safe operations are used (no libdevice externs), so CPU CI runs
 import triton
 import triton.language as tl
 
-STREAM_TOKEN = 0  # the emitted token: target sampling, residual resampling, bonus token
-STREAM_DRAFT = 1  # draft-token sampling, independent of the target's noise
-STREAM_ACCEPT = 2  # acceptance uniforms of rejection sampling
+from jsample.reference import stream as _stream_ids
+
+# The stream ids (STREAM.md), defined once in the reference; constexprs so that kernels can use them.
+STREAM_TOKEN = tl.constexpr(_stream_ids.STREAM_TOKEN)  # the emitted token: target sampling, residual, bonus token
+STREAM_DRAFT = tl.constexpr(_stream_ids.STREAM_DRAFT)  # draft-token sampling, independent of the target's noise
+STREAM_ACCEPT = tl.constexpr(_stream_ids.STREAM_ACCEPT)  # acceptance uniforms of rejection sampling
 
 TWO_POW_M32 = tl.constexpr(2.3283064365386963e-10)  # 2**-32
 ONE_MINUS_TWO_POW_M24 = tl.constexpr(0.99999994039535522)  # 1 - 2**-24, largest fp32 below 1

@@ -4,13 +4,13 @@ gumbel_sample, at V = 151936 on copies of the inputs. Run it twice, with and wit
 TRITON_DISABLE_LINE_INFO=1, to see whether the size of jax-triton's per-launch opaque (the
 compressed PTX and TTIR, hashed on every launch by jaxlib) matters.
 
-    XLA_PYTHON_CLIENT_PREALLOCATE=false python benchmarks/explore_jax_dispatch.py [--only rejection] [--runs 10]
+    XLA_PYTHON_CLIENT_PREALLOCATE=false python benchmarks/lab/explore_jax_dispatch.py [--only rejection] [--runs 10]
 """
 
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))  # benchmarks/: harness
 
 import harness  # noqa: E402
 

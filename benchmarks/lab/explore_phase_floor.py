@@ -17,13 +17,13 @@ shape), then a one-program reduction of the second phase's partials. All timed a
   by a program already running that waits for nothing), and the last to arrive reduces. Counters
   zeroed by a memset node in the graph (`+ memset`) or reset by that last program (`self-reset`).
 
-    python benchmarks/explore_phase_floor.py
+    python benchmarks/lab/explore_phase_floor.py
 """
 
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))  # benchmarks/: harness
 
 import harness  # noqa: E402
 import torch  # noqa: E402

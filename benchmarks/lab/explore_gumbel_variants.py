@@ -3,7 +3,7 @@
 Times variants of the first-stage kernel at B=256, V=151936 (fp32) that leave one stage out or
 change how it is computed, and prints the PTX instruction mix of the shipped kernel.
 
-    python benchmarks/explore_gumbel_variants.py
+    python benchmarks/lab/explore_gumbel_variants.py
 """
 
 import collections

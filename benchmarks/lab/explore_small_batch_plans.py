@@ -6,13 +6,13 @@ launch: what torch runs on Hopper). Each size also times harness.read_once over 
 Alternates the plans three times per size, whatever the shipped rule (DECIDE_IN_EMIT_MAX_PROGRAMS)
 would choose there, to show where the rule's threshold belongs.
 
-    python benchmarks/explore_small_batch_plans.py
+    python benchmarks/lab/explore_small_batch_plans.py
 """
 
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))  # benchmarks/: harness
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import harness  # noqa: E402

@@ -3,7 +3,7 @@
 Tokens never depend on the configuration (tests check it); only speed does. Times
 torch_backend.rejection_sample (CUDA events, median) with bf16 target and f32 draft logits.
 
-    python benchmarks/explore_rejection_variants.py [--cases 256:1,256:8,64:4] [--no-gumbel]
+    python benchmarks/lab/explore_rejection_variants.py [--cases 256:1,256:8,64:4] [--no-gumbel]
 
 Then the same for gumbel_sample (fp32 logits, B = 256, V = 151936).
 """
@@ -12,7 +12,7 @@ import dataclasses
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))  # benchmarks/: harness
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import harness  # noqa: E402

@@ -5,13 +5,13 @@ rows per warp?), and the bonus row's Gumbel-max partials in the stats launch at 
 (config.bonus_in_stats, shipped for K <= 1 only: then requests that accept every draft leave the
 emit step nothing to do). Checks that tokens do not change.
 
-    python benchmarks/explore_decide_emit_warps.py
+    python benchmarks/lab/explore_decide_emit_warps.py
 """
 
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))  # benchmarks/: harness
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import harness  # noqa: E402

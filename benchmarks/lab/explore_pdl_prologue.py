@@ -4,7 +4,7 @@ on PYTHONPATH, so that two checkouts can be compared on one machine in one sessi
 times, the one-launch read of the same logits (harness.read_once) and the tokens, which must not
 change between checkouts.
 
-    PYTHONPATH=<checkout> python benchmarks/explore_pdl_prologue.py [--label NAME] [--decide-warps N]
+    PYTHONPATH=<checkout> python benchmarks/lab/explore_pdl_prologue.py [--label NAME] [--decide-warps N]
 
 `--decide-warps` overrides config.decide_num_warps (both launch plans alike, as shipped code must).
 """
@@ -14,7 +14,7 @@ import dataclasses
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # harness only: jsample comes from PYTHONPATH
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))  # benchmarks/: harness  # harness only: jsample comes from PYTHONPATH
 
 import harness  # noqa: E402
 import torch  # noqa: E402

@@ -3,7 +3,7 @@ same rotation over copies), times several one-launch kernels that read the targe
 once: harness.read_once's chunk programs at several chunk sizes and warp counts, and a persistent
 grid-stride variant. A floor is only as good as the best reader; the benchmark should use it.
 
-    python benchmarks/explore_read_floor.py [--batches 1,64,256] [--drafts 1,4,8]
+    python benchmarks/lab/explore_read_floor.py [--batches 1,64,256] [--drafts 1,4,8]
 """
 
 import argparse
@@ -11,7 +11,7 @@ import functools
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))  # benchmarks/: harness
 
 import harness  # noqa: E402
 

@@ -1,0 +1,40 @@
+"""The JAX executor: runs any launch plan (jsample.kernels.plan) on JAX arrays, under jax.jit or not.
+
+Each launch becomes one jax-triton call on a GPU (one host callback into the Triton interpreter on
+the CPU: `_launch.launch`); a launch's outputs are new arrays bound to their buffer names, so a
+buffer written by several launches is a new value each time. A buffer that no launch writes is a
+constant zero array (a stand-in for an empty input, never read).
+"""
+
+import jax
+import jax.numpy as jnp
+
+from jsample import kernels
+from jsample._jax._launch import launch
+from jsample.kernels.plan import ArgSpec, Plan, Target
+
+TARGET = Target(interpreter=kernels.INTERPRETER, pdl=False, launch_bound=True)  # jax-triton cannot chain launches
+
+
+def arg_spec(array) -> ArgSpec:
+    """The plan's view of an array: JAX arrays are contiguous."""
+    return ArgSpec.contiguous(array.shape, jnp.dtype(array.dtype).name)
+
+
+def run(plan: Plan, inputs: dict) -> tuple:
+    """The plan's outputs, computed from `inputs` (name -> array)."""
+    env = dict(inputs)
+    shapes = {b.name: jax.ShapeDtypeStruct(b.shape, jnp.dtype(b.dtype)) for b in plan.buffers}
+    written = {name for step in plan.launches for name in step.outputs}
+    for buffer in plan.buffers:
+        if buffer.name not in written:
+            env[buffer.name] = jnp.zeros(buffer.shape, jnp.dtype(buffer.dtype))
+    for step in plan.launches:
+        results = launch(
+            step.kernel, *[env[a] if isinstance(a, str) else a for a in step.args], grid=step.grid,
+            out_shapes=[shapes[name] for name in step.outputs],
+            zeroed_outputs=tuple(i for i, name in enumerate(step.outputs) if plan.buffer(name).zeroed),
+            num_warps=step.num_warps, num_stages=step.num_stages, enable_fp_fusion=step.enable_fp_fusion,
+            **dict(step.constexprs))
+        env.update(zip(step.outputs, results))
+    return tuple(env[name] for name in plan.outputs)

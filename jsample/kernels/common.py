@@ -1,0 +1,257 @@
+"""Device helpers shared by several ops: block loads, the greedy and overflow rules, Gumbel-max
+scores and their two-stage argmax (block partials, then the lowest best column per row).
+
+Every Gumbel-max in jsample scores with `noisy_scores` and reduces with `reduce_block_best_flagged`,
+so `gumbel_sample`, `top_k_top_p_sample` and `rejection_sample` pick tokens by the very same code.
+Greedy rows (docs/STREAM.md, "Clarifications of version 1"): a temperature below 1e-5 (negative
+ones too, and NaN: unchecked device values) is greedy, and so is a row in which some finite x_k / T
+overflows float32; a block that finds the overflow stores its column as -1 - column, and the reduce
+step then takes the row's greedy argmax itself (`greedy_argmax_row`: only such rows pay for it).
+"""
+
+import os
+
+import triton
+import triton.language as tl
+
+from jsample.kernels.stream import gumbel_noise, uniform_block
+
+GREEDY_BELOW = 1e-5  # docs/STREAM.md: a temperature below this is greedy
+_GREEDY_BELOW = tl.constexpr(GREEDY_BELOW)
+
+
+def largest_power_of_two_dividing(n: int, cap: int) -> int:
+    """The largest power of two <= cap that divides n (cap for n = 0)."""
+    align = 1
+    while align < cap and n % (align * 2) == 0:
+        align *= 2
+    return align
+
+
+def interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+@triton.jit
+def aligned(n, ALIGN: tl.constexpr):
+    """`n` itself (a multiple of ALIGN), in a form the compiler knows is a multiple of ALIGN.
+
+    torch's Triton launcher tells the compiler which integer arguments are multiples of 16;
+    jax-triton does not, and then every masked load of a row (`cols < V`) is split into scalar loads
+    (2-byte loads for bf16, 8x the instructions). tl.multiple_of has no effect on a scalar argument;
+    this product does (checked in the PTX of both frontends' kernels, tests/test_compiled_kernels.py).
+    """
+    return (n // ALIGN) * ALIGN
+
+
+@triton.jit
+def load_block(row_ptr, cols, V, FP64: tl.constexpr):
+    """Logits of columns `cols` of one row, widened to FP32 (FP64 when FP64); -inf for padding."""
+    x = tl.load(row_ptr + cols, mask=cols < V, other=float("-inf")).to(tl.float32)
+    if FP64:
+        x = x.to(tl.float64)
+    return x
+
+
+@triton.jit
+def load_temperature(temperature, row):
+    """Row `row`'s temperature: `temperature` is a pointer to [B] f32 values, or one f32 value for
+    every row (an eager torch call with a Python number: no device array to fill; Triton compiles a
+    variant per argument type, decided here at compile time)."""
+    if temperature.dtype.is_ptr():
+        return tl.load(temperature + row)
+    else:
+        return temperature
+
+
+@triton.jit
+def inverse_temperature(temperature, FP64: tl.constexpr):
+    """1 / T, in FP32 (FP64): x / T is computed as x * (1 / T), one division per program, not per column."""
+    if FP64:
+        return 1.0 / temperature.to(tl.float64)
+    else:
+        return 1.0 / temperature
+
+
+@triton.jit
+def is_greedy(temperature):
+    """Whether a row with this temperature is greedy: T < 1e-5, and NaN (an unchecked device value:
+    STREAM.md allows -1 only for rows without a finite logit, and NaN scores would give it)."""
+    return not (temperature >= _GREEDY_BELOW)
+
+
+@triton.jit
+def overflow_from_magnitude(x, magnitude, temperature):
+    """Whether some finite logit of the block `x` has |x| * (1 / T) beyond the FP32 range, with the
+    product rounded in FP32 (as FP32 scores are; the same rule in FP64 mode), given `magnitude`, the
+    block's largest |x| (reduced together with another max by the caller: max_and_magnitude).
+    Rounding is monotonic, so the largest |x| decides, and only T < 1 (1 / T > 1) can overflow a
+    finite logit; the masks run only in blocks where that largest |x| (which counts +-inf logits and
+    padding too) times 1 / T is not finite."""
+    inverse_t = 1.0 / temperature.to(tl.float32)
+    overflow = False
+    if (inverse_t > 1.0) & (not (magnitude.to(tl.float32) * inverse_t < float("inf"))):  # NaN: interpreter
+        finite = tl.abs(x.to(tl.float32))
+        finite_max = tl.max(tl.where(finite < float("inf"), finite, 0.0), axis=0)
+        overflow = finite_max * inverse_t == float("inf")
+    return overflow
+
+
+@triton.jit
+def block_noise(seed, position, first_col, STREAM: tl.constexpr, BLOCK_V: tl.constexpr, FP64: tl.constexpr,
+                FAST_MATH: tl.constexpr):
+    """The Gumbel noise g of columns first_col .. first_col + BLOCK_V - 1 (STREAM.md)."""
+    return gumbel_noise(uniform_block(seed, position, first_col, STREAM, BLOCK_V, FP64, FAST_MATH), FP64, FAST_MATH)
+
+
+@triton.jit
+def _maximum_keeping_nan(a, b):
+    return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)
+
+
+@triton.jit
+def max_flagging_nan(x, FAST_MATH: tl.constexpr):
+    """The largest element of a 1-D block, or NaN or +inf when an element is NaN, so that
+    `max_flagging_nan(x) < inf` proves the block holds no NaN and no +inf. On a GPU (FAST_MATH) a
+    NaN-propagating max, one max.NaN per column, the cost of a plain max; the interpreter runs a
+    custom reduction 8x slower than tl.max, so there NaNs are mapped to +inf first."""
+    if FAST_MATH:
+        return tl.reduce(x, 0, _maximum_keeping_nan)
+    else:
+        return tl.max(tl.where(x != x, float("inf"), x), axis=0)
+
+
+@triton.jit
+def _maximum_pair(a, b, c, d):
+    return tl.maximum(a, c, propagate_nan=tl.PropagateNan.ALL), tl.maximum(b, d)
+
+
+@triton.jit
+def max_and_magnitude(x, y, FAST_MATH: tl.constexpr):
+    """(max_flagging_nan(x), the largest |y|) in one reduction on a GPU: a second reduction would add
+    its own shuffles and barrier to every block (measured 6-14% of gumbel_sample)."""
+    if FAST_MATH:
+        return tl.reduce((x, tl.abs(y)), 0, _maximum_pair)
+    else:
+        return max_flagging_nan(x, False), tl.max(tl.abs(y), axis=0)
+
+
+@triton.jit
+def noisy_scores(x, noise, temperature, FP64: tl.constexpr, FAST_MATH: tl.constexpr, unfiltered):
+    """(scores, their max, whether the row overflows): the Gumbel-max scores x / T + g (x itself when
+    T < 1e-5: greedy), where non-candidates (padding, non-finite logits, NaN scores) score -inf, and
+    whether some finite logit of `unfiltered` (x before a filter dropped any) overflows
+    when scaled (overflow_from_magnitude; never for greedy rows). Every Gumbel-max in jsample scores
+    with this. FAST_MATH (FP32) fuses the multiply-add: one rounding instead of two.
+
+    A +inf or NaN logit makes its raw score +inf, NaN or -inf (x * (1/T) + g with g finite), so
+    when the block's raw scores hold no NaN or +inf, every raw score above -inf is a candidate and
+    the raw scores are the answer: the masks below (3 instructions a column) run only for blocks
+    with a NaN or +inf score, which max_flagging_nan finds at the cost of the plain max."""
+    overflow = False
+    if is_greedy(temperature):
+        score = x
+        best = max_flagging_nan(score, FAST_MATH)
+    else:
+        if FAST_MATH and not FP64:
+            score = tl.fma(x, inverse_temperature(temperature, FP64), noise)
+        else:
+            score = x * inverse_temperature(temperature, FP64) + noise
+        best, magnitude = max_and_magnitude(score, unfiltered, FAST_MATH)
+        overflow = overflow_from_magnitude(unfiltered, magnitude, temperature)
+    if not (best < float("inf")):
+        if is_greedy(temperature):
+            candidate = tl.abs(x) < float("inf")  # false for +-inf and NaN
+        else:
+            # x < inf drops +inf and NaN logits, score > -inf drops NaN scores (and -inf logits)
+            candidate = (x < float("inf")) & (score > float("-inf"))
+        score = tl.where(candidate, score, float("-inf"))
+        best = tl.max(score, axis=0)
+    return score, best, overflow
+
+
+@triton.jit
+def store_block_best(partial_score_ptr, partial_index_ptr, out, score, best, first_col, FP64: tl.constexpr,
+                     overflow=False):
+    """The block's best score `best` (= tl.max(score)) and its lowest column, in the layout
+    reduce_block_best reads; with `overflow` (noisy_scores) the column is stored as
+    -1 - column, which tells the reduce launch that the row is greedy.
+
+    `score` is never NaN (non-candidates score -inf), so the lowest offset holding the max is the
+    argmax: 4 instructions per column against 7 for tl.max(return_indices=True), whose combine also
+    orders NaNs and pairs of indices."""
+    offsets = tl.arange(0, score.shape[0])
+    best_offset = tl.min(tl.where(score == best, offsets, score.shape[0]), axis=0)
+    if FP64:
+        tl.store(partial_score_ptr.to(tl.pointer_type(tl.float64)) + out, best)
+    else:
+        tl.store(partial_score_ptr + out, best)
+    column = (first_col + best_offset).to(tl.int32)
+    tl.store(partial_index_ptr + out, tl.where(overflow, -1 - column, column))
+
+
+@triton.jit
+def store_sampled_block(logits_ptr, row, row_stride, V, first_col, seed, position, temperature, partial_score_ptr,
+                        partial_index_ptr, out, STREAM: tl.constexpr, BLOCK_V: tl.constexpr, ROW_ALIGN: tl.constexpr,
+                        FP64: tl.constexpr, FAST_MATH: tl.constexpr):
+    """Block partials (store_block_best, at `out`) of the Gumbel-max sample of row `row`'s columns
+    first_col .. first_col + BLOCK_V - 1, flagged when the row's scaled logits overflow: every
+    unfiltered Gumbel-max in jsample (gumbel_sample, and rejection_sample's sampled rows) runs this."""
+    cols = first_col + tl.arange(0, BLOCK_V)
+    x = load_block(logits_ptr + tl.multiple_of(row.to(tl.int64) * row_stride, ROW_ALIGN), cols, V, FP64)
+    if is_greedy(temperature):
+        noise = tl.zeros_like(x)
+    else:
+        noise = block_noise(seed, position, first_col, STREAM, BLOCK_V, FP64, FAST_MATH)
+    score, best, overflow = noisy_scores(x, noise, temperature, FP64, FAST_MATH, x)
+    store_block_best(partial_score_ptr, partial_index_ptr, out, score, best, first_col, FP64, overflow)
+
+
+@triton.jit
+def greedy_argmax_row(row_ptr, V, BLOCK: tl.constexpr):
+    """argmax_k x_k over the finite logits of one row (lowest column on ties; -1 if none), by one
+    program looping over the row: the reduce launch's fallback for rows that overflow."""
+    best = float("-inf")
+    column = -1
+    start = 0
+    while start < V:  # a while loop: the interpreter cannot range() over a runtime bound
+        cols = start + tl.arange(0, BLOCK)
+        x = tl.load(row_ptr + cols, mask=cols < V, other=float("-inf")).to(tl.float32)
+        x = tl.where(tl.abs(x) < float("inf"), x, float("-inf"))
+        block_best = tl.max(x, axis=0)
+        if block_best > best:  # strictly: an earlier block keeps a tie
+            best = block_best
+            column = tl.min(tl.where(x == block_best, cols, 2147483647), axis=0)
+        start += BLOCK
+    return column
+
+
+@triton.jit
+def reduce_block_best_flagged(partial_score_ptr, partial_index_ptr, row, num_blocks, FP64: tl.constexpr,
+                              REDUCE_BLOCK: tl.constexpr):
+    """Second stage of every argmax in jsample: (the lowest column among row `row`'s best block
+    scores (lowest block on ties, and each block holds its lowest best column), -1 when no score is
+    finite; whether a block flagged the row as overflowing (store_block_best))."""
+    blocks = tl.arange(0, REDUCE_BLOCK)
+    offsets = row.to(tl.int64) * num_blocks + blocks
+    if FP64:
+        scores = tl.load(partial_score_ptr.to(tl.pointer_type(tl.float64)) + offsets,
+                         mask=blocks < num_blocks, other=float("-inf"))
+    else:
+        scores = tl.load(partial_score_ptr + offsets, mask=blocks < num_blocks, other=float("-inf"))
+    # the columns are loaded with the scores, not after the argmax: one dependent load less, the
+    # latency of the small-batch launches. Blocks hold increasing column ranges, so the lowest column
+    # among the best blocks is the best block's own.
+    columns = tl.load(partial_index_ptr + offsets, mask=blocks < num_blocks, other=0)
+    best = tl.max(scores, axis=0)
+    column = tl.min(tl.where(scores == best, columns, 2147483647), axis=0)
+    return tl.where(best > float("-inf"), column, -1), tl.min(columns, axis=0) < 0
+
+
+@triton.jit
+def reduce_block_best(partial_score_ptr, partial_index_ptr, row, num_blocks, FP64: tl.constexpr,
+                      REDUCE_BLOCK: tl.constexpr):
+    """reduce_block_best_flagged's token, for partials that carry no overflow flag."""
+    token, flagged = reduce_block_best_flagged(partial_score_ptr, partial_index_ptr, row, num_blocks, FP64,
+                                               REDUCE_BLOCK)
+    return token

@@ -1,0 +1,91 @@
+"""Launch plans: what an op launches, as a framework-free value that both frontends' executors run.
+
+Each op's planning function (`plan_<op>` in jsample/kernels/<op>.py) takes the specs of its array
+arguments (shape, dtype, strides), its flags and a `Target` (what the executor can do), and returns
+a `Plan`: the scratch and output buffers, and the launches in order, each with its kernel, grid,
+positional arguments (names of inputs or buffers, or integers), output buffers, constexprs and
+compile options. Every launch decision is made there, once; an executor only allocates, binds names
+to arrays and launches (torch_backend/_execute.py, jsample/_jax/_execute.py). Identical plans are what
+make identical tokens possible, and the tests run every plan an input can get.
+
+Buffers follow value semantics in both executors: a launch's outputs are written whole (or, when
+`zeroed`, start at zero); a buffer name written by several launches (ping-pong state) is, in JAX, a
+new value each time and, in torch, the same memory. A buffer no launch writes is a constant zero
+array (e.g. a stand-in for an empty input, never read). A plan names its results in `outputs`;
+further outputs (e.g. log-probabilities) or further kinds of steps (e.g. a collective over a
+vocabulary-sharded axis) extend `Plan` without changing the executors' contract.
+"""
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class ArgSpec:
+    """What a plan needs of an array argument. Strides are in elements; a frontend that passes
+    contiguous arrays (JAX) gives contiguous strides."""
+
+    shape: tuple
+    dtype: str  # numpy-style name: "float32", "bfloat16", "int64", "uint32", ...
+    strides: tuple
+
+    @staticmethod
+    def contiguous(shape, dtype: str) -> "ArgSpec":
+        strides, step = [], 1
+        for size in reversed(tuple(shape)):
+            strides.append(step)
+            step *= max(int(size), 1)
+        return ArgSpec(tuple(int(s) for s in shape), dtype, tuple(reversed(strides)))
+
+
+@dataclass(frozen=True)
+class Target:
+    """What the executor can do, as far as plans care.
+
+    interpreter: the kernels run through the Triton interpreter (no inline PTX: FAST_MATH off).
+    pdl: launches can form a programmatic dependent launch chain (torch on Hopper and newer).
+    launch_bound: every launch costs the caller host time that chaining does not hide (JAX through
+        jax-triton or host callbacks): plans fuse launches where a fused kernel exists.
+    """
+
+    interpreter: bool
+    pdl: bool = False
+    launch_bound: bool = False
+
+
+@dataclass(frozen=True)
+class Buffer:
+    name: str
+    shape: tuple
+    dtype: str  # "int32" or "float32" (64-bit values are stored as pairs of 32-bit words)
+    zeroed: bool = False
+
+
+@dataclass(frozen=True)
+class Launch:
+    kernel: object  # a triton JITFunction (or InterpretedFunction)
+    grid: tuple
+    args: tuple  # input or buffer names (str) and runtime integers, in the kernel's order
+    outputs: tuple  # buffer names, after `args` in the kernel's signature (as jax-triton appends outputs)
+    constexprs: tuple  # (name, value) pairs
+    num_warps: int
+    num_stages: int = 1
+    enable_fp_fusion: bool = False  # no FMA contraction: the NumPy reference's rounding
+    pdl: bool = False  # launched as a programmatic dependent launch (Target.pdl plans only)
+
+
+@dataclass(frozen=True, eq=False)  # compared and hashed by identity: planning functions cache their plans
+class Plan:
+    buffers: tuple  # Buffer, for every name a launch writes or reads that is not an input
+    launches: tuple  # Launch, in order
+    outputs: tuple  # buffer names returned, in order
+    variant: str = ""  # a name for tests and benchmarks
+
+    def buffer(self, name: str) -> Buffer:
+        return next(b for b in self.buffers if b.name == name)
+
+
+def launch(kernel, grid, args, outputs, *, num_warps, num_stages=1, enable_fp_fusion=False, pdl=False,
+           **constexprs) -> Launch:
+    """A Launch, constexprs given as keywords."""
+    return Launch(kernel, tuple(grid), tuple(args), tuple(outputs), tuple(constexprs.items()), num_warps,
+                  num_stages, enable_fp_fusion, pdl)

@@ -1,0 +1,139 @@
+"""Launch plans are framework-free values that both executors run: every launch decision is in the
+planning functions (jsample.kernels), none in the frontends."""
+
+import pathlib
+import re
+
+import numpy as np
+import pytest
+import torch
+
+import jsample.kernels as kernels
+from jsample._jax import _execute as jax_execute
+from jsample.kernels.plan import ArgSpec, Target
+from torch_backend import _execute as torch_execute
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+OP_MODULES = [ROOT / "torch_backend" / name for name in ("gumbel.py", "filtered.py", "rejection.py")] + [
+    ROOT / "jsample" / "_jax" / name for name in ("gumbel.py", "filtered.py", "rejection.py")]
+TARGETS = [Target(interpreter=True), Target(interpreter=False, pdl=True), Target(interpreter=False, launch_bound=True)]
+
+
+@pytest.mark.parametrize("path", OP_MODULES, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_frontends_spell_no_launch_detail(path):
+    """An op wrapper validates, plans and runs: no grid, warps, constexpr, kernel or config there."""
+    source = path.read_text()
+    for pattern in (r"\bgrid\b", r"num_warps", r"num_stages", r"\b[A-Z][A-Z0-9_]{2,}\s*=", r"_kernel\b",
+                    r"launch_config", r"decide_in_emit", r"\[\(batch"):
+        assert not re.search(pattern, source), f"{path.name} spells {pattern}"
+
+
+def _specs(op, batch, vocab, dtype="float32", k=3):
+    seeds = ArgSpec.contiguous((batch,), "int64")
+    if op == "gumbel_sample":
+        return dict(logits=ArgSpec.contiguous((batch, vocab), dtype), seeds=seeds)
+    if op == "top_k_top_p_sample":
+        return dict(logits=ArgSpec.contiguous((batch, vocab), dtype), seeds=seeds)
+    if op == "rejection_sample":
+        return dict(target_logits=ArgSpec.contiguous((batch, k + 1, vocab), dtype),
+                    draft_logits=ArgSpec.contiguous((batch, k, vocab), "float32"), seeds=seeds)
+    return dict(target_tokens=ArgSpec.contiguous((batch, k + 1), "int32"),
+                conditional_rates=ArgSpec.contiguous((k,), "float32"), seeds=seeds)
+
+
+def _every_plan(target):
+    """(name, plan, inputs) over a grid of shapes, flags and variants."""
+    for batch in (0, 1, 7, 300):
+        for vocab in (1, 37, 5000, 151936):
+            for fp64 in (False, True):
+                specs = _specs("gumbel_sample", batch, vocab)
+                for draft in (False, True):
+                    yield "gumbel", kernels.plan_gumbel_sample(*specs.values(), target, fp64=fp64, draft=draft), {
+                        "logits", "seeds", "positions", "temperature"}
+                for dtype in ("float32", "bfloat16"):
+                    specs = _specs("top_k_top_p_sample", batch, vocab, dtype)
+                    for has in ((False, False, False), (True, True, True), (False, True, False), (True, False, True)):
+                        inputs = {"logits", "seeds", "positions", "temperature"} | {
+                            name for name, given in zip(("top_k", "top_p", "min_p"), has) if given}
+                        yield "filtered", kernels.plan_top_k_top_p_sample(
+                            *specs.values(), target, has_top_k=has[0], has_top_p=has[1], has_min_p=has[2],
+                            fp64=fp64), inputs
+                for k in (0, 1, 4):
+                    specs = _specs("rejection_sample", batch, vocab, k=k)
+                    common = {"target_logits", "draft_tokens", "num_draft_tokens", "seeds", "positions", "temperature"}
+                    for strict in (False, True):
+                        for variant in (None,) + kernels.REJECTION_VARIANTS:
+                            if variant == "one launch" and k > 1:
+                                continue
+                            yield "rejection", kernels.plan_rejection_sample(
+                                specs["target_logits"], specs["draft_logits"], specs["seeds"], target, strict=strict,
+                                fp64=fp64, variant=variant), common | {"draft_logits"}
+                    specs = _specs("synthetic_rejection_sample", batch, vocab, k=k)
+                    yield "synthetic", kernels.plan_synthetic_rejection_sample(*specs.values(), target, fp64=fp64), {
+                        "target_tokens", "draft_tokens", "num_draft_tokens", "seeds", "positions", "conditional_rates"}
+
+
+@pytest.mark.parametrize("target", TARGETS, ids=["interpreter", "gpu, PDL", "gpu, launch-bound"])
+def test_every_plan_names_only_inputs_and_buffers_and_reads_what_was_written(target):
+    for name, plan, inputs in _every_plan(target):
+        buffers = {b.name: b for b in plan.buffers}
+        assert len(buffers) == len(plan.buffers) and not set(buffers) & inputs, name
+        written = set()
+        ever_written = {o for launch in plan.launches for o in launch.outputs}
+        for launch in plan.launches:
+            for arg in launch.args:
+                if isinstance(arg, str):
+                    assert arg in inputs or arg in buffers, f"{name} {plan.variant}: {arg}"
+                    if arg in buffers:  # a scratch buffer is read after a launch wrote it, or is a constant
+                        assert arg in written or arg not in ever_written, f"{name}: {arg} read before written"
+                else:
+                    assert isinstance(arg, int) and -(2**63) <= arg < 2**63, f"{name}: {arg!r}"
+            assert set(launch.outputs) <= set(buffers) and all(isinstance(g, int) and g > 0 for g in launch.grid)
+            assert launch.pdl <= (target.pdl and not target.interpreter)
+            assert dict(launch.constexprs).get("FAST_MATH", not target.interpreter) == (not target.interpreter)
+            written |= set(launch.outputs)
+        assert set(plan.outputs) <= written | {b for b in buffers if b not in ever_written}, name
+
+
+def test_plans_are_cached_values_and_torch_and_jax_get_the_same_plan():
+    """A contiguous tensor and a JAX array of the same shape and dtype give the same specs, hence the
+    very same plan object (planning functions are cached); the torch frontend's only other input is
+    what its device can do."""
+    logits = np.zeros((5, 300), np.float32)
+    torch_spec, jax_spec = torch_execute.arg_spec(torch.from_numpy(logits)), jax_execute.arg_spec(logits)
+    assert torch_spec == jax_spec
+    seeds = torch_execute.arg_spec(torch.zeros(5, dtype=torch.int64))
+    assert seeds == jax_execute.arg_spec(np.zeros(5, np.int64))
+    one = kernels.plan_gumbel_sample(torch_spec, seeds, jax_execute.TARGET, fp64=False, draft=False)
+    assert one is kernels.plan_gumbel_sample(jax_spec, seeds, jax_execute.TARGET, fp64=False, draft=False)
+
+
+def test_the_plan_follows_the_row_stride_and_only_the_tiling_depends_on_it():
+    """A strided torch view plans with its real row stride (honoured, not copied); the launches are
+    otherwise those of the contiguous array."""
+    base = torch.zeros(4, 512)
+    view = base[:, :300]
+    strided = kernels.plan_gumbel_sample(torch_execute.arg_spec(view), ArgSpec.contiguous((4,), "int64"),
+                                         Target(interpreter=True), fp64=False, draft=False)
+    dense = kernels.plan_gumbel_sample(ArgSpec.contiguous((4, 300), "float32"), ArgSpec.contiguous((4,), "int64"),
+                                       Target(interpreter=True), fp64=False, draft=False)
+    assert [launch.args for launch in strided.launches][0][5] == 512
+    assert [launch.args for launch in dense.launches][0][5] == 300
+    assert [(l.kernel, l.grid) for l in strided.launches] == [(l.kernel, l.grid) for l in dense.launches]
+
+
+def test_the_rejection_variant_follows_the_target():
+    """Large batches: four launches; small ones: three (chained by PDL where the target has it), or one
+    at K <= 1 where launches cost host time."""
+    specs = _specs("rejection_sample", 1, 151936, k=1)
+    plan = lambda target, batch=1, k=1: kernels.plan_rejection_sample(  # noqa: E731
+        *_specs("rejection_sample", batch, 151936, k=k).values(), target, strict=False, fp64=False).variant
+    assert specs
+    assert plan(Target(interpreter=False, pdl=True)) == "three launches, PDL"
+    assert plan(Target(interpreter=False)) == "three launches"
+    assert plan(Target(interpreter=False, launch_bound=True)) == "one launch"
+    assert plan(Target(interpreter=False, launch_bound=True), k=4) == "three launches"
+    assert plan(Target(interpreter=False, pdl=True), batch=256) == "four launches"
+    with pytest.raises(ValueError, match="no variant"):
+        kernels.plan_rejection_sample(*_specs("rejection_sample", 1, 100, k=4).values(), Target(interpreter=True),
+                                      strict=False, fp64=False, variant="one launch")
