@@ -113,30 +113,38 @@ def test_torch_compile_equals_eager_and_changing_values_never_recompiles(op):
         _same(compiled(*tensors), call(*tensors), f"{op}: step {step}")
         _update(tensors, step)
     assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == 1
-    plans = len(_execute._COMPILED)
+    plans, launchers = len(_execute._PLANS), len(_execute._LAUNCHERS)
     kernels_compiled = {k: sum(len(c) for c in k.device_caches[torch.cuda.current_device()][0:1])
-                        for plan in list(_execute._COMPILED) for k in {s.kernel for s in plan.launches}}
+                        for plan, _ in list(_execute._LAUNCHERS.values()) for k in {s.kernel for s in plan.launches}}
     for step in range(3):
         _update(tensors, step)
         call(*tensors)
-    assert len(_execute._COMPILED) == plans  # no new plan for new values
+    assert (len(_execute._PLANS), len(_execute._LAUNCHERS)) == (plans, launchers)  # nothing new for new values
     assert all(sum(len(c) for c in k.device_caches[torch.cuda.current_device()][0:1]) == n
                for k, n in kernels_compiled.items())
 
 
 @pytest.mark.parametrize("op", OPS)
 def test_direct_launches_equal_tritons_own_launch_path(op):
-    """The executor's cached direct launches against Triton's per-call binding (taken when a launch
-    hook is set), and a Python-number temperature against the same value as a tensor."""
+    """The executor's cached direct launches (launch hooks honoured) against Triton's per-call binding,
+    and a Python-number temperature against the same value as a tensor."""
     from triton import knobs
 
     call, _, tensors = _case(op, seed=2)
     direct = [call(*tensors) for _ in range(2)]
-    knobs.runtime.launch_enter_hook = lambda metadata: None
+    launched = []
+    knobs.runtime.launch_enter_hook = launched.append
+    try:
+        hooked = call(*tensors)
+    finally:
+        knobs.runtime.launch_enter_hook = None
+    assert launched  # Triton's launch hooks see the direct launches
+    _execute.DIRECT_LAUNCHES = False
     try:
         through_triton = call(*tensors)
     finally:
-        knobs.runtime.launch_enter_hook = None
+        _execute.DIRECT_LAUNCHES = True
+    _same(hooked, direct[0], op)
     _same(direct[1], direct[0], op)
     _same(through_triton, direct[0], op)
     if op != "synthetic_rejection_sample":

@@ -90,7 +90,7 @@ def test_rejection_gpu_every_plan_variant_gives_the_same_tokens(force_variant, m
     import jsample
     from jsample import kernels
     from jsample.kernels.plan import Target
-    from torch_backend import rejection as torch_rejection
+    from torch_backend import _execute
 
     assert kernels.decide_in_emit(batch, kernels.rejection_launch_config(vocab, k, (0,), False))
     problem = list(_problem(batch, k, vocab, seed=10 + k))
@@ -105,9 +105,8 @@ def test_rejection_gpu_every_plan_variant_gives_the_same_tokens(force_variant, m
         return torch_backend.rejection_sample(*problem[:3], seeds + step, *problem[4:6], draft_logits=problem[6])
 
     steps = range(40)
-    assert "PDL" in kernels.plan_rejection_sample(
-        *(torch_rejection.arg_spec(t) for t in (problem[0], problem[6], seeds)),
-        torch_rejection.target(seeds.device), strict=False, fp64=False).variant
+    assert "PDL" in _execute.plan(kernels.plan_rejection_sample, (problem[0], problem[6], seeds), seeds.device,
+                                  strict=False, fp64=False).variant
     chained = [run(step) for step in steps]
     graph_seeds = seeds.clone()
     graph = torch.cuda.CUDAGraph()
@@ -119,14 +118,15 @@ def test_rejection_gpu_every_plan_variant_gives_the_same_tokens(force_variant, m
         graph_seeds.copy_(seeds + step)
         graph.replay()
         replayed.append(tuple(t.clone() for t in graph_out))
-    monkeypatch.setattr(torch_rejection, "target", lambda device: Target(interpreter=False, pdl=False))
+    monkeypatch.setattr(_execute, "target", lambda device: Target(interpreter=False, pdl=False))
     unchained = [run(step) for step in steps]
     variants = {"chained": chained, "replayed": replayed, "unchained": unchained}
     if k <= 1:
         force_variant("one launch")
         variants["one launch"] = [run(step) for step in steps]
         jitted = jax.jit(lambda *a: jsample.rejection_sample(*a[:6], draft_logits=a[6]))
-        jax_args = [jnp.asarray(t.cpu().numpy()) for t in problem]
+        jax_args = [jnp.asarray(t.float().cpu().numpy()).astype(jnp.bfloat16) if t.dtype == torch.bfloat16
+                    else jnp.asarray(t.cpu().numpy()) for t in problem]
         for step in steps[:8]:
             jax_args[3] = jnp.asarray((seeds + step).cpu().numpy())
             for repeat in range(3):

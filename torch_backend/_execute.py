@@ -1,18 +1,23 @@
 """The torch executor: runs any launch plan (jsample.kernels.plan) on torch tensors.
 
-It allocates the plan's buffers on the caller's device (torch's caching allocator, stream-aware),
-binds names to tensors and launches every kernel on the caller's current CUDA stream. Nothing is
-shared between calls but read-only caches, so threads and streams may call at once.
+It binds names to tensors, allocates the plan's buffers on the caller's device and launches every
+kernel on the caller's current CUDA stream. Eager calls cost little host time:
 
-Eager calls are cheap: after a plan's first run, each launch goes straight to the compiled kernel's
-launcher, cached per plan, device and the facts Triton specialises a compiled kernel on that a plan
-does not fix (each input's dtype and 16-byte alignment; integer arguments are part of the plan),
-instead of through Triton's per-call argument binding. Profiling hooks (Triton's launch hooks) and
-the interpreter take Triton's own launch path.
+* plans are memoised per (planning function, shapes, dtypes, strides, flags, device);
+* after a plan's first run, each launch goes straight to the compiled kernel's launcher (as Triton's
+  own launch does, launch hooks included), cached per plan, device and the facts Triton specialises a
+  compiled kernel on that the plan does not fix (each input's dtype and 16-byte alignment, or its
+  type: a temperature may be a number), instead of through Triton's per-call argument binding;
+* the scratch buffers of a call live in one workspace, reused by the next call of the same thread on
+  the same stream and device (stream order puts that call's launches after this one's; another
+  thread or stream gets a workspace of its own), and allocated per call while a CUDA graph is being
+  captured (the graph keeps its own).
+
+Outputs are fresh tensors every call. Nothing else is shared between calls but these caches, so
+threads and streams may call at once.
 """
 
 import threading
-import weakref
 
 import torch
 from triton import knobs
@@ -22,9 +27,13 @@ from jsample import kernels
 from jsample.kernels.plan import ArgSpec, Plan, Target
 
 _DTYPES = {"int32": torch.int32, "float32": torch.float32}
+_ALIGN = 256  # bytes between workspace buffers: every buffer 16-byte aligned, as the compiled kernels assume
+DIRECT_LAUNCHES = True  # tests turn it off to compare with Triton's own launch path
 _TARGETS = {}
-_COMPILED = weakref.WeakKeyDictionary()  # plan -> {(device index, input facts): [compiled kernel per launch]}
-_COMPILED_LOCK = threading.Lock()
+_PLANS = {}
+_LAUNCHERS = {}  # (plan id, facts) -> [(compiled kernel, constexpr tail)], next to its plan (ids stay unique)
+_WORKSPACES = {}  # (device index, stream, thread) -> uint8 tensor
+_LOCK = threading.Lock()
 
 
 def arg_spec(tensor: torch.Tensor) -> ArgSpec:
@@ -42,12 +51,57 @@ def target(device: torch.device) -> Target:
     return found
 
 
+def plan(planner, arrays, device: torch.device, **flags) -> Plan:
+    """planner(*specs of `arrays` (None stays None), target(device), **flags), memoised."""
+    device_target = target(device)
+    key = (planner, device_target, tuple(None if a is None else (a.shape, a.dtype, a.stride()) for a in arrays),
+           tuple(flags.items()))
+    found = _PLANS.get(key)
+    if found is None:
+        found = planner(*(None if a is None else arg_spec(a) for a in arrays), device_target, **flags)
+        with _LOCK:
+            if len(_PLANS) > 4096:
+                _PLANS.clear()
+                _LAUNCHERS.clear()
+            _PLANS[key] = found
+    return found
+
+
+class _Pointer:
+    """A workspace buffer as Triton's launcher sees a tensor: an address and a dtype."""
+
+    __slots__ = ("address", "dtype")
+
+    def __init__(self, address: int, dtype: torch.dtype):
+        self.address, self.dtype = address, dtype
+
+    def data_ptr(self) -> int:
+        return self.address
+
+
 def run(plan: Plan, device: torch.device, inputs: dict) -> tuple:
-    """The plan's outputs, computed from `inputs` (name -> tensor, on `device`)."""
+    """The plan's outputs, computed from `inputs` (name -> tensor or number, on `device`)."""
     env = dict(inputs)
+    outputs = set(plan.outputs)
+    scratch = []
     for buffer in plan.buffers:
-        env[buffer.name] = (torch.zeros if buffer.zeroed else torch.empty)(
-            buffer.shape, dtype=_DTYPES[buffer.dtype], device=device)
+        if buffer.name in outputs or buffer.zeroed or device.type != "cuda":
+            env[buffer.name] = (torch.zeros if buffer.zeroed else torch.empty)(
+                buffer.shape, dtype=_DTYPES[buffer.dtype], device=device)
+        else:
+            scratch.append(buffer)
+    if scratch:
+        offsets, total = [], 0
+        for buffer in scratch:
+            offsets.append(total)
+            size = 4
+            for extent in buffer.shape:
+                size *= extent
+            total += -(-size // _ALIGN) * _ALIGN
+        workspace = _workspace(device, total)  # held until the launches are enqueued
+        base = workspace.data_ptr()
+        for buffer, offset in zip(scratch, offsets):
+            env[buffer.name] = _Pointer(base + offset, _DTYPES[buffer.dtype])
     if plan.launches:
         if device.type == "cuda" and device.index is not None and device.index != torch.cuda.current_device():
             with torch.cuda.device(device):
@@ -57,27 +111,46 @@ def run(plan: Plan, device: torch.device, inputs: dict) -> tuple:
     return tuple(env[name] for name in plan.outputs)
 
 
+def _workspace(device: torch.device, nbytes: int) -> torch.Tensor:
+    """At least `nbytes` of scratch for this call (see the module's docstring). The caller holds the
+    tensor until its launches are enqueued: during a capture, the graph's memory pool then keeps it."""
+    if torch.cuda.is_current_stream_capturing():
+        return torch.empty(nbytes, dtype=torch.uint8, device=device)
+    key = (device.index, driver.active.get_current_stream(device.index), threading.get_ident())
+    space = _WORKSPACES.get(key)
+    if space is None or space.numel() < nbytes:
+        # a smaller workspace that calls still in the stream use is freed to torch's stream-ordered allocator
+        space = torch.empty(max(nbytes, 1 << 16), dtype=torch.uint8, device=device)
+        with _LOCK:
+            if len(_WORKSPACES) > 256:  # threads or streams come and go: start over
+                _WORKSPACES.clear()
+            _WORKSPACES[key] = space
+    return space
+
+
 def _launch_all(plan: Plan, device: torch.device, inputs: dict, env: dict) -> None:
     steps = [([env[a] if isinstance(a, str) else a for a in step.args] + [env[o] for o in step.outputs])
              for step in plan.launches]
-    if device.type != "cuda" or knobs.runtime.launch_enter_hook is not None:
+    if device.type != "cuda" or not DIRECT_LAUNCHES:
         for step, args in zip(plan.launches, steps):
             _launch_through_triton(step, args)
         return
-    # what Triton specialises on that the plan does not fix: each input's dtype and 16-byte alignment
-    facts = (device.index, tuple((t.dtype, t.data_ptr() % 16 == 0) for t in inputs.values()))
-    by_facts = _COMPILED.get(plan)
-    compiled = by_facts.get(facts) if by_facts is not None else None
-    if compiled is None:
-        compiled = [_compile_and_launch(step, args) for step, args in zip(plan.launches, steps)]
-        with _COMPILED_LOCK:
-            _COMPILED.setdefault(plan, {})[facts] = compiled
+    facts = (id(plan), device.index, tuple((t.dtype, t.data_ptr() % 16 == 0) if isinstance(t, torch.Tensor) else type(t)
+                                           for t in inputs.values()))
+    compiled = _LAUNCHERS.get(facts)
+    if compiled is None or compiled[0] is not plan:
+        compiled = (plan, [_compile_and_launch(step, args) for step, args in zip(plan.launches, steps)])
+        with _LOCK:
+            _LAUNCHERS[facts] = compiled
         return
     stream = driver.active.get_current_stream(device.index)
-    for step, args, (kernel, constexpr_tail) in zip(plan.launches, steps, compiled):
+    enter_hook, exit_hook = knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook
+    for step, args, (kernel, constexpr_tail) in zip(plan.launches, steps, compiled[1]):
         grid = step.grid
+        full = (*args, *constexpr_tail)
+        metadata = kernel.launch_metadata(grid, stream, *full) if enter_hook is not None else None
         kernel.run(grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1, stream,
-                   kernel.function, kernel.packed_metadata, None, None, None, *args, *constexpr_tail)
+                   kernel.function, kernel.packed_metadata, metadata, enter_hook, exit_hook, *full)
 
 
 def _launch_through_triton(step, args):

@@ -13,6 +13,40 @@ def spec(value):
     return value
 
 
+_VALIDATED = {}
+
+
+def _fact(value):
+    """What validation depends on: a tensor's shape, dtype and device; any other value itself."""
+    if isinstance(value, torch.Tensor):
+        return torch.Tensor, value.shape, value.dtype, value.device
+    return type(value), value
+
+
+def validate(op: str, check, arguments: dict, flags: tuple = ()) -> None:
+    """check(op, *specs of the arguments, *flags), the devices and whether they can run; once per
+    distinct (shapes, dtypes, devices, other values, flags): a hot loop pays a dictionary lookup. Under
+    torch.compile every trace checks (a memo would be a side effect the graph guards on)."""
+    if torch.compiler.is_compiling():
+        check(op, *(spec(value) for value in arguments.values()), *flags)
+        return
+    try:
+        key = (op, tuple(_fact(value) for value in arguments.values()), flags)
+        known = key in _VALIDATED
+    except TypeError:  # an unhashable argument (a list): check every time
+        key, known = None, False
+    if known:
+        return
+    check(op, *(spec(value) for value in arguments.values()), *flags)
+    reference = next(iter(arguments.values()))
+    check_devices(op, reference, **arguments)
+    check_runnable(op, reference.device)
+    if key is not None:
+        if len(_VALIDATED) > 4096:
+            _VALIDATED.clear()
+        _VALIDATED[key] = True
+
+
 def check_devices(op: str, reference: torch.Tensor, **tensors) -> None:
     for name, tensor in tensors.items():
         if isinstance(tensor, torch.Tensor):
@@ -42,6 +76,9 @@ def per_row(value, batch: int, dtype: torch.dtype, device) -> torch.Tensor:
 
 def temperature_array(temperature, batch: int, device) -> torch.Tensor:
     """Per-row temperatures as a float32 device tensor [B] (a number is broadcast, never read back)."""
+    if (isinstance(temperature, torch.Tensor) and temperature.dtype == torch.float32
+            and temperature.shape == (batch,) and temperature.is_contiguous()):
+        return temperature
     return per_row(temperature if isinstance(temperature, torch.Tensor) else float(temperature), batch,
                    torch.float32, device)
 

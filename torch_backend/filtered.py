@@ -6,9 +6,8 @@ import torch
 
 from jsample import kernels
 from jsample.validation import check_top_k_top_p_sample
-from torch_backend._execute import arg_spec, run, target
-from torch_backend._launch import (check_devices, check_runnable, dense, per_row, spec, temperature_array,
-                                   temperature_value, traced)
+from torch_backend import _execute as execute
+from torch_backend._launch import (dense, per_row, temperature_array, temperature_value, traced, validate)
 
 
 def top_k_top_p_sample(logits, seeds, positions, temperature, *, top_k=None, top_p=None, min_p=None,
@@ -42,11 +41,8 @@ def top_k_top_p_sample(logits, seeds, positions, temperature, *, top_k=None, top
         [B] int32 token ids on the logits' device.
     """
     op = "top_k_top_p_sample"
-    check_top_k_top_p_sample(op, spec(logits), spec(seeds), spec(positions), spec(temperature), spec(top_k),
-                             spec(top_p), spec(min_p), fp64)
-    check_devices(op, logits, seeds=seeds, positions=positions, temperature=temperature, top_k=top_k, top_p=top_p,
-                  min_p=min_p)
-    check_runnable(op, logits.device)
+    validate(op, check_top_k_top_p_sample, dict(logits=logits, seeds=seeds, positions=positions,
+                                                 temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p), (fp64,))
     if logits.stride(1) != 1:
         logits = logits.contiguous()
     batch, device = logits.shape[0], logits.device
@@ -63,12 +59,11 @@ def top_k_top_p_sample(logits, seeds, positions, temperature, *, top_k=None, top
 def _top_k_top_p_sample(logits: torch.Tensor, seeds: torch.Tensor, positions: torch.Tensor, temperature: torch.Tensor,
                         top_k: Optional[torch.Tensor], top_p: Optional[torch.Tensor], min_p: Optional[torch.Tensor],
                         fp64: bool) -> torch.Tensor:
-    plan = kernels.plan_top_k_top_p_sample(arg_spec(logits), arg_spec(seeds), target(logits.device),
-                                           has_top_k=top_k is not None, has_top_p=top_p is not None,
-                                           has_min_p=min_p is not None, fp64=fp64)
+    plan = execute.plan(kernels.plan_top_k_top_p_sample, (logits, seeds), logits.device, has_top_k=top_k is not None,
+                        has_top_p=top_p is not None, has_min_p=min_p is not None, fp64=fp64)
     inputs = dict(logits=logits, seeds=seeds, positions=positions, temperature=temperature, top_k=top_k, top_p=top_p,
                   min_p=min_p)
-    (tokens,) = run(plan, logits.device, {name: value for name, value in inputs.items() if value is not None})
+    (tokens,) = execute.run(plan, logits.device, {name: value for name, value in inputs.items() if value is not None})
     return tokens
 
 

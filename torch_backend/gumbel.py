@@ -4,9 +4,8 @@ import torch
 
 from jsample import kernels
 from jsample.validation import check_gumbel_sample
-from torch_backend._execute import arg_spec, run, target
-from torch_backend._launch import (check_devices, check_runnable, dense, spec, temperature_array, temperature_value,
-                                   traced)
+from torch_backend import _execute as execute
+from torch_backend._launch import (dense, temperature_array, temperature_value, traced, validate)
 
 
 def gumbel_sample(logits, seeds, positions, temperature, *, fp64=False, draft=False) -> torch.Tensor:
@@ -38,9 +37,8 @@ def gumbel_sample(logits, seeds, positions, temperature, *, fp64=False, draft=Fa
         [B] int32 token ids on the logits' device.
     """
     op = "gumbel_sample"
-    check_gumbel_sample(op, spec(logits), spec(seeds), spec(positions), spec(temperature), fp64, draft)
-    check_devices(op, logits, seeds=seeds, positions=positions, temperature=temperature)
-    check_runnable(op, logits.device)
+    validate(op, check_gumbel_sample, dict(logits=logits, seeds=seeds, positions=positions, temperature=temperature),
+             (fp64, draft))
     if logits.stride(1) != 1:
         logits = logits.contiguous()
     seeds, positions, batch = dense(seeds), dense(positions), logits.shape[0]
@@ -52,8 +50,8 @@ def gumbel_sample(logits, seeds, positions, temperature, *, fp64=False, draft=Fa
 
 def _gumbel_sample(logits: torch.Tensor, seeds: torch.Tensor, positions: torch.Tensor, temperature: torch.Tensor,
                    fp64: bool, draft: bool) -> torch.Tensor:
-    plan = kernels.plan_gumbel_sample(arg_spec(logits), arg_spec(seeds), target(logits.device), fp64=fp64, draft=draft)
-    (tokens,) = run(plan, logits.device, dict(logits=logits, seeds=seeds, positions=positions, temperature=temperature))
+    plan = execute.plan(kernels.plan_gumbel_sample, (logits, seeds), logits.device, fp64=fp64, draft=draft)
+    (tokens,) = execute.run(plan, logits.device, dict(logits=logits, seeds=seeds, positions=positions, temperature=temperature))
     return tokens
 
 

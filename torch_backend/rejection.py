@@ -6,9 +6,8 @@ import torch
 
 from jsample import kernels
 from jsample.validation import check_rejection_sample, check_synthetic_rejection_sample
-from torch_backend._execute import arg_spec, run, target
-from torch_backend._launch import (check_devices, check_runnable, dense, spec, temperature_array, temperature_value,
-                                   traced)
+from torch_backend import _execute as execute
+from torch_backend._launch import (dense, temperature_array, temperature_value, traced, validate)
 
 
 def rejection_sample(target_logits, draft_tokens, num_draft_tokens, seeds, positions, temperature, *,
@@ -56,11 +55,9 @@ def rejection_sample(target_logits, draft_tokens, num_draft_tokens, seeds, posit
         num_sampled: [B] int32, accepted drafts + 1.
     """
     op = "rejection_sample"
-    check_rejection_sample(op, spec(target_logits), spec(draft_tokens), spec(num_draft_tokens), spec(seeds),
-                           spec(positions), spec(temperature), spec(draft_logits), method, fp64)
-    check_devices(op, target_logits, draft_tokens=draft_tokens, num_draft_tokens=num_draft_tokens, seeds=seeds,
-                  positions=positions, temperature=temperature, draft_logits=draft_logits)
-    check_runnable(op, target_logits.device)
+    validate(op, check_rejection_sample, dict(
+        target_logits=target_logits, draft_tokens=draft_tokens, num_draft_tokens=num_draft_tokens, seeds=seeds,
+        positions=positions, temperature=temperature, draft_logits=draft_logits), (method, fp64))
     if target_logits.stride(2) != 1:
         target_logits = target_logits.contiguous()
     if draft_logits is not None and draft_logits.stride(2) != 1:
@@ -79,13 +76,13 @@ def _rejection_sample(target_logits: torch.Tensor, draft_tokens: torch.Tensor, n
                       seeds: torch.Tensor, positions: torch.Tensor, temperature: torch.Tensor,
                       draft_logits: Optional[torch.Tensor], strict: bool,
                       fp64: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    plan = kernels.plan_rejection_sample(arg_spec(target_logits), None if draft_logits is None else arg_spec(draft_logits),
-                                         arg_spec(seeds), target(target_logits.device), strict=strict, fp64=fp64)
+    plan = execute.plan(kernels.plan_rejection_sample, (target_logits, draft_logits, seeds), target_logits.device,
+                        strict=strict, fp64=fp64)
     inputs = dict(target_logits=target_logits, draft_tokens=draft_tokens, num_draft_tokens=num_draft_tokens,
                   seeds=seeds, positions=positions, temperature=temperature)
     if draft_logits is not None:
         inputs["draft_logits"] = draft_logits
-    return run(plan, target_logits.device, inputs)
+    return execute.run(plan, target_logits.device, inputs)
 
 
 # A custom op, so torch.compile sees one opaque call (no graph break, shapes known from the fake).
@@ -125,11 +122,9 @@ def synthetic_rejection_sample(target_tokens, draft_tokens, num_draft_tokens, se
         tokens [B, K+1] int32 (accepted drafts, the emitted token, then -1) and num_sampled [B] int32.
     """
     op = "synthetic_rejection_sample"
-    check_synthetic_rejection_sample(op, spec(target_tokens), spec(draft_tokens), spec(num_draft_tokens), spec(seeds),
-                                     spec(positions), spec(conditional_rates), fp64)
-    check_devices(op, target_tokens, draft_tokens=draft_tokens, num_draft_tokens=num_draft_tokens, seeds=seeds,
-                  positions=positions, conditional_rates=conditional_rates)
-    check_runnable(op, target_tokens.device)
+    validate(op, check_synthetic_rejection_sample, dict(
+        target_tokens=target_tokens, draft_tokens=draft_tokens, num_draft_tokens=num_draft_tokens, seeds=seeds,
+        positions=positions, conditional_rates=conditional_rates), (fp64,))
     args = (dense(target_tokens), dense(draft_tokens), dense(num_draft_tokens), dense(seeds), dense(positions),
             dense(conditional_rates), fp64)
     return _synthetic_rejection_sample_op(*args) if traced(target_tokens) else _synthetic_rejection_sample(*args)
@@ -138,9 +133,9 @@ def synthetic_rejection_sample(target_tokens, draft_tokens, num_draft_tokens, se
 def _synthetic_rejection_sample(target_tokens: torch.Tensor, draft_tokens: torch.Tensor,
                                 num_draft_tokens: torch.Tensor, seeds: torch.Tensor, positions: torch.Tensor,
                                 conditional_rates: torch.Tensor, fp64: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    plan = kernels.plan_synthetic_rejection_sample(arg_spec(target_tokens), arg_spec(conditional_rates),
-                                                   arg_spec(seeds), target(target_tokens.device), fp64=fp64)
-    return run(plan, target_tokens.device, dict(
+    plan = execute.plan(kernels.plan_synthetic_rejection_sample, (target_tokens, conditional_rates, seeds),
+                        target_tokens.device, fp64=fp64)
+    return execute.run(plan, target_tokens.device, dict(
         target_tokens=target_tokens, draft_tokens=draft_tokens, num_draft_tokens=num_draft_tokens, seeds=seeds,
         positions=positions, conditional_rates=conditional_rates))
 
