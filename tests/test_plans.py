@@ -16,7 +16,8 @@ from torch_backend import _execute as torch_execute
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 OP_MODULES = [ROOT / "torch_backend" / name for name in ("gumbel.py", "filtered.py", "rejection.py")] + [
     ROOT / "jsample" / "_jax" / name for name in ("gumbel.py", "filtered.py", "rejection.py")]
-TARGETS = [Target(interpreter=True), Target(interpreter=False, pdl=True), Target(interpreter=False, launch_bound=True)]
+TARGETS = [Target(interpreter=True), Target(interpreter=False, pdl=True, arrival_counters=True),
+           Target(interpreter=False, launch_bound=True)]
 
 
 @pytest.mark.parametrize("path", OP_MODULES, ids=lambda p: f"{p.parent.name}/{p.name}")
@@ -73,7 +74,7 @@ def _every_plan(target):
                         "target_tokens", "draft_tokens", "num_draft_tokens", "seeds", "positions", "conditional_rates"}
 
 
-@pytest.mark.parametrize("target", TARGETS, ids=["interpreter", "gpu, PDL", "gpu, launch-bound"])
+@pytest.mark.parametrize("target", TARGETS, ids=["interpreter", "gpu, PDL, counters", "gpu, launch-bound"])
 def test_every_plan_names_only_inputs_and_buffers_and_reads_what_was_written(target):
     for name, plan, inputs in _every_plan(target):
         buffers = {b.name: b for b in plan.buffers}
@@ -137,3 +138,17 @@ def test_the_rejection_variant_follows_the_target():
     with pytest.raises(ValueError, match="no variant"):
         kernels.plan_rejection_sample(*_specs("rejection_sample", 1, 100, k=4).values(), Target(interpreter=True),
                                       strict=False, fp64=False, variant="one launch")
+
+
+def test_the_gumbel_variant_follows_the_batch_and_the_target():
+    """Small batches take one launch (the last program of a row reduces it) where the executor keeps
+    self-resetting arrival counters (torch); JAX and large batches take two."""
+    def variant(target, batch):
+        specs = _specs("gumbel_sample", batch, 151936)
+        return kernels.plan_gumbel_sample(*specs.values(), target, fp64=False, draft=False).variant
+
+    torch_target = Target(interpreter=False, pdl=True, arrival_counters=True)
+    assert variant(torch_target, 1) == "one launch" and variant(torch_target, 256) == "two launches"
+    assert variant(jax_execute.TARGET, 1) == "two launches"
+    plan = kernels.plan_gumbel_sample(*_specs("gumbel_sample", 2, 5000).values(), torch_target, fp64=False, draft=False)
+    assert [b.name for b in plan.buffers if b.counters] == ["arrivals"]

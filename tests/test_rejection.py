@@ -122,11 +122,12 @@ def test_rejection_launch_plans_give_the_same_outputs(force_variant, k):
         for variant in variants:
             force_variant(variant)
             from_torch = run_torch("rejection_sample", *args, **kwargs)
-            from_jax = jsample.rejection_sample(*[jnp.asarray(a) for a in args],
-                                                **{n: jnp.asarray(v) if isinstance(v, np.ndarray) else v
-                                                   for n, v in kwargs.items()})
-            for t, j in zip(from_torch, from_jax):
-                np.testing.assert_array_equal(t, np.asarray(j), err_msg=f"{variant} {sorted(kwargs)}: torch and JAX")
+            if variant == variants[-1]:  # JAX runs the same kernels: once is enough on the interpreter
+                from_jax = jsample.rejection_sample(*[jnp.asarray(a) for a in args],
+                                                    **{n: jnp.asarray(v) if isinstance(v, np.ndarray) else v
+                                                       for n, v in kwargs.items()})
+                for t, j in zip(from_torch, from_jax):
+                    np.testing.assert_array_equal(t, np.asarray(j), err_msg=f"{variant} {sorted(kwargs)}: torch, JAX")
             outputs.append(from_torch)
         for variant, other in zip(variants[1:], outputs[1:]):
             for a, b in zip(outputs[0], other):

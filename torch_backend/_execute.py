@@ -11,7 +11,8 @@ kernel on the caller's current CUDA stream. Eager calls cost little host time:
 * the scratch buffers of a call live in one workspace, reused by the next call of the same thread on
   the same stream and device (stream order puts that call's launches after this one's; another
   thread or stream gets a workspace of its own), and allocated per call while a CUDA graph is being
-  captured (the graph keeps its own).
+  captured (the graph keeps its own); so are the arrival counters of one-launch plans, which their
+  kernels leave at zero.
 
 Outputs are fresh tensors every call. Nothing else is shared between calls but these caches, so
 threads and streams may call at once.
@@ -33,6 +34,7 @@ _TARGETS = {}
 _PLANS = {}
 _LAUNCHERS = {}  # (plan id, facts) -> [(compiled kernel, constexpr tail)], next to its plan (ids stay unique)
 _WORKSPACES = {}  # (device index, stream, thread) -> uint8 tensor
+_COUNTERS = {}  # (device index, stream, thread) -> int32 tensor, all zero between calls
 _LOCK = threading.Lock()
 
 
@@ -47,15 +49,20 @@ def target(device: torch.device) -> Target:
     if found is None:
         pdl = (device.type == "cuda" and not kernels.INTERPRETER
                and torch.cuda.get_device_capability(device)[0] >= 9)
-        found = _TARGETS[key] = Target(interpreter=kernels.INTERPRETER, pdl=pdl, launch_bound=False)
+        found = _TARGETS[key] = Target(interpreter=kernels.INTERPRETER, pdl=pdl, launch_bound=False,
+                                       arrival_counters=True)
     return found
 
 
-def plan(planner, arrays, device: torch.device, **flags) -> Plan:
-    """planner(*specs of `arrays` (None stays None), target(device), **flags), memoised."""
+def plan(planner, arrays, device: torch.device, call=None, **flags) -> Plan:
+    """planner(*specs of `arrays` (None stays None), target(device), **flags), memoised by `call` (the
+    key of the validated call the arrays come from: _launch.validate) or by the arrays' specs."""
     device_target = target(device)
-    key = (planner, device_target, tuple(None if a is None else (a.shape, a.dtype, a.stride()) for a in arrays),
-           tuple(flags.items()))
+    if call is not None:
+        key = (planner, device_target, call)
+    else:
+        key = (planner, device_target, tuple(None if a is None else (a.shape, a.dtype, a.stride()) for a in arrays),
+               tuple(flags.items()))
     found = _PLANS.get(key)
     if found is None:
         found = planner(*(None if a is None else arg_spec(a) for a in arrays), device_target, **flags)
@@ -85,8 +92,10 @@ def run(plan: Plan, device: torch.device, inputs: dict) -> tuple:
     outputs = set(plan.outputs)
     scratch = []
     for buffer in plan.buffers:
-        if buffer.name in outputs or buffer.zeroed or device.type != "cuda":
-            env[buffer.name] = (torch.zeros if buffer.zeroed else torch.empty)(
+        if buffer.counters and device.type == "cuda" and not torch.cuda.is_current_stream_capturing():
+            env[buffer.name] = _counters(device, buffer.shape[0])
+        elif buffer.name in outputs or buffer.zeroed or buffer.counters or device.type != "cuda":
+            env[buffer.name] = (torch.zeros if buffer.zeroed or buffer.counters else torch.empty)(
                 buffer.shape, dtype=_DTYPES[buffer.dtype], device=device)
         else:
             scratch.append(buffer)
@@ -109,6 +118,21 @@ def run(plan: Plan, device: torch.device, inputs: dict) -> tuple:
         else:
             _launch_all(plan, device, inputs, env)
     return tuple(env[name] for name in plan.outputs)
+
+
+def _counters(device: torch.device, count: int) -> torch.Tensor:
+    """`count` int32 arrival counters at zero, kept per thread and stream like the workspace: the
+    plans' kernels leave them at zero, and stream order puts the next call after this one. (During a
+    capture, or in the interpreter, a call gets zeroed counters of its own.)"""
+    key = (device.index, driver.active.get_current_stream(device.index), threading.get_ident())
+    counters = _COUNTERS.get(key)
+    if counters is None or counters.numel() < count:
+        counters = torch.zeros(max(count, 1024), dtype=torch.int32, device=device)
+        with _LOCK:
+            if len(_COUNTERS) > 256:
+                _COUNTERS.clear()
+            _COUNTERS[key] = counters
+    return counters
 
 
 def _workspace(device: torch.device, nbytes: int) -> torch.Tensor:

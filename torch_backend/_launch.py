@@ -17,26 +17,29 @@ _VALIDATED = {}
 
 
 def _fact(value):
-    """What validation depends on: a tensor's shape, dtype and device; any other value itself."""
+    """What validation and planning depend on: a tensor's shape, dtype, strides and device; any other
+    value itself."""
     if isinstance(value, torch.Tensor):
-        return torch.Tensor, value.shape, value.dtype, value.device
+        return value.shape, value.dtype, value.stride(), value.device
     return type(value), value
 
 
-def validate(op: str, check, arguments: dict, flags: tuple = ()) -> None:
+def validate(op: str, check, arguments: dict, flags: tuple = ()):
     """check(op, *specs of the arguments, *flags), the devices and whether they can run; once per
-    distinct (shapes, dtypes, devices, other values, flags): a hot loop pays a dictionary lookup. Under
-    torch.compile every trace checks (a memo would be a side effect the graph guards on)."""
+    distinct (shapes, dtypes, strides, devices, other values, flags): a hot loop pays a dictionary
+    lookup. Returns that key (None if an argument is unhashable), which also memoises the call's plan
+    (_execute.plan). Under torch.compile every trace checks (a memo would be a side effect the graph
+    guards on)."""
     if torch.compiler.is_compiling():
         check(op, *(spec(value) for value in arguments.values()), *flags)
-        return
+        return None
     try:
         key = (op, tuple(_fact(value) for value in arguments.values()), flags)
         known = key in _VALIDATED
     except TypeError:  # an unhashable argument (a list): check every time
         key, known = None, False
     if known:
-        return
+        return key
     check(op, *(spec(value) for value in arguments.values()), *flags)
     reference = next(iter(arguments.values()))
     check_devices(op, reference, **arguments)
@@ -45,6 +48,7 @@ def validate(op: str, check, arguments: dict, flags: tuple = ()) -> None:
         if len(_VALIDATED) > 4096:
             _VALIDATED.clear()
         _VALIDATED[key] = True
+    return key
 
 
 def check_devices(op: str, reference: torch.Tensor, **tensors) -> None:

@@ -41,7 +41,7 @@ def top_k_top_p_sample(logits, seeds, positions, temperature, *, top_k=None, top
         [B] int32 token ids on the logits' device.
     """
     op = "top_k_top_p_sample"
-    validate(op, check_top_k_top_p_sample, dict(logits=logits, seeds=seeds, positions=positions,
+    call = validate(op, check_top_k_top_p_sample, dict(logits=logits, seeds=seeds, positions=positions,
                                                  temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p), (fp64,))
     if logits.stride(1) != 1:
         logits = logits.contiguous()
@@ -53,21 +53,24 @@ def top_k_top_p_sample(logits, seeds, positions, temperature, *, top_k=None, top
         return _top_k_top_p_sample_op(logits, seeds, positions, temperature_array(temperature, batch, device), top_k,
                                       top_p, min_p, fp64)
     return _top_k_top_p_sample(logits, seeds, positions, temperature_value(temperature, batch, device), top_k, top_p,
-                               min_p, fp64)
+                               min_p, fp64, call)
 
 
-def _top_k_top_p_sample(logits: torch.Tensor, seeds: torch.Tensor, positions: torch.Tensor, temperature: torch.Tensor,
-                        top_k: Optional[torch.Tensor], top_p: Optional[torch.Tensor], min_p: Optional[torch.Tensor],
-                        fp64: bool) -> torch.Tensor:
-    plan = execute.plan(kernels.plan_top_k_top_p_sample, (logits, seeds), logits.device, has_top_k=top_k is not None,
-                        has_top_p=top_p is not None, has_min_p=min_p is not None, fp64=fp64)
+def _top_k_top_p_sample(logits, seeds, positions, temperature, top_k, top_p, min_p, fp64, call=None):
+    plan = execute.plan(kernels.plan_top_k_top_p_sample, (logits, seeds), logits.device, call,
+                        has_top_k=top_k is not None, has_top_p=top_p is not None, has_min_p=min_p is not None,
+                        fp64=fp64)
     inputs = dict(logits=logits, seeds=seeds, positions=positions, temperature=temperature, top_k=top_k, top_p=top_p,
                   min_p=min_p)
     (tokens,) = execute.run(plan, logits.device, {name: value for name, value in inputs.items() if value is not None})
     return tokens
 
 
-_top_k_top_p_sample_op = torch.library.custom_op("jsample::top_k_top_p_sample", mutates_args=())(_top_k_top_p_sample)
+@torch.library.custom_op("jsample::top_k_top_p_sample", mutates_args=())
+def _top_k_top_p_sample_op(logits: torch.Tensor, seeds: torch.Tensor, positions: torch.Tensor,
+                           temperature: torch.Tensor, top_k: Optional[torch.Tensor], top_p: Optional[torch.Tensor],
+                           min_p: Optional[torch.Tensor], fp64: bool) -> torch.Tensor:
+    return _top_k_top_p_sample(logits, seeds, positions, temperature, top_k, top_p, min_p, fp64)
 
 
 @_top_k_top_p_sample_op.register_fake

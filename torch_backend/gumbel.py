@@ -37,26 +37,30 @@ def gumbel_sample(logits, seeds, positions, temperature, *, fp64=False, draft=Fa
         [B] int32 token ids on the logits' device.
     """
     op = "gumbel_sample"
-    validate(op, check_gumbel_sample, dict(logits=logits, seeds=seeds, positions=positions, temperature=temperature),
-             (fp64, draft))
+    call = validate(op, check_gumbel_sample, dict(logits=logits, seeds=seeds, positions=positions,
+                                                  temperature=temperature), (fp64, draft))
     if logits.stride(1) != 1:
         logits = logits.contiguous()
     seeds, positions, batch = dense(seeds), dense(positions), logits.shape[0]
     if traced(logits):
         return _gumbel_sample_op(logits, seeds, positions, temperature_array(temperature, batch, logits.device), fp64,
                                  draft)
-    return _gumbel_sample(logits, seeds, positions, temperature_value(temperature, batch, logits.device), fp64, draft)
+    return _gumbel_sample(logits, seeds, positions, temperature_value(temperature, batch, logits.device), fp64, draft,
+                          call)
 
 
-def _gumbel_sample(logits: torch.Tensor, seeds: torch.Tensor, positions: torch.Tensor, temperature: torch.Tensor,
-                   fp64: bool, draft: bool) -> torch.Tensor:
-    plan = execute.plan(kernels.plan_gumbel_sample, (logits, seeds), logits.device, fp64=fp64, draft=draft)
-    (tokens,) = execute.run(plan, logits.device, dict(logits=logits, seeds=seeds, positions=positions, temperature=temperature))
+def _gumbel_sample(logits, seeds, positions, temperature, fp64, draft, call=None):
+    plan = execute.plan(kernels.plan_gumbel_sample, (logits, seeds), logits.device, call, fp64=fp64, draft=draft)
+    (tokens,) = execute.run(plan, logits.device, dict(logits=logits, seeds=seeds, positions=positions,
+                                                      temperature=temperature))
     return tokens
 
 
 # A custom op, so torch.compile sees one opaque call (no graph break, shape known from the fake).
-_gumbel_sample_op = torch.library.custom_op("jsample::gumbel_sample", mutates_args=())(_gumbel_sample)
+@torch.library.custom_op("jsample::gumbel_sample", mutates_args=())
+def _gumbel_sample_op(logits: torch.Tensor, seeds: torch.Tensor, positions: torch.Tensor, temperature: torch.Tensor,
+                      fp64: bool, draft: bool) -> torch.Tensor:
+    return _gumbel_sample(logits, seeds, positions, temperature, fp64, draft)
 
 
 @_gumbel_sample_op.register_fake

@@ -55,7 +55,7 @@ def rejection_sample(target_logits, draft_tokens, num_draft_tokens, seeds, posit
         num_sampled: [B] int32, accepted drafts + 1.
     """
     op = "rejection_sample"
-    validate(op, check_rejection_sample, dict(
+    call = validate(op, check_rejection_sample, dict(
         target_logits=target_logits, draft_tokens=draft_tokens, num_draft_tokens=num_draft_tokens, seeds=seeds,
         positions=positions, temperature=temperature, draft_logits=draft_logits), (method, fp64))
     if target_logits.stride(2) != 1:
@@ -69,13 +69,11 @@ def rejection_sample(target_logits, draft_tokens, num_draft_tokens, seeds, posit
         return _rejection_sample_op(target_logits, *requests, temperature_array(temperature, batch, device),
                                     draft_logits, method == "strict", fp64)
     return _rejection_sample(target_logits, *requests, temperature_value(temperature, batch, device), draft_logits,
-                             method == "strict", fp64)
+                             method == "strict", fp64, call)
 
 
-def _rejection_sample(target_logits: torch.Tensor, draft_tokens: torch.Tensor, num_draft_tokens: torch.Tensor,
-                      seeds: torch.Tensor, positions: torch.Tensor, temperature: torch.Tensor,
-                      draft_logits: Optional[torch.Tensor], strict: bool,
-                      fp64: bool) -> tuple[torch.Tensor, torch.Tensor]:
+def _rejection_sample(target_logits, draft_tokens, num_draft_tokens, seeds, positions, temperature, draft_logits, strict,
+                      fp64, call=None):
     plan = execute.plan(kernels.plan_rejection_sample, (target_logits, draft_logits, seeds), target_logits.device,
                         strict=strict, fp64=fp64)
     inputs = dict(target_logits=target_logits, draft_tokens=draft_tokens, num_draft_tokens=num_draft_tokens,
@@ -86,7 +84,13 @@ def _rejection_sample(target_logits: torch.Tensor, draft_tokens: torch.Tensor, n
 
 
 # A custom op, so torch.compile sees one opaque call (no graph break, shapes known from the fake).
-_rejection_sample_op = torch.library.custom_op("jsample::rejection_sample", mutates_args=())(_rejection_sample)
+@torch.library.custom_op("jsample::rejection_sample", mutates_args=())
+def _rejection_sample_op(target_logits: torch.Tensor, draft_tokens: torch.Tensor, num_draft_tokens: torch.Tensor,
+                         seeds: torch.Tensor, positions: torch.Tensor, temperature: torch.Tensor,
+                         draft_logits: Optional[torch.Tensor], strict: bool,
+                         fp64: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    return _rejection_sample(target_logits, draft_tokens, num_draft_tokens, seeds, positions, temperature, draft_logits,
+                             strict, fp64)
 
 
 @_rejection_sample_op.register_fake
@@ -122,17 +126,16 @@ def synthetic_rejection_sample(target_tokens, draft_tokens, num_draft_tokens, se
         tokens [B, K+1] int32 (accepted drafts, the emitted token, then -1) and num_sampled [B] int32.
     """
     op = "synthetic_rejection_sample"
-    validate(op, check_synthetic_rejection_sample, dict(
+    call = validate(op, check_synthetic_rejection_sample, dict(
         target_tokens=target_tokens, draft_tokens=draft_tokens, num_draft_tokens=num_draft_tokens, seeds=seeds,
         positions=positions, conditional_rates=conditional_rates), (fp64,))
     args = (dense(target_tokens), dense(draft_tokens), dense(num_draft_tokens), dense(seeds), dense(positions),
             dense(conditional_rates), fp64)
-    return _synthetic_rejection_sample_op(*args) if traced(target_tokens) else _synthetic_rejection_sample(*args)
+    return _synthetic_rejection_sample_op(*args) if traced(target_tokens) else _synthetic_rejection_sample(*args, call)
 
 
-def _synthetic_rejection_sample(target_tokens: torch.Tensor, draft_tokens: torch.Tensor,
-                                num_draft_tokens: torch.Tensor, seeds: torch.Tensor, positions: torch.Tensor,
-                                conditional_rates: torch.Tensor, fp64: bool) -> tuple[torch.Tensor, torch.Tensor]:
+def _synthetic_rejection_sample(target_tokens, draft_tokens, num_draft_tokens, seeds, positions, conditional_rates, fp64,
+                                call=None):
     plan = execute.plan(kernels.plan_synthetic_rejection_sample, (target_tokens, conditional_rates, seeds),
                         target_tokens.device, fp64=fp64)
     return execute.run(plan, target_tokens.device, dict(
@@ -140,8 +143,12 @@ def _synthetic_rejection_sample(target_tokens: torch.Tensor, draft_tokens: torch
         positions=positions, conditional_rates=conditional_rates))
 
 
-_synthetic_rejection_sample_op = torch.library.custom_op(
-    "jsample::synthetic_rejection_sample", mutates_args=())(_synthetic_rejection_sample)
+@torch.library.custom_op("jsample::synthetic_rejection_sample", mutates_args=())
+def _synthetic_rejection_sample_op(target_tokens: torch.Tensor, draft_tokens: torch.Tensor,
+                                   num_draft_tokens: torch.Tensor, seeds: torch.Tensor, positions: torch.Tensor,
+                                   conditional_rates: torch.Tensor, fp64: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    return _synthetic_rejection_sample(target_tokens, draft_tokens, num_draft_tokens, seeds, positions,
+                                       conditional_rates, fp64)
 
 
 @_synthetic_rejection_sample_op.register_fake

@@ -115,6 +115,49 @@ def argmax_reduce_kernel(
     tl.store(tokens_ptr + row, token)
 
 
+@triton.jit
+def gumbel_one_launch_kernel(
+    logits_ptr,  # [B, V] f32|bf16|f16, rows `row_stride` elements apart, columns contiguous
+    seeds_ptr,  # as gumbel_partial_kernel's
+    positions_ptr,  # [B] i32|i64
+    temperature_ptr,  # [B] f32, or one f32 for all rows (load_temperature)
+    V,
+    row_stride,
+    partial_score_ptr,  # scratch, as gumbel_partial_kernel's output
+    partial_index_ptr,  # scratch, as gumbel_partial_kernel's output
+    arrivals_ptr,  # [B] i32, zero on entry, left zero (one self-resetting counter per row)
+    tokens_ptr,  # [B] i32 output
+    STREAM: tl.constexpr,
+    FP64: tl.constexpr,
+    BLOCK_V: tl.constexpr,
+    ROW_ALIGN: tl.constexpr,
+    VOCAB_ALIGN: tl.constexpr,
+    FAST_MATH: tl.constexpr,
+    REDUCE_BLOCK: tl.constexpr,  # next power of two >= num_blocks
+    SEED_WORDS: tl.constexpr = 1,
+):
+    """The two launches in one, for small batches where a launch costs more than the wait: the
+    programs of gumbel_partial_kernel, then the last of each row's programs to arrive (an atomic count
+    that it resets to zero for the next call) reduces the row as argmax_reduce_kernel does, with the
+    same code: the same token. The count's release / acquire orders the partials before the reduce."""
+    gumbel_partial_kernel(logits_ptr, seeds_ptr, positions_ptr, temperature_ptr, V, row_stride, partial_score_ptr,
+                          partial_index_ptr, STREAM, FP64, BLOCK_V, ROW_ALIGN, VOCAB_ALIGN, FAST_MATH, SEED_WORDS)
+    row = tl.program_id(0)
+    num_blocks = tl.num_programs(1)
+    tl.debug_barrier()  # every thread's stores before the one release
+    if tl.atomic_add(arrivals_ptr + row, 1, sem="acq_rel", scope="gpu") == num_blocks - 1:
+        token, overflow = reduce_block_best_flagged(partial_score_ptr, partial_index_ptr, row, num_blocks, FP64,
+                                                    REDUCE_BLOCK)
+        if overflow:
+            token = greedy_argmax_row(logits_ptr + row.to(tl.int64) * row_stride, V, 1024)
+        tl.store(tokens_ptr + row, token)
+        tl.atomic_xchg(arrivals_ptr + row, 0, sem="relaxed", scope="gpu")
+
+
+# one_launch_gumbel: at most this many programs (B * num_blocks) take the one-launch plan
+ONE_LAUNCH_MAX_PROGRAMS = 300
+
+
 @functools.lru_cache(maxsize=512)
 def plan_gumbel_sample(logits: ArgSpec, seeds: ArgSpec, target: Target, *, fp64: bool, draft: bool) -> Plan:
     """The launches of `gumbel_sample` on inputs `logits` [B, V] (rows `logits.strides[0]` apart,
@@ -128,6 +171,18 @@ def plan_gumbel_sample(logits: ArgSpec, seeds: ArgSpec, target: Target, *, fp64:
     words = 2 if fp64 else 1  # f64 partial scores are stored as two f32 words
     buffers = (Buffer("partial_score", (batch, config.num_blocks * words), "float32"),
                Buffer("partial_index", (batch, config.num_blocks), "int32"), tokens)
+    options = dict(num_stages=config.num_stages, enable_fp_fusion=config.enable_fp_fusion)
+    if target.arrival_counters and batch * config.num_blocks <= ONE_LAUNCH_MAX_PROGRAMS:
+        launches = (launch(
+            gumbel_one_launch_kernel, (batch, config.num_blocks),
+            ("logits", "seeds", "positions", "temperature", vocab, row_stride), ("partial_score", "partial_index",
+                                                                                 "arrivals", "tokens"),
+            STREAM=(STREAM_DRAFT if draft else STREAM_TOKEN).value, FP64=fp64, BLOCK_V=config.block_v,
+            ROW_ALIGN=config.row_align, VOCAB_ALIGN=config.vocab_align, FAST_MATH=config.fast_math,
+            REDUCE_BLOCK=config.reduce_block, SEED_WORDS=seed_word_count(seeds.shape), num_warps=config.num_warps,
+            **options),)
+        return Plan(buffers + (Buffer("arrivals", (batch,), "int32", counters=True),), launches, ("tokens",),
+                    "one launch")
     launches = (
         launch(gumbel_partial_kernel, (batch, config.num_blocks),
                ("logits", "seeds", "positions", "temperature", vocab, row_stride), ("partial_score", "partial_index"),

@@ -45,11 +45,15 @@ class Target:
     pdl: launches can form a programmatic dependent launch chain (torch on Hopper and newer).
     launch_bound: every launch costs the caller host time that chaining does not hide (JAX through
         jax-triton or host callbacks): plans fuse launches where a fused kernel exists.
+    arrival_counters: the executor provides `counters` buffers (zero on entry, left zero by the plan's
+        kernels), so that a launch's last program per row can finish the row (torch: kept per thread
+        and stream, no memset per call).
     """
 
     interpreter: bool
     pdl: bool = False
     launch_bound: bool = False
+    arrival_counters: bool = False
 
 
 @dataclass(frozen=True)
@@ -57,7 +61,8 @@ class Buffer:
     name: str
     shape: tuple
     dtype: str  # "int32" or "float32" (64-bit values are stored as pairs of 32-bit words)
-    zeroed: bool = False
+    zeroed: bool = False  # zero before the first launch
+    counters: bool = False  # int32 arrival counters: zero on entry, and the kernels leave them zero (Target.arrival_counters)
 
 
 @dataclass(frozen=True)
