@@ -446,3 +446,13 @@ def test_residual_with_log_probabilities_beyond_float64():
     np.testing.assert_array_equal(tokens, [[1, -1]])
     reference = rejection_sample_reference(*args, draft_logits=draft_logits)
     np.testing.assert_array_equal(reference[0], tokens)
+
+
+def test_torch_names_a_numpy_array_as_not_a_tensor():
+    seeds = torch.zeros(2, dtype=torch.int64)
+    with pytest.raises(TypeError, match=r"gumbel_sample: logits must be a torch.Tensor, got a NumPy array; convert "
+                                        r"it with torch.from_numpy\(logits\)"):
+        torch_backend.gumbel_sample(np.zeros((2, 3), np.float32), seeds, seeds, 1.0)
+    with pytest.raises(TypeError, match="rejection_sample: draft_tokens must be a torch.Tensor, got a NumPy array"):
+        torch_backend.rejection_sample(torch.zeros(2, 2, 5), np.zeros((2, 1), np.int32), torch.ones(2, dtype=torch.int32),
+                                       seeds, seeds, 1.0)

@@ -1,5 +1,6 @@
 """Turning torch tensors into kernel arguments (no maths here)."""
 
+import numpy as np
 import torch
 
 from jsample import kernels
@@ -40,6 +41,10 @@ def validate(op: str, check, arguments: dict, flags: tuple = ()):
         key, known = None, False
     if known:
         return key
+    for name, value in arguments.items():
+        if isinstance(value, np.ndarray):
+            raise TypeError(f"{op}: {name} must be a torch.Tensor, got a NumPy array; convert it with "
+                            f"torch.from_numpy({name}).to(device) (jsample's JAX frontend takes NumPy arrays).")
     check(op, *(spec(value) for value in arguments.values()), *flags)
     reference = next(iter(arguments.values()))
     check_devices(op, reference, **arguments)
