@@ -118,3 +118,32 @@ def test_stride_zero_and_strided_arguments_at_real_sizes():
 
         out = getattr(torch_backend, op)(x, expanded, wide[::2], 0.9, **extra).cpu().numpy()
         np.testing.assert_array_equal(out, expected, err_msg=op)
+
+
+@pytest.mark.parametrize("peak", [1e30, 1e4, 500.0, 70.0])
+def test_rejection_decisions_with_huge_finite_scaled_logits(peak):
+    """A target and draft row that put all their mass on the draft (a logit of `peak`, far from
+    overflowing once scaled) accept it, and a draft row that does while the target does not accepts
+    with probability p(d): the folded FAST_MATH softmax terms once came out inf or 0 there (a 1e30
+    logit), a wrong decision; beyond kernels.rejection.FOLD_LIMIT the exact formulas run."""
+    rng = np.random.default_rng(int(peak) % 1000)
+    batch, k, vocab = 64, 1, 300
+    target = rng.standard_normal((batch, k + 1, vocab)).astype(np.float32)
+    drafts = rng.integers(0, vocab, (batch, k)).astype(np.int32)
+    draft_logits = rng.standard_normal((batch, k, vocab)).astype(np.float32)
+    rows = np.arange(batch)
+    target[rows[::2], 0, drafts[::2, 0]] = peak  # even requests: p(d) = q(d) = 1 (or nearly, at 70)
+    draft_logits[rows, 0, drafts[:, 0]] = peak  # every request: q(d) = 1
+    target[1::2, 1, 7] = peak  # odd requests' bonus rows
+    num_drafts = np.ones(batch, np.int32)
+    seeds, positions = np.arange(batch, dtype=np.int64) * 7919, np.arange(batch, dtype=np.int64)
+    temperature = np.float32(0.7)
+    tokens, num_sampled = both_frontends("rejection_sample", target, drafts, num_drafts, seeds, positions,
+                                         temperature, draft_logits=draft_logits)
+    expected, expected_n, ratio_margin, score_margin = rejection_sample_reference(
+        target, drafts, num_drafts, seeds, positions, temperature, draft_logits=draft_logits, return_margins=True)
+    assert (num_sampled[::2] == 2).all()  # p(d) / q(d) = 1: accepted
+    decided = (ratio_margin > 1e-4) & (score_margin > 1e-4)
+    assert decided.sum() >= batch // 2
+    np.testing.assert_array_equal(tokens[decided], expected[decided])
+    np.testing.assert_array_equal(num_sampled[decided], expected_n[decided])

@@ -95,6 +95,11 @@ EMIT_STATS_ROW = tl.constexpr(0)  # row a_b's Gumbel-max sample, reduced by reje
 EMIT_RESIDUAL = tl.constexpr(1)  # the residual sample (the row's Gumbel-max sample if the residual is zero)
 EMIT_SAMPLE = tl.constexpr(2)  # row a_b's Gumbel-max sample, reduced by rejection_emit_kernel
 EMIT_GREEDY = tl.constexpr(3)  # row a_b's scaled logits overflow: its greedy argmax, taken by the finish launch
+# The FAST_MATH folds (1 / T and log2 e into one fused multiply-add, against a per-row constant) err by
+# about 2**-23 of that constant's size: harmless (< 2e-5 relative in p or q / p) while the row's
+# largest scaled logit, or the log-normalisers' difference, stays below this; beyond it the exact
+# formulas run (a 1e30 logit made the folded terms of its own column inf or 0: a wrong decision).
+FOLD_LIMIT = tl.constexpr(64.0)
 
 
 @dataclass(frozen=True)
@@ -238,7 +243,7 @@ def _softmax_partials(x, inverse_t, FP64: tl.constexpr, FAST_MATH: tl.constexpr)
 def _softmax_terms(x, inverse_t, shift, FP64: tl.constexpr, FAST_MATH: tl.constexpr):
     """exp(x / T - shift) of finite or -inf logits x."""
     if FAST_MATH and not FP64:
-        if tl.abs(shift) < 2.0e38:  # shift * log2(e) stays finite (it overflows from 2.36e38)
+        if tl.abs(shift) < FOLD_LIMIT:
             # ex2.approx.ftz of one fused multiply-add, 1 / T folded into it: 2 instructions a column,
             # not 6 for tl.exp; the flushed terms (< 2**-126) are far below the sum's rounding (sum >= 1)
             terms = exp2_approx(tl.fma(x, inverse_t * LOG2E, -shift * LOG2E))
@@ -645,7 +650,7 @@ def _emit_block(x, y, noise, draft_tokens_ptr, b64, block, num_blocks, temperatu
             # (NaN where both logits are -inf, p = 0 there: compared below as false). log r + g =
             # log p + log(1 - q / p) + g = (score - log Z_p) + log(1 - q / p) where q < p; only the
             # absolute error of log(1 - q / p) matters next to the score, so no log1p series is needed
-            if FAST_MATH and not FP64 and (tl.abs(target_lse - draft_lse) < 2.0e38):  # * log2(e) stays finite
+            if FAST_MATH and not FP64 and (tl.abs(target_lse - draft_lse) < FOLD_LIMIT):
                 # q = 0 where a draft logit is NaN or +inf (masking only the blocks that hold one, as
                 # noisy_scores does, saved 2 instructions a column but cost 6 registers)
                 residual = _fast_residual_scores(x, tl.where(tl.abs(y) < float("inf"), y, float("-inf")),
