@@ -206,6 +206,7 @@ def test_gumbel_distribution_reference_large_sample():
         assert chi_square_pvalue(tokens, softmax(np.float64(row) / 1.3)) > P_VALUE
 
 
+@pytest.mark.slow
 def test_gumbel_draft_stream_is_independent(frontend):
     row = np.zeros(64, dtype=np.float32)  # uniform over 64 tokens
     target = _draws(frontend, row, DRAWS, 1.0, False)

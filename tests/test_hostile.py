@@ -268,8 +268,8 @@ def test_top_k_top_p_runs_beyond_524288_columns():
     seeds, positions = _requests(rng, batch)
     config = jsample.kernels.filtered_launch_config(batch, vocab, vocab, "float32", False)
     assert config.wide_sums
-    for filters in (dict(top_p=0.9), dict(top_k=1000, min_p=0.001)):
-        tokens = both_frontends("top_k_top_p_sample", logits, seeds, positions, 0.8, **filters)
+    for run, filters in ((both_frontends, dict(top_p=0.9)), (run_torch, dict(top_k=1000, min_p=0.001))):
+        tokens = run("top_k_top_p_sample", logits, seeds, positions, 0.8, **filters)  # JAX once: the same kernels
         np.testing.assert_array_equal(tokens, top_k_top_p_sample_reference(logits, seeds, positions, 0.8, **filters))
 
 
