@@ -43,14 +43,18 @@ def arg_spec(tensor: torch.Tensor) -> ArgSpec:
 
 
 def target(device: torch.device) -> Target:
-    """What the plans may use on this device: programmatic dependent launch on compiled Hopper or newer."""
-    key = (device.type, device.index)
+    """What the plans may use on this device: programmatic dependent launch on compiled Hopper or newer;
+    arrival counters (one-launch plans) for eager calls, whose host time a launch less saves, but not
+    while a CUDA graph is captured: there launches cost no host time, and the one-launch gumbel
+    plan's atomics cost 5-11% of device time at small batches (benchmarks/lab/INDEX.md)."""
+    capturing = device.type == "cuda" and torch.cuda.is_current_stream_capturing()
+    key = (device.type, device.index, capturing)
     found = _TARGETS.get(key)
     if found is None:
         pdl = (device.type == "cuda" and not kernels.INTERPRETER
                and torch.cuda.get_device_capability(device)[0] >= 9)
         found = _TARGETS[key] = Target(interpreter=kernels.INTERPRETER, pdl=pdl, launch_bound=False,
-                                       arrival_counters=True)
+                                       arrival_counters=not capturing)
     return found
 
 
