@@ -24,7 +24,8 @@ def gumbel_sample(logits, seeds, positions, temperature, *, fp64=False, draft=Fa
     Determinism: a row's token depends only on its logits row, seed, position, temperature and the
     `fp64`/`draft` flags: not on the batch, row order, vocabulary padding, jit or sharding, and it
     equals `torch_backend.gumbel_sample`'s token bit for bit. Changing seed, position or
-    temperature values never recompiles.
+    temperature values never recompiles. In a jitted decode loop at small batches, the XLA flags of
+    the README ("Small batches in a jitted JAX loop") let XLA capture its launches into a CUDA graph.
 
     Args:
         logits: [B, V] float32, bfloat16 or float16.
