@@ -124,6 +124,8 @@ def check_same_device(op: str, name: str, device, expected) -> None:
 
 REJECTION_METHODS = ("probabilistic", "strict")
 TOKEN_DTYPES = ("int32",)
+DRAFT_DTYPES = ("int32", "int64")  # draft tokens and their counts: int64 is read as int64, never narrowed
+RATE_DTYPES = ("float32", "float64")  # float64 rates (and lists) are rounded to float32 by the frontends
 
 
 def check_shape(op: str, name: str, spec: ArraySpec, expected: tuple, expected_text: str) -> None:
@@ -133,15 +135,15 @@ def check_shape(op: str, name: str, spec: ArraySpec, expected: tuple, expected_t
                          f"{list(expected)}, got shape {tuple(spec.shape)}.")
 
 
-def check_tokens_array(op: str, name: str, spec, expected: tuple, expected_text: str) -> None:
-    check_array(op, name, spec, expected_text)
-    check_dtype(op, name, spec, TOKEN_DTYPES)
-    check_shape(op, name, spec, expected, expected_text)
+def check_draft_tokens(op: str, spec, expected: tuple) -> None:
+    check_array(op, "draft_tokens", spec, "[B, K]")
+    check_dtype(op, "draft_tokens", spec, DRAFT_DTYPES)
+    check_shape(op, "draft_tokens", spec, expected, "[B, K]")
 
 
 def check_num_draft_tokens(op: str, spec, batch: int) -> None:
     check_array(op, "num_draft_tokens", spec, "[B]")
-    check_dtype(op, "num_draft_tokens", spec, TOKEN_DTYPES)
+    check_dtype(op, "num_draft_tokens", spec, DRAFT_DTYPES)
     check_batch_vector(op, "num_draft_tokens", spec, batch)
 
 
@@ -153,7 +155,7 @@ def check_rejection_sample(op: str, target_logits, draft_tokens, num_draft_token
         raise ValueError(f"{op}: target_logits must have K+1 >= 1 rows per request, got shape "
                          f"{tuple(target_logits.shape)}.")
     k = rows - 1
-    check_tokens_array(op, "draft_tokens", draft_tokens, (batch, k), "[B, K]")
+    check_draft_tokens(op, draft_tokens, (batch, k))
     check_num_draft_tokens(op, num_draft_tokens, batch)
     check_seeds_positions(op, seeds, positions, batch)
     check_temperature(op, temperature, batch)
@@ -168,6 +170,21 @@ def check_rejection_sample(op: str, target_logits, draft_tokens, num_draft_token
     check_flag(op, "fp64", fp64)
 
 
+def rates_from_list(op: str, rates):
+    """`conditional_rates` given as a list or tuple (of numbers, or of lists of them) as a float32 NumPy
+    array, which both frontends then take as an array; other values are returned as they are."""
+    if not isinstance(rates, (list, tuple)):
+        return rates
+    import numpy as np
+
+    try:
+        array = np.asarray(rates, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise TypeError(f"{op}: conditional_rates must be a float32 or float64 array [K] or [B, K], or a list of "
+                        f"numbers, got {rates!r}.") from None
+    return array.astype(np.float32)
+
+
 def check_synthetic_rejection_sample(op: str, target_tokens, draft_tokens, num_draft_tokens, seeds, positions,
                                      conditional_rates, fp64) -> None:
     check_array(op, "target_tokens", target_tokens, "[B, K+1]")
@@ -176,11 +193,11 @@ def check_synthetic_rejection_sample(op: str, target_tokens, draft_tokens, num_d
         raise ValueError(f"{op}: target_tokens must be a 2-D array [B, K+1] with K+1 >= 1, "
                          f"got shape {tuple(target_tokens.shape)}.")
     batch, k = target_tokens.shape[0], target_tokens.shape[1] - 1
-    check_tokens_array(op, "draft_tokens", draft_tokens, (batch, k), "[B, K]")
+    check_draft_tokens(op, draft_tokens, (batch, k))
     check_num_draft_tokens(op, num_draft_tokens, batch)
     check_seeds_positions(op, seeds, positions, batch)
     check_array(op, "conditional_rates", conditional_rates, "[K] or [B, K]")
-    check_dtype(op, "conditional_rates", conditional_rates, ("float32",))
+    check_dtype(op, "conditional_rates", conditional_rates, RATE_DTYPES)
     if tuple(conditional_rates.shape) not in ((k,), (batch, k)):
         raise ValueError(f"{op}: conditional_rates must be an array [K] = [{k}] (one schedule) or [B, K] = "
                          f"[{batch}, {k}] (one per request), got shape {tuple(conditional_rates.shape)}.")

@@ -5,6 +5,7 @@ frontend through a host callback); with a GPU, torch runs CUDA tensors and JAX r
 Sizes grow on the GPU (`SIZE`), so the same tests check real shapes there.
 """
 
+import dataclasses
 import functools
 import os
 
@@ -132,6 +133,21 @@ def force_variant(monkeypatch):
     def force(variant):
         monkeypatch.setattr(jsample.kernels, "plan_rejection_sample",
                             functools.partial(rejection.plan_rejection_sample, variant=variant))
+    return force
+
+
+@pytest.fixture
+def force_target(monkeypatch):
+    """force_target(**changes): both frontends plan for their target with these fields replaced
+    (kernels.plan.Target), e.g. large_programs=False runs the GPU's tilings through the interpreter
+    (call JAX eagerly: a jitted function keeps the plan it was traced with)."""
+    from jsample._jax import _execute as jax_execute
+    from torch_backend import _execute as torch_execute
+
+    def force(**changes):
+        torch_target = torch_execute.target
+        monkeypatch.setattr(torch_execute, "target", lambda device: dataclasses.replace(torch_target(device), **changes))
+        monkeypatch.setattr(jax_execute, "TARGET", dataclasses.replace(jax_execute.TARGET, **changes))
     return force
 
 

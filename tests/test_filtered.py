@@ -2,6 +2,7 @@
 invariance, the link to gumbel_sample, the filtered distribution, errors."""
 
 import dataclasses
+import functools
 
 import ml_dtypes
 import numpy as np
@@ -135,26 +136,41 @@ def test_filtered_top_one_is_the_argmax():
         np.testing.assert_array_equal(both_frontends(OP, logits, seeds, positions, temperature, **filters), argmax)
 
 
-def test_filtered_tokens_do_not_depend_on_the_tiling(monkeypatch):
+def test_filtered_tokens_do_not_depend_on_the_tiling(monkeypatch, force_target):
     """The search launches split rows into a batch-dependent number of chunks, and use a
-    batch-dependent number of pivots: counts and fixed-point masses are integer sums and the searches
-    exact, so the kept set, hence the token, cannot change with either."""
+    batch-dependent number of pivots (the interpreter: one chunk a row, in large tiles): counts and
+    fixed-point masses are integer sums and the searches exact, so the kept set, hence the token,
+    cannot change with either."""
+    from jsample.kernels import filtered
+
     rng = np.random.default_rng(8)
     logits, seeds, positions, temperature = _problem(rng, 6, VOCAB, "float32")
     top_k, top_p, min_p = np.int32([50, 0, 7, 1000, 3, 0]), np.float32([0.9, 0.5, 1.0, 0.95, 0.2, 0.99]), 0.001
-    original = kernels.filtered_launch_config
-    results = []
-    for chunks, ways in ((1, 16), (3, 4), (7, 8), (7, 16)):
-        def config(*args, chunks=chunks, ways=ways):
-            c = original(*args)
-            tile = 32 * c.num_warps * c.vec
+    shipped_config, shipped_plan = filtered.filtered_launch_config, filtered.plan_top_k_top_p_sample.__wrapped__
+    results, tilings = [], set()
+    for chunks, ways in ((None, None), (1, 16), (3, 4), (7, 8), (7, 16)):
+        def config(*args, chunks=chunks, ways=ways, **options):
+            c = shipped_config(*args, **options)
+            if chunks is None:
+                return c
+            tile = c.threads * c.vec
             chunk = -(-VOCAB // (chunks * tile)) * tile  # columns per chunk, a multiple of the tile
             return dataclasses.replace(c, num_chunks=-(-VOCAB // chunk), chunk=chunk, ways=ways,
                                        search_steps=-(-(32 - c.key_shift) // (ways.bit_length() - 1)))
 
-        monkeypatch.setattr(kernels, "filtered_launch_config", config)
+        monkeypatch.setattr(filtered, "filtered_launch_config", config)
+        # a planning function of its own per tiling: neither its cache nor the executors' memo holds an older plan
+        monkeypatch.setattr(kernels, "plan_top_k_top_p_sample", functools.partial(shipped_plan))
+        if chunks is not None:
+            force_target(large_programs=False)
         results.append(both_frontends(OP, logits, seeds, positions, temperature, top_k=top_k, top_p=top_p,
                                       min_p=min_p))
+        plan = kernels.plan_top_k_top_p_sample(kernels.ArgSpec.contiguous(logits.shape, "float32"),
+                                               kernels.ArgSpec.contiguous(seeds.shape, "int64"),
+                                               kernels.Target(interpreter=True, large_programs=chunks is None),
+                                               has_top_k=True, has_top_p=True, has_min_p=True, fp64=False)
+        tilings.add(tuple((step.grid, step.constexprs) for step in plan.launches))
+    assert len(tilings) == 5  # every run had a tiling of its own
     for tokens in results[1:]:
         np.testing.assert_array_equal(tokens, results[0])
 

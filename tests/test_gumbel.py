@@ -143,6 +143,34 @@ def test_gumbel_invariants(frontend):
     np.testing.assert_array_equal(frontend("gumbel_sample", padded, seeds, positions, temperature), tokens)
 
 
+@pytest.mark.parametrize("fp64", [False, True], ids=["fp32", "fp64"])
+def test_gumbel_tokens_do_not_depend_on_the_tiling(force_target, fp64):
+    """The interpreter plans one block a row up to 65536 columns (Target.large_programs); the GPU's
+    blocks of 4096 (2048 FP64), in one launch or two, must give the same tokens: the argmax is exact
+    under any tiling, and so is the overflow flag (the row with a huge logit at T = 0.5 is greedy)."""
+    rng = np.random.default_rng(12)
+    batch, vocab = 5, 9000
+    logits = make_logits(rng, batch, vocab)
+    logits[2, 7000] = 3e38
+    seeds, positions = make_requests(rng, batch)
+    temperature = np.float32([0.0, 0.7, 0.5, 1.0, 2.0])
+    shipped = both_frontends("gumbel_sample", logits, seeds, positions, temperature, fp64=fp64)
+    assert shipped[2] == 7000
+    from jsample import kernels
+
+    def blocks(large_programs):
+        spec = kernels.ArgSpec.contiguous(logits.shape, "float32")
+        plan = kernels.plan_gumbel_sample(spec, kernels.ArgSpec.contiguous(seeds.shape, "int64"),
+                                          kernels.Target(interpreter=True, large_programs=large_programs),
+                                          fp64=fp64, draft=False)
+        return plan.launches[0].grid[1]
+    assert (blocks(True), blocks(False)) == (1, 3 if not fp64 else 5)
+    for arrival_counters in (False, True):  # the torch target: two launches, one launch
+        force_target(large_programs=False, arrival_counters=arrival_counters)
+        np.testing.assert_array_equal(both_frontends("gumbel_sample", logits, seeds, positions, temperature,
+                                                     fp64=fp64), shipped)
+
+
 def test_gumbel_row_stride_changes_nothing():
     import torch
     from conftest import TORCH_DEVICE

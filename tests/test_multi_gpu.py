@@ -4,7 +4,8 @@ A request's token depends only on its own logits, seed, position and temperature
 across GPUs must give, bit for bit, the tokens of the whole batch on one GPU:
 
 * JAX: `jax.shard_map` over a 1-D mesh of the GPUs with the batch axis sharded, under `jax.jit`
-  (each GPU launches the same kernels on its own requests; no collective is needed);
+  (each GPU launches the same kernels on its own requests; no collective is needed), and plain
+  `jax.jit` on batch-sharded inputs, which the ops' partitioning rule splits the same way;
 * torch.distributed (NCCL): each rank samples an interleaved slice of the batch (requests r, r + W,
   ...) on its own GPU, and `all_gather` assembles the batch.
 
@@ -79,6 +80,44 @@ def test_multi_gpu_jax_shard_map_equals_one_gpu():
     out = sharded_step(*inputs)
     assert len(out[0].sharding.device_set) == len(gpus)  # the tokens stay on the GPUs that made them
     for got, expected in zip(out, _one_gpu(problem)):
+        np.testing.assert_array_equal(np.asarray(got), expected)
+
+
+@needs_two_gpus
+def test_multi_gpu_plain_jax_jit_partitions_the_batch_without_gathers():
+    """Plain jax.jit on batch-sharded inputs (no shard_map): each GPU samples its own requests (the ops'
+    partitioning rule), the compiled module has no all-gather of the logits, and the tokens are the
+    one-GPU call's."""
+    import jax
+    from jax.sharding import Mesh, NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    import jsample
+
+    gpus = jax.devices("gpu")
+    mesh = Mesh(np.array(gpus), ("batch",))
+
+    def step(target, draft, drafts, num_drafts, seeds, positions, temperature):
+        tokens, num_sampled = jsample.rejection_sample(target, drafts, num_drafts, seeds, positions, temperature,
+                                                       draft_logits=draft)
+        bonus = jsample.gumbel_sample(target[:, K], seeds, positions + K, temperature)
+        filtered = jsample.top_k_top_p_sample(target[:, 0], seeds, positions, temperature, top_k=50, top_p=0.9)
+        return tokens, num_sampled, bonus, filtered
+
+    problem = _problem()
+    inputs = [jax.device_put(problem[name], NamedSharding(mesh, P("batch"))) for name in NAMES]
+    jitted = jax.jit(step)
+    compiled = jitted.lower(*inputs).compile().as_text()
+    assert "all-gather" not in compiled and "all-to-all" not in compiled
+    out = jitted(*inputs)
+    assert len(out[0].sharding.device_set) == len(gpus)
+    tokens, num_sampled, bonus = _one_gpu(problem)
+    import torch_backend
+
+    t = {name: torch.from_numpy(value).to("cuda:0") for name, value in problem.items()}
+    filtered = torch_backend.top_k_top_p_sample(t["target"][:, 0], t["seeds"], t["positions"], t["temperature"],
+                                                top_k=50, top_p=0.9).cpu().numpy()
+    for got, expected in zip(out, (tokens, num_sampled, bonus, filtered)):
         np.testing.assert_array_equal(np.asarray(got), expected)
 
 

@@ -257,6 +257,34 @@ def test_rejection_edge_cases(frontend):
         assert (tokens[:, 0] != drafts[:, 0]).all() and (tokens[:, 0] >= 0).all() and (tokens[:, 1:] == -1).all()
 
 
+def test_int64_draft_tokens_and_counts_are_read_as_int64(frontend):
+    """torch's default integer dtype is accepted for draft_tokens and num_draft_tokens and read as
+    int64: the same outputs as int32, and a draft 2**32 + d is out of range (rejected), not d."""
+    rng = np.random.default_rng(61)
+    batch, k, vocab = 6, 3, 200
+    target, draft, drafts, num_drafts, seeds, positions, _ = rejection_inputs(rng, batch=batch, k=k, vocab=vocab)
+    temperature = np.float32([0, 0, 0, 1, 0.7, 0])
+    drafts[:, 0] = target[:, 0].argmax(axis=-1)  # greedy rows accept it
+    num_drafts[:] = k
+    for kwargs in (dict(draft_logits=draft), dict(), dict(method="strict")):
+        narrow = frontend("rejection_sample", target, drafts, num_drafts, seeds, positions, temperature, **kwargs)
+        wide = frontend("rejection_sample", target, drafts.astype(np.int64), num_drafts.astype(np.int64), seeds,
+                        positions, temperature, **kwargs)
+        np.testing.assert_array_equal(wide[0], narrow[0])
+        np.testing.assert_array_equal(wide[1], narrow[1])
+        assert (narrow[1][temperature == 0] >= 2).all()  # the argmax draft was accepted
+        aliased = drafts.astype(np.int64)
+        aliased[:, 0] += 2**32
+        out_of_range = drafts.copy()
+        out_of_range[:, 0] = -1
+        tokens, num_sampled = frontend("rejection_sample", target, aliased, num_drafts.astype(np.int64), seeds,
+                                       positions, temperature, **kwargs)
+        expected = frontend("rejection_sample", target, out_of_range, num_drafts, seeds, positions, temperature,
+                            **kwargs)
+        np.testing.assert_array_equal(tokens, expected[0])
+        np.testing.assert_array_equal(num_sampled, np.ones(batch, np.int32))
+
+
 def test_rejection_non_finite_logits_count_as_minus_inf(frontend):
     """NaN and +inf target or draft logits have probability 0, as -inf ones: replacing them by -inf
     changes no token and no count. Blocks holding one take the masked softmax and Gumbel paths, the
@@ -390,6 +418,34 @@ def test_synthetic_tokens_match_reference(frontend, rates_shape, fp64):
         both_frontends("synthetic_rejection_sample", target_tokens, drafts, num_drafts, seeds, positions, rates)
 
 
+def test_synthetic_takes_int64_drafts_and_rates_as_lists_or_float64(frontend):
+    """What a newcomer passes: int64 drafts and counts (an int64 draft beyond int32 is no token id:
+    rejected, even at rate 1), and the rates as jsample.rates gives them (a list), or as float64:
+    both rounded to float32."""
+    rng = np.random.default_rng(81)
+    batch, k = 8, 4
+    target_tokens = rng.integers(0, 1000, size=(batch, k + 1)).astype(np.int32)
+    drafts = rng.integers(0, 1000, size=(batch, k)).astype(np.int32)
+    num_drafts = np.full(batch, k, np.int32)
+    seeds, positions = make_requests(rng, batch, wide_seeds=False)
+    rates = jsample.unconditional_to_conditional_rates(jsample.resolve_synthetic_acceptance_rates(k, length=2.5))
+    assert isinstance(rates, list)
+    expected = frontend("synthetic_rejection_sample", target_tokens, drafts, num_drafts, seeds, positions,
+                        np.float32(rates))
+    for given in (rates, tuple(rates), np.float64(rates), [list(rates)] * batch):
+        out = frontend("synthetic_rejection_sample", target_tokens, drafts.astype(np.int64),
+                       num_drafts.astype(np.int64), seeds, positions, given)
+        np.testing.assert_array_equal(out[0], expected[0])
+        np.testing.assert_array_equal(out[1], expected[1])
+    aliased = drafts.astype(np.int64)
+    aliased[:, 1] += 2**32
+    ones = np.ones(k, np.float32)
+    tokens, num_sampled = frontend("synthetic_rejection_sample", target_tokens, aliased, num_drafts, seeds,
+                                   positions, ones)
+    np.testing.assert_array_equal(num_sampled, np.full(batch, 2, np.int32))  # draft 0 accepted, draft 1 rejected
+    np.testing.assert_array_equal(tokens[:, :2], np.stack([drafts[:, 0], target_tokens[:, 1]], axis=1))
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("rates_shape", ["K", "BK"])
 @pytest.mark.parametrize("frontend_name", STAT_FRONTENDS)
@@ -433,8 +489,10 @@ def _error_cases():
          "rejection_sample: target_logits must have dtype float32, bfloat16 or float16, got int32."),
         (dict(draft_tokens=np.zeros((2, 3), np.int32)), ValueError,
          "rejection_sample: draft_tokens must be a 2-D array [B, K] = [2, 2], got shape (2, 3)."),
-        (dict(draft_tokens=np.zeros((2, 2), np.int64)), TypeError,
-         "rejection_sample: draft_tokens must have dtype int32, got int64."),
+        (dict(draft_tokens=np.zeros((2, 2), np.float32)), TypeError,
+         "rejection_sample: draft_tokens must have dtype int32 or int64, got float32."),
+        (dict(num_draft_tokens=np.zeros(2, np.int16)), TypeError,
+         "rejection_sample: num_draft_tokens must have dtype int32 or int64, got int16."),
         (dict(num_draft_tokens=np.zeros(3, np.int32)), ValueError,
          "rejection_sample: num_draft_tokens must be a 1-D array [B] with B = 2 (the batch size of the logits), "
          "got shape (3,)."),
@@ -471,8 +529,16 @@ def test_synthetic_errors_are_the_same_in_both_frontends():
                 num_draft_tokens=np.zeros(2, np.int32), seeds=np.zeros(2, np.int64), positions=np.zeros(2, np.int64),
                 conditional_rates=np.zeros(2, np.float32))
     cases = [
-        (dict(conditional_rates=np.zeros(2, np.float64)), TypeError,
-         "synthetic_rejection_sample: conditional_rates must have dtype float32, got float64."),
+        (dict(conditional_rates=np.zeros(2, np.float16)), TypeError,
+         "synthetic_rejection_sample: conditional_rates must have dtype float32 or float64, got float16."),
+        (dict(conditional_rates=[0.5, "high"]), TypeError,
+         "synthetic_rejection_sample: conditional_rates must be a float32 or float64 array [K] or [B, K], or a "
+         "list of numbers, got [0.5, 'high']."),
+        (dict(conditional_rates=[0.5, 0.5, 0.5]), ValueError,
+         "synthetic_rejection_sample: conditional_rates must be an array [K] = [2] (one schedule) or [B, K] = "
+         "[2, 2] (one per request), got shape (3,)."),
+        (dict(draft_tokens=np.zeros((2, 2), np.uint32)), TypeError,
+         "synthetic_rejection_sample: draft_tokens must have dtype int32 or int64, got uint32."),
         (dict(conditional_rates=np.zeros((3, 2), np.float32)), ValueError,
          "synthetic_rejection_sample: conditional_rates must be an array [K] = [2] (one schedule) or [B, K] = "
          "[2, 2] (one per request), got shape (3, 2)."),

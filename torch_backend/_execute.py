@@ -53,8 +53,8 @@ def target(device: torch.device) -> Target:
     if found is None:
         pdl = (device.type == "cuda" and not kernels.INTERPRETER
                and torch.cuda.get_device_capability(device)[0] >= 9)
-        found = _TARGETS[key] = Target(interpreter=kernels.INTERPRETER, pdl=pdl, launch_bound=False,
-                                       arrival_counters=not capturing)
+        found = _TARGETS[key] = Target(interpreter=kernels.INTERPRETER, large_programs=kernels.INTERPRETER, pdl=pdl,
+                                       launch_bound=False, arrival_counters=not capturing)
     return found
 
 

@@ -2,10 +2,11 @@
 
 from typing import Optional
 
+import numpy as np
 import torch
 
 from jsample import kernels
-from jsample.validation import check_rejection_sample, check_synthetic_rejection_sample
+from jsample.validation import check_rejection_sample, check_synthetic_rejection_sample, rates_from_list
 from torch_backend import _execute as execute
 from torch_backend._launch import (dense, temperature_array, temperature_value, traced, validate)
 
@@ -38,9 +39,9 @@ def rejection_sample(target_logits, draft_tokens, num_draft_tokens, seeds, posit
 
     Args:
         target_logits: [B, K+1, V] float32, bfloat16 or float16; columns are made contiguous.
-        draft_tokens: [B, K] int32. Entries at j >= n_b are ignored; a draft outside [0, V) is
-            always rejected.
-        num_draft_tokens: [B] int32, n_b in [0, K] (unchecked; values outside are clamped).
+        draft_tokens: [B, K] int32 or int64 (read as such, never narrowed). Entries at j >= n_b are
+            ignored; a draft outside [0, V) is always rejected.
+        num_draft_tokens: [B] int32 or int64, n_b in [0, K] (unchecked; values outside are clamped).
         seeds: as `gumbel_sample`: [B] int32, uint32 or int64, or [B, 2] (low, high) 32-bit words.
         positions: [B] int32 or int64, the position of row 0 (>= 0, unchecked).
         temperature: as `gumbel_sample`: a number in [0, 3.4e38], or a [B] or scalar tensor of any float
@@ -114,23 +115,29 @@ def synthetic_rejection_sample(target_tokens, draft_tokens, num_draft_tokens, se
 
     Args:
         target_tokens: [B, K+1] int32, the target's sampled token of each row (e.g. gumbel_sample's).
-        draft_tokens: [B, K] int32 (entries at j >= n_b ignored).
-        num_draft_tokens: [B] int32, n_b in [0, K] (unchecked; clamped).
+        draft_tokens: [B, K] int32 or int64 (read as such: a value outside [0, V) is never accepted;
+            entries at j >= n_b ignored).
+        num_draft_tokens: [B] int32 or int64, n_b in [0, K] (unchecked; clamped).
         seeds: as `gumbel_sample`: [B] int32, uint32 or int64, or [B, 2] (low, high) 32-bit words.
         positions: [B] int32 or int64, the position of row 0.
         conditional_rates: float32 [K] (one schedule) or [B, K] (one per request), values in [0, 1]
-            (unchecked: reading them would synchronise).
+            (unchecked: reading them would synchronise); a float64 tensor is rounded to float32, and a
+            list of numbers (`jsample.unconditional_to_conditional_rates` gives one) is copied to
+            the device as float32 at each call.
         fp64: FP64 uniforms (compared with the rates widened to FP64).
 
     Returns:
         tokens [B, K+1] int32 (accepted drafts, the emitted token, then -1) and num_sampled [B] int32.
     """
     op = "synthetic_rejection_sample"
+    conditional_rates = rates_from_list(op, conditional_rates)
+    if isinstance(conditional_rates, np.ndarray) and isinstance(target_tokens, torch.Tensor):  # from a list
+        conditional_rates = torch.from_numpy(conditional_rates).to(target_tokens.device)
     call = validate(op, check_synthetic_rejection_sample, dict(
         target_tokens=target_tokens, draft_tokens=draft_tokens, num_draft_tokens=num_draft_tokens, seeds=seeds,
         positions=positions, conditional_rates=conditional_rates), (fp64,))
     args = (dense(target_tokens), dense(draft_tokens), dense(num_draft_tokens), dense(seeds), dense(positions),
-            dense(conditional_rates), fp64)
+            dense(conditional_rates.to(torch.float32)), fp64)
     return _synthetic_rejection_sample_op(*args) if traced(target_tokens) else _synthetic_rejection_sample(*args, call)
 
 

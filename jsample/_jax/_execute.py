@@ -13,7 +13,8 @@ from jsample import kernels
 from jsample._jax._launch import launch
 from jsample.kernels.plan import ArgSpec, Plan, Target
 
-TARGET = Target(interpreter=kernels.INTERPRETER, pdl=False, launch_bound=True)  # jax-triton cannot chain launches
+# jax-triton cannot chain launches (no PDL); tests replace TARGET to run other tilings
+TARGET = Target(interpreter=kernels.INTERPRETER, large_programs=kernels.INTERPRETER, pdl=False, launch_bound=True)
 
 
 def arg_spec(array) -> ArgSpec:
@@ -33,7 +34,8 @@ def run(plan: Plan, inputs: dict) -> tuple:
         results = launch(
             step.kernel, *[env[a] if isinstance(a, str) else a for a in step.args], grid=step.grid,
             out_shapes=[shapes[name] for name in step.outputs],
-            zeroed_outputs=tuple(i for i, name in enumerate(step.outputs) if plan.buffer(name).zeroed),
+            zeroed_outputs=tuple(i for i, name in enumerate(step.outputs)
+                                 if plan.buffer(name).zeroed or plan.buffer(name).counters),
             num_warps=step.num_warps, num_stages=step.num_stages, enable_fp_fusion=step.enable_fp_fusion,
             **dict(step.constexprs))
         env.update(zip(step.outputs, results))

@@ -1,8 +1,8 @@
 """Launching a shared Triton kernel from JAX: jax-triton on a GPU, a host callback on the CPU.
 
 This is the only module that imports jax_triton. jax-triton 0.3.1 sets TRITON_CACHE_DIR to "" on
-import, which breaks torch's Triton launcher in the same process, so we restore it; and we hide
-the 0.3 (`out_shape=`) vs 0.4 (`out_type=`) keyword rename.
+import, which breaks torch's Triton launcher in the same process, so we restore it. Both jax-triton
+0.3.1 and 0.4 are supported, each through its own keywords (`launch`), with no deprecated ones.
 """
 
 import functools
@@ -69,14 +69,21 @@ def rowwise(fn, *arrays):
     """fn(*arrays), where every array (None allowed) has the requests on axis 0 and fn's outputs too, with
     a batching rule: under jax.vmap (any number of nested axes) the mapped axes are flattened into
     requests, fn runs once on all of them, and its outputs are unflattened, so the tokens equal those
-    of the flattened call. Arrays that are not mapped are broadcast along the mapped axis."""
+    of the flattened call. Arrays that are not mapped are broadcast along the mapped axis. Under
+    jax.jit on several GPUs, the requests are partitioned as the first array's axis 0 is
+    (batch_partitioned)."""
     present = [i for i, a in enumerate(arrays) if a is not None]
 
-    def call_fn(*given):
+    def unpartitioned(*given):
         full = list(arrays)
         for i, a in zip(present, given):
             full[i] = a
         return fn(*full)
+
+    # host callbacks cannot run inside a custom partitioning (JAX keeps their wrappers alive only for
+    # the ephemeral module the partitioner lowers: a use-after-free, jax-ml/jax#23620), so only the
+    # GPU path, whose launches are custom calls, is partitioned; on CPU devices jit gathers the batch
+    call_fn = batch_partitioned(unpartitioned, [arrays[i] for i in present]) if on_gpu() else unpartitioned
 
     call = jax.custom_batching.custom_vmap(call_fn)
 
@@ -146,11 +153,20 @@ def launch(kernel, *args, grid, out_shapes, num_warps, num_stages, enable_fp_fus
     """
     if on_gpu():
         jax_triton = _import_jax_triton()
-        out_keyword = "out_type" if "out_type" in inspect.signature(jax_triton.triton_call).parameters else "out_shape"
-        return jax_triton.triton_call(
-            *args, kernel=kernel, grid=grid, num_warps=num_warps, num_stages=num_stages,
-            enable_fp_fusion=enable_fp_fusion, zeroed_outputs=tuple(zeroed_outputs),
-            **{out_keyword: list(out_shapes)}, **constexprs)
+        if "backend_options" not in inspect.signature(jax_triton.triton_call).parameters:  # jax-triton 0.3
+            return jax_triton.triton_call(
+                *args, kernel=kernel, grid=grid, num_warps=num_warps, num_stages=num_stages,
+                enable_fp_fusion=enable_fp_fusion, zeroed_outputs=tuple(zeroed_outputs),
+                out_shape=list(out_shapes), **constexprs)
+        # jax-triton 0.4: compiler options in backend_options (an unknown keyword would silently become a
+        # metaparameter, and FMA contraction would change the rounding); zeroed outputs are zero arrays
+        # passed as Refs (its deprecated zeroed_outputs), which must come before the other outputs' pointers
+        refs = [jax.new_ref(jnp.zeros(s.shape, s.dtype)) for s in out_shapes[:max(zeroed_outputs, default=-1) + 1]]
+        results = jax_triton.triton_call(
+            *args, *refs, kernel=kernel, grid=grid, num_warps=num_warps, num_stages=num_stages,
+            backend_options={"enable_fp_fusion": enable_fp_fusion}, out_type=list(out_shapes[len(refs):]),
+            **constexprs)
+        return [ref[...] for ref in refs] + list(results)
 
     from jsample.kernels.host import launch_on_host
 
@@ -165,3 +181,45 @@ def launch(kernel, *args, grid, out_shapes, num_warps, num_stages, enable_fp_fus
         return outputs
 
     return jax.pure_callback(run_on_host, list(out_shapes), *[args[i] for i in array_positions])
+
+
+def batch_partitioned(fn, arrays):
+    """fn, partitioned along the requests (axis 0 of every array and output) under jax.jit on several
+    devices: each device runs fn on its own requests, with the first array's axis-0 sharding for all
+    of them, and no other axis is split (an array sharded otherwise is resharded to that first). A
+    request's outputs depend on its own rows only, so this is the unpartitioned call's result, with
+    no gather of the logits. On one device, or inside shard_map, fn is called as it is."""
+    from jax.experimental.custom_partitioning import custom_partitioning
+    from jax.sharding import NamedSharding, PartitionSpec
+
+    partitioned = custom_partitioning(fn)
+
+    def request_axes(arg_shapes):
+        spec = getattr(arg_shapes[0].sharding, "spec", ())
+        return spec[0] if len(spec) else None
+
+    def shardings(mesh, axes, shapes):
+        return jax.tree_util.tree_map(
+            lambda s: NamedSharding(mesh, PartitionSpec(axes, *([None] * (len(s.shape) - 1)))), shapes)
+
+    def infer(mesh, arg_shapes, result_shape):
+        return shardings(mesh, request_axes(arg_shapes), result_shape)
+
+    def partition(mesh, arg_shapes, result_shape):
+        axes = request_axes(arg_shapes)
+        return mesh, fn, shardings(mesh, axes, result_shape), shardings(mesh, axes, tuple(arg_shapes))
+
+    # Shardy's rule: factor b (the requests) shared by every array and output; every other axis a factor
+    # of its own that must stay replicated
+    others = []
+
+    def factors(name, rank):
+        others.extend(f"{name}{d}" for d in range(1, rank))
+        return " ".join(["b"] + [f"{name}{d}" for d in range(1, rank)])
+
+    out_shapes = jax.eval_shape(fn, *arrays)
+    rule = ", ".join(factors(f"i{n}_", a.ndim) for n, a in enumerate(arrays)) + " -> " + ", ".join(
+        factors(f"o{n}_", len(o.shape)) for n, o in enumerate(jax.tree_util.tree_leaves(out_shapes)))
+    partitioned.def_partition(partition=partition, infer_sharding_from_operands=infer, sharding_rule=rule,
+                              need_replication_factors=tuple(others))
+    return partitioned

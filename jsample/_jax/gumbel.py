@@ -6,7 +6,8 @@ import jax
 import jax.numpy as jnp
 
 from jsample import kernels
-from jsample._jax._execute import TARGET, arg_spec, run
+from jsample._jax import _execute as execute
+from jsample._jax._execute import arg_spec, run
 from jsample._jax._launch import not_differentiable, rowwise, spec, temperature_array
 from jsample.validation import check_gumbel_sample
 
@@ -56,6 +57,6 @@ def gumbel_sample(logits, seeds, positions, temperature, *, fp64=False, draft=Fa
 
 def _gumbel_rows(logits, seeds, positions, temperature, *, fp64, draft):
     """gumbel_sample on validated arrays, the requests on axis 0."""
-    plan = kernels.plan_gumbel_sample(arg_spec(logits), arg_spec(seeds), TARGET, fp64=fp64, draft=draft)
+    plan = kernels.plan_gumbel_sample(arg_spec(logits), arg_spec(seeds), execute.TARGET, fp64=fp64, draft=draft)
     (tokens,) = run(plan, dict(logits=logits, seeds=seeds, positions=positions, temperature=temperature))
     return tokens

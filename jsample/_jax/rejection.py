@@ -5,9 +5,10 @@ import functools
 import jax.numpy as jnp
 
 from jsample import kernels
-from jsample._jax._execute import TARGET, arg_spec, run
+from jsample._jax import _execute as execute
+from jsample._jax._execute import arg_spec, run
 from jsample._jax._launch import not_differentiable, rowwise, spec, temperature_array
-from jsample.validation import check_rejection_sample, check_synthetic_rejection_sample
+from jsample.validation import check_rejection_sample, check_synthetic_rejection_sample, rates_from_list
 
 
 @not_differentiable("rejection_sample")
@@ -38,9 +39,9 @@ def rejection_sample(target_logits, draft_tokens, num_draft_tokens, seeds, posit
 
     Args:
         target_logits: [B, K+1, V] float32, bfloat16 or float16.
-        draft_tokens: [B, K] int32. Entries at j >= n_b are ignored; a draft outside [0, V) is
-            always rejected.
-        num_draft_tokens: [B] int32, n_b in [0, K] (unchecked; values outside are clamped).
+        draft_tokens: [B, K] int32 or int64 (read as such, never narrowed). Entries at j >= n_b are
+            ignored; a draft outside [0, V) is always rejected.
+        num_draft_tokens: [B] int32 or int64, n_b in [0, K] (unchecked; values outside are clamped).
         seeds: as `gumbel_sample`: [B] int32, uint32 or int64, or [B, 2] (low, high) 32-bit words.
         positions: [B] int32 or int64, the position of row 0 (>= 0, unchecked).
         temperature: as `gumbel_sample`: a number in [0, 3.4e38], or a [B] or scalar array of any float
@@ -74,7 +75,7 @@ def _rejection_rows(target_logits, draft_tokens, num_draft_tokens, seeds, positi
                     strict, fp64):
     """rejection_sample on validated arrays, the requests on axis 0."""
     plan = kernels.plan_rejection_sample(arg_spec(target_logits), None if draft_logits is None else arg_spec(draft_logits),
-                                         arg_spec(seeds), TARGET, strict=strict, fp64=fp64)
+                                         arg_spec(seeds), execute.TARGET, strict=strict, fp64=fp64)
     inputs = dict(target_logits=target_logits, draft_tokens=draft_tokens, num_draft_tokens=num_draft_tokens,
                   seeds=seeds, positions=positions, temperature=temperature)
     if draft_logits is not None:
@@ -97,18 +98,21 @@ def synthetic_rejection_sample(target_tokens, draft_tokens, num_draft_tokens, se
 
     Args:
         target_tokens: [B, K+1] int32, the target's sampled token of each row (e.g. gumbel_sample's).
-        draft_tokens: [B, K] int32 (entries at j >= n_b ignored).
-        num_draft_tokens: [B] int32, n_b in [0, K] (unchecked; clamped).
+        draft_tokens: [B, K] int32 or int64 (read as such: an int64 draft beyond the int32 range is
+            never accepted; entries at j >= n_b ignored). 64-bit arrays need jax_enable_x64.
+        num_draft_tokens: [B] int32 or int64, n_b in [0, K] (unchecked; clamped).
         seeds: as `gumbel_sample`: [B] int32, uint32 or int64, or [B, 2] (low, high) 32-bit words.
         positions: [B] int32 or int64, the position of row 0.
         conditional_rates: float32 [K] (one schedule) or [B, K] (one per request), values in [0, 1]
-            (unchecked).
+            (unchecked); float64 arrays and lists of numbers (`jsample.unconditional_to_conditional_rates`
+            gives one) are rounded to float32.
         fp64: FP64 uniforms (compared with the rates widened to FP64).
 
     Returns:
         tokens [B, K+1] int32 (accepted drafts, the emitted token, then -1) and num_sampled [B] int32.
     """
     op = "synthetic_rejection_sample"
+    conditional_rates = rates_from_list(op, conditional_rates)
     check_synthetic_rejection_sample(op, spec(op, "target_tokens", target_tokens),
                                      spec(op, "draft_tokens", draft_tokens),
                                      spec(op, "num_draft_tokens", num_draft_tokens), spec(op, "seeds", seeds),
@@ -118,7 +122,7 @@ def synthetic_rejection_sample(target_tokens, draft_tokens, num_draft_tokens, se
     k = rows - 1
     if batch == 0:
         return jnp.zeros((0, rows), jnp.int32), jnp.zeros((0,), jnp.int32)
-    rates = jnp.broadcast_to(jnp.asarray(conditional_rates), (batch, k))  # [K]: every request the same schedule
+    rates = jnp.broadcast_to(jnp.asarray(conditional_rates, jnp.float32), (batch, k))  # [K]: every request the same schedule
     return rowwise(functools.partial(_synthetic_rows, fp64=fp64), jnp.asarray(target_tokens), jnp.asarray(draft_tokens),
                    jnp.asarray(num_draft_tokens), jnp.asarray(seeds), jnp.asarray(positions), rates)
 
@@ -126,6 +130,6 @@ def synthetic_rejection_sample(target_tokens, draft_tokens, num_draft_tokens, se
 def _synthetic_rows(target_tokens, draft_tokens, num_draft_tokens, seeds, positions, conditional_rates, *, fp64):
     """synthetic_rejection_sample on validated arrays, the requests on axis 0."""
     plan = kernels.plan_synthetic_rejection_sample(arg_spec(target_tokens), arg_spec(conditional_rates),
-                                                   arg_spec(seeds), TARGET, fp64=fp64)
+                                                   arg_spec(seeds), execute.TARGET, fp64=fp64)
     return run(plan, dict(target_tokens=target_tokens, draft_tokens=draft_tokens, num_draft_tokens=num_draft_tokens,
                           seeds=seeds, positions=positions, conditional_rates=conditional_rates))

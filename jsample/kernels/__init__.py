@@ -60,6 +60,9 @@ if INTERPRETER:
     # NaN (an overflowing exp of a hostile logit, a masked-out lane): the kernels handle those values,
     # so the warnings are noise in a user's output.
     warnings.filterwarnings("ignore", category=RuntimeWarning, module=r"triton\.runtime\.interpreter")
+    from jsample.kernels.host import patch_language_once
+
+    patch_language_once()
 from jsample.kernels.filtered import (  # noqa: E402
     FilteredLaunchConfig,
     filter_step_kernel,

@@ -95,6 +95,7 @@ class FilteredLaunchConfig:
     num_chunks: int  # programs per row in the stats and search launches
     chunk: int  # columns per chunk, a multiple of threads * vec
     vec: int  # contiguous columns a thread loads at once: 16 bytes
+    threads: int  # the tiles' second dimension: 32 * num_warps (more with large_programs)
     wide_sums: bool  # chunk > MAX_COLUMNS_PER_THREAD per thread (V > 524288): int64 per-thread mass sums
     num_warps: int = 4
     num_stages: int = 1
@@ -102,30 +103,37 @@ class FilteredLaunchConfig:
 
 
 def filtered_launch_config(batch: int, vocab_size: int, row_stride: int, dtype_name: str,
-                           fp64: bool, fast_math: bool = None) -> FilteredLaunchConfig:
-    """The launch configuration of `top_k_top_p_sample` for [B, V] logits of this dtype."""
+                           fp64: bool, fast_math: bool = None, large_programs: bool = False) -> FilteredLaunchConfig:
+    """The launch configuration of `top_k_top_p_sample` for [B, V] logits of this dtype
+    (`large_programs`: Target.large_programs, one chunk a row, in tiles of up to 16384 columns)."""
     key_shift = KEY_SHIFTS[dtype_name]
     vec = 4 if dtype_name == "float32" else 8
     num_warps = max(1, min(4, triton.next_power_of_2(vocab_size) // (32 * vec)))  # fewer for short rows
-    tile = 32 * num_warps * vec  # the loops' step: the kernels assume chunk is a multiple of it
+    threads = 32 * num_warps
+    if large_programs:
+        threads = max(threads, min(16384, triton.next_power_of_2(vocab_size)) // vec)
+    tile = threads * vec  # the loops' step: the kernels assume chunk is a multiple of it
     tiles = triton.cdiv(vocab_size, tile)
     # chunks of at most 4096 columns, and at least 512 programs a launch: programs that loop over
     # fewer tiles hide their load latency by occupancy (2 chunks a row at B = 256 took 2 ms)
     chunks = max(1, min(MAX_CHUNKS, tiles, max(triton.cdiv(vocab_size, 4096), 512 // max(batch, 1))))
+    if large_programs:
+        chunks = 1
     chunk = triton.cdiv(tiles, chunks) * tile
     # Each pivot costs a compare and an add per column: 16 pivots make large launches compute-bound,
     # 4 pivots keep them near the read rate with twice the launches, which small ones pay in
     # latency. The kept set is exact either way.
-    ways = 4 if batch * vocab_size >= 2**22 else 16
+    ways = 4 if batch * vocab_size >= 2**22 and not large_programs else 16
     return FilteredLaunchConfig(
-        gumbel=gumbel_launch_config(vocab_size, row_stride, fp64, fast_math),
+        gumbel=gumbel_launch_config(vocab_size, row_stride, fp64, fast_math, large_programs),
         key_shift=key_shift,
         ways=ways,
         search_steps=math.ceil((32 - key_shift) / math.log2(ways)),
         num_chunks=triton.cdiv(vocab_size, chunk),
         chunk=chunk,
         vec=vec,
-        wide_sums=chunk > MAX_COLUMNS_PER_THREAD * 32 * num_warps,
+        threads=threads,
+        wide_sums=chunk > MAX_COLUMNS_PER_THREAD * threads,
         num_warps=num_warps,
     )
 
@@ -418,7 +426,8 @@ def plan_top_k_top_p_sample(logits: ArgSpec, seeds: ArgSpec, target: Target, *, 
     if batch == 0:
         return Plan((tokens,), (), ("tokens",), "empty")
     row_stride = logits.strides[0]
-    config = filtered_launch_config(batch, vocab, row_stride, logits.dtype, fp64, fast_math=not target.interpreter)
+    config = filtered_launch_config(batch, vocab, row_stride, logits.dtype, fp64, fast_math=not target.interpreter,
+                                    large_programs=target.large_programs)
     gumbel = config.gumbel
     steps = filtered_plan(config, has_top_k, has_top_p)
     unused = "positions"  # stands in for absent filters, never read ([B], where temperature may be a number)
@@ -438,7 +447,7 @@ def plan_top_k_top_p_sample(logits: ArgSpec, seeds: ArgSpec, target: Target, *, 
             ("logits", "temperature", top_k, top_p, state, partials, vocab, row_stride, config.num_chunks,
              config.chunk), (new_state, new_partials),
             PHASE=step.phase, PREV_PHASE=step.prev_phase, CAPTURE_NORMALIZER=step.capture_normalizer,
-            KEY_SHIFT=config.key_shift, FP64=fp64, THREADS=32 * config.num_warps, VEC=config.vec,
+            KEY_SHIFT=config.key_shift, FP64=fp64, THREADS=config.threads, VEC=config.vec,
             ROW_ALIGN=gumbel.row_align, VOCAB_ALIGN=gumbel.vocab_align, WAYS=config.ways, MAX_CHUNKS=MAX_CHUNKS,
             WIDE_SUMS=config.wide_sums, num_warps=config.num_warps, **options))
         state, partials = new_state, new_partials

@@ -32,6 +32,7 @@ from jsample.kernels.stream import STREAM_DRAFT, STREAM_TOKEN, load_seed, seed_w
 
 _BLOCK_V_MAX = 4096  # 16 KiB of fp32 logits per program: enough bytes in flight, few partials
 _BLOCK_V_MIN = 16
+_BLOCK_V_MAX_LARGE_PROGRAMS = 65536  # the interpreter (Target.large_programs): a row or two per program
 
 
 @dataclass(frozen=True)
@@ -49,10 +50,13 @@ class GumbelLaunchConfig:
     enable_fp_fusion: bool = False  # no FMA contraction: the same rounding as the NumPy reference
 
 
-def gumbel_launch_config(vocab_size: int, row_stride: int, fp64: bool, fast_math: bool = None) -> GumbelLaunchConfig:
+def gumbel_launch_config(vocab_size: int, row_stride: int, fp64: bool, fast_math: bool = None,
+                         large_programs: bool = False) -> GumbelLaunchConfig:
     """The launch configuration of `gumbel_sample` for a [B, V] logits array with this row stride
-    (`fast_math`: compiled code, not the interpreter; by default, whether the interpreter is off)."""
-    block_v = max(_BLOCK_V_MIN, min(_BLOCK_V_MAX // (2 if fp64 else 1), triton.next_power_of_2(vocab_size)))
+    (`fast_math`: compiled code, not the interpreter; by default, whether the interpreter is off;
+    `large_programs`: Target.large_programs, blocks of up to 65536 columns)."""
+    largest = _BLOCK_V_MAX_LARGE_PROGRAMS if large_programs else _BLOCK_V_MAX
+    block_v = max(_BLOCK_V_MIN, min(largest // (2 if fp64 else 1), triton.next_power_of_2(vocab_size)))
     num_blocks = triton.cdiv(vocab_size, block_v)
     return GumbelLaunchConfig(
         block_v=block_v,
@@ -167,7 +171,8 @@ def plan_gumbel_sample(logits: ArgSpec, seeds: ArgSpec, target: Target, *, fp64:
     if batch == 0:
         return Plan((tokens,), (), ("tokens",), "empty")
     row_stride = logits.strides[0]
-    config = gumbel_launch_config(vocab, row_stride, fp64, fast_math=not target.interpreter)
+    config = gumbel_launch_config(vocab, row_stride, fp64, fast_math=not target.interpreter,
+                                  large_programs=target.large_programs)
     words = 2 if fp64 else 1  # f64 partial scores are stored as two f32 words
     buffers = (Buffer("partial_score", (batch, config.num_blocks * words), "float32"),
                Buffer("partial_index", (batch, config.num_blocks), "int32"), tokens)

@@ -8,6 +8,8 @@ import queue
 import threading
 
 import numpy as np
+import triton.language as tl
+from triton.runtime import interpreter
 from triton.runtime.interpreter import GridExecutor
 
 
@@ -67,3 +69,25 @@ def launch_on_host(kernel, grid, *args, **kwargs) -> None:
                            "chosen when jsample is first imported: set TRITON_INTERPRET=1 before that (or run on a machine without a GPU).")
     wrapped = [_HostArray(a) if isinstance(a, np.ndarray) else a for a in args]
     _WORKER.run(lambda: _HostGridExecutor(kernel.rewrite(), kernel.arg_names, tuple(grid))(*wrapped, **kwargs))
+
+
+def patch_language_once() -> None:
+    """Make the interpreter's device-function calls cheap. Triton's interpreter patches the language
+    (triton.language's builtins, walked with inspect.getmembers) on every call of a @jit function,
+    and each kernel calls dozens of them per program: half of a rejection_sample call's CPU time
+    went there. A call whose language modules are already patched (inside a running kernel: the
+    kernel's launch patched them) now skips it; a launch still patches, and restores, as before.
+    Nothing else changes. Versions without this internal are left alone."""
+    patch_lang = getattr(interpreter, "_patch_lang", None)
+    scope_type = getattr(interpreter, "_LangPatchScope", None)
+    if patch_lang is None or scope_type is None or getattr(patch_lang, "jsample_patched", False):
+        return
+
+    def patch_lang_once(fn):
+        languages = [value for value in fn.__globals__.values() if value is tl or value is tl.core]
+        if languages and all(not tl.core.is_builtin(language.load) for language in languages):
+            return scope_type()  # already patched: nothing to do, nothing to restore
+        return patch_lang(fn)
+
+    patch_lang_once.jsample_patched = True
+    interpreter._patch_lang = patch_lang_once

@@ -42,6 +42,10 @@ class Target:
     """What the executor can do, as far as plans care.
 
     interpreter: the kernels run through the Triton interpreter (no inline PTX: FAST_MATH off).
+    large_programs: every program costs host time (the interpreter runs them one after another, each
+        operation a NumPy call): plans take few, large programs and more launches, wherever tokens
+        do not depend on the tiling (executors set it with `interpreter`; tests turn it off to run
+        the GPU's tilings through the interpreter).
     pdl: launches can form a programmatic dependent launch chain (torch on Hopper and newer).
     launch_bound: every launch costs the caller host time that chaining does not hide (JAX through
         jax-triton or host callbacks): plans fuse launches where a fused kernel exists.
@@ -51,6 +55,7 @@ class Target:
     """
 
     interpreter: bool
+    large_programs: bool = False
     pdl: bool = False
     launch_bound: bool = False
     arrival_counters: bool = False

@@ -295,7 +295,7 @@ def rejection_stats_kernel(
     seeds_ptr,  # [B] i32|u32|i64
     positions_ptr,  # [B] i32|i64, position of row 0
     temperature_ptr,  # [B] f32, 0 = greedy
-    num_draft_tokens_ptr,  # [B] i32, n_b (clamped to [0, K])
+    num_draft_tokens_ptr,  # [B] i32|i64, n_b (clamped to [0, K])
     V,
     K,
     target_batch_stride,
@@ -540,8 +540,8 @@ def _emit_mode(emit_row, resample, greedy_emit, num_drafts, BONUS_IN_STATS: tl.c
 def rejection_decide_kernel(
     target_logits_ptr,  # [B, K+1, V] f32|bf16|f16, columns contiguous
     draft_logits_ptr,  # [B, K, V] f32, columns contiguous (unused when ONE_HOT)
-    draft_tokens_ptr,  # [B, K] i32, contiguous
-    num_draft_tokens_ptr,  # [B] i32, n_b (clamped to [0, K])
+    draft_tokens_ptr,  # [B, K] i32|i64, contiguous
+    num_draft_tokens_ptr,  # [B] i32|i64, n_b (clamped to [0, K])
     seeds_ptr,  # [B] i32|u32|i64
     positions_ptr,  # [B] i32|i64, position of row 0
     temperature_ptr,  # [B] f32
@@ -670,7 +670,7 @@ def _emit_block(x, y, noise, draft_tokens_ptr, b64, block, num_blocks, temperatu
 def rejection_emit_kernel(
     target_logits_ptr,  # [B, K+1, V] f32|bf16|f16, columns contiguous
     draft_logits_ptr,  # [B, K, V] f32, columns contiguous (unused when ONE_HOT)
-    draft_tokens_ptr,  # [B, K] i32, contiguous
+    draft_tokens_ptr,  # [B, K] i32|i64, contiguous
     seeds_ptr,  # [B] i32|u32|i64
     positions_ptr,  # [B] i32|i64, position of row 0
     temperature_ptr,  # [B] f32
@@ -720,8 +720,8 @@ def rejection_emit_kernel(
 def rejection_decide_emit_kernel(
     target_logits_ptr,  # [B, K+1, V] f32|bf16|f16, columns contiguous
     draft_logits_ptr,  # [B, K, V] f32, columns contiguous (unused when ONE_HOT)
-    draft_tokens_ptr,  # [B, K] i32, contiguous
-    num_draft_tokens_ptr,  # [B] i32, n_b (clamped to [0, K])
+    draft_tokens_ptr,  # [B, K] i32|i64, contiguous
+    num_draft_tokens_ptr,  # [B] i32|i64, n_b (clamped to [0, K])
     seeds_ptr,  # [B] i32|u32|i64
     positions_ptr,  # [B] i32|i64, position of row 0
     temperature_ptr,  # [B] f32
@@ -879,7 +879,7 @@ def _write_request(tokens_ptr, num_sampled_ptr, drafts, b64, K, emit_row, emitte
 @triton.jit
 def rejection_finish_kernel(
     target_logits_ptr,  # [B, K+1, V]: read only for a row a_b that is greedy because its scaled logits overflow
-    draft_tokens_ptr,  # [B, K] i32, contiguous
+    draft_tokens_ptr,  # [B, K] i32|i64, contiguous
     emit_row_ptr,  # [B] i32, a_b, from rejection_decide_kernel
     emit_mode_ptr,  # [B] i32, from rejection_decide_kernel
     row_score_ptr,  # [B * (K+1), NUM_BLOCKS] f32 (f64 words when FP64), from rejection_stats_kernel
@@ -944,8 +944,8 @@ def _finish_program(target_logits_ptr, draft_tokens_ptr, emit_row_ptr, emit_mode
 def rejection_one_launch_kernel(
     target_logits_ptr,  # [B, K+1, V] f32|bf16|f16, columns contiguous
     draft_logits_ptr,  # [B, K, V] f32, columns contiguous (unused when ONE_HOT)
-    draft_tokens_ptr,  # [B, K] i32, contiguous
-    num_draft_tokens_ptr,  # [B] i32, n_b (clamped to [0, K])
+    draft_tokens_ptr,  # [B, K] i32|i64, contiguous
+    num_draft_tokens_ptr,  # [B] i32|i64, n_b (clamped to [0, K])
     seeds_ptr,  # [B] i32|u32|i64
     positions_ptr,  # [B] i32|i64, position of row 0
     temperature_ptr,  # [B] f32
@@ -1017,8 +1017,8 @@ def rejection_one_launch_kernel(
 @triton.jit
 def synthetic_rejection_kernel(
     target_tokens_ptr,  # [B, K+1] i32, contiguous
-    draft_tokens_ptr,  # [B, K] i32, contiguous
-    num_draft_tokens_ptr,  # [B] i32, n_b (clamped to [0, K])
+    draft_tokens_ptr,  # [B, K] i32|i64, contiguous
+    num_draft_tokens_ptr,  # [B] i32|i64, n_b (clamped to [0, K])
     seeds_ptr,  # [B] i32|u32|i64
     positions_ptr,  # [B] i32|i64
     conditional_rates_ptr,  # [K] or [B, K] f32, contiguous
@@ -1030,7 +1030,8 @@ def synthetic_rejection_kernel(
     BLOCK_K: tl.constexpr,  # next power of two >= K + 1
     SEED_WORDS: tl.constexpr = 1,  # 2: seeds are [B, 2] u32 (low, high) words (stream.load_seed)
 ):
-    """Accept draft j iff u_j < conditional_rates[j] (u_j: stream 2, position P + j); emit target_tokens[b, a_b]."""
+    """Accept draft j iff u_j < conditional_rates[j] (u_j: stream 2, position P + j) and the draft fits in
+    int32 (an int64 draft beyond it is no token id: rejected); emit target_tokens[b, a_b]."""
     b = tl.program_id(0)
     b64 = b.to(tl.int64)
     num_drafts = tl.minimum(tl.maximum(tl.load(num_draft_tokens_ptr + b), 0), K)
@@ -1043,10 +1044,11 @@ def synthetic_rejection_kernel(
         accept = active & (u < rates.to(tl.float64))
     else:
         accept = active & (u < rates)
+    drafts = _load_drafts(draft_tokens_ptr, b64, K, BLOCK_K)
+    accept = accept & (drafts.to(tl.int32).to(drafts.dtype) == drafts)  # int64 drafts beyond int32: no token id
     emit_row = _first_rejection(accept, rows, num_drafts)
     emitted = tl.load(target_tokens_ptr + b64 * (K + 1) + emit_row)
-    _write_request(tokens_ptr, num_sampled_ptr, _load_drafts(draft_tokens_ptr, b64, K, BLOCK_K), b64, K, emit_row,
-                   emitted, BLOCK_K)
+    _write_request(tokens_ptr, num_sampled_ptr, drafts, b64, K, emit_row, emitted, BLOCK_K)
 
 
 REJECTION_VARIANTS = ("four launches", "three launches", "one launch")
@@ -1077,7 +1079,7 @@ def plan_rejection_sample(target_logits: ArgSpec, draft_logits: ArgSpec, seeds: 
     fused = config.decide_num_warps == config.num_warps and k <= 1  # rejection_one_launch_kernel's condition
     if variant is None:
         variant = "four launches"
-        if decide_in_emit(batch, config):
+        if decide_in_emit(batch, config) and not target.large_programs:  # the interpreter: programs cost, launches don't
             variant = "one launch" if target.launch_bound and fused else "three launches"
     if variant not in REJECTION_VARIANTS or (variant == "one launch" and not fused):
         raise ValueError(f"plan_rejection_sample: no variant {variant!r} for K = {k}")
