@@ -77,6 +77,7 @@ SCRIPT = textwrap.dedent('''
 def test_batch_sharded_jit(devices):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [os.getcwd(), os.environ.get("PYTHONPATH")])))
     env.pop("XLA_FLAGS", None)
+    env.update(JAX_PLATFORMS="cpu", TRITON_INTERPRET="1")  # host devices, also on a GPU machine
     result = subprocess.run([sys.executable, "-c", SCRIPT, str(devices)], capture_output=True, text=True, env=env,
                             timeout=900)
     assert result.returncode == 0, result.stdout + result.stderr
