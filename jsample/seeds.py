@@ -11,7 +11,8 @@ def seed_words(seeds) -> np.ndarray:
     silently), so a seed >= 2**31 must cross as words: `jsample.gumbel_sample(x, jsample.seed_words(s), ...)`.
 
     Example:
-        >>> seed_words([1, 2**40 + 7, -1]).tolist()
+        >>> import jsample
+        >>> jsample.seed_words([1, 2**40 + 7, -1]).tolist()
         [[1, 0], [7, 256], [4294967295, 4294967295]]
     """
     values = np.asarray(seeds)

@@ -148,7 +148,7 @@ def test_filtered_tokens_do_not_depend_on_the_tiling(monkeypatch, force_target):
     top_k, top_p, min_p = np.int32([50, 0, 7, 1000, 3, 0]), np.float32([0.9, 0.5, 1.0, 0.95, 0.2, 0.99]), 0.001
     shipped_config, shipped_plan = filtered.filtered_launch_config, filtered.plan_top_k_top_p_sample.__wrapped__
     results, tilings = [], set()
-    for chunks, ways in ((None, None), (1, 16), (3, 4), (7, 8), (7, 16)):
+    for chunks, ways in ((None, None), (1, 16), (3, 4), (7, 8), (7, 64)):
         def config(*args, chunks=chunks, ways=ways, **options):
             c = shipped_config(*args, **options)
             if chunks is None:

@@ -39,6 +39,14 @@ def top_k_top_p_sample(logits, seeds, positions, temperature, *, top_k=None, top
 
     Returns:
         [B] int32 token ids on the logits' device.
+
+    Example:
+        >>> import torch, torch_backend
+        >>> logits = torch.tensor([[0.0, 2.0, 1.0], [5.0, 0.0, 0.0]])
+        >>> seeds, positions = torch.tensor([7, 7]), torch.tensor([0, 1])
+        >>> torch_backend.top_k_top_p_sample(logits, seeds, positions, 1.0, top_k=1).tolist()  # the largest logit
+        [1, 0]
+        >>> tokens = torch_backend.top_k_top_p_sample(logits, seeds, positions, 0.8, top_k=2, top_p=0.9, min_p=0.05)
     """
     op = "top_k_top_p_sample"
     call = validate(op, check_top_k_top_p_sample, dict(logits=logits, seeds=seeds, positions=positions,

@@ -35,6 +35,14 @@ def gumbel_sample(logits, seeds, positions, temperature, *, fp64=False, draft=Fa
 
     Returns:
         [B] int32 token ids on the logits' device.
+
+    Example:
+        >>> import torch, torch_backend
+        >>> logits = torch.tensor([[0.0, 2.0, 1.0], [5.0, 0.0, 0.0]])
+        >>> seeds, positions = torch.tensor([7, 7]), torch.tensor([0, 1])
+        >>> tokens = torch_backend.gumbel_sample(logits, seeds, positions, torch.tensor([1.0, 0.0]))
+        >>> tokens.dtype, tokens.shape, int(tokens[1])  # row 1 is greedy (T = 0): its argmax
+        (torch.int32, torch.Size([2]), 0)
     """
     op = "gumbel_sample"
     call = validate(op, check_gumbel_sample, dict(logits=logits, seeds=seeds, positions=positions,

@@ -54,6 +54,15 @@ def rejection_sample(target_logits, draft_tokens, num_draft_tokens, seeds, posit
         tokens: [B, K+1] int32 — the accepted drafts, the emitted token, then -1 (the emitted token is
             -1 when its row has no finite logit).
         num_sampled: [B] int32, accepted drafts + 1.
+
+    Example:
+        >>> import torch, torch_backend
+        >>> target = torch.zeros(1, 3, 4)  # B = 1, K = 2, V = 4
+        >>> target[0, :, 2] = 5.0  # every row prefers token 2
+        >>> tokens, num_sampled = torch_backend.rejection_sample(
+        ...     target, torch.tensor([[2, 2]]), torch.tensor([2]), torch.tensor([0]), torch.tensor([0]), 0.0)
+        >>> tokens.tolist(), num_sampled.tolist()  # greedy: both drafts accepted, then the bonus token
+        ([[2, 2, 2]], [3])
     """
     op = "rejection_sample"
     call = validate(op, check_rejection_sample, dict(
@@ -128,6 +137,15 @@ def synthetic_rejection_sample(target_tokens, draft_tokens, num_draft_tokens, se
 
     Returns:
         tokens [B, K+1] int32 (accepted drafts, the emitted token, then -1) and num_sampled [B] int32.
+
+    Example:
+        >>> import jsample, torch, torch_backend
+        >>> rates = jsample.unconditional_to_conditional_rates([1.0, 0.0])  # draft 0 always accepted, draft 1 never
+        >>> tokens, num_sampled = torch_backend.synthetic_rejection_sample(
+        ...     torch.tensor([[10, 11, 12]], dtype=torch.int32), torch.tensor([[5, 6]]), torch.tensor([2]),
+        ...     torch.tensor([0]), torch.tensor([0]), rates)
+        >>> tokens.tolist(), num_sampled.tolist()  # draft 5, then the target's token of row 1
+        ([[5, 11, -1]], [2])
     """
     op = "synthetic_rejection_sample"
     conditional_rates = rates_from_list(op, conditional_rates)

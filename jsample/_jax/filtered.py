@@ -43,6 +43,14 @@ def top_k_top_p_sample(logits, seeds, positions, temperature, *, top_k=None, top
 
     Returns:
         [B] int32 token ids.
+
+    Example:
+        >>> import jax.numpy as jnp, jsample
+        >>> logits = jnp.array([[0.0, 2.0, 1.0], [5.0, 0.0, 0.0]], jnp.float32)
+        >>> seeds, positions = jnp.array([7, 7]), jnp.array([0, 1])
+        >>> jsample.top_k_top_p_sample(logits, seeds, positions, 1.0, top_k=1).tolist()  # the largest logit
+        [1, 0]
+        >>> tokens = jsample.top_k_top_p_sample(logits, seeds, positions, 0.8, top_k=2, top_p=0.9, min_p=0.05)
     """
     op = "top_k_top_p_sample"
     check_top_k_top_p_sample(op, spec(op, "logits", logits), spec(op, "seeds", seeds),

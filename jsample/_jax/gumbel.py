@@ -44,6 +44,14 @@ def gumbel_sample(logits, seeds, positions, temperature, *, fp64=False, draft=Fa
 
     Returns:
         [B] int32 token ids.
+
+    Example:
+        >>> import jax.numpy as jnp, jsample
+        >>> logits = jnp.array([[0.0, 2.0, 1.0], [5.0, 0.0, 0.0]], jnp.float32)
+        >>> seeds, positions = jnp.array([7, 7]), jnp.array([0, 1])
+        >>> tokens = jsample.gumbel_sample(logits, seeds, positions, jnp.array([1.0, 0.0], jnp.float32))
+        >>> str(tokens.dtype), tokens.shape, int(tokens[1])  # row 1 is greedy (T = 0): its argmax
+        ('int32', (2,), 0)
     """
     op = "gumbel_sample"
     check_gumbel_sample(op, spec(op, "logits", logits), spec(op, "seeds", seeds),

@@ -54,6 +54,14 @@ def rejection_sample(target_logits, draft_tokens, num_draft_tokens, seeds, posit
         tokens: [B, K+1] int32 — the accepted drafts, the emitted token, then -1 (the emitted token is
             -1 when its row has no finite logit).
         num_sampled: [B] int32, accepted drafts + 1.
+
+    Example:
+        >>> import jax.numpy as jnp, jsample
+        >>> target = jnp.zeros((1, 3, 4), jnp.float32).at[0, :, 2].set(5.0)  # B = 1, K = 2, V = 4: every row prefers token 2
+        >>> tokens, num_sampled = jsample.rejection_sample(
+        ...     target, jnp.array([[2, 2]]), jnp.array([2]), jnp.array([0]), jnp.array([0]), 0.0)
+        >>> tokens.tolist(), num_sampled.tolist()  # greedy: both drafts accepted, then the bonus token
+        ([[2, 2, 2]], [3])
     """
     op = "rejection_sample"
     check_rejection_sample(op, spec(op, "target_logits", target_logits), spec(op, "draft_tokens", draft_tokens),
@@ -110,6 +118,15 @@ def synthetic_rejection_sample(target_tokens, draft_tokens, num_draft_tokens, se
 
     Returns:
         tokens [B, K+1] int32 (accepted drafts, the emitted token, then -1) and num_sampled [B] int32.
+
+    Example:
+        >>> import jax.numpy as jnp, jsample
+        >>> rates = jsample.unconditional_to_conditional_rates([1.0, 0.0])  # draft 0 always accepted, draft 1 never
+        >>> tokens, num_sampled = jsample.synthetic_rejection_sample(
+        ...     jnp.array([[10, 11, 12]], jnp.int32), jnp.array([[5, 6]]), jnp.array([2]), jnp.array([0]), jnp.array([0]),
+        ...     rates)
+        >>> tokens.tolist(), num_sampled.tolist()  # draft 5, then the target's token of row 1
+        ([[5, 11, -1]], [2])
     """
     op = "synthetic_rejection_sample"
     conditional_rates = rates_from_list(op, conditional_rates)

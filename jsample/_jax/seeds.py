@@ -10,7 +10,11 @@ def seeds_from_key(key, batch: int) -> jax.Array:
     `seeds`. Split the key as usual to get new seeds: equal keys give equal seeds, so equal tokens.
 
     Example:
-        >>> seeds = jsample.seeds_from_key(jax.random.key(0), 4)
-        >>> tokens = jsample.gumbel_sample(logits, seeds, positions, 0.7)
+        >>> import jax, jax.numpy as jnp, jsample
+        >>> seeds = jsample.seeds_from_key(jax.random.key(0), 2)
+        >>> seeds.shape, str(seeds.dtype)
+        ((2, 2), 'uint32')
+        >>> jsample.gumbel_sample(jnp.zeros((2, 5), jnp.float32), seeds, jnp.array([0, 0]), 0.7).shape
+        (2,)
     """
     return jax.random.bits(key, (batch, 2), jnp.uint32)
