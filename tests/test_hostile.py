@@ -456,3 +456,7 @@ def test_torch_names_a_numpy_array_as_not_a_tensor():
     with pytest.raises(TypeError, match="rejection_sample: draft_tokens must be a torch.Tensor, got a NumPy array"):
         torch_backend.rejection_sample(torch.zeros(2, 2, 5), np.zeros((2, 1), np.int32), torch.ones(2, dtype=torch.int32),
                                        seeds, seeds, 1.0)
+    with pytest.raises(TypeError, match="synthetic_rejection_sample: conditional_rates must be a torch.Tensor, got a "
+                                        "NumPy array"):  # a list is taken (copied), a NumPy array is not
+        torch_backend.synthetic_rejection_sample(torch.zeros(2, 2, dtype=torch.int32), torch.zeros(2, 1), seeds, seeds,
+                                                 seeds, np.float32([0.5]))

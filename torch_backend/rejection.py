@@ -2,7 +2,6 @@
 
 from typing import Optional
 
-import numpy as np
 import torch
 
 from jsample import kernels
@@ -124,8 +123,8 @@ def synthetic_rejection_sample(target_tokens, draft_tokens, num_draft_tokens, se
 
     Args:
         target_tokens: [B, K+1] int32, the target's sampled token of each row (e.g. gumbel_sample's).
-        draft_tokens: [B, K] int32 or int64 (read as such: a value outside [0, V) is never accepted;
-            entries at j >= n_b ignored).
+        draft_tokens: [B, K] int32 or int64 (read as such: an int64 draft beyond the int32 range is
+            never accepted; entries at j >= n_b ignored).
         num_draft_tokens: [B] int32 or int64, n_b in [0, K] (unchecked; clamped).
         seeds: as `gumbel_sample`: [B] int32, uint32 or int64, or [B, 2] (low, high) 32-bit words.
         positions: [B] int32 or int64, the position of row 0.
@@ -148,9 +147,9 @@ def synthetic_rejection_sample(target_tokens, draft_tokens, num_draft_tokens, se
         ([[5, 11, -1]], [2])
     """
     op = "synthetic_rejection_sample"
-    conditional_rates = rates_from_list(op, conditional_rates)
-    if isinstance(conditional_rates, np.ndarray) and isinstance(target_tokens, torch.Tensor):  # from a list
-        conditional_rates = torch.from_numpy(conditional_rates).to(target_tokens.device)
+    if isinstance(conditional_rates, (list, tuple)):
+        rates = torch.from_numpy(rates_from_list(op, conditional_rates))
+        conditional_rates = rates.to(target_tokens.device) if isinstance(target_tokens, torch.Tensor) else rates
     call = validate(op, check_synthetic_rejection_sample, dict(
         target_tokens=target_tokens, draft_tokens=draft_tokens, num_draft_tokens=num_draft_tokens, seeds=seeds,
         positions=positions, conditional_rates=conditional_rates), (fp64,))
