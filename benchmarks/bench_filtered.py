@@ -18,6 +18,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
 import harness  # noqa: E402
+import logit_families  # noqa: E402
 
 FILTERS = {"top_k": dict(top_k=50), "top_p": dict(top_p=0.9), "min_p": dict(min_p=0.05),
            "top_k+top_p": dict(top_k=50, top_p=0.9)}
@@ -45,6 +46,8 @@ def main():
     parser.add_argument("--out", default="benchmarks/results")
     parser.add_argument("--batches", default="1,64,256")
     parser.add_argument("--vocab", type=int, default=151936)
+    parser.add_argument("--families", default=",".join(logit_families.FAMILIES),
+                        help="logit families (benchmarks/logit_families.py), comma-separated")
     parser.add_argument("--git-sha", default="unknown")
     args = parser.parse_args()
 
@@ -59,12 +62,11 @@ def main():
     flashinfer_sampling = harness.flashinfer_sampling()
     vocab = args.vocab
     rows = []
-    for batch in map(int, args.batches.split(",")):
+    for family, batch in ((f, b) for f in args.families.split(",") for b in map(int, args.batches.split(","))):
         nbytes = batch * vocab * 2
         rotate = harness.copies_needed(nbytes)
         gen = torch.Generator(device="cuda").manual_seed(batch)
-        logits = [(torch.randn(batch, vocab, device="cuda", generator=gen) * 3).to(torch.bfloat16)
-                  for _ in range(rotate)]
+        logits = [logit_families.make_logits(family, batch, vocab, gen).to(torch.bfloat16) for _ in range(rotate)]
         seeds = torch.arange(batch, device="cuda", dtype=torch.int64) * 1000003 + 17
         positions = torch.arange(batch, device="cuda", dtype=torch.int64) + 2**32
         temperature = torch.full((batch,), 0.8, device="cuda")
@@ -74,9 +76,9 @@ def main():
                                         rotate)
 
         def record(name, provider, us):
-            rows.append(dict(B=batch, V=vocab, filters=name, provider=provider, us=us, read_once_us=read_us,
-                             read_once_fraction=read_us / us))
-            print(f"B={batch:4d} {name:12s} {provider:44s} {us:9.1f} us  read once {read_us:6.1f} us "
+            rows.append(dict(family=family, B=batch, V=vocab, filters=name, provider=provider, us=us,
+                             read_once_us=read_us, read_once_fraction=read_us / us))
+            print(f"{family:8s} B={batch:4d} {name:12s} {provider:44s} {us:9.1f} us  read once {read_us:6.1f} us "
                   f"{read_us / us:5.2f}", flush=True)
 
         for name, filters in FILTERS.items():
@@ -108,13 +110,15 @@ def main():
                 record(name, "flashinfer top_k_top_p_sampling_from_logits", harness.time_torch_us(flashinfer, rotate))
                 record(name, "flashinfer (CUDA graph)", harness.time_graph_us(flashinfer, rotate))
 
-    notes = ("bfloat16 logits [B, V] (N(0, 9)), temperature 0.8; `us`: median (torch, CUDA events) or best mean "
+    notes = ("bfloat16 logits [B, V] of the families of benchmarks/logit_families.py (flat: N(0, 9); typical: "
+             "Zipf-like, entropy about 3 nats; peaked: entropy below 0.5 nat), temperature 0.8; `us`: median (torch, CUDA events) or best mean "
              "of 100 calls (JAX, including dispatch). `read_once_us`: one Triton launch reading the logits once "
              "(CUDA graph). FlashInfer gets the logits divided by T (its kernel takes no temperature) and the "
              "division is timed with it. Command: `XLA_PYTHON_CLIENT_PREALLOCATE=false python "
              "benchmarks/bench_filtered.py --out benchmarks/results --git-sha <sha>`.")
     harness.write_results(args.out, "filtered", harness.environment(args.git_sha), rows,
-                          ["B", "V", "filters", "provider", "us", "read_once_us", "read_once_fraction"], notes)
+                          ["family", "B", "V", "filters", "provider", "us", "read_once_us", "read_once_fraction"],
+                          notes)
 
 
 if __name__ == "__main__":
