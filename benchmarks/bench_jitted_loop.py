@@ -7,10 +7,10 @@ JAX's default flags and with the flags the README recommends for small-batch loo
 
     python benchmarks/bench_jitted_loop.py --out DIR [--git-sha SHA]   (runs both, writes jitted_loop.md/.json)
 
-Rows: gumbel_sample vs jax.random.categorical; top_k_top_p_sample (top_k = 50, top_p = 0.9) vs
-jax.lax.top_k + categorical over the top 50 (the usual JAX top-k sampler); rejection_sample (K = 4,
-draft logits) reported alone. Targets with the recommended flags: gumbel <= 1.2x its peer, top-k/top-p
-<= 1.5x its peer.
+Rows: gumbel_sample vs jax.random.categorical; top_k_top_p_sample with top_k = 50 vs jax.lax.top_k +
+categorical over the top 50 (the usual JAX top-k sampler), and with top_k = 50, top_p = 0.9 vs the same
+plus a top-p cut over the sorted top 50 (cumsum); rejection_sample (K = 4, draft logits) reported alone.
+Targets with the recommended flags: gumbel <= 1.2x its peer, top-k/top-p <= 1.5x its peer.
 """
 
 import argparse
@@ -55,11 +55,17 @@ def measure() -> dict:
     def peer_gumbel(x, seed, i):
         return jax.random.categorical(jax.random.fold_in(jax.random.key(0), i), x, axis=-1).astype(jnp.int32)
 
+    def ours_top_k(x, seed, i):
+        return jsample.top_k_top_p_sample(x, seed, jnp.full((1,), i, jnp.int32), one, top_k=50)
+
     def ours_filtered(x, seed, i):
         return jsample.top_k_top_p_sample(x, seed, jnp.full((1,), i, jnp.int32), one, top_k=50, top_p=0.9)
 
-    def peer_top_k(x, seed, i):
-        values, indices = jax.lax.top_k(x, 50)
+    def peer_top_k(x, seed, i, top_p=None):
+        values, indices = jax.lax.top_k(x, 50)  # sorted, largest first
+        if top_p is not None:  # keep while the mass before a token is below top_p
+            p = jax.nn.softmax(values, axis=-1)
+            values = jnp.where(jnp.cumsum(p, axis=-1) - p < top_p, values, -jnp.inf)
         choice = jax.random.categorical(jax.random.fold_in(jax.random.key(0), i), values, axis=-1)
         return jnp.take_along_axis(indices, choice[:, None], axis=1)[:, 0].astype(jnp.int32)
 
@@ -72,7 +78,9 @@ def measure() -> dict:
     results = {}
     seed = jnp.zeros((1,), jnp.int32)
     for name, sample in (("gumbel_sample", ours_gumbel), ("jax.random.categorical", peer_gumbel),
-                         ("top_k_top_p_sample", ours_filtered), ("jax.lax.top_k + categorical", peer_top_k),
+                         ("top_k_top_p_sample top_k=50", ours_top_k), ("jax.lax.top_k + categorical", peer_top_k),
+                         ("top_k_top_p_sample top_k=50 top_p=0.9", ours_filtered),
+                         ("jax.lax.top_k + top-p + categorical", lambda x, seed, i: peer_top_k(x, seed, i, 0.9)),
                          ("rejection_sample K=4", ours_rejection)):
         run = loop(sample)
         jax.block_until_ready(run(base, seed))
@@ -101,7 +109,9 @@ def main():
         done = subprocess.run([sys.executable, __file__, "--measure"], env=env, capture_output=True, text=True)
         sys.stdout.write(done.stdout[-3000:] + done.stderr[-3000:])
         table[label] = json.loads(next(line[7:] for line in done.stdout.splitlines() if line.startswith("RESULT ")))
-    rows = [("gumbel_sample", "jax.random.categorical", 1.2), ("top_k_top_p_sample", "jax.lax.top_k + categorical", 1.5),
+    rows = [("gumbel_sample", "jax.random.categorical", 1.2),
+            ("top_k_top_p_sample top_k=50", "jax.lax.top_k + categorical", 1.5),
+            ("top_k_top_p_sample top_k=50 top_p=0.9", "jax.lax.top_k + top-p + categorical", 1.5),
             ("rejection_sample K=4", None, None)]
     lines = [f"# A step of a jitted decode loop, B = 1, V = {VOCAB} (fp32), {STEPS} steps in lax.fori_loop",
              "", f"commit {args.git_sha}; `python benchmarks/bench_jitted_loop.py`; recommended flags: "
