@@ -139,14 +139,15 @@ def test_the_rejection_variant_follows_the_target():
 
 
 def test_the_gumbel_variant_follows_the_batch_and_the_target():
-    """Small batches take one launch (the last program of a row reduces it) where the executor keeps
-    self-resetting arrival counters (torch); JAX and large batches take two."""
+    """Small batches take one launch (the last program of a row reduces it) where the executor provides
+    arrival counters (torch eagerly, JAX); CUDA-graph captures in torch and large batches take two."""
     def variant(target, batch):
         specs = _specs("gumbel_sample", batch, 151936)
         return kernels.plan_gumbel_sample(*specs.values(), target, fp64=False, draft=False).variant
 
     torch_target = Target(interpreter=False, pdl=True, arrival_counters=True)
     assert variant(torch_target, 1) == "one launch" and variant(torch_target, 256) == "two launches"
-    assert variant(jax_execute.TARGET, 1) == "two launches"
+    assert variant(jax_execute.TARGET, 1) == "one launch" and variant(jax_execute.TARGET, 256) == "two launches"
+    assert variant(Target(interpreter=False, pdl=True, arrival_counters=False), 1) == "two launches"  # captured
     plan = kernels.plan_gumbel_sample(*_specs("gumbel_sample", 2, 5000).values(), torch_target, fp64=False, draft=False)
     assert [b.name for b in plan.buffers if b.counters] == ["arrivals"]

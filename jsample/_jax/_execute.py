@@ -13,8 +13,10 @@ from jsample import kernels
 from jsample._jax._launch import launch
 from jsample.kernels.plan import ArgSpec, Plan, Target
 
-# jax-triton cannot chain launches (no PDL); tests replace TARGET to run other tilings
-TARGET = Target(interpreter=kernels.INTERPRETER, large_programs=kernels.INTERPRETER, pdl=False, launch_bound=True)
+# jax-triton cannot chain launches (no PDL); counters buffers are zeroed outputs (a memset each call,
+# cheaper than the launch a one-launch plan saves); tests replace TARGET to run other tilings
+TARGET = Target(interpreter=kernels.INTERPRETER, large_programs=kernels.INTERPRETER, pdl=False, launch_bound=True,
+                arrival_counters=True)
 
 
 def arg_spec(array) -> ArgSpec:

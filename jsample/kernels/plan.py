@@ -51,7 +51,7 @@ class Target:
         jax-triton or host callbacks): plans fuse launches where a fused kernel exists.
     arrival_counters: the executor provides `counters` buffers (zero on entry, left zero by the plan's
         kernels), so that a launch's last program per row can finish the row (torch: kept per thread
-        and stream, no memset per call).
+        and stream, no memset per call; JAX: zeroed outputs, a memset per call).
     """
 
     interpreter: bool
