@@ -9,7 +9,8 @@ JAX's default flags and with the flags the README recommends for small-batch loo
 
 Rows: gumbel_sample vs jax.random.categorical; top_k_top_p_sample with top_k = 50 vs jax.lax.top_k +
 categorical over the top 50 (the usual JAX top-k sampler), and with top_k = 50, top_p = 0.9 vs the same
-plus a top-p cut over the sorted top 50 (cumsum); rejection_sample (K = 4, draft logits) reported alone.
+plus a top-p cut over the sorted top 50 (cumsum); rejection_sample (K = 4, draft logits) reported alone; its step also writes the new logits into the target rows and takes the
+drafts' argmax (a copy of [1, K+1, V] and a reduction, a few us), which the committed numbers include.
 Targets with the recommended flags: gumbel <= 1.2x its peer, top-k/top-p <= 1.5x its peer.
 """
 

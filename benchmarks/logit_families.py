@@ -63,10 +63,3 @@ def entropy_nats(logits):
 
     log_p = torch.log_softmax(logits.to(torch.float64), dim=1)
     return -(log_p.exp() * log_p).sum(dim=1)
-
-
-def describe(family: str, vocab: int) -> str:
-    exponent = f", a = {zipf_exponent(vocab):.3f}" if family == "typical" else ""
-    return f"{family}{exponent}"
-
-

@@ -39,8 +39,8 @@ def rejection_sample(target_logits, draft_tokens, num_draft_tokens, seeds, posit
 
     Args:
         target_logits: [B, K+1, V] float32, bfloat16 or float16.
-        draft_tokens: [B, K] int32 or int64 (read as such, never narrowed). Entries at j >= n_b are
-            ignored; a draft outside [0, V) is always rejected.
+        draft_tokens: [B, K] int32 or int64 (read as such, never narrowed; 64-bit arrays need
+            jax_enable_x64). Entries at j >= n_b are ignored; a draft outside [0, V) is always rejected.
         num_draft_tokens: [B] int32 or int64, n_b in [0, K] (unchecked; values outside are clamped).
         seeds: as `gumbel_sample`: [B] int32, uint32 or int64, or [B, 2] (low, high) 32-bit words.
         positions: [B] int32 or int64, the position of row 0 (>= 0, unchecked).

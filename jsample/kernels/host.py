@@ -1,7 +1,8 @@
-"""Launching the kernels on NumPy arrays through the Triton interpreter (the JAX CPU path).
+"""The Triton interpreter's side of things: launching the kernels on NumPy arrays (the JAX CPU path),
+and making its device-function calls cheap for every interpreted launch (`patch_language_once`).
 
 The interpreter's own launcher expects torch tensors; NumPy arrays already live in host memory,
-so we hand it their addresses directly. This touches interpreter internals (pinned triton 3.6).
+so we hand it their addresses directly. Both touch interpreter internals (triton 3.6 to 3.9).
 """
 
 import queue
