@@ -51,10 +51,11 @@ def target(device: torch.device) -> Target:
     key = (device.type, device.index, capturing)
     found = _TARGETS.get(key)
     if found is None:
-        pdl = (device.type == "cuda" and not kernels.INTERPRETER
-               and torch.cuda.get_device_capability(device)[0] >= 9)
+        compiled = device.type == "cuda" and not kernels.INTERPRETER
+        pdl = compiled and torch.cuda.get_device_capability(device)[0] >= 9
+        resident = torch.cuda.get_device_properties(device).multi_processor_count if compiled else 0
         found = _TARGETS[key] = Target(interpreter=kernels.INTERPRETER, large_programs=kernels.INTERPRETER, pdl=pdl,
-                                       launch_bound=False, arrival_counters=not capturing)
+                                       launch_bound=False, arrival_counters=not capturing, resident_programs=resident)
     return found
 
 

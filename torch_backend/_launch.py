@@ -73,14 +73,30 @@ def dense(tensor: torch.Tensor) -> torch.Tensor:
     return tensor.contiguous()
 
 
+_CONSTANTS = {}  # (number, its type, B, dtype, device) -> a [B] tensor of it, which no kernel writes
+
+
 def per_row(value, batch: int, dtype: torch.dtype, device) -> torch.Tensor:
     """A per-request value as a dense [B] tensor of `dtype`: a tensor [B] or () is converted (a float
-    as float32, an integer that is neither int32 nor int64 as int64) and broadcast; a number is filled."""
+    as float32, an integer that is neither int32 nor int64 as int64) and broadcast; a number is filled,
+    once per (number, B, dtype, device) for eager GPU calls (no fill launch per call), else each call
+    (a trace or a CUDA-graph capture records its own fill)."""
     if isinstance(value, torch.Tensor):
         if value.dtype != dtype and not (dtype == torch.int64 and value.dtype == torch.int32):
             value = value.to(dtype)
         return dense(value.expand(batch))
-    return torch.full((batch,), value, dtype=dtype, device=device)
+    device = torch.device(device)
+    if device.type != "cuda" or torch.compiler.is_compiling() or torch.cuda.is_current_stream_capturing():
+        return torch.full((batch,), value, dtype=dtype, device=device)
+    key = (value, type(value), batch, dtype, device)
+    found = _CONSTANTS.get(key)
+    if found is None:
+        found = torch.full((batch,), value, dtype=dtype, device=device)
+        torch.cuda.current_stream(device).synchronize()  # filled before a call on any stream reads it
+        if len(_CONSTANTS) > 1024:
+            _CONSTANTS.clear()
+        _CONSTANTS[key] = found
+    return found
 
 
 def temperature_array(temperature, batch: int, device) -> torch.Tensor:

@@ -6,6 +6,8 @@ buffer written by several launches is a new value each time. A buffer that no la
 constant zero array (a stand-in for an empty input, never read).
 """
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 
@@ -14,9 +16,20 @@ from jsample._jax._launch import launch
 from jsample.kernels.plan import ArgSpec, Plan, Target
 
 # jax-triton cannot chain launches (no PDL); counters buffers are zeroed outputs (a memset each call,
-# cheaper than the launch a one-launch plan saves); tests replace TARGET to run other tilings
+# cheaper than the launch a one-launch plan saves); resident_programs -1: the GPU's SM count, looked up
+# at the first call (target()); tests replace TARGET to run other tilings
 TARGET = Target(interpreter=kernels.INTERPRETER, large_programs=kernels.INTERPRETER, pdl=False, launch_bound=True,
-                arrival_counters=True)
+                arrival_counters=True, resident_programs=0 if kernels.INTERPRETER else -1)
+
+
+def target() -> Target:
+    """TARGET, with resident_programs the default GPU's SM count (0 if JAX does not say it)."""
+    global TARGET
+    if TARGET.resident_programs == -1:
+        device = jax.devices()[0]
+        count = getattr(device, "core_count", 0) if device.platform == "gpu" else 0
+        TARGET = dataclasses.replace(TARGET, resident_programs=int(count or 0))
+    return TARGET
 
 
 def arg_spec(array) -> ArgSpec:

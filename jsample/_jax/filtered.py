@@ -67,7 +67,7 @@ def top_k_top_p_sample(logits, seeds, positions, temperature, *, top_k=None, top
 
 def _filtered_rows(logits, seeds, positions, temperature, top_k, top_p, min_p, *, fp64):
     """top_k_top_p_sample on validated arrays, the requests on axis 0."""
-    plan = kernels.plan_top_k_top_p_sample(arg_spec(logits), arg_spec(seeds), execute.TARGET, has_top_k=top_k is not None,
+    plan = kernels.plan_top_k_top_p_sample(arg_spec(logits), arg_spec(seeds), execute.target(), has_top_k=top_k is not None,
                                            has_top_p=top_p is not None, has_min_p=min_p is not None, fp64=fp64)
     inputs = dict(logits=logits, seeds=seeds, positions=positions, temperature=temperature, top_k=top_k, top_p=top_p,
                   min_p=min_p)

@@ -65,6 +65,6 @@ def gumbel_sample(logits, seeds, positions, temperature, *, fp64=False, draft=Fa
 
 def _gumbel_rows(logits, seeds, positions, temperature, *, fp64, draft):
     """gumbel_sample on validated arrays, the requests on axis 0."""
-    plan = kernels.plan_gumbel_sample(arg_spec(logits), arg_spec(seeds), execute.TARGET, fp64=fp64, draft=draft)
+    plan = kernels.plan_gumbel_sample(arg_spec(logits), arg_spec(seeds), execute.target(), fp64=fp64, draft=draft)
     (tokens,) = run(plan, dict(logits=logits, seeds=seeds, positions=positions, temperature=temperature))
     return tokens

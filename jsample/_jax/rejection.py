@@ -83,7 +83,7 @@ def _rejection_rows(target_logits, draft_tokens, num_draft_tokens, seeds, positi
                     strict, fp64):
     """rejection_sample on validated arrays, the requests on axis 0."""
     plan = kernels.plan_rejection_sample(arg_spec(target_logits), None if draft_logits is None else arg_spec(draft_logits),
-                                         arg_spec(seeds), execute.TARGET, strict=strict, fp64=fp64)
+                                         arg_spec(seeds), execute.target(), strict=strict, fp64=fp64)
     inputs = dict(target_logits=target_logits, draft_tokens=draft_tokens, num_draft_tokens=num_draft_tokens,
                   seeds=seeds, positions=positions, temperature=temperature)
     if draft_logits is not None:
@@ -147,6 +147,6 @@ def synthetic_rejection_sample(target_tokens, draft_tokens, num_draft_tokens, se
 def _synthetic_rows(target_tokens, draft_tokens, num_draft_tokens, seeds, positions, conditional_rates, *, fp64):
     """synthetic_rejection_sample on validated arrays, the requests on axis 0."""
     plan = kernels.plan_synthetic_rejection_sample(arg_spec(target_tokens), arg_spec(conditional_rates),
-                                                   arg_spec(seeds), execute.TARGET, fp64=fp64)
+                                                   arg_spec(seeds), execute.target(), fp64=fp64)
     return run(plan, dict(target_tokens=target_tokens, draft_tokens=draft_tokens, num_draft_tokens=num_draft_tokens,
                           seeds=seeds, positions=positions, conditional_rates=conditional_rates))

@@ -54,11 +54,13 @@ from jsample.kernels.common import (
     GREEDY_BELOW,
     aligned,
     block_noise,
+    greedy_argmax_row,
     inverse_temperature,
     is_greedy,
     load_block,
     load_temperature,
     noisy_scores,
+    reduce_block_best_flagged,
     store_block_best,
 )
 from jsample.kernels.gumbel import GumbelLaunchConfig, argmax_reduce_kernel, gumbel_launch_config
@@ -138,6 +140,41 @@ def filtered_launch_config(batch: int, vocab_size: int, row_stride: int, dtype_n
     )
 
 
+ONE_LAUNCH_MAX_CHUNK = 8192  # filtered_one_launch_kernel: at most this many columns a program on a GPU
+
+
+def filtered_one_launch_config(batch: int, vocab_size: int, row_stride: int, dtype_name: str, fp64: bool,
+                               target: Target) -> FilteredLaunchConfig:
+    """The configuration of filtered_one_launch_kernel, or None where its programs may not wait for each
+    other: in the interpreter (large_programs) one program a row; on a GPU, chunks of a power of two
+    tiles (a multiple of the sampling block, or one), as few as keep all B * num_chunks programs
+    resident (Target.resident_programs), and of at most ONE_LAUNCH_MAX_CHUNK columns."""
+    config = filtered_launch_config(batch, vocab_size, row_stride, dtype_name, fp64, fast_math=not target.interpreter,
+                                    large_programs=target.large_programs)
+    tile = config.threads * config.vec
+    tiles = triton.cdiv(vocab_size, tile)
+    gumbel = config.gumbel
+    if target.large_programs:
+        step = max(tile, gumbel.block_v)  # powers of two: a multiple of both
+        chunk = triton.cdiv(vocab_size, step) * step
+    else:
+        per_row = target.resident_programs // max(batch, 1)
+        if target.interpreter or per_row < 1:
+            return None
+        chunk = tile * triton.next_power_of_2(triton.cdiv(tiles, per_row))
+        if chunk > max(ONE_LAUNCH_MAX_CHUNK, tile):
+            return None
+    block_v = min(gumbel.block_v, chunk)
+    num_blocks = triton.cdiv(vocab_size, block_v)
+    gumbel = GumbelLaunchConfig(block_v=block_v, num_blocks=num_blocks, reduce_block=triton.next_power_of_2(num_blocks),
+                                row_align=gumbel.row_align, vocab_align=gumbel.vocab_align, num_warps=config.num_warps,
+                                fast_math=gumbel.fast_math)
+    return FilteredLaunchConfig(gumbel=gumbel, key_shift=config.key_shift, ways=16,
+                                search_steps=math.ceil((32 - config.key_shift) / 4), num_chunks=triton.cdiv(vocab_size, chunk),
+                                chunk=chunk, vec=config.vec, threads=config.threads,
+                                wide_sums=chunk > MAX_COLUMNS_PER_THREAD * config.threads, num_warps=config.num_warps)
+
+
 @dataclass(frozen=True)
 class FilterStep:
     """One launch of filter_step_kernel (or, PHASE_SAMPLE, of filtered_partial_kernel)."""
@@ -199,6 +236,50 @@ def _tile_keys(row_ptr, start, V, KEY_SHIFT: tl.constexpr, THREADS: tl.constexpr
 
 
 @triton.jit
+def _chunk_stats(row_ptr, first, end, V, KEY_SHIFT: tl.constexpr, THREADS: tl.constexpr, VEC: tl.constexpr):
+    """(largest key, smallest key, count) of the finite logits in columns [first, end) (int64; -2**31,
+    2**31 - 1 and 0 without one)."""
+    key_max = tl.full([VEC, THREADS], -(2**31), tl.int32)
+    key_min = tl.full([VEC, THREADS], 2**31 - 1, tl.int32)
+    count = tl.zeros([VEC, THREADS], tl.int32)
+    start = first
+    while start < end:  # a while loop: the interpreter cannot range() over a runtime bound
+        x, key, finite = _tile_keys(row_ptr, start, V, KEY_SHIFT, THREADS, VEC)
+        start += THREADS * VEC
+        key_max = tl.maximum(key_max, key)  # non-finite keys are -2**31
+        key_min = tl.minimum(key_min, tl.where(finite, key, 2**31 - 1))
+        count += finite.to(tl.int32)
+    return (tl.max(tl.max(key_max, axis=1), axis=0).to(tl.int64), tl.min(tl.min(key_min, axis=1), axis=0).to(tl.int64),
+            tl.sum(tl.sum(count, axis=1), axis=0).to(tl.int64))
+
+
+@triton.jit
+def _chunk_above(row_ptr, first, end, V, lo, hi, temperature, key_max, PHASE: tl.constexpr, KEY_SHIFT: tl.constexpr,
+                 FP64: tl.constexpr, THREADS: tl.constexpr, VEC: tl.constexpr, WAYS: tl.constexpr,
+                 WIDE_SUMS: tl.constexpr):
+    """[WAYS] int64: the count (PHASE_TOP_K) or fixed-point mass (PHASE_TOP_P) of the keys in columns
+    [first, end) that are >= each pivot lo + (hi - lo) * i // WAYS."""
+    ways = tl.arange(0, WAYS)
+    pivots = (lo + ((hi - lo) * ways) // WAYS).to(tl.int32)[:, None, None]
+    # per-thread accumulators, reduced once at the end (a reduction per tile cost a shuffle tree per
+    # tile: 2 ms at B = 256 on an H200); int32: a thread adds at most MAX_COLUMNS_PER_THREAD counts,
+    # or masses <= 2**24 (longer chunks: int64, WIDE_SUMS)
+    above = tl.zeros([WAYS, THREADS], tl.int64 if WIDE_SUMS else tl.int32)
+    start = first
+    while start < end:
+        x, key, finite = _tile_keys(row_ptr, start, V, KEY_SHIFT, THREADS, VEC)
+        start += THREADS * VEC
+        is_above = key[None, :, :] >= pivots  # non-finite keys (-2**31) are below every pivot
+        if PHASE == _TOP_K:
+            above += tl.sum(is_above.to(tl.int32), axis=1)
+        else:
+            e = _relative_probability(x, temperature, key_max, KEY_SHIFT, FP64)
+            mass = (e * _MASS_SCALE).to(tl.int32)  # floor: e >= 0
+            above += tl.sum(tl.where(is_above, mass[None, :, :], 0), axis=1).to(above.dtype)
+    return tl.sum(above.to(tl.int64), axis=1)
+
+
+@triton.jit
 def _filtered_row(temperature, count):
     """Whether the filters apply to the row: T >= 1e-5 (not greedy: gumbel.is_greedy) and a finite
     logit (rows that overflow are filtered too, and then sampled greedily by the reduce launch)."""
@@ -219,6 +300,27 @@ def _start_search(phase: tl.constexpr, b64, lo0, key_max, count, temperature, to
         active = run & (p > 0) & (p < 1)
         lo = tl.where(run & (p <= 0), key_max, lo0)  # p <= 0 keeps the largest logit only
     return lo, tl.where(active, key_max + 1, lo + 1)
+
+
+@triton.jit
+def _narrow(PHASE: tl.constexpr, lo, hi, above, normalizer, capture_normalizer, b64, top_k_ptr, top_p_ptr,
+            WAYS: tl.constexpr):
+    """The bracket [lo, hi) narrowed by `above` [WAYS], the row's count (top-k) or mass (top-p) of the
+    keys >= each pivot lo + (hi - lo) * i // WAYS; with `capture_normalizer` (the first top-p step:
+    pivot 0 is the previous threshold), the mass of all kept tokens is `above[0]`. Returns (lo, hi,
+    normaliser)."""
+    ways = tl.arange(0, WAYS)
+    pivots = lo + ((hi - lo) * ways) // WAYS
+    if PHASE == _TOP_K:
+        below_limit = above < tl.load(top_k_ptr + b64).to(tl.int64)
+    else:
+        normalizer = tl.where(capture_normalizer, tl.sum(tl.where(ways == 0, above, 0), axis=0), normalizer)
+        limit = tl.load(top_p_ptr + b64).to(tl.float64) * normalizer.to(tl.float64)
+        below_limit = above.to(tl.float64) < limit
+    below_limit = below_limit & (ways > 0)  # lo itself is above the limit by construction
+    lo_next = tl.max(tl.where(below_limit, lo, pivots), axis=0)
+    hi_next = tl.min(tl.where(below_limit, pivots, hi), axis=0)
+    return lo_next, hi_next, normalizer
 
 
 @triton.jit
@@ -248,17 +350,8 @@ def _row_state(b64, state_ptr, partial_ptr, num_chunks, temperature, top_k_ptr, 
         normalizer = tl.load(state + 5)
         if hi - lo > 1:  # the previous launch evaluated its pivots: narrow the bracket
             above = tl.sum(tl.load(partials[:, None] + ways[None, :], mask=in_row[:, None], other=0), axis=0)
-            pivots = lo + ((hi - lo) * ways) // WAYS
-            if PREV_PHASE == _TOP_K:
-                below_limit = above < tl.load(top_k_ptr + b64).to(tl.int64)
-            else:
-                if CAPTURE_NORMALIZER:  # pivot 0 is lo, the previous threshold: the mass of all kept tokens
-                    normalizer = tl.sum(tl.where(ways == 0, above, 0), axis=0)
-                limit = tl.load(top_p_ptr + b64).to(tl.float64) * normalizer.to(tl.float64)
-                below_limit = above.to(tl.float64) < limit
-            below_limit = below_limit & (ways > 0)  # lo itself is above the limit by construction
-            lo = tl.max(tl.where(below_limit, lo, pivots), axis=0)
-            hi = tl.min(tl.where(below_limit, pivots, hi), axis=0)
+            lo, hi, normalizer = _narrow(PREV_PHASE, lo, hi, above, normalizer, CAPTURE_NORMALIZER, b64, top_k_ptr,
+                                         top_p_ptr, WAYS)
     if PHASE != PREV_PHASE:
         if PHASE != _SAMPLE:
             # a new search starts at the previous threshold (hi - lo == 1: every search is settled)
@@ -307,19 +400,8 @@ def filter_step_kernel(
     ways = tl.arange(0, WAYS)
     out = partial_out_ptr.to(tl.pointer_type(tl.int64)) + (b64 * num_chunks + c) * WAYS
     if PHASE == _STATS:
-        key_max = tl.full([VEC, THREADS], -(2**31), tl.int32)
-        key_min = tl.full([VEC, THREADS], 2**31 - 1, tl.int32)
-        count = tl.zeros([VEC, THREADS], tl.int32)
-        start = first
-        while start < first + chunk:  # a while loop: the interpreter cannot range() over a runtime bound
-            x, key, finite = _tile_keys(row_ptr, start, V, KEY_SHIFT, THREADS, VEC)
-            start += THREADS * VEC
-            key_max = tl.maximum(key_max, key)  # non-finite keys are -2**31
-            key_min = tl.minimum(key_min, tl.where(finite, key, 2**31 - 1))
-            count += finite.to(tl.int32)
-        stats = tl.where(ways == 0, tl.max(tl.max(key_max, axis=1), axis=0).to(tl.int64),
-                         tl.where(ways == 1, tl.min(tl.min(key_min, axis=1), axis=0).to(tl.int64),
-                                  tl.sum(tl.sum(count, axis=1), axis=0).to(tl.int64)))
+        key_max, key_min, count = _chunk_stats(row_ptr, first, first + chunk, V, KEY_SHIFT, THREADS, VEC)
+        stats = tl.where(ways == 0, key_max, tl.where(ways == 1, key_min, count))
         tl.store(out + ways, stats, mask=ways < 3)
     else:
         key_max, key_min, count, lo, hi, normalizer = _row_state(
@@ -332,23 +414,9 @@ def filter_step_kernel(
             values = tl.where(words == 3, lo, tl.where(words == 4, hi, tl.where(words == 5, normalizer, values)))
             tl.store(state + words, values)
         if hi - lo > 1:
-            pivots = (lo + ((hi - lo) * ways) // WAYS).to(tl.int32)[:, None, None]
-            # per-thread accumulators, reduced once at the end (a reduction per tile cost a shuffle
-            # tree per tile: 2 ms at B = 256 on an H200); int32: a thread adds at most
-            # MAX_COLUMNS_PER_THREAD counts, or masses <= 2**24 (longer chunks: int64, WIDE_SUMS)
-            above = tl.zeros([WAYS, THREADS], tl.int64 if WIDE_SUMS else tl.int32)
-            start = first
-            while start < first + chunk:
-                x, key, finite = _tile_keys(row_ptr, start, V, KEY_SHIFT, THREADS, VEC)
-                start += THREADS * VEC
-                is_above = key[None, :, :] >= pivots  # non-finite keys (-2**31) are below every pivot
-                if PHASE == _TOP_K:
-                    above += tl.sum(is_above.to(tl.int32), axis=1)
-                else:
-                    e = _relative_probability(x, temperature, key_max, KEY_SHIFT, FP64)
-                    mass = (e * _MASS_SCALE).to(tl.int32)  # floor: e >= 0
-                    above += tl.sum(tl.where(is_above, mass[None, :, :], 0), axis=1).to(above.dtype)
-            tl.store(out + ways, tl.sum(above.to(tl.int64), axis=1))
+            above = _chunk_above(row_ptr, first, first + chunk, V, lo, hi, temperature, key_max, PHASE, KEY_SHIFT, FP64,
+                                 THREADS, VEC, WAYS, WIDE_SUMS)
+            tl.store(out + ways, above)
 
 
 @triton.jit
@@ -394,7 +462,18 @@ def filtered_partial_kernel(
     key_max, key_min, count, threshold, hi, normalizer = _row_state(
         b64, state_in_ptr, partial_in_ptr, num_chunks, temperature, top_k_ptr, top_p_ptr,
         _SAMPLE, PREV_PHASE, CAPTURE_NORMALIZER, WAYS, MAX_CHUNKS)
-    first_col = block * BLOCK_V
+    store_filtered_block(logits_ptr, b64, row_stride, V, block * BLOCK_V, seed, position, temperature, min_p_ptr, key_max,
+                         count, threshold, partial_score_ptr, partial_index_ptr, b64 * num_blocks + block, HAS_MIN_P,
+                         KEY_SHIFT, FP64, BLOCK_V, ROW_ALIGN, FAST_MATH)
+
+
+@triton.jit
+def store_filtered_block(logits_ptr, b64, row_stride, V, first_col, seed, position, temperature, min_p_ptr, key_max,
+                         count, threshold, partial_score_ptr, partial_index_ptr, out, HAS_MIN_P: tl.constexpr,
+                         KEY_SHIFT: tl.constexpr, FP64: tl.constexpr, BLOCK_V: tl.constexpr, ROW_ALIGN: tl.constexpr,
+                         FAST_MATH: tl.constexpr):
+    """store_sampled_block (stream 0) of columns first_col .. first_col + BLOCK_V - 1 of row b64, with
+    the logits the filters drop (key below `threshold`; with HAS_MIN_P, e < min_p) set to -inf."""
     cols = first_col + tl.arange(0, BLOCK_V)
     x = load_block(logits_ptr + tl.multiple_of(b64 * row_stride, ROW_ALIGN), cols, V, FP64)
     unfiltered = x
@@ -402,7 +481,7 @@ def filtered_partial_kernel(
         x32 = x.to(tl.float32)
         keep = _key(x32, KEY_SHIFT) >= threshold
         if HAS_MIN_P:
-            min_p = tl.load(min_p_ptr + b)
+            min_p = tl.load(min_p_ptr + b64)
             min_p = tl.where(min_p == min_p, tl.minimum(min_p, 1.0), 0.0)  # clamped; NaN keeps all
             keep = keep & (_relative_probability(x32, temperature, key_max, KEY_SHIFT, FP64) >= min_p)
         x = tl.where(keep, x, float("-inf"))
@@ -411,8 +490,150 @@ def filtered_partial_kernel(
     else:
         noise = block_noise(seed, position, first_col, 0, BLOCK_V, FP64, FAST_MATH)
     score, best, overflow = noisy_scores(x, noise, temperature, FP64, FAST_MATH, unfiltered)
-    store_block_best(partial_score_ptr, partial_index_ptr, b64 * num_blocks + block, score, best, first_col, FP64,
-                     overflow)
+    store_block_best(partial_score_ptr, partial_index_ptr, out, score, best, first_col, FP64, overflow)
+
+
+@triton.jit
+def _row_barrier(arrivals_ptr, expected):
+    """Waits until the row's counter reaches `expected` (this program's arrival included): a barrier of
+    the row's programs, which the plan only asks of programs that run at once. The release orders this
+    program's partials before its arrival, the acquire the others' before what follows."""
+    tl.debug_barrier()  # every thread's stores before the one release
+    tl.atomic_add(arrivals_ptr, 1, sem="release", scope="gpu")
+    seen = tl.load(arrivals_ptr, volatile=True)
+    while seen < expected:
+        seen = tl.load(arrivals_ptr, volatile=True)
+    tl.atomic_add(arrivals_ptr, 0, sem="acquire", scope="gpu")
+    tl.debug_barrier()
+
+
+@triton.jit
+def _gather_partials(partial_ptr, slot, num_chunks, MAX_CHUNKS: tl.constexpr, WAYS: tl.constexpr):
+    """[MAX_CHUNKS, WAYS] int64: the chunks' partials in `slot` (0 past num_chunks), read past L1
+    (written by other programs of this launch)."""
+    chunks = tl.arange(0, MAX_CHUNKS)
+    ways = tl.arange(0, WAYS)
+    offsets = (slot * num_chunks + chunks[:, None]) * WAYS + ways[None, :]
+    return tl.load(partial_ptr + offsets, mask=(chunks < num_chunks)[:, None], other=0, cache_modifier=".cg")
+
+
+@triton.jit
+def _search_in_step(PHASE: tl.constexpr, lo, hi, normalizer, step, row_ptr, first, end, V, temperature, key_max, b64,
+                    top_k_ptr, top_p_ptr, partial_ptr, arrivals_ptr, num_chunks, KEY_SHIFT: tl.constexpr,
+                    FP64: tl.constexpr, THREADS: tl.constexpr, VEC: tl.constexpr, WAYS: tl.constexpr,
+                    MAX_CHUNKS: tl.constexpr, WIDE_SUMS: tl.constexpr):
+    """One search of filtered_one_launch_kernel (PHASE_TOP_K or PHASE_TOP_P) from the bracket [lo, hi):
+    the steps of filter_step_kernel's launches, each ending at a barrier. Returns (threshold key, hi,
+    normaliser, slots used)."""
+    ways = tl.arange(0, WAYS)
+    first_step = step
+    while hi - lo > 1:
+        above = _chunk_above(row_ptr, first, end, V, lo, hi, temperature, key_max, PHASE, KEY_SHIFT, FP64, THREADS,
+                             VEC, WAYS, WIDE_SUMS)
+        tl.store(partial_ptr + (step * num_chunks + tl.program_id(1)) * WAYS + ways, above)
+        _row_barrier(arrivals_ptr, (step + 1) * num_chunks)
+        above = tl.sum(_gather_partials(partial_ptr, step, num_chunks, MAX_CHUNKS, WAYS), axis=0)
+        lo, hi, normalizer = _narrow(PHASE, lo, hi, above, normalizer, step == first_step, b64, top_k_ptr, top_p_ptr,
+                                     WAYS)
+        step += 1
+    return lo, hi, normalizer, step
+
+
+@triton.jit
+def filtered_one_launch_kernel(
+    logits_ptr,  # [B, V] f32|bf16|f16, rows `row_stride` elements apart, columns contiguous
+    seeds_ptr,  # [B] i32|u32|i64, or [B, 2] u32 words (SEED_WORDS = 2)
+    positions_ptr,  # [B] i32|i64
+    temperature_ptr,  # [B] f32, or one f32 for all rows (load_temperature)
+    top_k_ptr,  # [B] i32|i64 (read when HAS_TOP_K)
+    top_p_ptr,  # [B] f32 (read when HAS_TOP_P)
+    min_p_ptr,  # [B] f32 (read when HAS_MIN_P)
+    V,
+    row_stride,
+    num_blocks,  # sampling blocks of BLOCK_V columns per row
+    partial_ptr,  # scratch [B, MAX_STEPS, num_chunks, WAYS] i64 as i32 words: a slot per barrier
+    partial_score_ptr,  # scratch [B, num_blocks] f32 (FP64: f64 as pairs of f32 words)
+    partial_index_ptr,  # scratch [B, num_blocks] i32
+    arrivals_ptr,  # [B] i32, zero on entry, left zero
+    tokens_ptr,  # [B] i32 output
+    HAS_TOP_K: tl.constexpr,
+    HAS_TOP_P: tl.constexpr,
+    HAS_MIN_P: tl.constexpr,
+    KEY_SHIFT: tl.constexpr,
+    FP64: tl.constexpr,
+    CHUNK: tl.constexpr,  # columns a program searches and samples: a multiple of THREADS * VEC and of BLOCK_V
+    BLOCK_V: tl.constexpr,
+    THREADS: tl.constexpr,
+    VEC: tl.constexpr,
+    ROW_ALIGN: tl.constexpr,
+    VOCAB_ALIGN: tl.constexpr,
+    FAST_MATH: tl.constexpr,
+    WAYS: tl.constexpr,
+    MAX_STEPS: tl.constexpr,  # slots: 1 + the most search steps
+    MAX_CHUNKS: tl.constexpr,  # a power of two >= num_chunks
+    REDUCE_BLOCK: tl.constexpr,  # a power of two >= num_blocks
+    WIDE_SUMS: tl.constexpr = False,
+    SEED_WORDS: tl.constexpr = 1,
+):
+    """Every launch of the filtered plan in one, grid (B, num_chunks), for launches whose programs all
+    run at once (the plan's condition; the interpreter: one program a row). The row's programs do the
+    stats launch's and each search launch's work on their chunks, with a barrier of the row's programs
+    (a counter) where the launches ended; every program then narrows the bracket from all chunks'
+    partials, as _row_state does, so all take the same steps. Then each samples its blocks as
+    filtered_partial_kernel does, and the last to arrive reduces the row as argmax_reduce_kernel does
+    and resets the counter. Same integer sums, same searches, same scores: the same token."""
+    V = aligned(V, VOCAB_ALIGN)
+    b = tl.program_id(0)
+    c = tl.program_id(1)
+    num_chunks = tl.num_programs(1)
+    b64 = b.to(tl.int64)
+    temperature = load_temperature(temperature_ptr, b)
+    row_ptr = logits_ptr + tl.multiple_of(b64 * row_stride, ROW_ALIGN)
+    arrivals = arrivals_ptr + b
+    partials = partial_ptr.to(tl.pointer_type(tl.int64)) + b64 * (MAX_STEPS * num_chunks * WAYS)
+    first = c * CHUNK
+    end = tl.minimum(first + CHUNK, V)
+    ways = tl.arange(0, WAYS)
+    chunk_max, chunk_min, chunk_count = _chunk_stats(row_ptr, first, end, V, KEY_SHIFT, THREADS, VEC)
+    tl.store(partials + c * WAYS + ways, tl.where(ways == 0, chunk_max, tl.where(ways == 1, chunk_min, chunk_count)),
+             mask=ways < 3)
+    _row_barrier(arrivals, num_chunks)
+    stats = _gather_partials(partials, 0, num_chunks, MAX_CHUNKS, WAYS)
+    in_row = (tl.arange(0, MAX_CHUNKS) < num_chunks)[:, None]
+    key_max = tl.max(tl.max(tl.where(in_row & (ways == 0)[None, :], stats, -(2**62)), axis=1), axis=0)
+    count = tl.sum(tl.sum(tl.where((ways == 2)[None, :], stats, 0), axis=1), axis=0)
+    key_min = tl.min(tl.min(tl.where(in_row & (ways == 1)[None, :], stats, 2**62), axis=1), axis=0)
+    lo = tl.where(count > 0, key_min, 0)  # no finite logit: nothing to search (the row gives -1)
+    normalizer = count * 0
+    step = 1
+    if HAS_TOP_K:
+        lo, hi = _start_search(_TOP_K, b64, lo, key_max, count, temperature, top_k_ptr, top_p_ptr)
+        lo, hi, normalizer, step = _search_in_step(_TOP_K, lo, hi, normalizer, step, row_ptr, first, end, V,
+                                                   temperature, key_max, b64, top_k_ptr, top_p_ptr, partials, arrivals,
+                                                   num_chunks, KEY_SHIFT, FP64, THREADS, VEC, WAYS, MAX_CHUNKS,
+                                                   WIDE_SUMS)
+    if HAS_TOP_P:
+        lo, hi = _start_search(_TOP_P, b64, lo, key_max, count, temperature, top_k_ptr, top_p_ptr)
+        lo, hi, normalizer, step = _search_in_step(_TOP_P, lo, hi, normalizer, step, row_ptr, first, end, V,
+                                                   temperature, key_max, b64, top_k_ptr, top_p_ptr, partials, arrivals,
+                                                   num_chunks, KEY_SHIFT, FP64, THREADS, VEC, WAYS, MAX_CHUNKS,
+                                                   WIDE_SUMS)
+    seed = load_seed(seeds_ptr, b, SEED_WORDS)
+    position = tl.load(positions_ptr + b).to(tl.int64)
+    block = first // BLOCK_V
+    while block * BLOCK_V < end:
+        store_filtered_block(logits_ptr, b64, row_stride, V, block * BLOCK_V, seed, position, temperature, min_p_ptr,
+                             key_max, count, lo, partial_score_ptr, partial_index_ptr, b64 * num_blocks + block,
+                             HAS_MIN_P, KEY_SHIFT, FP64, BLOCK_V, ROW_ALIGN, FAST_MATH)
+        block += 1
+    tl.debug_barrier()  # every thread's stores before the one release
+    if tl.atomic_add(arrivals, 1, sem="acq_rel", scope="gpu") == (step + 1) * num_chunks - 1:
+        token, overflow = reduce_block_best_flagged(partial_score_ptr, partial_index_ptr, b, num_blocks, FP64,
+                                                    REDUCE_BLOCK)
+        if overflow:
+            token = greedy_argmax_row(row_ptr, V, 1024)
+        tl.store(tokens_ptr + b, token)
+        tl.atomic_xchg(arrivals, 0, sem="relaxed", scope="gpu")
 
 
 @functools.lru_cache(maxsize=512)
@@ -434,6 +655,25 @@ def plan_top_k_top_p_sample(logits: ArgSpec, seeds: ArgSpec, target: Target, *, 
     top_k, top_p, min_p = (name if given else unused for name, given in
                            (("top_k", has_top_k), ("top_p", has_top_p), ("min_p", has_min_p)))
     options = dict(num_stages=config.num_stages, enable_fp_fusion=config.enable_fp_fusion)
+    one = filtered_one_launch_config(batch, vocab, row_stride, logits.dtype, fp64, target)
+    if one is not None:
+        max_steps = 1 + one.search_steps * (has_top_k + has_top_p)
+        words = 2 if fp64 else 1  # f64 partial scores are stored as two f32 words
+        buffers = (Buffer("partials", (batch, 2 * max_steps * one.num_chunks * one.ways), "int32"),
+                   Buffer("partial_score", (batch, one.gumbel.num_blocks * words), "float32"),
+                   Buffer("partial_index", (batch, one.gumbel.num_blocks), "int32"),
+                   Buffer("arrivals", (batch,), "int32", counters=True), tokens)
+        launches = (launch(
+            filtered_one_launch_kernel, (batch, one.num_chunks),
+            ("logits", "seeds", "positions", "temperature", top_k, top_p, min_p, vocab, row_stride,
+             one.gumbel.num_blocks), ("partials", "partial_score", "partial_index", "arrivals", "tokens"),
+            HAS_TOP_K=has_top_k, HAS_TOP_P=has_top_p, HAS_MIN_P=has_min_p, KEY_SHIFT=one.key_shift, FP64=fp64,
+            CHUNK=one.chunk, BLOCK_V=one.gumbel.block_v, THREADS=one.threads, VEC=one.vec,
+            ROW_ALIGN=one.gumbel.row_align, VOCAB_ALIGN=one.gumbel.vocab_align, FAST_MATH=one.gumbel.fast_math,
+            WAYS=one.ways, MAX_STEPS=max_steps, MAX_CHUNKS=triton.next_power_of_2(one.num_chunks),
+            REDUCE_BLOCK=one.gumbel.reduce_block, WIDE_SUMS=one.wide_sums, SEED_WORDS=seed_word_count(seeds.shape),
+            num_warps=one.num_warps, **options),)
+        return Plan(buffers, launches, ("tokens",), "one launch")
     # int64 state and partials as pairs of int32 words (no jax_enable_x64 needed); the search
     # launches alternate between two of each (each reads the one before's)
     buffers = [Buffer(f"state_{i}", (batch, 2 * STATE_WORDS), "int32") for i in (0, 1)]

@@ -52,6 +52,11 @@ class Target:
     arrival_counters: the executor provides `counters` buffers (zero on entry, left zero by the plan's
         kernels), so that a launch's last program per row can finish the row (torch: kept per thread
         and stream, no memset per call; JAX: zeroed outputs, a memset per call).
+    resident_programs: how many programs of one launch the GPU is sure to run at once (its SM count:
+        one program of a jsample kernel fits on any SM), so that a plan may have them wait for each
+        other (a barrier on arrival counters, which every executor provides, zeroed where it must);
+        0: no barrier across programs. The interpreter runs programs one after another: barriers only
+        among one program a row there (plans decide that from `large_programs`).
     """
 
     interpreter: bool
@@ -59,6 +64,7 @@ class Target:
     pdl: bool = False
     launch_bound: bool = False
     arrival_counters: bool = False
+    resident_programs: int = 0
 
 
 @dataclass(frozen=True)
