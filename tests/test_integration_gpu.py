@@ -115,7 +115,7 @@ def test_torch_compile_equals_eager_and_changing_values_never_recompiles(op):
     assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == 1
     plans, launchers = len(_execute._PLANS), len(_execute._LAUNCHERS)
     kernels_compiled = {k: sum(len(c) for c in k.device_caches[torch.cuda.current_device()][0:1])
-                        for plan, _ in list(_execute._LAUNCHERS.values()) for k in {s.kernel for s in plan.launches}}
+                        for facts in list(_execute._LAUNCHERS) for k in {s.kernel for s in facts[0].launches}}
     for step in range(3):
         _update(tensors, step)
         call(*tensors)

@@ -32,9 +32,11 @@ _ALIGN = 256  # bytes between workspace buffers: every buffer 16-byte aligned, a
 DIRECT_LAUNCHES = True  # tests turn it off to compare with Triton's own launch path
 _TARGETS = {}
 _PLANS = {}
-_LAUNCHERS = {}  # (plan id, facts) -> [(compiled kernel, constexpr tail)], next to its plan (ids stay unique)
+_LAUNCHERS = {}  # (plan, device index, facts) -> [(compiled kernel, constexpr tail)]
 _WORKSPACES = {}  # (device index, stream, thread) -> uint8 tensor
 _COUNTERS = {}  # (device index, stream, thread) -> int32 tensor, all zero between calls
+_RECIPES = {}  # plan -> _Recipe
+_REPLAYS = {}  # validated call key -> (plan, device, ((input name, argument name or None, constant), ...))
 _LOCK = threading.Lock()
 
 
@@ -91,95 +93,167 @@ class _Pointer:
         return self.address
 
 
-def run(plan: Plan, device: torch.device, inputs: dict) -> tuple:
-    """The plan's outputs, computed from `inputs` (name -> tensor or number, on `device`)."""
+def replay(call, arguments: dict, planner):
+    """The outputs of an eager call that an earlier call with the same key (_launch.validate: shapes,
+    dtypes, strides, devices, numbers, flags), planning function and target ran with its arguments
+    unchanged (numbers converted the same way): that plan on these arguments, without the wrapper's
+    conversions and planning. None where there is none, or while the call is traced or a CUDA graph
+    is captured (another plan)."""
+    if call is None:  # traced (torch.compile) or unhashable arguments
+        return None
+    entry = _REPLAYS.get((call, planner, target))
+    if entry is None or torch._C._len_torch_dispatch_stack() > 0 or torch._C._cuda_isCurrentStreamCapturing():
+        return None
+    found, device, sources = entry
+    return run(found, device, {name: arguments[source] if source is not None else constant
+                               for name, source, constant in sources})
+
+
+def run(plan: Plan, device: torch.device, inputs: dict, remember: tuple = None) -> tuple:
+    """The plan's outputs, computed from `inputs` (name -> tensor or number, on `device`). With
+    `remember` = (validated call key, the user's arguments, planning function), an eager call whose
+    tensors reached the plan unchanged is remembered for `replay`."""
+    if device.type != "cuda" or not DIRECT_LAUNCHES or not plan.launches or torch._C._cuda_isCurrentStreamCapturing():
+        return _run_general(plan, device, inputs)
+    if remember is not None and remember[0] is not None:
+        _remember(*remember, plan, device, inputs)
+    recipe = _RECIPES.get(plan)
+    if recipe is None:
+        recipe = _Recipe(plan)
+        with _LOCK:
+            if len(_RECIPES) > 4096:
+                _RECIPES.clear()
+            _RECIPES[plan] = recipe
+    current = torch._C._cuda_getDevice()
+    if device.index is not None and device.index != current:
+        with torch.cuda.device(device):
+            return _run_eager(plan, recipe, device, device.index, inputs)
+    return _run_eager(plan, recipe, device, current, inputs)
+
+
+class _Recipe:
+    """What an eager GPU call of a plan needs, worked out once: the buffers made fresh per call (outputs),
+    the arrival counters, the workspace layout of the scratch buffers."""
+
+    def __init__(self, plan: Plan):
+        self.fresh, self.counters, self.scratch, total = [], [], [], 0
+        for buffer in plan.buffers:
+            dtype = _DTYPES[buffer.dtype]
+            if buffer.counters:
+                self.counters.append((buffer.name, buffer.shape[0]))
+            elif buffer.name in plan.outputs or buffer.zeroed:
+                self.fresh.append((buffer.name, buffer.shape, dtype, buffer.zeroed))
+            else:
+                self.scratch.append((buffer.name, total, dtype))
+                size = 4
+                for extent in buffer.shape:
+                    size *= extent
+                total += -(-size // _ALIGN) * _ALIGN
+        self.scratch_bytes = total
+
+
+def _run_eager(plan: Plan, recipe: _Recipe, device: torch.device, index: int, inputs: dict) -> tuple:
+    stream = driver.active.get_current_stream(index)
+    place = (index, stream, threading.get_ident())
     env = dict(inputs)
-    outputs = set(plan.outputs)
-    scratch = []
-    for buffer in plan.buffers:
-        if buffer.counters and device.type == "cuda" and not torch.cuda.is_current_stream_capturing():
-            env[buffer.name] = _counters(device, buffer.shape[0])
-        elif buffer.name in outputs or buffer.zeroed or buffer.counters or device.type != "cuda":
-            env[buffer.name] = (torch.zeros if buffer.zeroed or buffer.counters else torch.empty)(
-                buffer.shape, dtype=_DTYPES[buffer.dtype], device=device)
-        else:
-            scratch.append(buffer)
-    if scratch:
-        offsets, total = [], 0
-        for buffer in scratch:
-            offsets.append(total)
-            size = 4
-            for extent in buffer.shape:
-                size *= extent
-            total += -(-size // _ALIGN) * _ALIGN
-        workspace = _workspace(device, total)  # held until the launches are enqueued
+    for name, shape, dtype, zeroed in recipe.fresh:
+        env[name] = (torch.zeros if zeroed else torch.empty)(shape, dtype=dtype, device=device)
+    for name, count in recipe.counters:
+        env[name] = _counters(device, count, place)
+    if recipe.scratch:
+        workspace = _workspace(device, recipe.scratch_bytes, place)  # held until the launches are enqueued
         base = workspace.data_ptr()
-        for buffer, offset in zip(scratch, offsets):
-            env[buffer.name] = _Pointer(base + offset, _DTYPES[buffer.dtype])
-    if plan.launches:
-        if device.type == "cuda" and device.index is not None and device.index != torch.cuda.current_device():
-            with torch.cuda.device(device):
-                _launch_all(plan, device, inputs, env)
-        else:
-            _launch_all(plan, device, inputs, env)
+        for name, offset, dtype in recipe.scratch:
+            env[name] = _Pointer(base + offset, dtype)
+    _launch_all(plan, index, stream, inputs, env)
     return tuple(env[name] for name in plan.outputs)
 
 
-def _counters(device: torch.device, count: int) -> torch.Tensor:
-    """`count` int32 arrival counters at zero, kept per thread and stream like the workspace: the
-    plans' kernels leave them at zero, and stream order puts the next call after this one. (During a
-    capture, or in the interpreter, a call gets zeroed counters of its own.)"""
-    key = (device.index, driver.active.get_current_stream(device.index), threading.get_ident())
-    counters = _COUNTERS.get(key)
+def _run_general(plan: Plan, device: torch.device, inputs: dict) -> tuple:
+    """run() on the CPU (the interpreter), while a CUDA graph is captured, or through Triton's launch
+    path (DIRECT_LAUNCHES off): every buffer a tensor of its own, counters zeroed."""
+    env = dict(inputs)
+    for buffer in plan.buffers:
+        env[buffer.name] = (torch.zeros if buffer.zeroed or buffer.counters else torch.empty)(
+            buffer.shape, dtype=_DTYPES[buffer.dtype], device=device)
+    if device.type == "cuda" and device.index is not None and device.index != torch.cuda.current_device():
+        with torch.cuda.device(device):
+            _launch_through_triton_all(plan, env)
+    else:
+        _launch_through_triton_all(plan, env)
+    return tuple(env[name] for name in plan.outputs)
+
+
+def _remember(call, arguments: dict, planner, plan: Plan, device: torch.device, inputs: dict) -> None:
+    sources = []
+    for name, value in inputs.items():
+        given = arguments.get(name)
+        if value is given:
+            sources.append((name, name, None))
+        elif isinstance(given, (bool, int, float)):  # in the key: converted the same way every time
+            sources.append((name, None, value))
+        else:  # a tensor the wrapper converted (a copy, a dtype): only the full path does that
+            return
+    with _LOCK:
+        if len(_REPLAYS) > 4096:
+            _REPLAYS.clear()
+        _REPLAYS[(call, planner, target)] = (plan, device, tuple(sources))
+
+
+def _counters(device: torch.device, count: int, place: tuple) -> torch.Tensor:
+    """`count` int32 arrival counters at zero, kept per (device, stream, thread) = `place` like the
+    workspace: the plans' kernels leave them at zero, and stream order puts the next call after this
+    one. (During a capture, or in the interpreter, a call gets zeroed counters of its own.)"""
+    counters = _COUNTERS.get(place)
     if counters is None or counters.numel() < count:
         counters = torch.zeros(max(count, 1024), dtype=torch.int32, device=device)
         with _LOCK:
             if len(_COUNTERS) > 256:
                 _COUNTERS.clear()
-            _COUNTERS[key] = counters
+            _COUNTERS[place] = counters
     return counters
 
 
-def _workspace(device: torch.device, nbytes: int) -> torch.Tensor:
-    """At least `nbytes` of scratch for this call (see the module's docstring). The caller holds the
-    tensor until its launches are enqueued: during a capture, the graph's memory pool then keeps it."""
-    if torch.cuda.is_current_stream_capturing():
-        return torch.empty(nbytes, dtype=torch.uint8, device=device)
-    key = (device.index, driver.active.get_current_stream(device.index), threading.get_ident())
-    space = _WORKSPACES.get(key)
+def _workspace(device: torch.device, nbytes: int, place: tuple) -> torch.Tensor:
+    """At least `nbytes` of scratch for this call (see the module's docstring), kept per `place`. The
+    caller holds the tensor until its launches are enqueued."""
+    space = _WORKSPACES.get(place)
     if space is None or space.numel() < nbytes:
         # a smaller workspace that calls still in the stream use is freed to torch's stream-ordered allocator
         space = torch.empty(max(nbytes, 1 << 16), dtype=torch.uint8, device=device)
         with _LOCK:
             if len(_WORKSPACES) > 256:  # threads or streams come and go: start over
                 _WORKSPACES.clear()
-            _WORKSPACES[key] = space
+            _WORKSPACES[place] = space
     return space
 
 
-def _launch_all(plan: Plan, device: torch.device, inputs: dict, env: dict) -> None:
+def _launch_all(plan: Plan, index: int, stream: int, inputs: dict, env: dict) -> None:
+    """Every launch of the plan straight to its compiled kernel's launcher (the first run of a plan and
+    facts goes through Triton, which compiles)."""
     steps = [([env[a] if isinstance(a, str) else a for a in step.args] + [env[o] for o in step.outputs])
              for step in plan.launches]
-    if device.type != "cuda" or not DIRECT_LAUNCHES:
-        for step, args in zip(plan.launches, steps):
-            _launch_through_triton(step, args)
-        return
-    facts = (id(plan), device.index, tuple((t.dtype, t.data_ptr() % 16 == 0) if isinstance(t, torch.Tensor) else type(t)
-                                           for t in inputs.values()))
+    facts = (plan, index, tuple((t.dtype, t.data_ptr() % 16 == 0) if isinstance(t, torch.Tensor) else type(t)
+                                for t in inputs.values()))
     compiled = _LAUNCHERS.get(facts)
-    if compiled is None or compiled[0] is not plan:
-        compiled = (plan, [_compile_and_launch(step, args) for step, args in zip(plan.launches, steps)])
+    if compiled is None:
+        compiled = [_compile_and_launch(step, args) for step, args in zip(plan.launches, steps)]
         with _LOCK:
             _LAUNCHERS[facts] = compiled
         return
-    stream = driver.active.get_current_stream(device.index)
     enter_hook, exit_hook = knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook
-    for step, args, (kernel, constexpr_tail) in zip(plan.launches, steps, compiled[1]):
+    for step, args, (kernel, constexpr_tail) in zip(plan.launches, steps, compiled):
         grid = step.grid
         full = (*args, *constexpr_tail)
         metadata = kernel.launch_metadata(grid, stream, *full) if enter_hook is not None else None
         kernel.run(grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1, stream,
                    kernel.function, kernel.packed_metadata, metadata, enter_hook, exit_hook, *full)
+
+
+def _launch_through_triton_all(plan: Plan, env: dict) -> None:
+    for step in plan.launches:
+        _launch_through_triton(step, [env[a] if isinstance(a, str) else a for a in step.args]
+                               + [env[o] for o in step.outputs])
 
 
 def _launch_through_triton(step, args):

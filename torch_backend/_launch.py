@@ -21,7 +21,7 @@ def _fact(value):
     """What validation and planning depend on: a tensor's shape, dtype, strides and device; any other
     value itself."""
     if isinstance(value, torch.Tensor):
-        return value.shape, value.dtype, value.stride(), value.device
+        return type(value), value.shape, value.dtype, value.stride(), value.device
     return type(value), value
 
 
@@ -84,7 +84,7 @@ def per_row(value, batch: int, dtype: torch.dtype, device) -> torch.Tensor:
     if isinstance(value, torch.Tensor):
         if value.dtype != dtype and not (dtype == torch.int64 and value.dtype == torch.int32):
             value = value.to(dtype)
-        return dense(value.expand(batch))
+        return dense(value if value.shape == (batch,) else value.expand(batch))
     device = torch.device(device)
     if device.type != "cuda" or torch.compiler.is_compiling() or torch.cuda.is_current_stream_capturing():
         return torch.full((batch,), value, dtype=dtype, device=device)

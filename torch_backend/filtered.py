@@ -48,9 +48,12 @@ def top_k_top_p_sample(logits, seeds, positions, temperature, *, top_k=None, top
         [1, 0]
         >>> tokens = torch_backend.top_k_top_p_sample(logits, seeds, positions, 0.8, top_k=2, top_p=0.9, min_p=0.05)
     """
-    op = "top_k_top_p_sample"
-    call = validate(op, check_top_k_top_p_sample, dict(logits=logits, seeds=seeds, positions=positions,
-                                                 temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p), (fp64,))
+    arguments = dict(logits=logits, seeds=seeds, positions=positions, temperature=temperature, top_k=top_k, top_p=top_p,
+                     min_p=min_p)
+    call = validate("top_k_top_p_sample", check_top_k_top_p_sample, arguments, (fp64,))
+    replayed = execute.replay(call, arguments, kernels.plan_top_k_top_p_sample)
+    if replayed is not None:
+        return replayed[0]
     if logits.stride(1) != 1:
         logits = logits.contiguous()
     batch, device = logits.shape[0], logits.device
@@ -61,16 +64,17 @@ def top_k_top_p_sample(logits, seeds, positions, temperature, *, top_k=None, top
         return _top_k_top_p_sample_op(logits, seeds, positions, temperature_array(temperature, batch, device), top_k,
                                       top_p, min_p, fp64)
     return _top_k_top_p_sample(logits, seeds, positions, temperature_value(temperature, batch, device), top_k, top_p,
-                               min_p, fp64, call)
+                               min_p, fp64, call, arguments)
 
 
-def _top_k_top_p_sample(logits, seeds, positions, temperature, top_k, top_p, min_p, fp64, call=None):
+def _top_k_top_p_sample(logits, seeds, positions, temperature, top_k, top_p, min_p, fp64, call=None, arguments=None):
     plan = execute.plan(kernels.plan_top_k_top_p_sample, (logits, seeds), logits.device, call,
                         has_top_k=top_k is not None, has_top_p=top_p is not None, has_min_p=min_p is not None,
                         fp64=fp64)
     inputs = dict(logits=logits, seeds=seeds, positions=positions, temperature=temperature, top_k=top_k, top_p=top_p,
                   min_p=min_p)
-    (tokens,) = execute.run(plan, logits.device, {name: value for name, value in inputs.items() if value is not None})
+    (tokens,) = execute.run(plan, logits.device, {name: value for name, value in inputs.items() if value is not None},
+                            (call, arguments, kernels.plan_top_k_top_p_sample))
     return tokens
 
 

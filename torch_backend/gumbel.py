@@ -44,9 +44,11 @@ def gumbel_sample(logits, seeds, positions, temperature, *, fp64=False, draft=Fa
         >>> tokens.dtype, tokens.shape, int(tokens[1])  # row 1 is greedy (T = 0): its argmax
         (torch.int32, torch.Size([2]), 0)
     """
-    op = "gumbel_sample"
-    call = validate(op, check_gumbel_sample, dict(logits=logits, seeds=seeds, positions=positions,
-                                                  temperature=temperature), (fp64, draft))
+    arguments = dict(logits=logits, seeds=seeds, positions=positions, temperature=temperature)
+    call = validate("gumbel_sample", check_gumbel_sample, arguments, (fp64, draft))
+    replayed = execute.replay(call, arguments, kernels.plan_gumbel_sample)
+    if replayed is not None:
+        return replayed[0]
     if logits.stride(1) != 1:
         logits = logits.contiguous()
     seeds, positions, batch = dense(seeds), dense(positions), logits.shape[0]
@@ -54,13 +56,13 @@ def gumbel_sample(logits, seeds, positions, temperature, *, fp64=False, draft=Fa
         return _gumbel_sample_op(logits, seeds, positions, temperature_array(temperature, batch, logits.device), fp64,
                                  draft)
     return _gumbel_sample(logits, seeds, positions, temperature_value(temperature, batch, logits.device), fp64, draft,
-                          call)
+                          call, arguments)
 
 
-def _gumbel_sample(logits, seeds, positions, temperature, fp64, draft, call=None):
+def _gumbel_sample(logits, seeds, positions, temperature, fp64, draft, call=None, arguments=None):
     plan = execute.plan(kernels.plan_gumbel_sample, (logits, seeds), logits.device, call, fp64=fp64, draft=draft)
-    (tokens,) = execute.run(plan, logits.device, dict(logits=logits, seeds=seeds, positions=positions,
-                                                      temperature=temperature))
+    inputs = dict(logits=logits, seeds=seeds, positions=positions, temperature=temperature)
+    (tokens,) = execute.run(plan, logits.device, inputs, (call, arguments, kernels.plan_gumbel_sample))
     return tokens
 
 

@@ -63,10 +63,12 @@ def rejection_sample(target_logits, draft_tokens, num_draft_tokens, seeds, posit
         >>> tokens.tolist(), num_sampled.tolist()  # greedy: both drafts accepted, then the bonus token
         ([[2, 2, 2]], [3])
     """
-    op = "rejection_sample"
-    call = validate(op, check_rejection_sample, dict(
-        target_logits=target_logits, draft_tokens=draft_tokens, num_draft_tokens=num_draft_tokens, seeds=seeds,
-        positions=positions, temperature=temperature, draft_logits=draft_logits), (method, fp64))
+    arguments = dict(target_logits=target_logits, draft_tokens=draft_tokens, num_draft_tokens=num_draft_tokens,
+                     seeds=seeds, positions=positions, temperature=temperature, draft_logits=draft_logits)
+    call = validate("rejection_sample", check_rejection_sample, arguments, (method, fp64))
+    replayed = execute.replay(call, arguments, kernels.plan_rejection_sample)
+    if replayed is not None:
+        return replayed
     if target_logits.stride(2) != 1:
         target_logits = target_logits.contiguous()
     if draft_logits is not None and draft_logits.stride(2) != 1:
@@ -78,18 +80,18 @@ def rejection_sample(target_logits, draft_tokens, num_draft_tokens, seeds, posit
         return _rejection_sample_op(target_logits, *requests, temperature_array(temperature, batch, device),
                                     draft_logits, method == "strict", fp64)
     return _rejection_sample(target_logits, *requests, temperature_value(temperature, batch, device), draft_logits,
-                             method == "strict", fp64, call)
+                             method == "strict", fp64, call, arguments)
 
 
 def _rejection_sample(target_logits, draft_tokens, num_draft_tokens, seeds, positions, temperature, draft_logits, strict,
-                      fp64, call=None):
+                      fp64, call=None, arguments=None):
     plan = execute.plan(kernels.plan_rejection_sample, (target_logits, draft_logits, seeds), target_logits.device,
                         strict=strict, fp64=fp64)
     inputs = dict(target_logits=target_logits, draft_tokens=draft_tokens, num_draft_tokens=num_draft_tokens,
                   seeds=seeds, positions=positions, temperature=temperature)
     if draft_logits is not None:
         inputs["draft_logits"] = draft_logits
-    return execute.run(plan, target_logits.device, inputs)
+    return execute.run(plan, target_logits.device, inputs, (call, arguments, kernels.plan_rejection_sample))
 
 
 # A custom op, so torch.compile sees one opaque call (no graph break, shapes known from the fake).
@@ -150,21 +152,27 @@ def synthetic_rejection_sample(target_tokens, draft_tokens, num_draft_tokens, se
     if isinstance(conditional_rates, (list, tuple)):
         rates = torch.from_numpy(rates_from_list(op, conditional_rates))
         conditional_rates = rates.to(target_tokens.device) if isinstance(target_tokens, torch.Tensor) else rates
-    call = validate(op, check_synthetic_rejection_sample, dict(
-        target_tokens=target_tokens, draft_tokens=draft_tokens, num_draft_tokens=num_draft_tokens, seeds=seeds,
-        positions=positions, conditional_rates=conditional_rates), (fp64,))
+    arguments = dict(target_tokens=target_tokens, draft_tokens=draft_tokens, num_draft_tokens=num_draft_tokens,
+                     seeds=seeds, positions=positions, conditional_rates=conditional_rates)
+    call = validate(op, check_synthetic_rejection_sample, arguments, (fp64,))
+    replayed = execute.replay(call, arguments, kernels.plan_synthetic_rejection_sample)
+    if replayed is not None:
+        return replayed
     args = (dense(target_tokens), dense(draft_tokens), dense(num_draft_tokens), dense(seeds), dense(positions),
             dense(conditional_rates.to(torch.float32)), fp64)
-    return _synthetic_rejection_sample_op(*args) if traced(target_tokens) else _synthetic_rejection_sample(*args, call)
+    if traced(target_tokens):
+        return _synthetic_rejection_sample_op(*args)
+    return _synthetic_rejection_sample(*args, call, arguments)
 
 
 def _synthetic_rejection_sample(target_tokens, draft_tokens, num_draft_tokens, seeds, positions, conditional_rates, fp64,
-                                call=None):
+                                call=None, arguments=None):
     plan = execute.plan(kernels.plan_synthetic_rejection_sample, (target_tokens, conditional_rates, seeds),
                         target_tokens.device, fp64=fp64)
     return execute.run(plan, target_tokens.device, dict(
         target_tokens=target_tokens, draft_tokens=draft_tokens, num_draft_tokens=num_draft_tokens, seeds=seeds,
-        positions=positions, conditional_rates=conditional_rates))
+        positions=positions, conditional_rates=conditional_rates),
+        (call, arguments, kernels.plan_synthetic_rejection_sample))
 
 
 @torch.library.custom_op("jsample::synthetic_rejection_sample", mutates_args=())

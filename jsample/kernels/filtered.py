@@ -170,7 +170,8 @@ def filtered_one_launch_config(batch: int, vocab_size: int, row_stride: int, dty
                                 row_align=gumbel.row_align, vocab_align=gumbel.vocab_align, num_warps=config.num_warps,
                                 fast_math=gumbel.fast_math)
     return FilteredLaunchConfig(gumbel=gumbel, key_shift=config.key_shift, ways=16,
-                                search_steps=math.ceil((32 - config.key_shift) / 4), num_chunks=triton.cdiv(vocab_size, chunk),
+                                search_steps=math.ceil((32 - config.key_shift) / 4),
+                                num_chunks=triton.cdiv(vocab_size, chunk),
                                 chunk=chunk, vec=config.vec, threads=config.threads,
                                 wide_sums=chunk > MAX_COLUMNS_PER_THREAD * config.threads, num_warps=config.num_warps)
 
