@@ -38,6 +38,11 @@ frontends (filtered_plan lists them):
    the threshold (and, for min-p, e < min_p), and writes gumbel_sample's block partials;
    `argmax_reduce_kernel` (gumbel.py) reduces them.
 
+Where all B * num_chunks programs run at once (Target.resident_programs; in the interpreter, one
+program a row), `filtered_one_launch_kernel` does all of this in one launch: the steps meet at a
+barrier of the row's programs (an arrival counter) instead of at launch boundaries, and the last
+program to arrive reduces the row. Same integer sums, same searches, same scores: the same token.
+
 The chunking and the number of pivots follow the batch size (more chunks per row for small batches,
 to fill the GPU; fewer pivots for large ones, whose launches are compute-bound); the kept set never
 depends on them: counts and fixed-point masses are integer sums, and the searches are exact.
