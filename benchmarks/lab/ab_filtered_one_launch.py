@@ -14,12 +14,12 @@ import dataclasses
 import math
 import os
 import sys
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
 import harness  # noqa: E402
+from bench_eager import wall_us  # noqa: E402
 import logit_families  # noqa: E402
 
 FILTERS = {"top_k=50": dict(top_k=50), "top_p=0.9": dict(top_p=0.9), "min_p=0.05": dict(min_p=0.05),
@@ -70,26 +70,13 @@ def main():
 
     one = torch.zeros(1, device="cuda")
 
-    def wall_us(fn, calls=200):
-        for _ in range(20):
-            fn()
-        torch.cuda.synchronize()
-        rounds = []
-        for _ in range(5):
-            start = time.perf_counter()
-            for _ in range(calls):
-                fn()
-            torch.cuda.synchronize()
-            rounds.append((time.perf_counter() - start) / calls * 1e6)
-        return sorted(rounds)[2]
-
     variants = {"launches": dict(resident=0), "one launch": dict(), "one, ways 32": dict(ways=32),
                 "one, ways 64": dict(ways=64)}
     generator = torch.Generator(device="cuda").manual_seed(0)
     sizes = [(1, 32000), (4, 32000), (1, 151936)] if args.quick else [
         (1, 32000), (2, 32000), (4, 32000), (8, 32000), (16, 32000), (1, 151936), (2, 151936), (4, 151936),
         (8, 151936)]
-    print("bare launch us", round(wall_us(lambda: trivial_kernel[(1,)](one)), 2))
+    print("bare launch us", round(wall_us(lambda: trivial_kernel[(1,)](one), 200), 2))
     print("| B | V | family | filters | plan (one launch) | " + " | ".join(f"{v} graph us" for v in variants)
           + " | launches eager us | one launch eager us | bare launch us |")
     for batch, vocab in sizes:
@@ -119,10 +106,10 @@ def main():
                 # seeds < 2**32 here: uint32 words equal the int64 values
                 assert np.array_equal(np.asarray(from_jax), tokens["launches"].cpu().numpy()), (batch, vocab, name)
                 use(resident=0)
-                eager_launches = wall_us(call)
+                eager_launches = wall_us(call, 200)
                 use()
-                eager_one = wall_us(call)
-                bare = wall_us(lambda: trivial_kernel[(1,)](one))
+                eager_one = wall_us(call, 200)
+                bare = wall_us(lambda: trivial_kernel[(1,)](one), 200)
                 print(f"| {batch} | {vocab} | {family} | {name} | {plan} | "
                       + " | ".join(f"{graph[v]:.1f}" for v in variants)
                       + f" | {eager_launches:.1f} | {eager_one:.1f} | {bare:.1f} |", flush=True)
