@@ -284,3 +284,27 @@ def test_filtered_reference_top_p_follows_the_sorted_cumulative_rule():
         margin = np.abs(before - p).min()
         if margin > 1e-6:
             np.testing.assert_array_equal(keep, expected)
+
+
+@pytest.mark.parametrize("filters", [dict(top_k=3), dict(top_p=0.5), dict(min_p=0.3), dict(top_k=4, top_p=0.6),
+                                     dict(top_k=5, top_p=0.5, min_p=0.1)], ids=lambda f: ",".join(f))
+def test_filtered_unfiltered_winner_shortcut_on_both_sides_of_the_boundary(filters, force_target):
+    """The one-launch plan returns the unfiltered Gumbel-max winner where the filters surely keep it
+    and searches otherwise: over many seeds, both cases occur, and every token equals the reference
+    and the token of the launches' plan (the search for every row)."""
+    rng = np.random.default_rng(11)
+    batch, vocab = 48, 64
+    logits = (rng.standard_normal((batch, vocab)) * 1.5).astype(np.float32)
+    logits[:, 7] = logits[:, 9]  # ties at the boundary in some rows
+    seeds, positions = make_requests(rng, batch)
+    temperature = np.float32(rng.choice([0.7, 1.0, 1.5], size=batch))
+    shortcut = both_frontends(OP, logits, seeds, positions, temperature, **filters)
+    winners = both_frontends("gumbel_sample", logits, seeds, positions, temperature)
+    kept = np.array([kept_tokens(logits[b], temperature[b], filters.get("top_k"), filters.get("top_p"),
+                                 filters.get("min_p"))[winners[b]] for b in range(batch)])
+    assert 5 <= kept.sum() <= batch - 5, kept.sum()  # both sides of the boundary
+    np.testing.assert_array_equal(shortcut[kept], winners[kept])
+    assert_tokens_match_reference(shortcut, logits, seeds, positions, temperature, filters.get("top_k"),
+                                  filters.get("top_p"), filters.get("min_p"))
+    force_target(large_programs=False, resident_programs=0)  # the launches' plan: a search for every row
+    np.testing.assert_array_equal(both_frontends(OP, logits, seeds, positions, temperature, **filters), shortcut)

@@ -67,6 +67,7 @@ from jsample.kernels.common import (
     noisy_scores,
     reduce_block_best_flagged,
     store_block_best,
+    store_sampled_block,
 )
 from jsample.kernels.gumbel import GumbelLaunchConfig, argmax_reduce_kernel, gumbel_launch_config
 from jsample.kernels.plan import ArgSpec, Buffer, Plan, Target, launch
@@ -575,7 +576,7 @@ def filtered_one_launch_kernel(
     VOCAB_ALIGN: tl.constexpr,
     FAST_MATH: tl.constexpr,
     WAYS: tl.constexpr,
-    MAX_STEPS: tl.constexpr,  # slots: 1 + the most search steps
+    MAX_STEPS: tl.constexpr,  # slots: 2 + the most search steps
     MAX_CHUNKS: tl.constexpr,  # a power of two >= num_chunks
     REDUCE_BLOCK: tl.constexpr,  # a power of two >= num_blocks
     WIDE_SUMS: tl.constexpr = False,
@@ -600,46 +601,136 @@ def filtered_one_launch_kernel(
     first = c * CHUNK
     end = tl.minimum(first + CHUNK, V)
     ways = tl.arange(0, WAYS)
+    seed = load_seed(seeds_ptr, b, SEED_WORDS)
+    position = tl.load(positions_ptr + b).to(tl.int64)
+    # step 0: the chunk's stats, and its unfiltered Gumbel-max partials (gumbel_sample's, stream 0)
     chunk_max, chunk_min, chunk_count = _chunk_stats(row_ptr, first, end, V, KEY_SHIFT, THREADS, VEC)
     tl.store(partials + c * WAYS + ways, tl.where(ways == 0, chunk_max, tl.where(ways == 1, chunk_min, chunk_count)),
              mask=ways < 3)
+    block = first // BLOCK_V
+    while block * BLOCK_V < end:
+        store_sampled_block(logits_ptr, b, row_stride, V, block * BLOCK_V, seed, position, temperature,
+                            partial_score_ptr, partial_index_ptr, b64 * num_blocks + block, 0, BLOCK_V, ROW_ALIGN, FP64,
+                            FAST_MATH)
+        block += 1
     _row_barrier(arrivals, num_chunks)
     stats = _gather_partials(partials, 0, num_chunks, MAX_CHUNKS, WAYS)
     in_row = (tl.arange(0, MAX_CHUNKS) < num_chunks)[:, None]
     key_max = tl.max(tl.max(tl.where(in_row & (ways == 0)[None, :], stats, -(2**62)), axis=1), axis=0)
     count = tl.sum(tl.sum(tl.where((ways == 2)[None, :], stats, 0), axis=1), axis=0)
     key_min = tl.min(tl.min(tl.where(in_row & (ways == 1)[None, :], stats, 2**62), axis=1), axis=0)
-    lo = tl.where(count > 0, key_min, 0)  # no finite logit: nothing to search (the row gives -1)
-    normalizer = count * 0
-    step = 1
-    if HAS_TOP_K:
-        lo, hi = _start_search(_TOP_K, b64, lo, key_max, count, temperature, top_k_ptr, top_p_ptr)
-        lo, hi, normalizer, step = _search_in_step(_TOP_K, lo, hi, normalizer, step, row_ptr, first, end, V,
-                                                   temperature, key_max, b64, top_k_ptr, top_p_ptr, partials, arrivals,
-                                                   num_chunks, KEY_SHIFT, FP64, THREADS, VEC, WAYS, MAX_CHUNKS,
-                                                   WIDE_SUMS)
-    if HAS_TOP_P:
-        lo, hi = _start_search(_TOP_P, b64, lo, key_max, count, temperature, top_k_ptr, top_p_ptr)
-        lo, hi, normalizer, step = _search_in_step(_TOP_P, lo, hi, normalizer, step, row_ptr, first, end, V,
-                                                   temperature, key_max, b64, top_k_ptr, top_p_ptr, partials, arrivals,
-                                                   num_chunks, KEY_SHIFT, FP64, THREADS, VEC, WAYS, MAX_CHUNKS,
-                                                   WIDE_SUMS)
-    seed = load_seed(seeds_ptr, b, SEED_WORDS)
-    position = tl.load(positions_ptr + b).to(tl.int64)
-    block = first // BLOCK_V
-    while block * BLOCK_V < end:
-        store_filtered_block(logits_ptr, b64, row_stride, V, block * BLOCK_V, seed, position, temperature, min_p_ptr,
-                             key_max, count, lo, partial_score_ptr, partial_index_ptr, b64 * num_blocks + block,
-                             HAS_MIN_P, KEY_SHIFT, FP64, BLOCK_V, ROW_ALIGN, FAST_MATH)
-        block += 1
+    winner, overflow = reduce_block_best_flagged(partial_score_ptr, partial_index_ptr, b, num_blocks, FP64,
+                                                 REDUCE_BLOCK, ".cg")
+    step = b * 0 + 1  # barriers passed (a tensor: branches below change it)
+    # The unfiltered winner, when the filters keep it, is the filtered token (the same scores, fewer
+    # candidates). Greedy rows, rows that overflow and rows without a finite logit are not filtered.
+    run = _filtered_row(temperature, count) & ~overflow
+    kept = step == 1
+    if run:
+        x_w = tl.load(row_ptr + tl.maximum(winner, 0)).to(tl.float32)
+        key_w = _key(x_w, KEY_SHIFT)
+        if HAS_MIN_P:
+            min_p = tl.load(min_p_ptr + b64)
+            min_p = tl.where(min_p == min_p, tl.minimum(min_p, 1.0), 0.0)  # clamped as store_filtered_block does
+            kept = _relative_probability(x_w, temperature, key_max, KEY_SHIFT, FP64) >= min_p
+        if HAS_TOP_K or HAS_TOP_P:
+            if kept:  # step 1: the counts and masses that decide whether top-k and top-p keep the winner
+                sums = _chunk_winner_sums(row_ptr, first, end, V, key_w, temperature, key_max, KEY_SHIFT, FP64, THREADS,
+                                          VEC, WAYS, WIDE_SUMS)
+                tl.store(partials + (num_chunks + c) * WAYS + ways, sums)
+                _row_barrier(arrivals, 2 * num_chunks)
+                sums = tl.sum(_gather_partials(partials, 1, num_chunks, MAX_CHUNKS, WAYS), axis=0)
+                step = 2
+                kept = _keeps_winner(sums, key_w, key_max, count, b64, top_k_ptr, top_p_ptr, HAS_TOP_K, HAS_TOP_P,
+                                     WAYS)
+    if run & ~kept:
+        lo = key_min
+        normalizer = count * 0
+        if HAS_TOP_K:
+            lo, hi = _start_search(_TOP_K, b64, lo, key_max, count, temperature, top_k_ptr, top_p_ptr)
+            lo, hi, normalizer, step = _search_in_step(_TOP_K, lo, hi, normalizer, step, row_ptr, first, end, V,
+                                                       temperature, key_max, b64, top_k_ptr, top_p_ptr, partials,
+                                                       arrivals, num_chunks, KEY_SHIFT, FP64, THREADS, VEC, WAYS,
+                                                       MAX_CHUNKS, WIDE_SUMS)
+        if HAS_TOP_P:
+            lo, hi = _start_search(_TOP_P, b64, lo, key_max, count, temperature, top_k_ptr, top_p_ptr)
+            lo, hi, normalizer, step = _search_in_step(_TOP_P, lo, hi, normalizer, step, row_ptr, first, end, V,
+                                                       temperature, key_max, b64, top_k_ptr, top_p_ptr, partials,
+                                                       arrivals, num_chunks, KEY_SHIFT, FP64, THREADS, VEC, WAYS,
+                                                       MAX_CHUNKS, WIDE_SUMS)
+        _row_barrier(arrivals, (step + 1) * num_chunks)  # every program has read the unfiltered partials
+        step += 1
+        block = first // BLOCK_V
+        while block * BLOCK_V < end:
+            store_filtered_block(logits_ptr, b64, row_stride, V, block * BLOCK_V, seed, position, temperature,
+                                 min_p_ptr, key_max, count, lo, partial_score_ptr, partial_index_ptr,
+                                 b64 * num_blocks + block, HAS_MIN_P, KEY_SHIFT, FP64, BLOCK_V, ROW_ALIGN, FAST_MATH)
+            block += 1
     tl.debug_barrier()  # every thread's stores before the one release
     if tl.atomic_add(arrivals, 1, sem="acq_rel", scope="gpu") == (step + 1) * num_chunks - 1:
-        token, overflow = reduce_block_best_flagged(partial_score_ptr, partial_index_ptr, b, num_blocks, FP64,
-                                                    REDUCE_BLOCK)
+        token = winner
+        if run & ~kept:
+            token, overflow = reduce_block_best_flagged(partial_score_ptr, partial_index_ptr, b, num_blocks, FP64,
+                                                        REDUCE_BLOCK, ".cg")
         if overflow:
             token = greedy_argmax_row(row_ptr, V, 1024)
         tl.store(tokens_ptr + b, token)
         tl.atomic_xchg(arrivals, 0, sem="relaxed", scope="gpu")
+
+
+@triton.jit
+def _chunk_winner_sums(row_ptr, first, end, V, key_w, temperature, key_max, KEY_SHIFT: tl.constexpr, FP64: tl.constexpr,
+                       THREADS: tl.constexpr, VEC: tl.constexpr, WAYS: tl.constexpr, WIDE_SUMS: tl.constexpr):
+    """[WAYS] int64 over columns [first, end), lanes 0-3 (0 beyond): the count of the keys > key_w, the fixed-point mass
+    (_chunk_above's) of the keys > key_w, of the keys >= key_w, and of all finite keys."""
+    above = tl.zeros([VEC, THREADS], tl.int32)
+    mass_above = tl.zeros([VEC, THREADS], tl.int64 if WIDE_SUMS else tl.int32)
+    mass_from = tl.zeros_like(mass_above)
+    mass_all = tl.zeros_like(mass_above)
+    start = first
+    while start < end:
+        x, key, finite = _tile_keys(row_ptr, start, V, KEY_SHIFT, THREADS, VEC)
+        start += THREADS * VEC
+        mass = (_relative_probability(x, temperature, key_max, KEY_SHIFT, FP64) * _MASS_SCALE).to(tl.int32)
+        above += (key > key_w).to(tl.int32)
+        mass_above += tl.where(key > key_w, mass, 0).to(mass_above.dtype)
+        mass_from += tl.where(key >= key_w, mass, 0).to(mass_above.dtype)
+        mass_all += mass.to(mass_above.dtype)
+    lanes = tl.arange(0, WAYS)
+    sums = tl.where(lanes == 0, tl.sum(tl.sum(above, axis=1), axis=0).to(tl.int64),
+                    tl.sum(tl.sum(mass_above.to(tl.int64), axis=1), axis=0))
+    sums = tl.where(lanes == 2, tl.sum(tl.sum(mass_from.to(tl.int64), axis=1), axis=0), sums)
+    sums = tl.where(lanes == 3, tl.sum(tl.sum(mass_all.to(tl.int64), axis=1), axis=0), sums)
+    return tl.where(lanes < 4, sums, 0)
+
+
+@triton.jit
+def _keeps_winner(sums, key_w, key_max, count, b64, top_k_ptr, top_p_ptr, HAS_TOP_K: tl.constexpr,
+                  HAS_TOP_P: tl.constexpr, WAYS: tl.constexpr):
+    """Whether top-k and top-p surely keep the token with key key_w, from the row's _chunk_winner_sums
+    (lanes 0-3 of `sums` [WAYS]). The searches keep key_w iff fewer than k keys exceed it (top-k), and
+    iff the mass above it is below top_p times the mass N of what top-k keeps (top-p, by the same
+    comparison in float64 as _narrow). Without an active top-k N is all the mass; with one, N is at
+    least the mass of the keys >= key_w, which then stands in for it: True means kept, False means
+    kept or not, and the search decides."""
+    ways = tl.arange(0, WAYS)
+    above = tl.sum(tl.where(ways == 0, sums, 0), axis=0)
+    mass_above = tl.sum(tl.where(ways == 1, sums, 0), axis=0)
+    mass_from = tl.sum(tl.where(ways == 2, sums, 0), axis=0)
+    mass_all = tl.sum(tl.where(ways == 3, sums, 0), axis=0)
+    kept = key_w == key_w
+    top_k_active = kept & False
+    if HAS_TOP_K:
+        k = tl.load(top_k_ptr + b64).to(tl.int64)
+        top_k_active = (k >= 1) & (k < count)
+        kept = ~top_k_active | (above < k)
+    if HAS_TOP_P:
+        p = tl.load(top_p_ptr + b64)
+        normalizer = tl.where(top_k_active, mass_from, mass_all)
+        below = mass_above.to(tl.float64) < p.to(tl.float64) * normalizer.to(tl.float64)
+        kept_p = tl.where(p <= 0, key_w >= key_max, tl.where((p > 0) & (p < 1), below, True))
+        kept = kept & kept_p
+    return kept
 
 
 @functools.lru_cache(maxsize=512)
@@ -663,7 +754,7 @@ def plan_top_k_top_p_sample(logits: ArgSpec, seeds: ArgSpec, target: Target, *, 
     options = dict(num_stages=config.num_stages, enable_fp_fusion=config.enable_fp_fusion)
     one = filtered_one_launch_config(batch, vocab, row_stride, logits.dtype, fp64, target)
     if one is not None:
-        max_steps = 1 + one.search_steps * (has_top_k + has_top_p)
+        max_steps = 2 + one.search_steps * (has_top_k + has_top_p)  # stats, the winner's sums, the searches
         words = 2 if fp64 else 1  # f64 partial scores are stored as two f32 words
         buffers = (Buffer("partials", (batch, 2 * max_steps * one.num_chunks * one.ways), "int32"),
                    Buffer("partial_score", (batch, one.gumbel.num_blocks * words), "float32"),
