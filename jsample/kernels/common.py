@@ -228,23 +228,23 @@ def greedy_argmax_row(row_ptr, V, BLOCK: tl.constexpr):
 
 @triton.jit
 def reduce_block_best_flagged(partial_score_ptr, partial_index_ptr, row, num_blocks, FP64: tl.constexpr,
-                              REDUCE_BLOCK: tl.constexpr, CACHE: tl.constexpr = ""):
+                              REDUCE_BLOCK: tl.constexpr, BYPASS_L1: tl.constexpr):
     """Second stage of every argmax in jsample: (the lowest column among row `row`'s best block
     scores (lowest block on ties, and each block holds its lowest best column), -1 when no score is
-    finite; whether a block flagged the row as overflowing (store_block_best)). CACHE: the loads'
-    cache modifier (".cg" where other programs of the same launch wrote the partials)."""
+    finite; whether a block flagged the row as overflowing (store_block_best)). BYPASS_L1: load past
+    L1 (".cg"), where other programs of the same launch wrote the partials."""
     blocks = tl.arange(0, REDUCE_BLOCK)
     offsets = row.to(tl.int64) * num_blocks + blocks
-    if FP64:
-        scores = tl.load(partial_score_ptr.to(tl.pointer_type(tl.float64)) + offsets,
-                         mask=blocks < num_blocks, other=float("-inf"), cache_modifier=CACHE)
+    score_ptr = partial_score_ptr.to(tl.pointer_type(tl.float64)) if FP64 else partial_score_ptr
+    if BYPASS_L1:
+        scores = tl.load(score_ptr + offsets, mask=blocks < num_blocks, other=float("-inf"), cache_modifier=".cg")
+        columns = tl.load(partial_index_ptr + offsets, mask=blocks < num_blocks, other=0, cache_modifier=".cg")
     else:
-        scores = tl.load(partial_score_ptr + offsets, mask=blocks < num_blocks, other=float("-inf"),
-                         cache_modifier=CACHE)
+        scores = tl.load(score_ptr + offsets, mask=blocks < num_blocks, other=float("-inf"))
+        columns = tl.load(partial_index_ptr + offsets, mask=blocks < num_blocks, other=0)
     # the columns are loaded with the scores, not after the argmax: one dependent load less, the
     # latency of the small-batch launches. Blocks hold increasing column ranges, so the lowest column
     # among the best blocks is the best block's own.
-    columns = tl.load(partial_index_ptr + offsets, mask=blocks < num_blocks, other=0, cache_modifier=CACHE)
     best = tl.max(scores, axis=0)
     column = tl.min(tl.where(scores == best, columns, 2147483647), axis=0)
     return tl.where(best > float("-inf"), column, -1), tl.min(columns, axis=0) < 0
@@ -255,5 +255,5 @@ def reduce_block_best(partial_score_ptr, partial_index_ptr, row, num_blocks, FP6
                       REDUCE_BLOCK: tl.constexpr):
     """reduce_block_best_flagged's token, for partials that carry no overflow flag."""
     token, flagged = reduce_block_best_flagged(partial_score_ptr, partial_index_ptr, row, num_blocks, FP64,
-                                               REDUCE_BLOCK)
+                                               REDUCE_BLOCK, False)
     return token

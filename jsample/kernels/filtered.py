@@ -620,7 +620,7 @@ def filtered_one_launch_kernel(
     count = tl.sum(tl.sum(tl.where((ways == 2)[None, :], stats, 0), axis=1), axis=0)
     key_min = tl.min(tl.min(tl.where(in_row & (ways == 1)[None, :], stats, 2**62), axis=1), axis=0)
     winner, overflow = reduce_block_best_flagged(partial_score_ptr, partial_index_ptr, b, num_blocks, FP64,
-                                                 REDUCE_BLOCK, ".cg")
+                                                 REDUCE_BLOCK, True)
     step = b * 0 + 1  # barriers passed (a tensor: branches below change it)
     # The unfiltered winner, when the filters keep it, is the filtered token (the same scores, fewer
     # candidates). Greedy rows, rows that overflow and rows without a finite logit are not filtered.
@@ -671,7 +671,7 @@ def filtered_one_launch_kernel(
         token = winner
         if run & ~kept:
             token, overflow = reduce_block_best_flagged(partial_score_ptr, partial_index_ptr, b, num_blocks, FP64,
-                                                        REDUCE_BLOCK, ".cg")
+                                                        REDUCE_BLOCK, True)
         if overflow:
             token = greedy_argmax_row(row_ptr, V, 1024)
         tl.store(tokens_ptr + b, token)

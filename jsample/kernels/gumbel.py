@@ -113,7 +113,7 @@ def argmax_reduce_kernel(
     """One token per row from the block partials; a row whose scaled logits overflow is greedy."""
     row = tl.program_id(0)
     token, overflow = reduce_block_best_flagged(partial_score_ptr, partial_index_ptr, row, num_blocks, FP64,
-                                                REDUCE_BLOCK)
+                                                REDUCE_BLOCK, False)
     if overflow:
         token = greedy_argmax_row(logits_ptr + row.to(tl.int64) * row_stride, V, 1024)
     tl.store(tokens_ptr + row, token)
@@ -151,7 +151,7 @@ def gumbel_one_launch_kernel(
     tl.debug_barrier()  # every thread's stores before the one release
     if tl.atomic_add(arrivals_ptr + row, 1, sem="acq_rel", scope="gpu") == num_blocks - 1:
         token, overflow = reduce_block_best_flagged(partial_score_ptr, partial_index_ptr, row, num_blocks, FP64,
-                                                    REDUCE_BLOCK)
+                                                    REDUCE_BLOCK, False)
         if overflow:
             token = greedy_argmax_row(logits_ptr + row.to(tl.int64) * row_stride, V, 1024)
         tl.store(tokens_ptr + row, token)

@@ -925,7 +925,7 @@ def _finish_program(target_logits_ptr, draft_tokens_ptr, emit_row_ptr, emit_mode
     # loads then go out with emit_mode's, not after it
     residual = reduce_block_best(emit_score_ptr, emit_index_ptr, b64, num_blocks, FP64, REDUCE_BLOCK)
     sampled, overflow = reduce_block_best_flagged(emit_score_ptr, emit_index_ptr, B + b64, num_blocks, FP64,
-                                                  REDUCE_BLOCK)
+                                                  REDUCE_BLOCK, False)
     emitted = tl.where((emit_mode == EMIT_RESIDUAL) & (residual >= 0), residual, sampled)
     if STATS_ROW_IN_EMIT:
         greedy = (emit_mode == EMIT_GREEDY) | (((emit_mode == EMIT_SAMPLE) | (emit_mode == EMIT_STATS_ROW)) & overflow)
@@ -933,7 +933,7 @@ def _finish_program(target_logits_ptr, draft_tokens_ptr, emit_row_ptr, emit_mode
         greedy = (emit_mode == EMIT_GREEDY) | ((emit_mode == EMIT_SAMPLE) & overflow)
         if emit_mode == EMIT_STATS_ROW:
             emitted, greedy = reduce_block_best_flagged(row_score_ptr, row_index_ptr, b64 * (K + 1) + emit_row,
-                                                        num_blocks, FP64, REDUCE_BLOCK)
+                                                        num_blocks, FP64, REDUCE_BLOCK, False)
     if greedy:
         emitted = greedy_argmax_row(target_logits_ptr + b64 * target_batch_stride
                                     + tl.cast(emit_row, tl.int64) * target_row_stride, V, 1024)
