@@ -304,7 +304,9 @@ def test_filtered_unfiltered_winner_shortcut_on_both_sides_of_the_boundary(filte
                                  filters.get("min_p"))[winners[b]] for b in range(batch)])
     assert 5 <= kept.sum() <= batch - 5, kept.sum()  # both sides of the boundary
     np.testing.assert_array_equal(shortcut[kept], winners[kept])
-    assert_tokens_match_reference(shortcut, logits, seeds, positions, temperature, filters.get("top_k"),
-                                  filters.get("top_p"), filters.get("min_p"))
+    every_row = dict(top_k=np.zeros(batch, np.int32), top_p=np.ones(batch, np.float32),  # absent: keeps all
+                     min_p=np.zeros(batch, np.float32))
+    every_row.update({name: np.full(batch, value, every_row[name].dtype) for name, value in filters.items()})
+    assert_tokens_match_reference(shortcut, logits, seeds, positions, temperature, **every_row)
     force_target(large_programs=False, resident_programs=0)  # the launches' plan: a search for every row
     np.testing.assert_array_equal(both_frontends(OP, logits, seeds, positions, temperature, **filters), shortcut)

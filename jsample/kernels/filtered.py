@@ -658,8 +658,9 @@ def filtered_one_launch_kernel(
                                                        temperature, key_max, b64, top_k_ptr, top_p_ptr, partials,
                                                        arrivals, num_chunks, KEY_SHIFT, FP64, THREADS, VEC, WAYS,
                                                        MAX_CHUNKS, WIDE_SUMS)
-        _row_barrier(arrivals, (step + 1) * num_chunks)  # every program has read the unfiltered partials
-        step += 1
+        if step == 1:  # no barrier since the unfiltered partials were read: one before overwriting them
+            _row_barrier(arrivals, 2 * num_chunks)
+            step += 1
         block = first // BLOCK_V
         while block * BLOCK_V < end:
             store_filtered_block(logits_ptr, b64, row_stride, V, block * BLOCK_V, seed, position, temperature,
