@@ -151,3 +151,40 @@ def test_the_gumbel_variant_follows_the_batch_and_the_target():
     assert variant(Target(interpreter=False, pdl=True, arrival_counters=False), 1) == "two launches"  # captured
     plan = kernels.plan_gumbel_sample(*_specs("gumbel_sample", 2, 5000).values(), torch_target, fp64=False, draft=False)
     assert [b.name for b in plan.buffers if b.counters] == ["arrivals"]
+
+
+def test_resident_programs_follow_the_process_share_of_the_gpu(monkeypatch):
+    """Plans whose programs wait for each other count on Target.resident_programs: the SM count, the
+    process's MPS share of it, or JSAMPLE_RESIDENT_PROGRAMS (0 turns such plans off)."""
+    from jsample.kernels.plan import resident_programs
+
+    monkeypatch.delenv("JSAMPLE_RESIDENT_PROGRAMS", raising=False)
+    monkeypatch.delenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", raising=False)
+    assert resident_programs(132) == 132
+    monkeypatch.setenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "25")
+    assert resident_programs(132) == 33
+    monkeypatch.setenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "not a number")
+    assert resident_programs(132) == 132
+    monkeypatch.setenv("JSAMPLE_RESIDENT_PROGRAMS", "0")
+    assert resident_programs(132) == 0
+
+
+def test_filtered_one_launch_plan_only_where_its_programs_fit_at_once():
+    """The one-launch filtered plan (a barrier per search step) takes at most resident_programs
+    programs, and the launches' plan otherwise; the interpreter's plan has one program a row."""
+    def plan(batch, vocab, resident, interpreter=False):
+        return kernels.plan_top_k_top_p_sample(
+            ArgSpec.contiguous((batch, vocab), "float32"), ArgSpec.contiguous((batch,), "int64"),
+            Target(interpreter=interpreter, large_programs=interpreter, resident_programs=resident),
+            has_top_k=True, has_top_p=True, has_min_p=False, fp64=False)
+
+    for batch, vocab, resident in ((1, 32000, 132), (4, 151936, 132), (2, 32000, 33), (16, 32000, 132)):
+        one = plan(batch, vocab, resident)
+        assert one.variant == "one launch", (batch, vocab, resident)
+        grid = one.launches[0].grid
+        assert grid[0] == batch and grid[0] * grid[1] <= resident, (batch, vocab, resident, grid)
+    assert plan(1, 32000, 0).variant != "one launch"
+    assert plan(256, 151936, 132).variant != "one launch"
+    assert plan(200, 32000, 132).variant != "one launch"
+    interpreted = plan(7, 151936, 0, interpreter=True)
+    assert interpreted.variant == "one launch" and interpreted.launches[0].grid == (7, 1)

@@ -25,7 +25,7 @@ from triton import knobs
 from triton.runtime import driver
 
 from jsample import kernels
-from jsample.kernels.plan import ArgSpec, Plan, Target
+from jsample.kernels.plan import ArgSpec, Plan, Target, resident_programs
 
 _DTYPES = {"int32": torch.int32, "float32": torch.float32}
 _ALIGN = 256  # bytes between workspace buffers: every buffer 16-byte aligned, as the compiled kernels assume
@@ -55,7 +55,7 @@ def target(device: torch.device) -> Target:
     if found is None:
         compiled = device.type == "cuda" and not kernels.INTERPRETER
         pdl = compiled and torch.cuda.get_device_capability(device)[0] >= 9
-        resident = torch.cuda.get_device_properties(device).multi_processor_count if compiled else 0
+        resident = resident_programs(torch.cuda.get_device_properties(device).multi_processor_count) if compiled else 0
         found = _TARGETS[key] = Target(interpreter=kernels.INTERPRETER, large_programs=kernels.INTERPRETER, pdl=pdl,
                                        launch_bound=False, arrival_counters=not capturing, resident_programs=resident)
     return found

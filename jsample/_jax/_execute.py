@@ -13,7 +13,7 @@ import jax.numpy as jnp
 
 from jsample import kernels
 from jsample._jax._launch import launch
-from jsample.kernels.plan import ArgSpec, Plan, Target
+from jsample.kernels.plan import ArgSpec, Plan, Target, resident_programs
 
 # jax-triton cannot chain launches (no PDL); counters buffers are zeroed outputs (a memset each call,
 # cheaper than the launch a one-launch plan saves); resident_programs -1: the GPU's SM count, looked up
@@ -23,12 +23,12 @@ TARGET = Target(interpreter=kernels.INTERPRETER, large_programs=kernels.INTERPRE
 
 
 def target() -> Target:
-    """TARGET, with resident_programs the default GPU's SM count (0 if JAX does not say it)."""
+    """TARGET, with resident_programs from the default GPU's SM count (0 if JAX does not say it)."""
     global TARGET
     if TARGET.resident_programs == -1:
         device = jax.devices()[0]
         count = getattr(device, "core_count", 0) if device.platform == "gpu" else 0
-        TARGET = dataclasses.replace(TARGET, resident_programs=int(count or 0))
+        TARGET = dataclasses.replace(TARGET, resident_programs=resident_programs(int(count or 0)))
     return TARGET
 
 

@@ -16,6 +16,7 @@ further outputs (e.g. log-probabilities) or further kinds of steps (e.g. a colle
 vocabulary-sharded axis) extend `Plan` without changing the executors' contract.
 """
 
+import os
 from dataclasses import dataclass
 
 
@@ -52,11 +53,12 @@ class Target:
     arrival_counters: the executor provides `counters` buffers (zero on entry, left zero by the plan's
         kernels), so that a launch's last program per row can finish the row (torch: kept per thread
         and stream, no memset per call; JAX: zeroed outputs, a memset per call).
-    resident_programs: how many programs of one launch the GPU is sure to run at once (its SM count:
-        one program of a jsample kernel fits on any SM), so that a plan may have them wait for each
-        other (a barrier on arrival counters, which every executor provides, zeroed where it must);
-        0: no barrier across programs. The interpreter runs programs one after another: barriers only
-        among one program a row there (plans decide that from `large_programs`).
+    resident_programs: how many programs of one launch the GPU is sure to run at once (its SM count,
+        or the process's share of it: `resident_programs()`; one program of a jsample kernel fits on
+        any SM), so that a plan may have them wait for each other (a barrier on arrival counters,
+        which every executor provides, zeroed where it must); 0: no barrier across programs. The
+        interpreter runs programs one after another: barriers only among one program a row there
+        (plans decide that from `large_programs`).
     """
 
     interpreter: bool
@@ -65,6 +67,21 @@ class Target:
     launch_bound: bool = False
     arrival_counters: bool = False
     resident_programs: int = 0
+
+
+def resident_programs(sm_count: int) -> int:
+    """Target.resident_programs for a GPU with `sm_count` SMs: JSAMPLE_RESIDENT_PROGRAMS if set (0 turns
+    off every plan whose programs wait for each other), else the SMs this process may use (under MPS,
+    CUDA_MPS_ACTIVE_THREAD_PERCENTAGE of them)."""
+    override = os.environ.get("JSAMPLE_RESIDENT_PROGRAMS")
+    if override:
+        return max(0, int(override))
+    share = os.environ.get("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE")
+    try:
+        percent = min(100.0, float(share)) if share else 100.0
+    except ValueError:
+        percent = 100.0
+    return max(0, int(sm_count * percent // 100))
 
 
 @dataclass(frozen=True)
