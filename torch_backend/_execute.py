@@ -3,7 +3,10 @@
 It binds names to tensors, allocates the plan's buffers on the caller's device and launches every
 kernel on the caller's current CUDA stream. Eager calls cost little host time:
 
-* plans are memoised per (planning function, shapes, dtypes, strides, flags, device);
+* plans are memoised per (planning function, shapes, dtypes, strides, flags, device), and a call whose
+  argument facts were seen before, with its tensors used as given, replays its plan (`replay`): no
+  validation, conversion or planning again;
+* each plan's buffers are worked out once (`_Recipe`);
 * after a plan's first run, each launch goes straight to the compiled kernel's launcher (as Triton's
   own launch does, launch hooks included), cached per plan, device and the facts Triton specialises a
   compiled kernel on that the plan does not fix (each input's dtype and 16-byte alignment, or its
