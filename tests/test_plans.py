@@ -188,3 +188,30 @@ def test_filtered_one_launch_plan_only_where_its_programs_fit_at_once():
     assert plan(200, 32000, 132).variant != "one launch"
     interpreted = plan(7, 151936, 0, interpreter=True)
     assert interpreted.variant == "one launch" and interpreted.launches[0].grid == (7, 1)
+
+
+def test_torch_replay_only_for_calls_whose_tensors_reach_the_plan_unchanged(monkeypatch):
+    """An eager call is remembered for replay only when every tensor it ran is the caller's own (no
+    copy or conversion) and numbers were converted as the key's value says; a replay then runs the
+    remembered plan on the new call's tensors."""
+    monkeypatch.setattr(torch_execute, "_REPLAYS", {})
+    plan, device = object(), torch.device("cuda", 0)
+    logits, seeds = torch.zeros(2, 3), torch.zeros(2, dtype=torch.int64)
+    arguments = dict(logits=logits, seeds=seeds, temperature=1, top_k=None)
+    torch_execute._remember("same", arguments, "planner", plan, device, dict(logits=logits, seeds=seeds,
+                                                                              temperature=1.0))
+    assert torch_execute._REPLAYS[("same", "planner", torch_execute.target)] == (
+        plan, device, (("logits", "logits", None), ("seeds", "seeds", None), ("temperature", None, 1.0)))
+    torch_execute._remember("copied", arguments, "planner", plan, device, dict(logits=logits.clone(), seeds=seeds,
+                                                                                temperature=1.0))
+    assert ("copied", "planner", torch_execute.target) not in torch_execute._REPLAYS
+
+    ran = []
+    monkeypatch.setattr(torch_execute, "run", lambda found, dev, inputs: ran.append((found, dev, inputs)) or "out")
+    monkeypatch.setattr(torch._C, "_cuda_isCurrentStreamCapturing", lambda: False, raising=False)
+    other = dict(logits=torch.ones(2, 3), seeds=seeds, temperature=1, top_k=None)
+    assert torch_execute.replay("same", other, "planner") == "out"
+    assert ran[0][2]["logits"] is other["logits"] and ran[0][2]["temperature"] == 1.0
+    assert torch_execute.replay("same", other, "another planner") is None  # a planner of its own (tests patch them)
+    assert torch_execute.replay(None, other, "planner") is None  # traced, or unhashable arguments
+    assert torch_execute.replay("copied", other, "planner") is None
