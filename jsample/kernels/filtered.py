@@ -588,7 +588,12 @@ def filtered_one_launch_kernel(
     (a counter) where the launches ended; every program then narrows the bracket from all chunks'
     partials, as _row_state does, so all take the same steps. Then each samples its blocks as
     filtered_partial_kernel does, and the last to arrive reduces the row as argmax_reduce_kernel does
-    and resets the counter. Same integer sums, same searches, same scores: the same token."""
+    and resets the counter. Same integer sums, same searches, same scores: the same token.
+
+    Before searching, step 0 also writes the chunks' unfiltered Gumbel-max partials, and step 1 the
+    counts and masses that say whether the filters keep the unfiltered winner (_keeps_winner): where
+    they surely do, the winner is the token (the same scores, fewer candidates) and the row skips
+    the search and the second sampling pass."""
     V = aligned(V, VOCAB_ALIGN)
     b = tl.program_id(0)
     c = tl.program_id(1)
