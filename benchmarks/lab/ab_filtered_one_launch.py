@@ -58,8 +58,8 @@ def main():
         _execute.target = target
         filtered.filtered_one_launch_config = config
         filtered.plan_top_k_top_p_sample.cache_clear()
-        _execute._PLANS.clear()
-        _execute._LAUNCHERS.clear()
+        for cache in (_execute._PLANS, _execute._LAUNCHERS, _execute._RECIPES, _execute._REPLAYS):
+            cache.clear()
 
     import triton
     import triton.language as tl

@@ -48,9 +48,11 @@ to fill the GPU; fewer pivots for large ones, whose launches are compute-bound);
 depends on them: counts and fixed-point masses are integer sums, and the searches are exact.
 """
 
+import dataclasses
 import functools
 import math
 from dataclasses import dataclass
+from typing import Optional
 
 import triton
 import triton.language as tl
@@ -150,7 +152,7 @@ ONE_LAUNCH_MAX_CHUNK = 8192  # filtered_one_launch_kernel: at most this many col
 
 
 def filtered_one_launch_config(batch: int, vocab_size: int, row_stride: int, dtype_name: str, fp64: bool,
-                               target: Target) -> FilteredLaunchConfig:
+                               target: Target) -> Optional[FilteredLaunchConfig]:
     """The configuration of filtered_one_launch_kernel, or None where its programs may not wait for each
     other: in the interpreter (large_programs) one program a row; on a GPU, chunks of a power of two
     tiles (a multiple of the sampling block, or one), as few as keep all B * num_chunks programs
@@ -175,11 +177,11 @@ def filtered_one_launch_config(batch: int, vocab_size: int, row_stride: int, dty
     gumbel = GumbelLaunchConfig(block_v=block_v, num_blocks=num_blocks, reduce_block=triton.next_power_of_2(num_blocks),
                                 row_align=gumbel.row_align, vocab_align=gumbel.vocab_align, num_warps=config.num_warps,
                                 fast_math=gumbel.fast_math)
-    return FilteredLaunchConfig(gumbel=gumbel, key_shift=config.key_shift, ways=16,
-                                search_steps=math.ceil((32 - config.key_shift) / 4),
-                                num_chunks=triton.cdiv(vocab_size, chunk),
-                                chunk=chunk, vec=config.vec, threads=config.threads,
-                                wide_sums=chunk > MAX_COLUMNS_PER_THREAD * config.threads, num_warps=config.num_warps)
+    ways = 16  # 32 or 64 pivots a step were slower (benchmarks/lab/INDEX.md)
+    return dataclasses.replace(config, gumbel=gumbel, ways=ways,
+                               search_steps=math.ceil((32 - config.key_shift) / math.log2(ways)),
+                               num_chunks=triton.cdiv(vocab_size, chunk), chunk=chunk,
+                               wide_sums=chunk > MAX_COLUMNS_PER_THREAD * config.threads)
 
 
 @dataclass(frozen=True)
