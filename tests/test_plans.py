@@ -10,8 +10,9 @@ import torch
 
 import jsample.kernels as kernels
 from jsample._jax import _execute as jax_execute
-from jsample.kernels.plan import ArgSpec, Target
+from jsample.kernels.plan import ArgSpec, Plan, Target
 from torch_backend import _execute as torch_execute
+from torch_backend._launch import call_key
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 OP_MODULES = [ROOT / "torch_backend" / name for name in ("gumbel.py", "filtered.py", "rejection.py")] + [
@@ -193,25 +194,71 @@ def test_filtered_one_launch_plan_only_where_its_programs_fit_at_once():
 def test_torch_replay_only_for_calls_whose_tensors_reach_the_plan_unchanged(monkeypatch):
     """An eager call is remembered for replay only when every tensor it ran is the caller's own (no
     copy or conversion) and numbers were converted as the key's value says; a replay then runs the
-    remembered plan on the new call's tensors."""
+    remembered plan on the new call's tensors, and only for the planning function that made it."""
     monkeypatch.setattr(torch_execute, "_REPLAYS", {})
-    plan, device = object(), torch.device("cuda", 0)
+    monkeypatch.setattr(torch_execute, "_LAST", {})
+    plan, device = Plan(buffers=(), launches=(), outputs=()), torch.device("cuda", 0)
     logits, seeds = torch.zeros(2, 3), torch.zeros(2, dtype=torch.int64)
     arguments = dict(logits=logits, seeds=seeds, temperature=1, top_k=None)
-    torch_execute._remember("same", arguments, "planner", plan, device, dict(logits=logits, seeds=seeds,
+    same = call_key("op", arguments, (False,))
+    torch_execute._remember(same, arguments, "planner", plan, device, dict(logits=logits, seeds=seeds,
+                                                                            temperature=1.0))
+    entry = torch_execute._REPLAYS[same]
+    assert (entry.planner, entry.plan, entry.device, entry.sources) == (
+        "planner", plan, device, (("logits", "logits", None), ("seeds", "seeds", None), ("temperature", None, 1.0)))
+    assert entry.launches is None  # linked to compiled kernels only after a run compiled them
+    copied = call_key("op", arguments, (True,))
+    torch_execute._remember(copied, arguments, "planner", plan, device, dict(logits=logits.clone(), seeds=seeds,
                                                                               temperature=1.0))
-    assert torch_execute._REPLAYS[("same", "planner", torch_execute.target)] == (
-        plan, device, (("logits", "logits", None), ("seeds", "seeds", None), ("temperature", None, 1.0)))
-    torch_execute._remember("copied", arguments, "planner", plan, device, dict(logits=logits.clone(), seeds=seeds,
-                                                                                temperature=1.0))
-    assert ("copied", "planner", torch_execute.target) not in torch_execute._REPLAYS
+    assert copied not in torch_execute._REPLAYS
 
     ran = []
     monkeypatch.setattr(torch_execute, "run", lambda found, dev, inputs: ran.append((found, dev, inputs)) or "out")
     monkeypatch.setattr(torch._C, "_cuda_isCurrentStreamCapturing", lambda: False, raising=False)
+    monkeypatch.setattr(torch_execute._Replay, "_link", lambda self, values: None)
     other = dict(logits=torch.ones(2, 3), seeds=seeds, temperature=1, top_k=None)
-    assert torch_execute.replay("same", other, "planner") == "out"
-    assert ran[0][2]["logits"] is other["logits"] and ran[0][2]["temperature"] == 1.0
-    assert torch_execute.replay("same", other, "another planner") is None  # a planner of its own (tests patch them)
-    assert torch_execute.replay(None, other, "planner") is None  # traced, or unhashable arguments
-    assert torch_execute.replay("copied", other, "planner") is None
+    for _ in range(2):  # found by its key, then by the op's latest replay
+        assert torch_execute.replay("op", other, (False,), "planner") == ("out", None)
+        assert ran[-1][2]["logits"] is other["logits"] and ran[-1][2]["temperature"] == 1.0
+    assert torch_execute.replay("op", other, (False,), "another planner") == (None, same)  # tests patch planners
+    assert torch_execute.replay("op", other, (True,), "planner") == (None, copied)
+    wider = dict(other, logits=torch.ones(2, 4))
+    assert torch_execute.replay("op", wider, (False,), "planner") == (None, call_key("op", wider, (False,)))
+    assert torch_execute.replay("op", dict(other, top_k=[1]), (False,), "planner") == (None, None)  # unhashable
+    assert len(ran) == 2
+
+
+def _layouts():
+    """Arguments that differ from each other in one thing a call key holds."""
+    base = torch.zeros(4, 6)
+    tensors = [base, torch.zeros(4, 6), base[:, :5], base[:3], base.t(), torch.zeros(6, 4).t(), base.to(torch.bfloat16),
+               torch.zeros(24)[::1].view(4, 6), torch.zeros(4, 12)[:, ::2], torch.zeros(4, 6, dtype=torch.int32),
+               torch.zeros(6), torch.zeros(()), torch.nn.Parameter(torch.zeros(4, 6), requires_grad=False)]
+    numbers = [1, 1.0, True, 2, 0.5, -0.0, 0.0, None, "strict"]
+    return tensors, numbers
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_torch_latest_replay_match_agrees_with_the_call_key(seed):
+    """_Match (a C++ check of the tensors, the numbers in Python) says 'same call' exactly when
+    call_key says so, over arguments that differ in type, shape, strides, dtype, number type or
+    value; where a call passes one tensor twice it may say 'another call' (the key then finds it)."""
+    if torch_execute._TensorGuards is None:
+        pytest.skip("this torch has no TensorGuards: replays are found by their key")
+    tensors, numbers = _layouts()
+    values = tensors + numbers
+    rng = np.random.default_rng(seed)
+    for _ in range(300):
+        first = {name: values[rng.integers(len(values))] for name in "abc"}
+        second = dict(first)
+        for name in rng.choice(list("abc"), size=rng.integers(0, 3), replace=False):
+            second[name] = values[rng.integers(len(values))]
+        flags = (bool(rng.integers(2)),)
+        other_flags = flags if rng.integers(2) else (not flags[0],)
+        match = torch_execute._Match(None, first, flags)
+        same_key = call_key("op", first, flags) == call_key("op", second, other_flags)
+        passed = [value for value in second.values() if isinstance(value, torch.Tensor)]
+        if len({id(tensor) for tensor in passed}) < len(passed):  # TensorGuards refuses a tensor given twice
+            assert not match.matches(second, other_flags) or same_key, (first, second, flags, other_flags)
+        else:
+            assert match.matches(second, other_flags) == same_key, (first, second, flags, other_flags)

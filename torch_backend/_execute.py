@@ -5,7 +5,10 @@ kernel on the caller's current CUDA stream. Eager calls cost little host time:
 
 * plans are memoised per (planning function, shapes, dtypes, strides, flags, device), and a call whose
   argument facts were seen before, with its tensors used as given, replays its plan (`replay`): no
-  validation, conversion or planning again;
+  validation, conversion or planning again; an op's latest replay is recognised by a C++ check of
+  the tensors (`_Match`) rather than by building the call's key;
+* a replay on 16-byte aligned inputs passes the kernels' pointers as integers to the compiled
+  launchers (`_launch_direct`), with the plan's argument lists worked out once;
 * each plan's buffers are worked out once (`_Recipe`);
 * after a plan's first run, each launch goes straight to the compiled kernel's launcher (as Triton's
   own launch does, launch hooks included), cached per plan, device and the facts Triton specialises a
@@ -29,6 +32,12 @@ from triton.runtime import driver
 
 from jsample import kernels
 from jsample.kernels.plan import ArgSpec, Plan, Target, resident_programs
+from torch_backend._launch import call_key
+
+try:  # torch's C++ check of tensors' layouts against a template (torch.compile's tensor guards)
+    from torch._C._dynamo.guards import TensorGuards as _TensorGuards
+except ImportError:
+    _TensorGuards = None
 
 _DTYPES = {"int32": torch.int32, "float32": torch.float32}
 _ALIGN = 256  # bytes between workspace buffers: every buffer 16-byte aligned, as the compiled kernels assume
@@ -36,10 +45,10 @@ DIRECT_LAUNCHES = True  # tests turn it off to compare with Triton's own launch 
 _TARGETS = {}
 _PLANS = {}
 _LAUNCHERS = {}  # (plan, device index, facts) -> [(compiled kernel, constexpr tail)]
-_WORKSPACES = {}  # (device index, stream, thread) -> uint8 tensor
-_COUNTERS = {}  # (device index, stream, thread) -> int32 tensor, all zero between calls
+_SCRATCH = {}  # (device index, stream, thread) -> _Scratch: a workspace, and int32 counters all zero between calls
 _RECIPES = {}  # plan -> _Recipe
-_REPLAYS = {}  # validated call key -> (plan, device, ((input name, argument name or None, constant), ...))
+_REPLAYS = {}  # validated call key (_launch.call_key) -> _Replay
+_LAST = {}  # op -> _Match: its latest replayed call
 _LOCK = threading.Lock()
 
 
@@ -96,20 +105,148 @@ class _Pointer:
         return self.address
 
 
-def replay(call, arguments: dict, planner):
-    """The outputs of an eager call that an earlier call with the same key (_launch.validate: shapes,
-    dtypes, strides, devices, numbers, flags), planning function and target ran with its arguments
-    unchanged (numbers converted the same way): that plan on these arguments, without the wrapper's
-    conversions and planning. None where there is none, or while the call is traced or a CUDA graph
-    is captured (another plan)."""
-    if call is None:  # traced (torch.compile) or unhashable arguments
-        return None
-    entry = _REPLAYS.get((call, planner, target))
-    if entry is None or torch._C._len_torch_dispatch_stack() > 0 or torch._C._cuda_isCurrentStreamCapturing():
-        return None
-    found, device, sources = entry
-    return run(found, device, {name: arguments[source] if source is not None else constant
-                               for name, source, constant in sources})
+def replay(op: str, arguments: dict, flags: tuple, planner):
+    """(outputs, None) for an eager call whose key (_launch.call_key: the shapes, dtypes, strides,
+    devices, numbers and flags) an earlier call of the same planning function ran with its arguments
+    unchanged (numbers converted the same way): that plan on these arguments, without validation (the
+    key was validated), conversions or planning. Otherwise (None, the call's key, None if it has none:
+    traced or unhashable), and the caller validates and plans; so too while a dispatch mode is active
+    or a CUDA graph is captured (another plan)."""
+    if torch.compiler.is_compiling():  # traced: the custom op's path, which records no memo
+        return None, None
+    last = _LAST.get(op)
+    if last is not None and last.entry.planner is planner and last.matches(arguments, flags):
+        entry = last.entry
+    else:
+        call = call_key(op, arguments, flags)
+        try:
+            entry = _REPLAYS.get(call) if call is not None else None
+        except TypeError:  # an unhashable number (e.g. a list of rates)
+            return None, None
+        if entry is None or entry.planner is not planner:
+            return None, call
+        if _TensorGuards is not None:
+            try:
+                _LAST[op] = _Match(entry, arguments, flags)
+            except (TypeError, RuntimeError):  # not a signature this torch's guards take: keys only
+                _LAST.clear()
+                globals()["_TensorGuards"] = None
+    if torch._C._len_torch_dispatch_stack() > 0 or torch._C._cuda_isCurrentStreamCapturing():
+        return None, call_key(op, arguments, flags)
+    return entry(arguments), None
+
+
+class _Match:
+    """An op's latest replayed call, and a check that a new call has its key that is cheaper than
+    call_key: the numbers and flags compared in Python, the tensors' dispatch keys, dtypes, devices,
+    shapes and strides (and requires_grad) in C++ (TensorGuards, as torch.compile's guards check them;
+    it refuses a tensor given twice, which the key then finds). tests/test_plans.py checks that it
+    agrees with call_key."""
+
+    __slots__ = ("entry", "flags", "tensors", "numbers", "guards")
+
+    def __init__(self, entry, arguments: dict, flags: tuple):
+        self.entry, self.flags = entry, flags
+        self.tensors = tuple((name, type(value)) for name, value in arguments.items()
+                             if isinstance(value, torch.Tensor))
+        self.numbers = tuple((name, type(value), value) for name, value in arguments.items()
+                             if not isinstance(value, torch.Tensor))
+        self.guards = _TensorGuards(*(arguments[name] for name, _ in self.tensors), dynamic_dims_sizes=None,
+                                    dynamic_dims_strides=None)
+
+    def matches(self, arguments: dict, flags: tuple) -> bool:
+        if flags != self.flags or len(arguments) != len(self.tensors) + len(self.numbers):
+            return False
+        for name, kind, value in self.numbers:
+            given = arguments[name]
+            if type(given) is not kind or given != value:
+                return False
+        tensors = []
+        for name, kind in self.tensors:
+            tensor = arguments[name]
+            if type(tensor) is not kind:
+                return False
+            tensors.append(tensor)
+        return self.guards.check(*tensors)
+
+
+class _Replay:
+    """A remembered eager call: its plan and where each plan input comes from (an argument, or a
+    constant the key fixes). After the plan's first run on 16-byte aligned inputs, a replay on aligned
+    inputs launches the compiled kernels with the pointers as integers (`_launch_direct`): the
+    arguments' types, dtypes and devices are the key's, so only alignment can differ."""
+
+    __slots__ = ("planner", "plan", "device", "sources", "recipe", "launches", "literals", "tensor_slots")
+
+    def __init__(self, planner, plan: Plan, device: torch.device, sources: tuple):
+        self.planner, self.plan, self.device, self.sources = planner, plan, device, sources
+        self.recipe = _recipe(plan)
+        self.launches = None  # [(compiled kernel, grid, argument slots, constexpr tail)] once compiled
+        self.literals = ()  # the plan's integer arguments, after the slots of inputs and buffers
+        self.tensor_slots = ()  # which inputs are tensors
+
+    def __call__(self, arguments: dict) -> tuple:
+        values = [arguments[source] if source is not None else constant for _, source, constant in self.sources]
+        if self.launches is not None and not _launch_hooks() and torch._C._cuda_getDevice() == self.device.index:
+            env = [value.data_ptr() if type(value) is torch.Tensor else value for value in values]
+            misaligned = 0
+            for slot in self.tensor_slots:
+                misaligned |= env[slot]
+            if misaligned & 15 == 0:
+                return _launch_direct(self, env)
+        outputs = run(self.plan, self.device, {name: value for (name, _, _), value in zip(self.sources, values)})
+        if self.launches is None:
+            self._link(values)
+        return outputs
+
+    def _link(self, values: list) -> None:
+        """The compiled kernels for aligned inputs, once a run has compiled them, and each launch's
+        arguments as slots of _launch_direct's list of values."""
+        facts = (self.plan, self.device.index, tuple((v.dtype, True) if isinstance(v, torch.Tensor) else type(v)
+                                                     for v in values))
+        compiled = _LAUNCHERS.get(facts)
+        fresh = [name for name, _, _, _ in self.recipe.fresh]
+        if compiled is None or not all(name in fresh for name in self.plan.outputs):
+            return
+        slots = {name: i for i, (name, _, _) in enumerate(self.sources)}
+        for name in fresh + [name for name, _ in self.recipe.counters] + [name for name, _, _ in self.recipe.scratch]:
+            slots[name] = len(slots)
+        literals, launches = [], []
+        for step, (kernel, tail) in zip(self.plan.launches, compiled):
+            positions = []
+            for arg in (*step.args, *step.outputs):
+                if isinstance(arg, str):
+                    positions.append(slots[arg])
+                else:
+                    positions.append(len(slots) + len(literals))
+                    literals.append(arg)
+            grid = tuple(step.grid) + (1,) * (3 - len(step.grid))
+            launches.append((kernel, grid, tuple(positions), tail))
+        self.literals = tuple(literals)
+        self.tensor_slots = tuple(i for i, value in enumerate(values) if isinstance(value, torch.Tensor))
+        self.launches = launches
+
+
+def _launch_direct(entry: _Replay, env: list) -> tuple:
+    """_Replay's fast path: every launch of the plan on the current stream, pointers as integers (`env`
+    starts with the inputs': tensors as their addresses)."""
+    recipe, device = entry.recipe, entry.device
+    stream = driver.active.get_current_stream(device.index)
+    outputs = []
+    for _, shape, dtype, zeroed in recipe.fresh:
+        tensor = (torch.zeros if zeroed else torch.empty)(shape, dtype=dtype, device=device)
+        outputs.append(tensor)
+        env.append(tensor.data_ptr())
+    if recipe.counters or recipe.scratch:
+        scratch = _scratch(device, (device.index, stream, threading.get_ident()), recipe)
+        counters, base = scratch.counters_address, scratch.workspace_address
+        env.extend(counters + 4 * offset for _, offset in recipe.counters)
+        env.extend(base + offset for _, offset, _ in recipe.scratch)
+    env.extend(entry.literals)
+    for kernel, (x, y, z), positions, tail in entry.launches:
+        kernel.run(x, y, z, stream, kernel.function, kernel.packed_metadata, None, None, None,
+                   *[env[i] for i in positions], *tail)
+    return tuple(outputs[i] for i in recipe.output_positions)
 
 
 def run(plan: Plan, device: torch.device, inputs: dict, remember: tuple = None) -> tuple:
@@ -120,13 +257,7 @@ def run(plan: Plan, device: torch.device, inputs: dict, remember: tuple = None) 
         return _run_general(plan, device, inputs)
     if remember is not None and remember[0] is not None:
         _remember(*remember, plan, device, inputs)
-    recipe = _RECIPES.get(plan)
-    if recipe is None:
-        recipe = _Recipe(plan)
-        with _LOCK:
-            if len(_RECIPES) > 4096:
-                _RECIPES.clear()
-            _RECIPES[plan] = recipe
+    recipe = _recipe(plan)
     current = torch._C._cuda_getDevice()
     if device.index is not None and device.index != current:
         with torch.cuda.device(device):
@@ -134,16 +265,35 @@ def run(plan: Plan, device: torch.device, inputs: dict, remember: tuple = None) 
     return _run_eager(plan, recipe, device, current, inputs)
 
 
+def _recipe(plan: Plan) -> "_Recipe":
+    recipe = _RECIPES.get(plan)
+    if recipe is None:
+        recipe = _Recipe(plan)
+        with _LOCK:
+            if len(_RECIPES) > 4096:
+                _RECIPES.clear()
+            _RECIPES[plan] = recipe
+    return recipe
+
+
+def _launch_hooks() -> bool:
+    """Whether Triton launch hooks are set (a profiler): then launches go through _launch_all, which
+    calls them. (Triton 3.9 keeps a chain of hooks that is empty when none is set.)"""
+    hook = knobs.runtime.launch_enter_hook
+    return hook is not None and bool(getattr(hook, "calls", True))
+
+
 class _Recipe:
     """What an eager GPU call of a plan needs, worked out once: the buffers made fresh per call (outputs),
     the arrival counters, the workspace layout of the scratch buffers."""
 
     def __init__(self, plan: Plan):
-        self.fresh, self.counters, self.scratch, total = [], [], [], 0
+        self.fresh, self.counters, self.scratch, total, self.counter_count = [], [], [], 0, 0
         for buffer in plan.buffers:
             dtype = _DTYPES[buffer.dtype]
-            if buffer.counters:
-                self.counters.append((buffer.name, buffer.shape[0]))
+            if buffer.counters:  # (name, offset among the place's counters)
+                self.counters.append((buffer.name, self.counter_count))
+                self.counter_count += buffer.shape[0]
             elif buffer.name in plan.outputs or buffer.zeroed:
                 self.fresh.append((buffer.name, buffer.shape, dtype, buffer.zeroed))
             else:
@@ -153,21 +303,21 @@ class _Recipe:
                     size *= extent
                 total += -(-size // _ALIGN) * _ALIGN
         self.scratch_bytes = total
+        fresh = [name for name, _, _, _ in self.fresh]
+        self.output_positions = tuple(fresh.index(name) for name in plan.outputs if name in fresh)
 
 
 def _run_eager(plan: Plan, recipe: _Recipe, device: torch.device, index: int, inputs: dict) -> tuple:
     stream = driver.active.get_current_stream(index)
-    place = (index, stream, threading.get_ident())
     env = dict(inputs)
     for name, shape, dtype, zeroed in recipe.fresh:
         env[name] = (torch.zeros if zeroed else torch.empty)(shape, dtype=dtype, device=device)
-    for name, count in recipe.counters:
-        env[name] = _counters(device, count, place)
-    if recipe.scratch:
-        workspace = _workspace(device, recipe.scratch_bytes, place)  # held until the launches are enqueued
-        base = workspace.data_ptr()
+    if recipe.counters or recipe.scratch:
+        scratch = _scratch(device, (index, stream, threading.get_ident()), recipe)  # held until the launches are enqueued
+        for name, offset in recipe.counters:
+            env[name] = _Pointer(scratch.counters_address + 4 * offset, torch.int32)
         for name, offset, dtype in recipe.scratch:
-            env[name] = _Pointer(base + offset, dtype)
+            env[name] = _Pointer(scratch.workspace_address + offset, dtype)
     _launch_all(plan, index, stream, inputs, env)
     return tuple(env[name] for name in plan.outputs)
 
@@ -197,38 +347,42 @@ def _remember(call, arguments: dict, planner, plan: Plan, device: torch.device, 
             sources.append((name, None, value))
         else:  # a tensor the wrapper converted (a copy, a dtype): only the full path does that
             return
+    entry = _Replay(planner, plan, device, tuple(sources))  # before taking the lock, which _recipe takes
     with _LOCK:
         if len(_REPLAYS) > 4096:
             _REPLAYS.clear()
-        _REPLAYS[(call, planner, target)] = (plan, device, tuple(sources))
+        _REPLAYS[call] = entry
 
 
-def _counters(device: torch.device, count: int, place: tuple) -> torch.Tensor:
-    """`count` int32 arrival counters at zero, kept per (device, stream, thread) = `place` like the
-    workspace: the plans' kernels leave them at zero, and stream order puts the next call after this
-    one. (During a capture, or in the interpreter, a call gets zeroed counters of its own.)"""
-    counters = _COUNTERS.get(place)
-    if counters is None or counters.numel() < count:
-        counters = torch.zeros(max(count, 1024), dtype=torch.int32, device=device)
-        with _LOCK:
-            if len(_COUNTERS) > 256:
-                _COUNTERS.clear()
-            _COUNTERS[place] = counters
-    return counters
+class _Scratch:
+    """A place's workspace (the scratch buffers of a call) and arrival counters, with their addresses."""
+
+    __slots__ = ("workspace", "counters", "workspace_address", "counters_address")
+
+    def __init__(self, workspace: torch.Tensor, counters: torch.Tensor):
+        self.workspace, self.counters = workspace, counters
+        self.workspace_address, self.counters_address = workspace.data_ptr(), counters.data_ptr()
 
 
-def _workspace(device: torch.device, nbytes: int, place: tuple) -> torch.Tensor:
-    """At least `nbytes` of scratch for this call (see the module's docstring), kept per `place`. The
-    caller holds the tensor until its launches are enqueued."""
-    space = _WORKSPACES.get(place)
-    if space is None or space.numel() < nbytes:
+def _scratch(device: torch.device, place: tuple, recipe: _Recipe) -> _Scratch:
+    """The workspace and int32 arrival counters (zero between calls: the plans' kernels leave them at
+    zero) that a call of `recipe` at `place` = (device index, stream, thread) uses, kept per place
+    (see the module's docstring): stream order puts the next call there after this one. (During a
+    capture, or in the interpreter, a call gets buffers of its own.) The caller holds the result until
+    its launches are enqueued."""
+    found = _SCRATCH.get(place)
+    if found is None or found.workspace.numel() < recipe.scratch_bytes or found.counters.numel() < recipe.counter_count:
         # a smaller workspace that calls still in the stream use is freed to torch's stream-ordered allocator
-        space = torch.empty(max(nbytes, 1 << 16), dtype=torch.uint8, device=device)
+        workspace = found.workspace if found is not None and found.workspace.numel() >= recipe.scratch_bytes else \
+            torch.empty(max(recipe.scratch_bytes, 1 << 16), dtype=torch.uint8, device=device)
+        counters = found.counters if found is not None and found.counters.numel() >= recipe.counter_count else \
+            torch.zeros(max(recipe.counter_count, 1024), dtype=torch.int32, device=device)
+        found = _Scratch(workspace, counters)
         with _LOCK:
-            if len(_WORKSPACES) > 256:  # threads or streams come and go: start over
-                _WORKSPACES.clear()
-            _WORKSPACES[place] = space
-    return space
+            if len(_SCRATCH) > 256:  # threads or streams come and go: start over
+                _SCRATCH.clear()
+            _SCRATCH[place] = found
+    return found
 
 
 def _launch_all(plan: Plan, index: int, stream: int, inputs: dict, env: dict) -> None:
@@ -244,11 +398,12 @@ def _launch_all(plan: Plan, index: int, stream: int, inputs: dict, env: dict) ->
         with _LOCK:
             _LAUNCHERS[facts] = compiled
         return
-    enter_hook, exit_hook = knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook
+    hooks = _launch_hooks()
+    enter_hook, exit_hook = (knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook) if hooks else (None, None)
     for step, args, (kernel, constexpr_tail) in zip(plan.launches, steps, compiled):
         grid = step.grid
         full = (*args, *constexpr_tail)
-        metadata = kernel.launch_metadata(grid, stream, *full) if enter_hook is not None else None
+        metadata = kernel.launch_metadata(grid, stream, *full) if hooks else None
         kernel.run(grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1, stream,
                    kernel.function, kernel.packed_metadata, metadata, enter_hook, exit_hook, *full)
 

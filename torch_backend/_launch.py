@@ -14,33 +14,32 @@ def spec(value):
     return value
 
 
-_VALIDATED = {}
+_VALIDATED = set()
 
 
-def _fact(value):
-    """What validation and planning depend on: a tensor's shape, dtype, strides and device; any other
-    value itself."""
-    if isinstance(value, torch.Tensor):
-        return type(value), value.shape, value.dtype, value.stride(), value.device
-    return type(value), value
-
-
-def validate(op: str, check, arguments: dict, flags: tuple = ()):
-    """check(op, *specs of the arguments, *flags), the devices and whether they can run; once per
-    distinct (shapes, dtypes, strides, devices, other values, flags): a hot loop pays a dictionary
-    lookup. Returns that key (None if an argument is unhashable), which also memoises the call's plan
-    (_execute.plan). Under torch.compile every trace checks (a memo would be a side effect the graph
-    guards on)."""
+def call_key(op: str, arguments: dict, flags: tuple = ()):
+    """What validation and planning of a call depend on: the op, its flags and, per argument, a
+    tensor's type, shape, dtype, strides and device, or any other value itself (with its type: True is
+    not 1). It keys the memo of validated calls and of eager calls to replay (_execute.replay). None
+    while torch.compile traces (a memo would be a side effect the graph guards on)."""
     if torch.compiler.is_compiling():
-        check(op, *(spec(value) for value in arguments.values()), *flags)
         return None
+    return (op, flags, *[(type(v), v.shape, v.dtype, v.stride(), v.device) if isinstance(v, torch.Tensor)
+                         else (type(v), v) for v in arguments.values()])
+
+
+def validate(op: str, check, arguments: dict, flags: tuple = (), key=None):
+    """check(op, *specs of the arguments, *flags), the devices and whether they can run; once per
+    distinct call_key (`key`, computed here if not given): a hot loop pays a set lookup. Returns that
+    key, or None if an argument is unhashable (a list), which also memoises the call's plan
+    (_execute.plan). Under torch.compile every trace checks."""
+    if key is None:
+        key = call_key(op, arguments, flags)
     try:
-        key = (op, tuple(_fact(value) for value in arguments.values()), flags)
-        known = key in _VALIDATED
-    except TypeError:  # an unhashable argument (a list): check every time
-        key, known = None, False
-    if known:
-        return key
+        if key is not None and key in _VALIDATED:
+            return key
+    except TypeError:  # an unhashable argument: check every time
+        key = None
     for name, value in arguments.items():
         if isinstance(value, np.ndarray):
             raise TypeError(f"{op}: {name} must be a torch.Tensor, got a NumPy array; convert it with "
@@ -52,7 +51,7 @@ def validate(op: str, check, arguments: dict, flags: tuple = ()):
     if key is not None:
         if len(_VALIDATED) > 4096:
             _VALIDATED.clear()
-        _VALIDATED[key] = True
+        _VALIDATED.add(key)
     return key
 
 

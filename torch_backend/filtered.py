@@ -7,7 +7,7 @@ import torch
 from jsample import kernels
 from jsample.validation import check_top_k_top_p_sample
 from torch_backend import _execute as execute
-from torch_backend._launch import (dense, per_row, temperature_array, temperature_value, traced, validate)
+from torch_backend._launch import dense, per_row, temperature_array, temperature_value, traced, validate
 
 
 def top_k_top_p_sample(logits, seeds, positions, temperature, *, top_k=None, top_p=None, min_p=None,
@@ -50,10 +50,10 @@ def top_k_top_p_sample(logits, seeds, positions, temperature, *, top_k=None, top
     """
     arguments = dict(logits=logits, seeds=seeds, positions=positions, temperature=temperature, top_k=top_k, top_p=top_p,
                      min_p=min_p)
-    call = validate("top_k_top_p_sample", check_top_k_top_p_sample, arguments, (fp64,))
-    replayed = execute.replay(call, arguments, kernels.plan_top_k_top_p_sample)
+    replayed, call = execute.replay("top_k_top_p_sample", arguments, (fp64,), kernels.plan_top_k_top_p_sample)
     if replayed is not None:
         return replayed[0]
+    call = validate("top_k_top_p_sample", check_top_k_top_p_sample, arguments, (fp64,), call)
     if logits.stride(1) != 1:
         logits = logits.contiguous()
     batch, device = logits.shape[0], logits.device

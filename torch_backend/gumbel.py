@@ -5,7 +5,7 @@ import torch
 from jsample import kernels
 from jsample.validation import check_gumbel_sample
 from torch_backend import _execute as execute
-from torch_backend._launch import (dense, temperature_array, temperature_value, traced, validate)
+from torch_backend._launch import dense, temperature_array, temperature_value, traced, validate
 
 
 def gumbel_sample(logits, seeds, positions, temperature, *, fp64=False, draft=False) -> torch.Tensor:
@@ -45,10 +45,10 @@ def gumbel_sample(logits, seeds, positions, temperature, *, fp64=False, draft=Fa
         (torch.int32, torch.Size([2]), 0)
     """
     arguments = dict(logits=logits, seeds=seeds, positions=positions, temperature=temperature)
-    call = validate("gumbel_sample", check_gumbel_sample, arguments, (fp64, draft))
-    replayed = execute.replay(call, arguments, kernels.plan_gumbel_sample)
+    replayed, call = execute.replay("gumbel_sample", arguments, (fp64, draft), kernels.plan_gumbel_sample)
     if replayed is not None:
         return replayed[0]
+    call = validate("gumbel_sample", check_gumbel_sample, arguments, (fp64, draft), call)
     if logits.stride(1) != 1:
         logits = logits.contiguous()
     seeds, positions, batch = dense(seeds), dense(positions), logits.shape[0]

@@ -7,7 +7,7 @@ import torch
 from jsample import kernels
 from jsample.validation import check_rejection_sample, check_synthetic_rejection_sample, rates_from_list
 from torch_backend import _execute as execute
-from torch_backend._launch import (dense, temperature_array, temperature_value, traced, validate)
+from torch_backend._launch import dense, temperature_array, temperature_value, traced, validate
 
 
 def rejection_sample(target_logits, draft_tokens, num_draft_tokens, seeds, positions, temperature, *,
@@ -65,10 +65,10 @@ def rejection_sample(target_logits, draft_tokens, num_draft_tokens, seeds, posit
     """
     arguments = dict(target_logits=target_logits, draft_tokens=draft_tokens, num_draft_tokens=num_draft_tokens,
                      seeds=seeds, positions=positions, temperature=temperature, draft_logits=draft_logits)
-    call = validate("rejection_sample", check_rejection_sample, arguments, (method, fp64))
-    replayed = execute.replay(call, arguments, kernels.plan_rejection_sample)
+    replayed, call = execute.replay("rejection_sample", arguments, (method, fp64), kernels.plan_rejection_sample)
     if replayed is not None:
         return replayed
+    call = validate("rejection_sample", check_rejection_sample, arguments, (method, fp64), call)
     if target_logits.stride(2) != 1:
         target_logits = target_logits.contiguous()
     if draft_logits is not None and draft_logits.stride(2) != 1:
@@ -154,10 +154,10 @@ def synthetic_rejection_sample(target_tokens, draft_tokens, num_draft_tokens, se
         conditional_rates = rates.to(target_tokens.device) if isinstance(target_tokens, torch.Tensor) else rates
     arguments = dict(target_tokens=target_tokens, draft_tokens=draft_tokens, num_draft_tokens=num_draft_tokens,
                      seeds=seeds, positions=positions, conditional_rates=conditional_rates)
-    call = validate(op, check_synthetic_rejection_sample, arguments, (fp64,))
-    replayed = execute.replay(call, arguments, kernels.plan_synthetic_rejection_sample)
+    replayed, call = execute.replay(op, arguments, (fp64,), kernels.plan_synthetic_rejection_sample)
     if replayed is not None:
         return replayed
+    call = validate(op, check_synthetic_rejection_sample, arguments, (fp64,), call)
     args = (dense(target_tokens), dense(draft_tokens), dense(num_draft_tokens), dense(seeds), dense(positions),
             dense(conditional_rates.to(torch.float32)), fp64)
     if traced(target_tokens):
