@@ -25,6 +25,7 @@ threads and streams may call at once.
 """
 
 import threading
+from operator import itemgetter
 
 import torch
 from triton import knobs
@@ -181,7 +182,7 @@ class _Replay:
     def __init__(self, planner, plan: Plan, device: torch.device, sources: tuple):
         self.planner, self.plan, self.device, self.sources = planner, plan, device, sources
         self.recipe = _recipe(plan)
-        self.launches = None  # [(compiled kernel, grid, argument slots, constexpr tail)] once compiled
+        self.launches = None  # [(launcher, grid x, y, z, function, metadata, arguments from env, constexprs)]
         self.literals = ()  # the plan's integer arguments, after the slots of inputs and buffers
         self.tensor_slots = ()  # which inputs are tensors
 
@@ -192,7 +193,7 @@ class _Replay:
             misaligned = 0
             for slot in self.tensor_slots:
                 misaligned |= env[slot]
-            if misaligned & 15 == 0:
+            if not misaligned & 15:
                 return _launch_direct(self, env)
         outputs = run(self.plan, self.device, {name: value for (name, _, _), value in zip(self.sources, values)})
         if self.launches is None:
@@ -220,8 +221,9 @@ class _Replay:
                 else:
                     positions.append(len(slots) + len(literals))
                     literals.append(arg)
-            grid = tuple(step.grid) + (1,) * (3 - len(step.grid))
-            launches.append((kernel, grid, tuple(positions), tail))
+            x, y, z = tuple(step.grid) + (1,) * (3 - len(step.grid))
+            arguments = itemgetter(*positions) if len(positions) > 1 else (lambda env, i=positions[0]: (env[i],))
+            launches.append((kernel.run, x, y, z, kernel.function, kernel.packed_metadata, arguments, tail))
         self.literals = tuple(literals)
         self.tensor_slots = tuple(i for i, value in enumerate(values) if isinstance(value, torch.Tensor))
         self.launches = launches
@@ -240,13 +242,12 @@ def _launch_direct(entry: _Replay, env: list) -> tuple:
     if recipe.counters or recipe.scratch:
         scratch = _scratch(device, (device.index, stream, threading.get_ident()), recipe)
         counters, base = scratch.counters_address, scratch.workspace_address
-        env.extend(counters + 4 * offset for _, offset in recipe.counters)
-        env.extend(base + offset for _, offset, _ in recipe.scratch)
-    env.extend(entry.literals)
-    for kernel, (x, y, z), positions, tail in entry.launches:
-        kernel.run(x, y, z, stream, kernel.function, kernel.packed_metadata, None, None, None,
-                   *[env[i] for i in positions], *tail)
-    return tuple(outputs[i] for i in recipe.output_positions)
+        env += [counters + 4 * offset for _, offset in recipe.counters]
+        env += [base + offset for _, offset, _ in recipe.scratch]
+    env += entry.literals
+    for launch, x, y, z, function, metadata, arguments, tail in entry.launches:
+        launch(x, y, z, stream, function, metadata, None, None, None, *arguments(env), *tail)
+    return tuple([outputs[i] for i in recipe.output_positions])
 
 
 def run(plan: Plan, device: torch.device, inputs: dict, remember: tuple = None) -> tuple:

@@ -1,5 +1,6 @@
 """Lab: what an eager torch call's host time is made of on this host (B = 1, V = 32000), each piece
-timed alone in one process: a bare Triton launch, the compiled gumbel kernel's launcher called
+timed alone in one process (and each call's device time: calls queued behind a sleep kernel): a
+bare Triton launch, the compiled gumbel kernel's launcher called
 directly, output allocation (torch.empty, a view of a larger block), the call key, the current
 stream, and the whole eager calls.
 
@@ -33,6 +34,27 @@ def per_call_us(fn, calls=2000):
 
 def arguments_of(p):
     return dict(logits=p["logits"], seeds=p["seeds"], positions=p["positions"], temperature=p["temperature"])
+
+
+def device_us(fn, calls=200):
+    """Device time per call of `calls` eager calls enqueued behind a long sleep kernel (so that the
+    GPU runs them back to back whatever the host's speed): median of 5."""
+    import torch
+
+    for _ in range(20):
+        fn()
+    torch.cuda.synchronize()
+    rounds = []
+    for _ in range(5):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda._sleep(40_000_000)  # ~20 ms: longer than enqueuing the calls
+        start.record()
+        for _ in range(calls):
+            fn()
+        end.record()
+        end.synchronize()
+        rounds.append(start.elapsed_time(end) * 1e3 / calls)
+    return sorted(rounds)[2]
 
 
 def main():
@@ -79,6 +101,8 @@ def main():
     for name in ("gumbel_sample", "gumbel_sample (T a Python float)", "top_k_top_p_sample top_k=50",
                  "top_k_top_p_sample min_p=0.05", "rejection_sample K=4 draft logits", "synthetic_rejection_sample K=4"):
         rows[name] = per_call_us(calls[name], 1000)
+        rows[name + ": device time"] = device_us(calls[name])
+    rows["bare Triton launch: device time"] = device_us(be.bare_launch())
     bare = rows["bare Triton launch"]
     for name, us in rows.items():
         print(f"{name:45s} {us:7.2f} us  {us / bare:5.2f}x bare")
