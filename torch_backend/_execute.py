@@ -240,7 +240,10 @@ def _launch_direct(entry: _Replay, env: list) -> tuple:
         outputs.append(tensor)
         env.append(tensor.data_ptr())
     if recipe.counters or recipe.scratch:
-        scratch = _scratch(device, (device.index, stream, threading.get_ident()), recipe)
+        place = (device.index, stream, threading.get_ident())
+        scratch = _SCRATCH.get(place)
+        if scratch is None or scratch.nbytes < recipe.scratch_bytes or scratch.ncounters < recipe.counter_count:
+            scratch = _scratch(device, place, recipe)
         counters, base = scratch.counters_address, scratch.workspace_address
         env += [counters + 4 * offset for _, offset in recipe.counters]
         env += [base + offset for _, offset, _ in recipe.scratch]
@@ -358,11 +361,12 @@ def _remember(call, arguments: dict, planner, plan: Plan, device: torch.device, 
 class _Scratch:
     """A place's workspace (the scratch buffers of a call) and arrival counters, with their addresses."""
 
-    __slots__ = ("workspace", "counters", "workspace_address", "counters_address")
+    __slots__ = ("workspace", "counters", "workspace_address", "counters_address", "nbytes", "ncounters")
 
     def __init__(self, workspace: torch.Tensor, counters: torch.Tensor):
         self.workspace, self.counters = workspace, counters
         self.workspace_address, self.counters_address = workspace.data_ptr(), counters.data_ptr()
+        self.nbytes, self.ncounters = workspace.numel(), counters.numel()
 
 
 def _scratch(device: torch.device, place: tuple, recipe: _Recipe) -> _Scratch:
@@ -372,11 +376,11 @@ def _scratch(device: torch.device, place: tuple, recipe: _Recipe) -> _Scratch:
     capture, or in the interpreter, a call gets buffers of its own.) The caller holds the result until
     its launches are enqueued."""
     found = _SCRATCH.get(place)
-    if found is None or found.workspace.numel() < recipe.scratch_bytes or found.counters.numel() < recipe.counter_count:
+    if found is None or found.nbytes < recipe.scratch_bytes or found.ncounters < recipe.counter_count:
         # a smaller workspace that calls still in the stream use is freed to torch's stream-ordered allocator
-        workspace = found.workspace if found is not None and found.workspace.numel() >= recipe.scratch_bytes else \
+        workspace = found.workspace if found is not None and found.nbytes >= recipe.scratch_bytes else \
             torch.empty(max(recipe.scratch_bytes, 1 << 16), dtype=torch.uint8, device=device)
-        counters = found.counters if found is not None and found.counters.numel() >= recipe.counter_count else \
+        counters = found.counters if found is not None and found.ncounters >= recipe.counter_count else \
             torch.zeros(max(recipe.counter_count, 1024), dtype=torch.int32, device=device)
         found = _Scratch(workspace, counters)
         with _LOCK:
