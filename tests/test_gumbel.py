@@ -143,6 +143,29 @@ def test_gumbel_invariants(frontend):
     np.testing.assert_array_equal(frontend("gumbel_sample", padded, seeds, positions, temperature), tokens)
 
 
+def test_gumbel_fp64_shortlist_gives_the_fp64_tokens(frontend):
+    """FP64 sampling scores every column in FP32 with an error bound and only the shortlist that can
+    hold the FP64 maximum in FP64 (common.fp64_sampled_best). Rows of large logits widen the bound
+    (|x / T| * 2**-20), so the shortlists here hold one column, several, and more than
+    FP64_SHORTLIST_MAX (the whole block in FP64): every row's token is the FP64 reference's."""
+    from jsample.reference import gumbel_scores_reference
+
+    rng = np.random.default_rng(21)
+    vocab, per_scale = 3000, 6
+    scales = np.repeat(np.float32([1.0, 3e4, 3e5, 1e6, 3e6]), per_scale)
+    logits = (scales[:, None] + rng.standard_normal((len(scales), vocab))).astype(np.float32)
+    seeds, positions = make_requests(rng, len(scales))
+    temperature = np.float32(1.0)
+    tokens = frontend("gumbel_sample", logits, seeds, positions, temperature, fp64=True)
+    assert_tokens_match_reference(tokens, logits, seeds, positions, temperature, fp64=True)
+    # the shortlists these rows get (one block a row here: vocab < every plan's FP64 block on the CPU)
+    scores = gumbel_scores_reference(logits, seeds, positions, temperature, fp64=True)
+    noise = scores - logits.astype(np.float64)
+    bound = 2.0**-14 + (np.abs(logits) + np.abs(noise)) * 2.0**-20
+    counts = ((scores + bound) >= np.max(scores - bound, axis=1, keepdims=True)).sum(axis=1)
+    assert (counts == 1).any() and ((counts > 1) & (counts <= 8)).any() and (counts > 8).any(), counts
+
+
 @pytest.mark.parametrize("fp64", [False, True], ids=["fp32", "fp64"])
 def test_gumbel_tokens_do_not_depend_on_the_tiling(force_target, fp64):
     """The interpreter plans one block a row up to 65536 columns (Target.large_programs); the GPU's

@@ -76,3 +76,59 @@ def test_stream_uniform_extremes_are_clamped():
     # the tails the STREAM promises: about 22 (FP32) and 44 (FP64)
     assert 22.1 < gumbel_noise(np.float32(2.0**-32)) < 22.2
     assert 44.3 < gumbel_noise(2.0**-64) < 44.4
+
+
+def _edge_words():
+    """(lo, hi) words at the edges of fp64_noise_in_fp32's bound: u near 0 (the largest noise), around
+    the series' end (u = 2**-6) and FP64's (2**-8), near 1 - 2**-30 and near 1, and random words."""
+    words = []
+    small = [0, 1, 2, 3, 5, 1 << 11, (1 << 11) + 1, 1 << 20, (1 << 31) + 7, (1 << 32) - 1]
+    words += [(lo, hi) for hi in (0, 1, 2, 1000, (1 << 24) - 1, 1 << 24) for lo in small]
+    for edge in (1 << 24, 1 << 26):  # u = 2**-8, 2**-6
+        words += [(lo, hi) for hi in (edge - 2, edge - 1, edge, edge + 1) for lo in small]
+    top = (1 << 32) - 1
+    words += [(lo, hi) for hi in (top, top - 1, top - 3) for lo in small + [(1 << 32) - k for k in (2, 3, 1 << 10, 1 << 11, (1 << 11) + 1)]]
+    words += [(lo, top - k) for k in (0, 1, 2, 3, 4, 5) for lo in (0, 1 << 31)]  # 1 - u around 2**-30
+    rng = np.random.default_rng(0)
+    random = rng.integers(0, 1 << 32, size=(20000, 2), dtype=np.uint64)
+    words += [(int(lo), int(hi)) for lo, hi in random]
+    lo, hi = np.array(words, dtype=np.uint64).T
+    return lo.astype(np.uint32), hi.astype(np.uint32)
+
+
+@pytest.mark.parametrize("fast_math", [False, pytest.param(True, marks=pytest.mark.gpu)], ids=["tl_log", "lg2_approx"])
+def test_stream_fp64_noise_in_fp32_stays_within_its_bound(fast_math):
+    """The FP32 evaluation of the FP64 noise that shortlists FP64 sampling's candidates is within its
+    stated bound (2**-14 + |g| * 2**-20, +inf where 1 - u < 2**-30) of the FP64 noise the kernels
+    compute, at every edge of the bound's argument and on random words; and the bound is tight enough
+    to shortlist (below 1.1e-4 wherever 1 - u >= 2**-30)."""
+    lo, hi = _edge_words()
+    n = len(lo)
+    noise = torch.zeros(n, dtype=torch.float32, device=TORCH_DEVICE)
+    bound = torch.zeros_like(noise)
+    exact = torch.zeros(n, dtype=torch.float64, device=TORCH_DEVICE)
+    block = 1024
+    kernels.fp64_noise_bound_kernel[(triton_cdiv(n, block),)](
+        torch.from_numpy(lo.view(np.int32)).to(TORCH_DEVICE), torch.from_numpy(hi.view(np.int32)).to(TORCH_DEVICE), n,
+        noise, bound, exact, BLOCK=block, FAST_MATH=fast_math)
+    noise, bound, exact = noise.cpu().numpy().astype(np.float64), bound.cpu().numpy(), exact.cpu().numpy()
+    expected = gumbel_noise(stream_uniforms_of_words(lo, hi))
+    wrong = ~(np.abs(exact - expected) <= 1e-12)  # the kernels' FP64 noise is the reference's
+    assert not wrong.any(), list(zip(lo[wrong][:5], hi[wrong][:5], exact[wrong][:5], expected[wrong][:5]))
+    error = np.abs(noise - exact)
+    assert np.all(error <= bound), (error / bound).max()
+    one_minus_u = 1 - stream_uniforms_of_words(lo, hi)
+    assert np.all(np.isinf(bound) == ((one_minus_u < 2.0**-30) & (one_minus_u > 0) & (hi >= (1 << 26)))), (
+        "the bound is +inf exactly where 1 - u < 2**-30")
+    assert np.max(bound[np.isfinite(bound)]) < 1.1e-4
+    assert np.max((error / bound)[np.isfinite(bound)]) > 1e-4  # the words reach the bound's scale
+
+
+def triton_cdiv(n, block):
+    return -(-n // block)
+
+
+def stream_uniforms_of_words(lo, hi):
+    from jsample.reference import uniforms_f64
+
+    return uniforms_f64(lo, hi)

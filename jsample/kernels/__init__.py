@@ -86,7 +86,7 @@ from jsample.kernels.rejection import (  # noqa: E402
     rejection_stats_kernel,
     synthetic_rejection_kernel,
 )
-from jsample.kernels.stream import philox_words_kernel, uniforms_kernel  # noqa: E402
+from jsample.kernels.stream import fp64_noise_bound_kernel, philox_words_kernel, uniforms_kernel  # noqa: E402
 
 __all__ = [
     "INTERPRETER",
@@ -109,6 +109,7 @@ __all__ = [
     "filtered_plan",
     "gumbel_launch_config",
     "gumbel_partial_kernel",
+    "fp64_noise_bound_kernel",
     "philox_words_kernel",
     "RejectionLaunchConfig",
     "decide_in_emit",

@@ -14,7 +14,7 @@ import os
 import triton
 import triton.language as tl
 
-from jsample.kernels.stream import gumbel_noise, uniform_block
+from jsample.kernels.stream import fp64_noise_in_fp32, fp64_words_block, gumbel_noise, uniform_block, uniform_f64
 
 GREEDY_BELOW = 1e-5  # docs/STREAM.md: a temperature below this is greedy
 _GREEDY_BELOW = tl.constexpr(GREEDY_BELOW)
@@ -190,6 +190,69 @@ def store_block_best(partial_score_ptr, partial_index_ptr, out, score, best, fir
     tl.store(partial_index_ptr + out, tl.where(overflow, -1 - column, column))
 
 
+FP64_SHORTLIST_MAX = tl.constexpr(8)  # more candidates than this (adversarial logits): the block in chunks
+_FP64_CHUNK = tl.constexpr(128)
+
+
+@triton.jit
+def _fp64_scores(row_ptr, first_col, V, seed, position, inverse_t, STREAM: tl.constexpr, BLOCK: tl.constexpr,
+                 FAST_MATH: tl.constexpr):
+    """FP64 Gumbel-max scores of columns first_col .. first_col + BLOCK - 1 (a multiple of 4), by
+    noisy_scores' operations: -inf for padding and non-finite logits (rows that overflow never get
+    here)."""
+    cols = first_col + tl.arange(0, BLOCK)
+    x = tl.load(row_ptr + cols, mask=cols < V, other=float("-inf")).to(tl.float32)
+    lo, hi = fp64_words_block(seed, position, first_col, STREAM, BLOCK, FAST_MATH)
+    score = x.to(tl.float64) * inverse_t + gumbel_noise(uniform_f64(lo, hi), True)
+    return tl.where(tl.abs(x) < float("inf"), score, float("-inf"))
+
+
+@triton.jit
+def fp64_sampled_best(x, lo, hi, row_ptr, first_col, V, seed, position, temperature, STREAM: tl.constexpr,
+                      FAST_MATH: tl.constexpr):
+    """(best score, its lowest offset, whether the row overflows) of the FP64 Gumbel-max scores
+    x / T + g(u) of one block (T >= 1e-5; x the block's logits in FP32, (lo, hi) its uniforms'
+    words, row_ptr + first_col its first column): exactly noisy_scores' FP64 answer, at nearly FP32
+    cost. Every column is scored in FP32 with a bound on the distance to its FP64 score
+    (fp64_noise_in_fp32's, plus |x / T| * 2**-20 for the FP32 product and sum); only the columns
+    whose upper bound reaches the block's best lower bound can hold the FP64 maximum (every other
+    one is below it), and only those (one, nearly always) are scored in FP64, lowest column first.
+    More than FP64_SHORTLIST_MAX of them (logits beyond ~1e5 * T) score the whole block in FP64, in
+    chunks; a row that overflows is greedy, its scores unused."""
+    noise, bound = fp64_noise_in_fp32(lo, hi, FAST_MATH)
+    score, best, overflow = noisy_scores(x, noise, temperature, False, FAST_MATH, x)
+    bound += tl.abs(x) * inverse_temperature(temperature, False) * 9.5367431640625e-07  # 2**-20
+    lower = tl.max(score - bound, axis=0)
+    shortlist = (score > float("-inf")) & (score >= lower - bound)
+    count = tl.sum(shortlist.to(tl.int32), axis=0)
+    offsets = tl.arange(0, x.shape[0])
+    inverse_t = inverse_temperature(temperature, True)
+    best64 = inverse_t * 0.0 + float("-inf")
+    best_offset = first_col * 0
+    if overflow:
+        count = 0
+    if count <= FP64_SHORTLIST_MAX:
+        taken = 0
+        while taken < count:  # in column order: a later column must score higher to win a tie
+            offset = tl.min(tl.where(shortlist, offsets, x.shape[0]), axis=0)
+            shortlist = shortlist & (offsets != offset)
+            quad = first_col + offset - offset % 4
+            scores = _fp64_scores(row_ptr, quad, V, seed, position, inverse_t, STREAM, 4, FAST_MATH)
+            value = tl.max(tl.where(tl.arange(0, 4) == offset % 4, scores, float("-inf")), axis=0)
+            best_offset = tl.where(value > best64, offset, best_offset)
+            best64 = tl.maximum(best64, value)
+            taken += 1
+    else:
+        for chunk in tl.range(0, x.shape[0], _FP64_CHUNK):
+            scores = _fp64_scores(row_ptr, first_col + chunk, V, seed, position, inverse_t, STREAM, _FP64_CHUNK,
+                                  FAST_MATH)
+            chunk_best = tl.max(scores, axis=0)
+            chunk_offset = chunk + tl.min(tl.where(scores == chunk_best, tl.arange(0, _FP64_CHUNK), _FP64_CHUNK), axis=0)
+            best_offset = tl.where(chunk_best > best64, chunk_offset, best_offset)
+            best64 = tl.maximum(best64, chunk_best)
+    return best64, best_offset, overflow
+
+
 @triton.jit
 def store_sampled_block(logits_ptr, row, row_stride, V, first_col, seed, position, temperature, partial_score_ptr,
                         partial_index_ptr, out, STREAM: tl.constexpr, BLOCK_V: tl.constexpr, ROW_ALIGN: tl.constexpr,
@@ -198,13 +261,23 @@ def store_sampled_block(logits_ptr, row, row_stride, V, first_col, seed, positio
     first_col .. first_col + BLOCK_V - 1, flagged when the row's scaled logits overflow: every
     unfiltered Gumbel-max in jsample (gumbel_sample, and rejection_sample's sampled rows) runs this."""
     cols = first_col + tl.arange(0, BLOCK_V)
-    x = load_block(logits_ptr + tl.multiple_of(row.to(tl.int64) * row_stride, ROW_ALIGN), cols, V, FP64)
-    if is_greedy(temperature):
-        noise = tl.zeros_like(x)
+    row_ptr = logits_ptr + tl.multiple_of(row.to(tl.int64) * row_stride, ROW_ALIGN)
+    if FP64 and not is_greedy(temperature):  # FP64 scores only for a shortlist (fp64_sampled_best)
+        lo, hi = fp64_words_block(seed, position, first_col, STREAM, BLOCK_V, FAST_MATH)
+        best64, best_offset, overflow64 = fp64_sampled_best(load_block(row_ptr, cols, V, False), lo, hi, row_ptr,
+                                                            first_col, V, seed, position, temperature, STREAM,
+                                                            FAST_MATH)
+        tl.store(partial_score_ptr.to(tl.pointer_type(tl.float64)) + out, best64)
+        column = (first_col + best_offset).to(tl.int32)
+        tl.store(partial_index_ptr + out, tl.where(overflow64, -1 - column, column))
     else:
-        noise = block_noise(seed, position, first_col, STREAM, BLOCK_V, FP64, FAST_MATH)
-    score, best, overflow = noisy_scores(x, noise, temperature, FP64, FAST_MATH, x)
-    store_block_best(partial_score_ptr, partial_index_ptr, out, score, best, first_col, FP64, overflow)
+        x = load_block(row_ptr, cols, V, FP64)
+        if is_greedy(temperature):
+            noise = tl.zeros_like(x)
+        else:
+            noise = block_noise(seed, position, first_col, STREAM, BLOCK_V, FP64, FAST_MATH)
+        score, best, overflow = noisy_scores(x, noise, temperature, FP64, FAST_MATH, x)
+        store_block_best(partial_score_ptr, partial_index_ptr, out, score, best, first_col, FP64, overflow)
 
 
 @triton.jit

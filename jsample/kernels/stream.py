@@ -22,7 +22,7 @@ STREAM_ACCEPT = tl.constexpr(_stream_ids.STREAM_ACCEPT)  # acceptance uniforms o
 TWO_POW_M32 = tl.constexpr(2.3283064365386963e-10)  # 2**-32
 ONE_MINUS_TWO_POW_M24 = tl.constexpr(0.99999994039535522)  # 1 - 2**-24, largest fp32 below 1
 TWO_POW_M64 = tl.constexpr(5.421010862427522e-20)  # 2**-64
-ONE_MINUS_TWO_POW_M53 = tl.constexpr(0.99999999999999989)  # 1 - 2**-53, largest fp64 below 1
+TWO_POW_M53 = tl.constexpr(1.1102230246251565e-16)  # 2**-53
 LN2 = tl.constexpr(0.6931471805599453)
 LOG2E = tl.constexpr(1.4426950408889634)
 NEG_LN_LN2 = tl.constexpr(0.36651292058166435)  # -ln(ln 2)
@@ -112,9 +112,17 @@ def uniform_f32(word):
 @triton.jit
 def uniform_f64(lo, hi):
     """Two uint32 words -> fp64 uniform in [2**-64, 1 - 2**-53]."""
-    bits = (hi.to(tl.uint64) << 32) | lo.to(tl.uint64)
+    return uniform_f64_of_bits((hi.to(tl.uint64) << 32) | lo.to(tl.uint64))
+
+
+@triton.jit
+def uniform_f64_of_bits(bits):
+    """uniform_f64 of the words as one uint64 (hi << 32 | lo)."""
     u = bits.to(tl.float64) * TWO_POW_M64
-    return tl.minimum(tl.maximum(u, TWO_POW_M64), ONE_MINUS_TWO_POW_M53)
+    # The upper clamp is built in FP64: a float constant is an FP32 value, and 1 - 2**-53 is 1.0 in
+    # FP32 (2**-53 is exact in both).
+    largest = (u * 0.0 + 1.0) - TWO_POW_M53
+    return tl.minimum(tl.maximum(u, TWO_POW_M64), largest)
 
 
 @triton.jit
@@ -154,6 +162,17 @@ def neg_log1p_neg(u, FP64: tl.constexpr):
 
 
 @triton.jit
+def fp64_words_block(seed, position, first_col, STREAM: tl.constexpr, BLOCK_V: tl.constexpr,
+                     FAST_MATH: tl.constexpr = False):
+    """The (lo, hi) words of the FP64 uniforms of columns first_col .. first_col + BLOCK_V - 1, in
+    column order (`first_col` a multiple of 4)."""
+    calls = (first_col // 2 + tl.arange(0, BLOCK_V // 2)).to(tl.uint32)
+    w0, w1, w2, w3 = philox_block(seed, position, calls, STREAM, FAST_MATH)
+    # column 2i takes (lo, hi) = (w0, w1) of call i, column 2i + 1 takes (w2, w3)
+    return tl.interleave(w0, w2), tl.interleave(w1, w3)
+
+
+@triton.jit
 def uniform_block(seed, position, first_col, STREAM: tl.constexpr, BLOCK_V: tl.constexpr, FP64: tl.constexpr,
                   FAST_MATH: tl.constexpr = False):
     """Uniforms of columns first_col .. first_col + BLOCK_V - 1, in column order.
@@ -161,10 +180,8 @@ def uniform_block(seed, position, first_col, STREAM: tl.constexpr, BLOCK_V: tl.c
     `first_col` must be a multiple of 4 (a multiple of BLOCK_V in practice). fp32, or fp64 when FP64.
     """
     if FP64:
-        calls = (first_col // 2 + tl.arange(0, BLOCK_V // 2)).to(tl.uint32)
-        w0, w1, w2, w3 = philox_block(seed, position, calls, STREAM, FAST_MATH)
-        # column 2i takes (lo, hi) = (w0, w1) of call i, column 2i + 1 takes (w2, w3)
-        return uniform_f64(tl.interleave(w0, w2), tl.interleave(w1, w3))
+        lo, hi = fp64_words_block(seed, position, first_col, STREAM, BLOCK_V, FAST_MATH)
+        return uniform_f64(lo, hi)
     else:
         calls = (first_col // 4 + tl.arange(0, BLOCK_V // 4)).to(tl.uint32)
         w0, w1, w2, w3 = philox_block(seed, position, calls, STREAM, FAST_MATH)
@@ -185,6 +202,38 @@ def gumbel_noise(u, FP64: tl.constexpr, FAST_MATH: tl.constexpr = False):
         return tl.fma(log2_approx(m), -LN2, NEG_LN_LN2)
     else:
         return -tl.log(neg_log1p_neg(u, FP64))
+
+
+@triton.jit
+def fp64_noise_in_fp32(lo, hi, FAST_MATH: tl.constexpr = False):
+    """(g, bound): the FP64 noise g(u) of the uniform with words (lo, hi) (gumbel_noise(uniform_f64(lo,
+    hi), FP64=True)), evaluated in FP32, and a bound on its error: |g - g64| <= bound. A shortlist
+    for FP64 sampling (common.fp64_sampled_best): FP32 logs cost a few instructions, FP64 logs ~40.
+
+    u comes from the words exactly (relative error < 2**-23; clamped to 2**-64 as uniform_f64 does),
+    and so does 1 - u, from the 64-bit complement of the words (relative error < 2**-23, and < 2**-54
+    absolute from FP64's rounding of u, which matters only for 1 - u < 2**-30). -log1p(-u) =: L is the
+    series below u = 2**-6 (relative error < 2**-21) and -log(1 - u) above it, where L > 0.0155, so an
+    absolute error e of the log is a relative error < e / 0.0155 of L: < 2**-15 with lg2.approx
+    (absolute error < 2**-21.4 in log2), less with tl.log. Then g = -log(L) has an absolute error <
+    2**-15 + |g| * 2**-21 + the log's own; the bound doubles that: 2**-14 + |g| * 2**-20, and is +inf
+    where 1 - u < 2**-30 (one column in 2**30: always shortlisted). tests/test_stream.py checks it
+    at its edges (u near 0, near 2**-6 and near 1) on the CPU and the GPU."""
+    lo_f = lo.to(tl.float32)
+    u = tl.maximum((hi.to(tl.float32) + lo_f * TWO_POW_M32) * TWO_POW_M32, TWO_POW_M64)
+    complement_lo = tl.sub(tl.zeros_like(lo), lo, sanitize_overflow=False)  # 2**64 - words, for u >= 2**-6
+    complement_hi = tl.add(~hi, (lo == 0).to(tl.uint32), sanitize_overflow=False)
+    one_minus_u = tl.maximum((complement_hi.to(tl.float32) + complement_lo.to(tl.float32) * TWO_POW_M32) * TWO_POW_M32,
+                             TWO_POW_M64)  # (the words 0 wrap to 0: the series' branch)
+    series = u * (1.0 + u * (0.5 + u * (0.3333333432674408 + u * 0.25)))
+    if FAST_MATH:
+        big = -LN2 * log2_approx(one_minus_u)
+        g = -LN2 * log2_approx(tl.where(u < 0.015625, series, big))
+    else:
+        big = -tl.log(one_minus_u)
+        g = -tl.log(tl.where(u < 0.015625, series, big))
+    bound = 6.103515625e-05 + tl.abs(g) * 9.5367431640625e-07  # 2**-14 + |g| * 2**-20
+    return g, tl.where((u >= 0.015625) & (one_minus_u < 9.313225746154785e-10), float("inf"), bound)
 
 
 @triton.jit
@@ -237,3 +286,25 @@ def uniforms_kernel(
     offsets = row.to(tl.int64) * V + cols
     tl.store(uniforms_ptr + offsets, u, mask=cols < V)
     tl.store(noise_ptr + offsets, noise, mask=cols < V)
+
+
+@triton.jit
+def fp64_noise_bound_kernel(
+    lo_ptr,  # [N] u32 words
+    hi_ptr,  # [N] u32 words
+    N,
+    noise_ptr,  # [N] f32 output: fp64_noise_in_fp32's noise
+    bound_ptr,  # [N] f32 output: its bound
+    exact_ptr,  # [N] f64 output: the FP64 noise the kernels compute
+    BLOCK: tl.constexpr,
+    FAST_MATH: tl.constexpr = False,
+):
+    """Test kernel: fp64_noise_in_fp32 next to the FP64 noise of the same words."""
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < N
+    lo = tl.load(lo_ptr + offsets, mask=mask, other=0).to(tl.uint32, bitcast=True)
+    hi = tl.load(hi_ptr + offsets, mask=mask, other=0).to(tl.uint32, bitcast=True)
+    noise, bound = fp64_noise_in_fp32(lo, hi, FAST_MATH)
+    tl.store(noise_ptr + offsets, noise, mask=mask)
+    tl.store(bound_ptr + offsets, bound, mask=mask)
+    tl.store(exact_ptr + offsets, gumbel_noise(uniform_f64(lo, hi), True), mask=mask)
