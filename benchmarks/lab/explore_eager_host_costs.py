@@ -17,23 +17,7 @@ import bench_eager as be  # noqa: E402
 
 
 def per_call_us(fn, calls=2000):
-    import torch
-
-    for _ in range(50):
-        fn()
-    torch.cuda.synchronize()
-    rounds = []
-    for _ in range(5):
-        start = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        torch.cuda.synchronize()
-        rounds.append((time.perf_counter() - start) / calls * 1e6)
-    return sorted(rounds)[2]
-
-
-def arguments_of(p):
-    return dict(logits=p["logits"], seeds=p["seeds"], positions=p["positions"], temperature=p["temperature"])
+    return be.wall_us(fn, calls)
 
 
 def device_us(fn, calls=200):
