@@ -20,6 +20,7 @@ STREAM_DRAFT = tl.constexpr(_stream_ids.STREAM_DRAFT)  # draft-token sampling, i
 STREAM_ACCEPT = tl.constexpr(_stream_ids.STREAM_ACCEPT)  # acceptance uniforms of rejection sampling
 
 TWO_POW_M32 = tl.constexpr(2.3283064365386963e-10)  # 2**-32
+TWO_POW_M33 = tl.constexpr(1.1641532182693481e-10)  # 2**-33
 ONE_MINUS_TWO_POW_M24 = tl.constexpr(0.99999994039535522)  # 1 - 2**-24, largest fp32 below 1
 TWO_POW_M64 = tl.constexpr(5.421010862427522e-20)  # 2**-64
 TWO_POW_M53 = tl.constexpr(1.1102230246251565e-16)  # 2**-53
@@ -210,30 +211,26 @@ def fp64_noise_in_fp32(lo, hi, FAST_MATH: tl.constexpr = False):
     hi), FP64=True)), evaluated in FP32, and a bound on its error: |g - g64| <= bound. A shortlist
     for FP64 sampling (common.fp64_sampled_best): FP32 logs cost a few instructions, FP64 logs ~40.
 
-    u comes from the words exactly (relative error < 2**-23; clamped to 2**-64 as uniform_f64 does),
-    and so does 1 - u, from the 64-bit complement of the words (relative error < 2**-23, and < 2**-54
-    absolute from FP64's rounding of u, which matters only for 1 - u < 2**-30). -log1p(-u) =: L is the
-    series below u = 2**-6 (relative error < 2**-21) and -log(1 - u) above it, where L > 0.0155, so an
-    absolute error e of the log is a relative error < e / 0.0155 of L: < 2**-15 with lg2.approx
-    (absolute error < 2**-21.4 in log2), less with tl.log. Then g = -log(L) has an absolute error <
-    2**-15 + |g| * 2**-21 + the log's own; the bound doubles that: 2**-14 + |g| * 2**-20, and is +inf
-    where 1 - u < 2**-30 (one column in 2**30: always shortlisted). tests/test_stream.py checks it
-    at its edges (u near 0, near 2**-6 and near 1) on the CPU and the GPU."""
-    lo_f = lo.to(tl.float32)
-    u = tl.maximum((hi.to(tl.float32) + lo_f * TWO_POW_M32) * TWO_POW_M32, TWO_POW_M64)
-    complement_lo = tl.sub(tl.zeros_like(lo), lo, sanitize_overflow=False)  # 2**64 - words, for u >= 2**-6
-    complement_hi = tl.add(~hi, (lo == 0).to(tl.uint32), sanitize_overflow=False)
-    one_minus_u = tl.maximum((complement_hi.to(tl.float32) + complement_lo.to(tl.float32) * TWO_POW_M32) * TWO_POW_M32,
-                             TWO_POW_M64)  # (the words 0 wrap to 0: the series' branch)
+    From the high word alone (one conversion each): u = (hi + 1/2) * 2**-32 and 1 - u = (~hi + 1/2)
+    * 2**-32, both within 2**-33 (+ a relative 2**-24 for the FP32 rounding, and 2**-54 for FP64's
+    rounding of u) of the values the FP64 noise uses. -log1p(-u) =: L is the series below u = 2**-6
+    (relative error < 2**-33 / u + 2**-21: < 2**-15.9 for u >= 2**-17) and -log(1 - u) above it,
+    where L > 0.0155 and the log's absolute error (2**-33 / (1 - u) + 2**-24, and 2**-21.9 with
+    lg2.approx) is a relative error of L below 2**-15 for 1 - u >= 2**-20. Then g = -log(L) is within
+    2**-14.9 + |g| * 2**-23; the bound takes 2**-13 + |g| * 2**-20, and +inf for u < 2**-17 or
+    1 - u < 2**-20 (hi < 2**15 or ~hi < 2**12: a few columns in 2**17, always shortlisted).
+    tests/test_stream.py checks it at its edges on the CPU and the GPU."""
+    u = hi.to(tl.float32) * TWO_POW_M32 + TWO_POW_M33
+    one_minus_u = (~hi).to(tl.float32) * TWO_POW_M32 + TWO_POW_M33
     series = u * (1.0 + u * (0.5 + u * (0.3333333432674408 + u * 0.25)))
     if FAST_MATH:
         big = -LN2 * log2_approx(one_minus_u)
-        g = -LN2 * log2_approx(tl.where(u < 0.015625, series, big))
+        g = -LN2 * log2_approx(tl.where(hi < 67108864, series, big))  # u < 2**-6
     else:
         big = -tl.log(one_minus_u)
-        g = -tl.log(tl.where(u < 0.015625, series, big))
-    bound = 6.103515625e-05 + tl.abs(g) * 9.5367431640625e-07  # 2**-14 + |g| * 2**-20
-    return g, tl.where((u >= 0.015625) & (one_minus_u < 9.313225746154785e-10), float("inf"), bound)
+        g = -tl.log(tl.where(hi < 67108864, series, big))
+    bound = 1.220703125e-04 + tl.abs(g) * 9.5367431640625e-07  # 2**-13 + |g| * 2**-20
+    return g, tl.where((hi < 32768) | (hi >= 4294963200), float("inf"), bound)
 
 
 @triton.jit
