@@ -113,6 +113,7 @@ def replay(op: str, arguments: dict, flags: tuple, planner):
     key was validated), conversions or planning. Otherwise (None, the call's key, None if it has none:
     traced or unhashable), and the caller validates and plans; so too while a dispatch mode is active
     or a CUDA graph is captured (another plan)."""
+    global _TensorGuards
     if torch.compiler.is_compiling():  # traced: the custom op's path, which records no memo
         return None, None
     last = _LAST.get(op)
@@ -131,7 +132,7 @@ def replay(op: str, arguments: dict, flags: tuple, planner):
                 _LAST[op] = _Match(entry, arguments, flags)
             except (TypeError, RuntimeError):  # not a signature this torch's guards take: keys only
                 _LAST.clear()
-                globals()["_TensorGuards"] = None
+                _TensorGuards = None
     if torch._C._len_torch_dispatch_stack() > 0 or torch._C._cuda_isCurrentStreamCapturing():
         return None, call_key(op, arguments, flags)
     return entry(arguments), None
