@@ -4,7 +4,8 @@
 # 2. a dry-run resolve from the public index (no local wheels, no local constraints) of the newest
 #    torch's triton pin, jax, jax-triton 0.4 and jsample[jax], for Python 3.12 on Linux;
 # 3. the jax-triton 0.4 launch path traced with the real jax-triton 0.4 (.ci/jax_triton_04.py), where a
-#    Python >= 3.12 is found (jax-triton 0.4 needs it); otherwise it says so and skips.
+#    Python >= 3.12 is found (jax-triton 0.4 needs it); otherwise it says so and skips; there too, the
+#    sharding test's script with that JAX (the CPU path's FFI launches, tests/test_sharding.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 work=$(mktemp -d)
@@ -41,8 +42,11 @@ for candidate in "$HOME"/.pyenv/versions/3.1[2-9]*/bin/python python3.13 python3
 done
 if [ -n "$python312" ]; then
   "$python312" -m venv "$work/v312"
-  "$work/v312/bin/pip" install -q "jax==0.12.*" "triton>=3.7,<3.10" "jax-triton==0.4.*" "$wheel"
+  "$work/v312/bin/pip" install -q "jax==0.12.*" "triton>=3.7,<3.10" "jax-triton==0.4.*" pytest "$wheel"
   (cd "$work" && TRITON_INTERPRET=0 "$work/v312/bin/python" "$OLDPWD/.ci/jax_triton_04.py")
+  # the CPU path's FFI launches under the newest JAX: batch-sharded jit on 2 host devices, no collective
+  (cd "$work" && JAX_PLATFORMS=cpu TRITON_INTERPRET=1 "$work/v312/bin/python" "$OLDPWD/tests/test_sharding.py" 2 \
+    | tail -n 1 | sed 's/^/jax 0.12, wheel, batch-sharded jit on CPU devices: /')
 else
   echo "no Python >= 3.12 here: the jax-triton 0.4 trace check (.ci/jax_triton_04.py) is skipped"
 fi

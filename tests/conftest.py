@@ -1,7 +1,7 @@
 """Shared fixtures: every op test runs on both frontends with NumPy inputs and NumPy outputs.
 
 On a CPU machine both frontends run the same Triton kernels through the interpreter (the JAX
-frontend through a host callback); with a GPU, torch runs CUDA tensors and JAX runs jax-triton.
+frontend through an XLA FFI call, jsample/_jax/_host_call.py); with a GPU, torch runs CUDA tensors and JAX runs jax-triton.
 Sizes grow on the GPU (`SIZE`), so the same tests check real shapes there.
 """
 

@@ -1,7 +1,7 @@
 """The JAX executor: runs any launch plan (jsample.kernels.plan) on JAX arrays, under jax.jit or not.
 
-Each launch becomes one jax-triton call on a GPU (one host callback into the Triton interpreter on
-the CPU: `_launch.launch`); a launch's outputs are new arrays bound to their buffer names, so a
+Each launch becomes one jax-triton call on a GPU (one FFI call into the Triton interpreter on
+the CPU: `_launch.launch`, `_host_call`); a launch's outputs are new arrays bound to their buffer names, so a
 buffer written by several launches is a new value each time. A buffer that no launch writes is a
 constant zero array (a stand-in for an empty input, never read).
 """

@@ -1,4 +1,4 @@
-"""Launching a shared Triton kernel from JAX: jax-triton on a GPU, a host callback on the CPU.
+"""Launching a shared Triton kernel from JAX: jax-triton on a GPU, an FFI call into the interpreter on the CPU.
 
 This is the only module that imports jax_triton. jax-triton 0.3.1 sets TRITON_CACHE_DIR to "" on
 import, which breaks torch's Triton launcher in the same process, so we restore it. Both jax-triton
@@ -13,6 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jsample._jax import _host_call
 from jsample.validation import ArraySpec
 
 _jax_triton = None
@@ -80,10 +81,11 @@ def rowwise(fn, *arrays):
             full[i] = a
         return fn(*full)
 
-    # host callbacks cannot run inside a custom partitioning (JAX keeps their wrappers alive only for
-    # the ephemeral module the partitioner lowers: a use-after-free, jax-ml/jax#23620), so only the
-    # GPU path, whose launches are custom calls, is partitioned; on CPU devices jit gathers the batch
-    call_fn = batch_partitioned(unpartitioned, [arrays[i] for i in present]) if on_gpu() else unpartitioned
+    # launches are custom calls (jax-triton's on a GPU, _host_call's on the CPU), which a custom
+    # partitioning can split; pure callbacks cannot run inside one (jax-ml/jax#23620), so where the FFI
+    # handler is refused (an old jaxlib) jit gathers the batch on CPU devices
+    partitionable = on_gpu() or _host_call.register()
+    call_fn = batch_partitioned(unpartitioned, [arrays[i] for i in present]) if partitionable else unpartitioned
 
     call = jax.custom_batching.custom_vmap(call_fn)
 
@@ -171,16 +173,30 @@ def launch(kernel, *args, grid, out_shapes, num_warps, num_stages, enable_fp_fus
     from jsample.kernels.host import launch_on_host
 
     array_positions = [i for i, a in enumerate(args) if not isinstance(a, int)]
+    arrays = [args[i] for i in array_positions]
 
-    def run_on_host(*arrays):  # on one of XLA's threads: launch_on_host runs the kernel on a clean one
+    def run_on_host(inputs, outputs):  # on one of XLA's threads: launch_on_host runs the kernel on a clean one
         host_args = list(args)
-        for i, array in zip(array_positions, arrays):
+        for i, array in zip(array_positions, inputs):
             host_args[i] = np.ascontiguousarray(array)
-        outputs = [(np.zeros if i in zeroed_outputs else np.empty)(s.shape, s.dtype) for i, s in enumerate(out_shapes)]
+        for i in zeroed_outputs:
+            outputs[i][...] = 0
         launch_on_host(kernel, grid, *host_args, *outputs, **constexprs)
+
+    if _host_call.register():  # an FFI custom call, which custom partitioning can split (_host_call)
+        in_types = tuple((jnp.dtype(a.dtype).name, tuple(a.shape)) for a in arrays)
+        out_types = tuple((jnp.dtype(s.dtype).name, tuple(s.shape)) for s in out_shapes)
+        key = (kernel, tuple(a if isinstance(a, int) else None for a in args), tuple(grid), in_types, out_types,
+               tuple(zeroed_outputs), tuple(sorted(constexprs.items())))
+        launch_id = _host_call.launch_id(key, lambda: _host_call.HostLaunch(run_on_host, in_types, out_types))
+        return list(jax.ffi.ffi_call(_host_call.TARGET_NAME, list(out_shapes))(*arrays, launch_id=np.int64(launch_id)))
+
+    def callback(*inputs):
+        outputs = [np.empty(s.shape, s.dtype) for s in out_shapes]
+        run_on_host(inputs, outputs)
         return outputs
 
-    return jax.pure_callback(run_on_host, list(out_shapes), *[args[i] for i in array_positions])
+    return jax.pure_callback(callback, list(out_shapes), *arrays)
 
 
 def batch_partitioned(fn, arrays):

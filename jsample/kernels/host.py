@@ -16,7 +16,7 @@ from triton.runtime.interpreter import GridExecutor
 
 class _CleanThread:
     """One worker thread, started when this module is imported (on the importing thread, whose
-    floating-point state a new thread inherits), that runs every host launch in turn. A host callback
+    floating-point state a new thread inherits), that runs every host launch in turn. A host launch
     runs on one of XLA's threads, which set the CPU to treat subnormal floats as zero: there
     1e-45 > 0 is false, and subnormal logits would sample differently than in torch."""
 

@@ -1,0 +1,212 @@
+"""The JAX CPU path's launches as XLA FFI custom calls into the Triton interpreter.
+
+A `jax.pure_callback` cannot run inside a custom partitioning (JAX hands its callbacks to the
+executable by index, and the partitioner lowers them into a module that is thrown away:
+jax-ml/jax#23620), so with pure callbacks a batch-sharded jit on CPU devices gathered the batch.
+Here each launch is instead a plain FFI custom call (`jax.ffi.ffi_call`) to one handler, a ctypes
+function registered with XLA once per process; the call's `launch_id` attribute names the launch
+(kernel, grid, arguments) in a registry kept for the life of the process. A plain custom call is
+partitioned like jax-triton's GPU calls, so every device runs its own requests.
+
+The handler speaks XLA's FFI C ABI (xla/ffi/api/c_api.h): it answers the metadata query made at
+registration, reads the buffers of the call frame, checks their dtypes and shapes against the
+registered launch, runs the kernel with the outputs written in place, and turns any Python exception
+into an XLA error (so a failure raises in the caller, never returns an unwritten output).
+`register()` returns False where this jaxlib does not take the handler; the CPU path then falls back
+to pure_callback, unpartitioned.
+"""
+
+import ctypes
+import threading
+
+import numpy as np
+
+TARGET_NAME = "jsample_interpreted_launch"
+_FFI_API_VERSION = (0, 1)  # the C ABI version this handler is written against
+_ERROR_INTERNAL = 13  # XLA_FFI_Error_Code_INTERNAL
+_EXTENSION_METADATA = 1  # XLA_FFI_Extension_Metadata
+# XLA_FFI_DataType of each NumPy dtype the kernels take (xla/ffi/api/c_api.h)
+_FFI_DTYPES = {"bool": 1, "int8": 2, "int16": 3, "int32": 4, "int64": 5, "uint8": 6, "uint16": 7, "uint32": 8,
+               "uint64": 9, "float16": 10, "float32": 11, "float64": 12, "bfloat16": 16}
+
+
+class _ExtensionBase(ctypes.Structure):
+    pass
+
+
+_ExtensionBase._fields_ = [("struct_size", ctypes.c_size_t), ("type", ctypes.c_int),
+                           ("next", ctypes.POINTER(_ExtensionBase))]
+
+
+class _ApiVersion(ctypes.Structure):
+    _fields_ = [("struct_size", ctypes.c_size_t), ("extension_start", ctypes.c_void_p),
+                ("major_version", ctypes.c_int), ("minor_version", ctypes.c_int)]
+
+
+class _Metadata(ctypes.Structure):
+    _fields_ = [("struct_size", ctypes.c_size_t), ("api_version", _ApiVersion), ("traits", ctypes.c_uint32)]
+
+
+class _MetadataWithExtension(ctypes.Structure):  # the layout of jaxlib versions whose metadata had extension_start
+    _fields_ = [("struct_size", ctypes.c_size_t), ("extension_start", ctypes.c_void_p), ("api_version", _ApiVersion),
+                ("traits", ctypes.c_uint32)]
+
+
+class _MetadataExtension(ctypes.Structure):
+    _fields_ = [("extension_base", _ExtensionBase), ("metadata", ctypes.c_void_p)]
+
+
+class _List(ctypes.Structure):  # XLA_FFI_Args and XLA_FFI_Rets
+    _fields_ = [("struct_size", ctypes.c_size_t), ("extension_start", ctypes.c_void_p), ("size", ctypes.c_int64),
+                ("types", ctypes.POINTER(ctypes.c_int)), ("items", ctypes.POINTER(ctypes.c_void_p))]
+
+
+class _Attrs(ctypes.Structure):
+    _fields_ = [("struct_size", ctypes.c_size_t), ("extension_start", ctypes.c_void_p), ("size", ctypes.c_int64),
+                ("types", ctypes.POINTER(ctypes.c_int)), ("names", ctypes.c_void_p),
+                ("attrs", ctypes.POINTER(ctypes.c_void_p))]
+
+
+class _CallFrame(ctypes.Structure):
+    _fields_ = [("struct_size", ctypes.c_size_t), ("extension_start", ctypes.POINTER(_ExtensionBase)),
+                ("api", ctypes.c_void_p), ("ctx", ctypes.c_void_p), ("stage", ctypes.c_int), ("args", _List),
+                ("rets", _List), ("attrs", _Attrs)]
+
+
+class _Buffer(ctypes.Structure):
+    _fields_ = [("struct_size", ctypes.c_size_t), ("extension_start", ctypes.c_void_p), ("dtype", ctypes.c_int),
+                ("data", ctypes.c_void_p), ("rank", ctypes.c_int64), ("dims", ctypes.POINTER(ctypes.c_int64))]
+
+
+class _Scalar(ctypes.Structure):
+    _fields_ = [("dtype", ctypes.c_int), ("value", ctypes.POINTER(ctypes.c_int64))]
+
+
+class _ErrorCreateArgs(ctypes.Structure):
+    _fields_ = [("struct_size", ctypes.c_size_t), ("extension_start", ctypes.c_void_p), ("message", ctypes.c_char_p),
+                ("errc", ctypes.c_int)]
+
+
+class _ApiHead(ctypes.Structure):  # the start of XLA_FFI_Api, up to XLA_FFI_Error_Create
+    _fields_ = [("struct_size", ctypes.c_size_t), ("extension_start", ctypes.c_void_p), ("api_version", _ApiVersion),
+                ("internal_api", ctypes.c_void_p), ("error_create", ctypes.c_void_p)]
+
+
+_ERROR_CREATE = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.POINTER(_ErrorCreateArgs))
+_HANDLER = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.POINTER(_CallFrame))
+
+
+class HostLaunch:
+    """One registered launch: runs `task(inputs, outputs)` on NumPy views of the call's buffers, after
+    checking them against the dtypes and shapes it was registered with."""
+
+    def __init__(self, task, in_types, out_types):
+        self.task = task
+        self.in_types = in_types  # ((dtype name, shape), ...)
+        self.out_types = out_types
+
+    def views(self, frame_list, types, what):
+        if frame_list.size != len(types):
+            raise RuntimeError(f"jsample host launch: {frame_list.size} {what}, expected {len(types)}")
+        arrays = []
+        for i, (dtype_name, shape) in enumerate(types):
+            buffer = ctypes.cast(frame_list.items[i], ctypes.POINTER(_Buffer)).contents
+            dims = tuple(buffer.dims[d] for d in range(buffer.rank))
+            if buffer.dtype != _FFI_DTYPES[dtype_name] or dims != tuple(shape):
+                raise RuntimeError(f"jsample host launch: {what} {i} is a buffer of XLA dtype {buffer.dtype} and "
+                                   f"shape {dims}, expected {dtype_name} {tuple(shape)}")
+            dtype = np.dtype(_numpy_dtype(dtype_name))
+            size = int(np.prod(dims, dtype=np.int64)) * dtype.itemsize
+            if size == 0:
+                arrays.append(np.empty(dims, dtype))
+                continue
+            raw = (ctypes.c_char * size).from_address(buffer.data)
+            arrays.append(np.frombuffer(raw, dtype=dtype).reshape(dims))
+        return arrays
+
+    def __call__(self, frame):
+        inputs = self.views(frame.args, self.in_types, "argument")
+        outputs = self.views(frame.rets, self.out_types, "result")
+        self.task(inputs, outputs)
+
+
+def _numpy_dtype(name: str):
+    if name == "bfloat16":
+        import ml_dtypes
+
+        return ml_dtypes.bfloat16
+    return name
+
+
+_lock = threading.Lock()
+_launches: list = []  # launch_id -> HostLaunch, kept for the life of the process (XLA holds only the id)
+_ids: dict = {}  # the launch's key -> launch_id
+_registered = None  # None: not tried yet; then True or False
+_handler_ref = None  # the ctypes function XLA calls: must never be collected
+
+
+def launch_id(key, make_launch) -> int:
+    """The id of the launch identified by `key` (hashable), registering `make_launch()` the first time:
+    the same launch traced again reuses its id, so the registry grows with distinct launches only."""
+    with _lock:
+        found = _ids.get(key)
+        if found is None:
+            found = _ids[key] = len(_launches)
+            _launches.append(make_launch())
+        return found
+
+
+def _error(frame, message: str):
+    head = ctypes.cast(frame.api, ctypes.POINTER(_ApiHead)).contents
+    create = _ERROR_CREATE(head.error_create)
+    args = _ErrorCreateArgs(ctypes.sizeof(_ErrorCreateArgs), None, message.encode(), _ERROR_INTERNAL)
+    return create(ctypes.byref(args))
+
+
+def _answer_metadata(extension) -> None:
+    pointer = ctypes.cast(extension, ctypes.POINTER(_MetadataExtension)).contents.metadata
+    size = ctypes.cast(pointer, ctypes.POINTER(ctypes.c_size_t)).contents.value
+    layout = _Metadata if size < ctypes.sizeof(_MetadataWithExtension) - 4 else _MetadataWithExtension
+    metadata = ctypes.cast(pointer, ctypes.POINTER(layout)).contents
+    metadata.api_version.major_version, metadata.api_version.minor_version = _FFI_API_VERSION
+    metadata.traits = 0
+
+
+def _handle(frame_pointer):
+    frame = frame_pointer.contents
+    try:
+        if frame.extension_start:  # registration asks for the handler's FFI version
+            extension = frame.extension_start
+            if extension.contents.type == _EXTENSION_METADATA:
+                _answer_metadata(extension)
+            return None
+        if frame.attrs.size != 1:
+            raise RuntimeError(f"jsample host launch: {frame.attrs.size} attributes, expected launch_id only")
+        launch = _launches[ctypes.cast(frame.attrs.attrs[0], ctypes.POINTER(_Scalar)).contents.value.contents.value]
+        launch(frame)
+        return None
+    except BaseException as error:  # an exception must not cross the C boundary: XLA raises it in the caller
+        try:
+            return _error(frame, f"{type(error).__name__}: {error}")
+        except BaseException:
+            return None
+
+
+def register() -> bool:
+    """Registers the handler with XLA's CPU platform (once); False where this jaxlib refuses it."""
+    global _registered, _handler_ref
+    with _lock:
+        if _registered is None:
+            try:
+                import jax
+
+                _handler_ref = _HANDLER(_handle)
+                new_capsule = ctypes.pythonapi.PyCapsule_New
+                new_capsule.restype = ctypes.py_object
+                new_capsule.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+                capsule = new_capsule(ctypes.cast(_handler_ref, ctypes.c_void_p).value, None, None)
+                jax.ffi.register_ffi_target(TARGET_NAME, capsule, platform="cpu")
+                _registered = True
+            except Exception:
+                _registered = False
+        return _registered
