@@ -14,7 +14,7 @@ for step in $steps; do
   case $step in
     tests)
       { echo "commit $SHA"; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-        timeout -s INT 330 python3 -m pytest tests -q -n 8 -rf -p no:cacheprovider --durations=10 \
+        JSAMPLE_PROPERTY_EXAMPLES=30 timeout -s INT 500 python3 -m pytest tests -q -n 14 -rf -p no:cacheprovider --durations=5 \
           --ignore=tests/test_multi_gpu.py; } \
         > "$OUT/gpu_tests.txt" 2>&1
       tail -3 "$OUT/gpu_tests.txt" ;;
