@@ -169,8 +169,9 @@ def test_gumbel_fp64_shortlist_gives_the_fp64_tokens(frontend):
 @pytest.mark.parametrize("fp64", [False, True], ids=["fp32", "fp64"])
 def test_gumbel_tokens_do_not_depend_on_the_tiling(force_target, fp64):
     """The interpreter plans one block a row up to 65536 columns (Target.large_programs); the GPU's
-    blocks of 4096 (2048 FP64), in one launch or two, must give the same tokens: the argmax is exact
-    under any tiling, and so is the overflow flag (the row with a huge logit at T = 0.5 is greedy)."""
+    one-launch plan blocks of 4096 (2048 FP64), its two-launch plan blocks of 512: all must give the
+    same tokens: the argmax is exact under any tiling, and so is the overflow flag (the row with a
+    huge logit at T = 0.5 is greedy)."""
     rng = np.random.default_rng(12)
     batch, vocab = 5, 9000
     logits = make_logits(rng, batch, vocab)
@@ -181,13 +182,15 @@ def test_gumbel_tokens_do_not_depend_on_the_tiling(force_target, fp64):
     assert shipped[2] == 7000
     from jsample import kernels
 
-    def blocks(large_programs):
+    def blocks(large_programs, arrival_counters=False):
         spec = kernels.ArgSpec.contiguous(logits.shape, "float32")
-        plan = kernels.plan_gumbel_sample(spec, kernels.ArgSpec.contiguous(seeds.shape, "int64"),
-                                          kernels.Target(interpreter=True, large_programs=large_programs),
-                                          fp64=fp64, draft=False)
-        return plan.launches[0].grid[1]
-    assert (blocks(True), blocks(False)) == (1, 3 if not fp64 else 5)
+        target = kernels.Target(interpreter=True, large_programs=large_programs, arrival_counters=arrival_counters)
+        plan = kernels.plan_gumbel_sample(spec, kernels.ArgSpec.contiguous(seeds.shape, "int64"), target, fp64=fp64,
+                                          draft=False)
+        return plan.variant, plan.launches[0].grid[1]
+    assert blocks(True) == ("two launches", 1)
+    assert blocks(False) == ("two launches", 18)
+    assert blocks(False, arrival_counters=True) == ("one launch", 3 if not fp64 else 5)
     for arrival_counters in (False, True):  # the torch target: two launches, one launch
         force_target(large_programs=False, arrival_counters=arrival_counters)
         np.testing.assert_array_equal(both_frontends("gumbel_sample", logits, seeds, positions, temperature,

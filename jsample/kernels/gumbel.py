@@ -19,6 +19,7 @@ logit past the range; a block that finds it stores its column as -1 - column, an
 launch then takes the row's greedy argmax itself (`greedy_argmax_row`: only such rows pay for it).
 """
 
+import dataclasses
 import functools
 from dataclasses import dataclass
 
@@ -33,6 +34,10 @@ from jsample.kernels.stream import STREAM_DRAFT, STREAM_TOKEN, load_seed, seed_w
 _BLOCK_V_MAX = 4096  # 16 KiB of fp32 logits per program: enough bytes in flight, few partials
 _BLOCK_V_MIN = 16
 _BLOCK_V_MAX_LARGE_PROGRAMS = 65536  # the interpreter (Target.large_programs): a row or two per program
+# the two-launch plan on a GPU: one-warp programs of 512 columns, many resident per SM, hide each
+# other's latency (FP64's serial shortlist tail most of all): 10% faster in FP32, 23% in FP64 than
+# 4096 columns and 8 warps at B = 256, V = 151936 (benchmarks/lab/INDEX.md, ab_fp64_block)
+_BLOCK_V_MANY_ROWS = 512
 
 
 @dataclass(frozen=True)
@@ -162,6 +167,15 @@ def gumbel_one_launch_kernel(
 ONE_LAUNCH_MAX_PROGRAMS = 300
 
 
+def many_rows_config(config: GumbelLaunchConfig, vocab_size: int) -> GumbelLaunchConfig:
+    """The tiling of gumbel_sample's two-launch plan (more rows than one launch takes), except in the
+    interpreter's large programs: blocks of _BLOCK_V_MANY_ROWS columns, one warp each."""
+    block_v = max(_BLOCK_V_MIN, min(_BLOCK_V_MANY_ROWS, triton.next_power_of_2(vocab_size)))
+    num_blocks = triton.cdiv(vocab_size, block_v)
+    return dataclasses.replace(config, block_v=block_v, num_blocks=num_blocks,
+                               reduce_block=triton.next_power_of_2(num_blocks), num_warps=1)
+
+
 @functools.lru_cache(maxsize=512)
 def plan_gumbel_sample(logits: ArgSpec, seeds: ArgSpec, target: Target, *, fp64: bool, draft: bool) -> Plan:
     """The launches of `gumbel_sample` on inputs `logits` [B, V] (rows `logits.strides[0]` apart,
@@ -173,11 +187,14 @@ def plan_gumbel_sample(logits: ArgSpec, seeds: ArgSpec, target: Target, *, fp64:
     row_stride = logits.strides[0]
     config = gumbel_launch_config(vocab, row_stride, fp64, fast_math=not target.interpreter,
                                   large_programs=target.large_programs)
+    one_launch = target.arrival_counters and batch * config.num_blocks <= ONE_LAUNCH_MAX_PROGRAMS
+    if not one_launch and not target.large_programs:
+        config = many_rows_config(config, vocab)
     words = 2 if fp64 else 1  # f64 partial scores are stored as two f32 words
     buffers = (Buffer("partial_score", (batch, config.num_blocks * words), "float32"),
                Buffer("partial_index", (batch, config.num_blocks), "int32"), tokens)
     options = dict(num_stages=config.num_stages, enable_fp_fusion=config.enable_fp_fusion)
-    if target.arrival_counters and batch * config.num_blocks <= ONE_LAUNCH_MAX_PROGRAMS:
+    if one_launch:
         launches = (launch(
             gumbel_one_launch_kernel, (batch, config.num_blocks),
             ("logits", "seeds", "positions", "temperature", vocab, row_stride), ("partial_score", "partial_index",
