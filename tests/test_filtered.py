@@ -148,10 +148,12 @@ def test_filtered_tokens_do_not_depend_on_the_tiling(monkeypatch, force_target):
     top_k, top_p, min_p = np.int32([50, 0, 7, 1000, 3, 0]), np.float32([0.9, 0.5, 1.0, 0.95, 0.2, 0.99]), 0.001
     shipped_config, shipped_plan = filtered.filtered_launch_config, filtered.plan_top_k_top_p_sample.__wrapped__
     results, tilings = [], set()
-    for chunks, ways in ((None, None), (1, 16), (3, 4), (7, 8), (7, 64)):
+    # (chunks, ways): None, None is the interpreter's shipped tiling, "many rows" the GPU's shipped
+    # large-batch tiling (two warps, 8 pivots, the sampling launch in 512-column blocks)
+    for chunks, ways in ((None, None), (1, 16), (3, 4), (7, 8), (7, 64), ("many rows", None)):
         def config(*args, chunks=chunks, ways=ways, **options):
             c = shipped_config(*args, **options)
-            if chunks is None:
+            if chunks is None or chunks == "many rows":
                 return c
             tile = c.threads * c.vec
             chunk = -(-VOCAB // (chunks * tile)) * tile  # columns per chunk, a multiple of the tile
@@ -159,10 +161,11 @@ def test_filtered_tokens_do_not_depend_on_the_tiling(monkeypatch, force_target):
                                        search_steps=-(-(32 - c.key_shift) // (ways.bit_length() - 1)))
 
         monkeypatch.setattr(filtered, "filtered_launch_config", config)
+        monkeypatch.setattr(filtered, "MANY_ROWS_ELEMENTS", 0 if chunks == "many rows" else 2**22)
         # a planning function of its own per tiling: neither its cache nor the executors' memo holds an older plan
         monkeypatch.setattr(kernels, "plan_top_k_top_p_sample", functools.partial(shipped_plan))
         if chunks is not None:
-            force_target(large_programs=False)
+            force_target(large_programs=False, resident_programs=0)  # the launches' plan
         results.append(both_frontends(OP, logits, seeds, positions, temperature, top_k=top_k, top_p=top_p,
                                       min_p=min_p))
         plan = kernels.plan_top_k_top_p_sample(kernels.ArgSpec.contiguous(logits.shape, "float32"),
@@ -170,7 +173,10 @@ def test_filtered_tokens_do_not_depend_on_the_tiling(monkeypatch, force_target):
                                                kernels.Target(interpreter=True, large_programs=chunks is None),
                                                has_top_k=True, has_top_p=True, has_min_p=True, fp64=False)
         tilings.add(tuple((step.grid, step.constexprs) for step in plan.launches))
-    assert len(tilings) == 5  # every run had a tiling of its own
+        if chunks == "many rows":
+            assert dict(plan.launches[1].constexprs)["WAYS"] == 8 and plan.launches[1].num_warps == 2
+            assert dict(plan.launches[-2].constexprs)["BLOCK_V"] == 512 and plan.launches[-2].num_warps == 1
+    assert len(tilings) == 6  # every run had a tiling of its own
     for tokens in results[1:]:
         np.testing.assert_array_equal(tokens, results[0])
 

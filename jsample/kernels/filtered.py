@@ -71,11 +71,12 @@ from jsample.kernels.common import (
     store_block_best,
     store_sampled_block,
 )
-from jsample.kernels.gumbel import GumbelLaunchConfig, argmax_reduce_kernel, gumbel_launch_config
+from jsample.kernels.gumbel import GumbelLaunchConfig, argmax_reduce_kernel, gumbel_launch_config, many_rows_config
 from jsample.kernels.plan import ArgSpec, Buffer, Plan, Target, launch
 from jsample.kernels.stream import load_seed, seed_word_count
 
 MAX_CHUNKS = 64  # chunks per row in the search launches (a power of two)
+MANY_ROWS_ELEMENTS = 2**22  # B * V from which the launches' plan takes its large-batch tiling
 MASS_SCALE = 2.0**24  # fixed-point unit of the top-p masses, relative to the largest token's
 MAX_COLUMNS_PER_THREAD = 64  # per chunk: int32 mass sums stay below 64 * 2**24 = 2**30 (int64 beyond)
 PHASE_STATS = 0
@@ -118,7 +119,10 @@ def filtered_launch_config(batch: int, vocab_size: int, row_stride: int, dtype_n
     (`large_programs`: Target.large_programs, one chunk a row, in tiles of up to 16384 columns)."""
     key_shift = KEY_SHIFTS[dtype_name]
     vec = 4 if dtype_name == "float32" else 8
+    many_rows = batch * vocab_size >= MANY_ROWS_ELEMENTS and not large_programs
     num_warps = max(1, min(4, triton.next_power_of_2(vocab_size) // (32 * vec)))  # fewer for short rows
+    if many_rows:
+        num_warps = 2
     threads = 32 * num_warps
     if large_programs:
         threads = max(threads, min(16384, triton.next_power_of_2(vocab_size)) // vec)
@@ -130,12 +134,16 @@ def filtered_launch_config(batch: int, vocab_size: int, row_stride: int, dtype_n
     if large_programs:
         chunks = 1
     chunk = triton.cdiv(tiles, chunks) * tile
-    # Each pivot costs a compare and an add per column: 16 pivots make large launches compute-bound,
-    # 4 pivots keep them near the read rate with twice the launches, which small ones pay in
-    # latency. The kept set is exact either way.
-    ways = 4 if batch * vocab_size >= 2**22 and not large_programs else 16
+    # Each pivot costs a compare and an add per column: large launches are compute-bound, where 8
+    # pivots on two-warp programs (many resident per SM) beat 4 on four warps and 16 on any
+    # (benchmarks/lab/INDEX.md, ab_filtered_tiling); small ones pay each launch in latency, so take
+    # 16. The kept set is exact either way.
+    ways = 8 if many_rows else 16
+    gumbel = gumbel_launch_config(vocab_size, row_stride, fp64, fast_math, large_programs)
+    if many_rows:  # the sampling launch: gumbel_sample's two-launch tiling
+        gumbel = many_rows_config(gumbel, vocab_size)
     return FilteredLaunchConfig(
-        gumbel=gumbel_launch_config(vocab_size, row_stride, fp64, fast_math, large_programs),
+        gumbel=gumbel,
         key_shift=key_shift,
         ways=ways,
         search_steps=math.ceil((32 - key_shift) / math.log2(ways)),
