@@ -20,8 +20,8 @@ import logit_families  # noqa: E402
 FILTERS = {"top_k=50": dict(top_k=50), "top_p=0.9": dict(top_p=0.9), "min_p=0.05": dict(min_p=0.05),
            "top_k=50 top_p=0.9": dict(top_k=50, top_p=0.9)}
 # (search warps, search ways, sampling tiling: None the checkout's, "before" gumbel_launch_config's, "many
-# rows" gumbel.many_rows_config's); None: the checkout's own tiling. "w4 x4" is the tiling before 4b
-# (the commit after the first runs): 4 warps, 4 pivots, 4096-column sampling blocks.
+# rows" gumbel.many_rows_config's); None: the checkout's own tiling. "w4 x4" is the large-batch tiling
+# shipped before this script's runs: 4 warps, 4 pivots, 4096-column sampling blocks.
 VARIANTS = {"shipped": None, "w4 x4": (4, 4, "before"), "w4 x4 sample 512x1": (4, 4, "many rows"),
             "w1 x4": (1, 4, None), "w2 x4": (2, 4, None), "w8 x4": (8, 4, None), "w1 x8": (1, 8, None),
             "w2 x8": (2, 8, None), "w4 x8": (4, 8, None), "w1 x16": (1, 16, None), "w2 x16": (2, 16, None),
