@@ -5,7 +5,8 @@
 #    torch's triton pin, jax, jax-triton 0.4 and jsample[jax], for Python 3.12 on Linux;
 # 3. the jax-triton 0.4 launch path traced with the real jax-triton 0.4 (.ci/jax_triton_04.py), where a
 #    Python >= 3.12 is found (jax-triton 0.4 needs it); otherwise it says so and skips; there too, the
-#    sharding test's script with that JAX (the CPU path's FFI launches, tests/test_sharding.py).
+#    sharding test's script with that JAX (the CPU path's FFI launches, tests/test_sharding.py) and the
+#    JAX frontend's CPU token digest against the one recorded with both frontends.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 work=$(mktemp -d)
@@ -47,6 +48,10 @@ if [ -n "$python312" ]; then
   # the CPU path's FFI launches under the newest JAX: batch-sharded jit on 2 host devices, no collective
   (cd "$work" && JAX_PLATFORMS=cpu TRITON_INTERPRET=1 "$work/v312/bin/python" "$OLDPWD/tests/test_sharding.py" 2 \
     | tail -n 1 | sed 's/^/jax 0.12, wheel, batch-sharded jit on CPU devices: /')
+  # every op's tokens under the newest JAX (its frontend alone): the CPU digest recorded with both frontends
+  (cd "$work" && JAX_PLATFORMS=cpu TRITON_INTERPRET=1 "$work/v312/bin/python" "$OLDPWD/benchmarks/token_digest.py" \
+    --size cpu --frontend jax --compare "$OLDPWD/benchmarks/results/digest/token_digest_cpu_plans.json" \
+    | tail -n 1 | sed 's/^/jax 0.12, wheel, token digest: /')
 else
   echo "no Python >= 3.12 here: the jax-triton 0.4 trace check (.ci/jax_triton_04.py) is skipped"
 fi

@@ -5,6 +5,10 @@ the stream contract says change (docs/STREAM.md, "Clarifications of version 1"),
 avoids (temperatures are 0 or >= 0.05, logits are moderate, filter values are in range).
 
     python benchmarks/token_digest.py [--size cpu|gpu] [--out FILE] [--compare BASELINE.json] [--only TEXT]
+                                      [--frontend both|jax]
+
+`--frontend jax` runs the JAX frontend alone (no torch needed: another JAX's tokens against a digest
+recorded with both frontends, as .ci/packaging.sh does with the newest JAX).
 
 The CPU digest comes from the Triton interpreter, the GPU digest from compiled kernels (FAST_MATH
 logs): each is compared with itself, not with the other.
@@ -61,21 +65,38 @@ def grid(size: str):
                     (target.argmax(-1).astype(np.int32), drafts, n, seeds, positions, rates), dict(fp64=fp64)
 
 
+def jax_alone(op, *args, **kwargs):
+    """The JAX frontend's outputs of one case as NumPy arrays (eager calls, x64 on as in the tests)."""
+    import jsample.kernels  # noqa: F401  (chooses the Triton interpreter on CPU-only machines first)
+    import jax
+
+    jax.config.update("jax_enable_x64", True)
+    import jsample
+
+    out = getattr(jsample, op)(*args, **kwargs)
+    return tuple(np.asarray(o) for o in out) if isinstance(out, tuple) else np.asarray(out)
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--size", choices=("cpu", "gpu"), default=None)
     parser.add_argument("--out", default=None)
     parser.add_argument("--compare", default=None, help="a digest JSON recorded before: every case must match")
     parser.add_argument("--only", default="", help="run only the cases whose name contains this text")
+    parser.add_argument("--frontend", choices=("both", "jax"), default="both",
+                        help="both (asserts torch == JAX) or the JAX frontend alone, without torch")
     args = parser.parse_args()
-    from conftest import SIZE, both_frontends  # noqa: E402  (chooses the interpreter on CPU machines)
+    if args.frontend == "jax":
+        size, run = args.size or "cpu", jax_alone
+    else:
+        from conftest import SIZE, both_frontends  # noqa: E402  (chooses the interpreter on CPU machines)
 
-    size = args.size or SIZE
+        size, run = args.size or SIZE, both_frontends
     digests, total = {}, hashlib.sha256()
     for op, name, op_args, kwargs in grid(size):
         if args.only not in f"{op} {name}":
             continue
-        out = both_frontends(op, *op_args, **kwargs)  # asserts torch == JAX
+        out = run(op, *op_args, **kwargs)  # both frontends: asserts torch == JAX
         data = b"".join(np.ascontiguousarray(o).tobytes() for o in (out if isinstance(out, tuple) else (out,)))
         digest = hashlib.sha256(data).hexdigest()[:16]
         digests[f"{op} {name}"] = digest
