@@ -47,11 +47,6 @@ class _Metadata(ctypes.Structure):
     _fields_ = [("struct_size", ctypes.c_size_t), ("api_version", _ApiVersion), ("traits", ctypes.c_uint32)]
 
 
-class _MetadataWithExtension(ctypes.Structure):  # the layout of jaxlib versions whose metadata had extension_start
-    _fields_ = [("struct_size", ctypes.c_size_t), ("extension_start", ctypes.c_void_p), ("api_version", _ApiVersion),
-                ("traits", ctypes.c_uint32)]
-
-
 class _MetadataExtension(ctypes.Structure):
     _fields_ = [("extension_base", _ExtensionBase), ("metadata", ctypes.c_void_p)]
 
@@ -164,12 +159,15 @@ def _error(frame, message: str):
 
 
 def _answer_metadata(extension) -> None:
+    """Writes the handler's FFI version into XLA_FFI_Metadata, where its struct_size says it has the
+    layout written here; any other layout is left unanswered, and XLA refuses the registration
+    (register() then falls back to pure_callback)."""
     pointer = ctypes.cast(extension, ctypes.POINTER(_MetadataExtension)).contents.metadata
     size = ctypes.cast(pointer, ctypes.POINTER(ctypes.c_size_t)).contents.value
-    layout = _Metadata if size < ctypes.sizeof(_MetadataWithExtension) - 4 else _MetadataWithExtension
-    metadata = ctypes.cast(pointer, ctypes.POINTER(layout)).contents
-    metadata.api_version.major_version, metadata.api_version.minor_version = _FFI_API_VERSION
-    metadata.traits = 0
+    if size >= _Metadata.traits.offset + ctypes.sizeof(ctypes.c_uint32):
+        metadata = ctypes.cast(pointer, ctypes.POINTER(_Metadata)).contents
+        metadata.api_version.major_version, metadata.api_version.minor_version = _FFI_API_VERSION
+        metadata.traits = 0
 
 
 def _handle(frame_pointer):
