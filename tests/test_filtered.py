@@ -316,3 +316,39 @@ def test_filtered_unfiltered_winner_shortcut_on_both_sides_of_the_boundary(filte
     assert_tokens_match_reference(shortcut, logits, seeds, positions, temperature, **every_row)
     force_target(large_programs=False, resident_programs=0)  # the launches' plan: a search for every row
     np.testing.assert_array_equal(both_frontends(OP, logits, seeds, positions, temperature, **filters), shortcut)
+
+
+@pytest.mark.parametrize("fp64", [False, True], ids=["fp32", "fp64"])
+def test_filtered_launches_plan_reuses_unfiltered_block_partials_exactly(fp64, force_target, monkeypatch):
+    """The launches' plan samples a row whose unfiltered winner the filters drop from the unfiltered
+    block partials where it can: a block whose best column is kept keeps its partial, a block that
+    keeps no column has no candidate, and only the other blocks draw their noise again. Rows built so
+    that all three kinds of block occur (each block's best is gumbel_sample of the row restricted to
+    the block: the same noise) give the reference's tokens in both frontends."""
+    from jsample.kernels import filtered
+
+    monkeypatch.setattr(filtered, "MANY_ROWS_ELEMENTS", 0)  # the large-batch tiling: blocks of 512 columns
+    monkeypatch.setattr(kernels, "plan_top_k_top_p_sample", functools.partial(filtered.plan_top_k_top_p_sample.__wrapped__))
+    force_target(large_programs=False, resident_programs=0)  # the launches' plan
+    rng = np.random.default_rng(12)
+    batch, vocab, block = 24, 2048, 512
+    logits = (rng.standard_normal((batch, vocab)) * 0.3).astype(np.float32)
+    logits[:, 5:9] += 4.0  # top-k = 4 keeps these four columns of block 0; the rest of the row outweighs them
+    seeds, positions = make_requests(rng, batch)
+    temperature = np.full(batch, 1.0, np.float32)
+    top_k = np.full(batch, 4, np.int32)
+    tokens = both_frontends(OP, logits, seeds, positions, temperature, top_k=top_k, fp64=fp64)
+    assert_tokens_match_reference(tokens, logits, seeds, positions, temperature, top_k, np.ones(batch, np.float32),
+                                  np.zeros(batch, np.float32), fp64=fp64)
+    winners = both_frontends("gumbel_sample", logits, seeds, positions, temperature, fp64=fp64)
+    dropped = ~np.isin(winners, np.arange(5, 9))
+    reused = redrawn = 0
+    for b in np.flatnonzero(dropped):
+        only_block_0 = np.full_like(logits[b:b + 1], -np.inf)
+        only_block_0[0, :block] = logits[b, :block]
+        best = both_frontends("gumbel_sample", only_block_0, seeds[b:b + 1], positions[b:b + 1],
+                              temperature[b:b + 1], fp64=fp64)[0]
+        reused += 5 <= best < 9
+        redrawn += not 5 <= best < 9
+    # blocks 1-3 of every such row keep no column
+    assert dropped.sum() >= 4 and reused >= 1 and redrawn >= 1, (dropped.sum(), reused, redrawn)

@@ -65,7 +65,9 @@ if INTERPRETER:
     patch_language_once()
 from jsample.kernels.filtered import (  # noqa: E402
     FilteredLaunchConfig,
+    filter_stats_kernel,
     filter_step_kernel,
+    filter_winner_kernel,
     filtered_launch_config,
     filtered_partial_kernel,
     filtered_plan,
@@ -103,7 +105,9 @@ __all__ = [
     "FilteredLaunchConfig",
     "GumbelLaunchConfig",
     "argmax_reduce_kernel",
+    "filter_stats_kernel",
     "filter_step_kernel",
+    "filter_winner_kernel",
     "filtered_launch_config",
     "filtered_partial_kernel",
     "filtered_plan",

@@ -83,13 +83,22 @@ PHASE_STATS = 0
 PHASE_TOP_K = 1
 PHASE_TOP_P = 2
 PHASE_SAMPLE = 3
-STATE_WORDS = 8  # int64 per row: key max, key min, finite count, lo, hi, top-p normaliser (2 spare)
+PHASE_WINNER = 4
+STATE_WORDS = 8  # int64 per row: key max, key min, finite count, lo, hi, top-p normaliser, winner key, status
+# a row's status in the launches' plan (state word 7): whether the unfiltered winner is the token
+STATUS_DONE = 0  # it is (or the row is not filtered: greedy, overflowing, no finite logit)
+STATUS_CHECK = 1  # min-p keeps it; the first search launch decides top-k and top-p from the winner's sums
+STATUS_FILTER = 2  # the filters drop it (or may): search, then sample the kept set
 KEY_SHIFTS = {"float32": 0, "bfloat16": 16, "float16": 13}  # low key bits that are zero for the dtype
 
 _STATS = tl.constexpr(PHASE_STATS)
 _TOP_K = tl.constexpr(PHASE_TOP_K)
 _TOP_P = tl.constexpr(PHASE_TOP_P)
 _SAMPLE = tl.constexpr(PHASE_SAMPLE)
+_WINNER = tl.constexpr(PHASE_WINNER)
+_DONE = tl.constexpr(STATUS_DONE)
+_CHECK = tl.constexpr(STATUS_CHECK)
+_FILTER = tl.constexpr(STATUS_FILTER)
 _MASS_SCALE = tl.constexpr(MASS_SCALE)
 _STATE_WORDS = tl.constexpr(STATE_WORDS)
 _GREEDY_BELOW = tl.constexpr(GREEDY_BELOW)
@@ -194,16 +203,17 @@ def filtered_one_launch_config(batch: int, vocab_size: int, row_stride: int, dty
 
 @dataclass(frozen=True)
 class FilterStep:
-    """One launch of filter_step_kernel (or, PHASE_SAMPLE, of filtered_partial_kernel)."""
+    """One launch of filter_winner_kernel (PHASE_WINNER), filter_step_kernel or, PHASE_SAMPLE,
+    filtered_partial_kernel."""
 
     phase: int
-    prev_phase: int  # the phase of the launch before (PHASE_STATS for the first search launch)
+    prev_phase: int  # the phase of the launch before (PHASE_STATS before the winner launch)
     capture_normalizer: bool  # the launch before was the first top-p launch: its pivot 0 holds the top-p mass
 
 
 def filtered_plan(config: FilteredLaunchConfig, has_top_k: bool, has_top_p: bool) -> list:
-    """The launches of one call, in order; both frontends run exactly this list."""
-    phases = [PHASE_STATS] + [PHASE_TOP_K] * (config.search_steps if has_top_k else 0)
+    """The launches after filter_stats_kernel's, in order; both frontends run exactly this list."""
+    phases = [PHASE_WINNER] + [PHASE_TOP_K] * (config.search_steps if has_top_k else 0)
     phases += [PHASE_TOP_P] * (config.search_steps if has_top_p else 0) + [PHASE_SAMPLE]
     first_top_p = phases.index(PHASE_TOP_P) if has_top_p else -1
     return [FilterStep(phase, phases[i - 1] if i else PHASE_STATS, i - 1 == first_top_p)
@@ -343,37 +353,166 @@ def _narrow(PHASE: tl.constexpr, lo, hi, above, normalizer, capture_normalizer, 
 @triton.jit
 def _row_state(b64, state_ptr, partial_ptr, num_chunks, temperature, top_k_ptr, top_p_ptr,
                PHASE: tl.constexpr, PREV_PHASE: tl.constexpr, CAPTURE_NORMALIZER: tl.constexpr,
-               WAYS: tl.constexpr, MAX_CHUNKS: tl.constexpr):
-    """The row's state for a PHASE launch: the previous launch's state advanced by its partials.
-    Returns (key max, key min, finite count, lo, hi, top-p normaliser)."""
+               HAS_TOP_K: tl.constexpr, HAS_TOP_P: tl.constexpr, WAYS: tl.constexpr, MAX_CHUNKS: tl.constexpr):
+    """The row's state for a PHASE launch: the previous launch's state advanced by its partials (after
+    the winner launch: whether top-k and top-p keep the unfiltered winner, from its sums). Returns
+    (key max, key min, finite count, lo, hi, top-p normaliser, winner key, status)."""
     chunks = tl.arange(0, MAX_CHUNKS)
     ways = tl.arange(0, WAYS)
     in_row = chunks < num_chunks
     partials = partial_ptr.to(tl.pointer_type(tl.int64)) + (b64 * num_chunks + chunks) * WAYS
-    if PREV_PHASE == _STATS:
-        key_max = tl.max(tl.load(partials, mask=in_row, other=-(2**62)), axis=0)
-        key_min = tl.min(tl.load(partials + 1, mask=in_row, other=2**62), axis=0)
-        count = tl.sum(tl.load(partials + 2, mask=in_row, other=0), axis=0)
-        normalizer = count * 0
-        lo = tl.where(count > 0, key_min, 0)  # no finite logit: nothing to search (the row gives -1)
-        hi = lo + 1
-    else:
-        state = state_ptr.to(tl.pointer_type(tl.int64)) + b64 * _STATE_WORDS
-        key_max = tl.load(state)
-        key_min = tl.load(state + 1)
-        count = tl.load(state + 2)
-        lo = tl.load(state + 3)
-        hi = tl.load(state + 4)
-        normalizer = tl.load(state + 5)
-        if hi - lo > 1:  # the previous launch evaluated its pivots: narrow the bracket
-            above = tl.sum(tl.load(partials[:, None] + ways[None, :], mask=in_row[:, None], other=0), axis=0)
-            lo, hi, normalizer = _narrow(PREV_PHASE, lo, hi, above, normalizer, CAPTURE_NORMALIZER, b64, top_k_ptr,
-                                         top_p_ptr, WAYS)
+    state = state_ptr.to(tl.pointer_type(tl.int64)) + b64 * _STATE_WORDS
+    key_max = tl.load(state)
+    key_min = tl.load(state + 1)
+    count = tl.load(state + 2)
+    lo = tl.load(state + 3)
+    hi = tl.load(state + 4)
+    normalizer = tl.load(state + 5)
+    key_w = tl.load(state + 6)
+    status = tl.load(state + 7)
+    if PREV_PHASE == _WINNER:
+        if status == _CHECK:
+            sums = tl.sum(tl.load(partials[:, None] + ways[None, :], mask=in_row[:, None], other=0), axis=0)
+            kept = _keeps_winner(sums, key_w, key_max, count, b64, top_k_ptr, top_p_ptr, HAS_TOP_K, HAS_TOP_P, WAYS)
+            status = tl.where(kept, _DONE, _FILTER).to(tl.int64)
+    elif hi - lo > 1:  # the previous launch evaluated its pivots: narrow the bracket
+        above = tl.sum(tl.load(partials[:, None] + ways[None, :], mask=in_row[:, None], other=0), axis=0)
+        lo, hi, normalizer = _narrow(PREV_PHASE, lo, hi, above, normalizer, CAPTURE_NORMALIZER, b64, top_k_ptr,
+                                     top_p_ptr, WAYS)
     if PHASE != PREV_PHASE:
         if PHASE != _SAMPLE:
-            # a new search starts at the previous threshold (hi - lo == 1: every search is settled)
-            lo, hi = _start_search(PHASE, b64, lo, key_max, count, temperature, top_k_ptr, top_p_ptr)
-    return key_max, key_min, count, lo, hi, normalizer
+            if status == _FILTER:
+                # a new search starts at the previous threshold (hi - lo == 1: every search is settled)
+                lo, hi = _start_search(PHASE, b64, lo, key_max, count, temperature, top_k_ptr, top_p_ptr)
+    return key_max, key_min, count, lo, hi, normalizer, key_w, status
+
+
+@triton.jit
+def _store_state(state_ptr, b64, key_max, key_min, count, lo, hi, normalizer, key_w, status):
+    state = state_ptr.to(tl.pointer_type(tl.int64)) + b64 * _STATE_WORDS
+    words = tl.arange(0, _STATE_WORDS)
+    values = tl.where(words == 0, key_max, tl.where(words == 1, key_min, tl.where(words == 2, count, key_w)))
+    values = tl.where(words == 3, lo, tl.where(words == 4, hi, tl.where(words == 5, normalizer, values)))
+    tl.store(state + words, tl.where(words == 7, status, values))
+
+
+@triton.jit
+def filter_stats_kernel(
+    logits_ptr,  # [B, V] f32|bf16|f16, rows `row_stride` elements apart, columns contiguous
+    seeds_ptr,  # [B] i32|u32|i64, or [B, 2] u32 words (SEED_WORDS = 2)
+    positions_ptr,  # [B] i32|i64
+    temperature_ptr,  # [B] f32
+    V,
+    row_stride,
+    stats_ptr,  # [B, num_blocks, 4] i32: per block, the largest and smallest finite key, the finite count
+    unfiltered_score_ptr,  # [B, num_blocks] f32 (FP64: f64 as pairs of f32 words): gumbel_sample's partials
+    unfiltered_index_ptr,  # [B, num_blocks] i32
+    KEY_SHIFT: tl.constexpr,
+    FP64: tl.constexpr,
+    BLOCK_V: tl.constexpr,
+    ROW_ALIGN: tl.constexpr,
+    VOCAB_ALIGN: tl.constexpr,
+    FAST_MATH: tl.constexpr,
+    SEED_WORDS: tl.constexpr = 1,
+):
+    """The launches' plan's first launch, grid (B, num_blocks) in the sampling launch's tiling: each
+    block's key statistics, and its partials of the unfiltered Gumbel-max sample (stream 0, exactly
+    gumbel_sample's), whose winner is the token wherever the filters keep it."""
+    V = aligned(V, VOCAB_ALIGN)
+    b = tl.program_id(0)
+    block = tl.program_id(1)
+    num_blocks = tl.num_programs(1)
+    b64 = b.to(tl.int64)
+    seed = load_seed(seeds_ptr, b, SEED_WORDS)
+    position = tl.load(positions_ptr + b).to(tl.int64)
+    temperature = load_temperature(temperature_ptr, b)
+    out = b64 * num_blocks + block
+    store_sampled_block(logits_ptr, b, row_stride, V, block * BLOCK_V, seed, position, temperature,
+                        unfiltered_score_ptr, unfiltered_index_ptr, out, 0, BLOCK_V, ROW_ALIGN, FP64, FAST_MATH)
+    cols = block * BLOCK_V + tl.arange(0, BLOCK_V)
+    x = tl.load(logits_ptr + tl.multiple_of(b64 * row_stride, ROW_ALIGN) + cols, mask=cols < V,
+                other=float("-inf")).to(tl.float32)
+    finite = tl.abs(x) < float("inf")
+    key = tl.where(finite, _key(x, KEY_SHIFT), -(2**31))
+    lanes = tl.arange(0, 4)
+    key_max = tl.max(key, axis=0)
+    key_min = tl.min(tl.where(finite, key, 2**31 - 1), axis=0)
+    count = tl.sum(finite.to(tl.int32), axis=0)
+    tl.store(stats_ptr + out * 4 + lanes, tl.where(lanes == 0, key_max, tl.where(lanes == 1, key_min, count)),
+             mask=lanes < 3)
+
+
+@triton.jit
+def filter_winner_kernel(
+    logits_ptr,  # [B, V] f32|bf16|f16, rows `row_stride` elements apart, columns contiguous
+    temperature_ptr,  # [B] f32
+    top_k_ptr,  # [B] i32|i64 (read when HAS_TOP_K)
+    top_p_ptr,  # [B] f32 (read when HAS_TOP_P)
+    min_p_ptr,  # [B] f32 (read when HAS_MIN_P)
+    stats_ptr,  # from filter_stats_kernel
+    unfiltered_score_ptr,
+    unfiltered_index_ptr,
+    V,
+    row_stride,
+    num_blocks,
+    num_chunks,
+    chunk,  # columns per chunk
+    state_out_ptr,  # [B, STATE_WORDS] i64 as i32 words (written by chunk 0)
+    partial_out_ptr,  # [B, num_chunks, WAYS] i64 as i32 words: the chunk's winner sums (STATUS_CHECK rows)
+    HAS_TOP_K: tl.constexpr,
+    HAS_TOP_P: tl.constexpr,
+    HAS_MIN_P: tl.constexpr,
+    KEY_SHIFT: tl.constexpr,
+    FP64: tl.constexpr,
+    THREADS: tl.constexpr,
+    VEC: tl.constexpr,
+    ROW_ALIGN: tl.constexpr,
+    VOCAB_ALIGN: tl.constexpr,
+    WAYS: tl.constexpr,
+    REDUCE_BLOCK: tl.constexpr,  # a power of two >= num_blocks
+    WIDE_SUMS: tl.constexpr = False,
+):
+    """Grid (B, num_chunks): the row's statistics and unfiltered winner (every program reduces the
+    first launch's partials), whether min-p keeps the winner, and, where top-k or top-p may still drop
+    it, the chunk's counts and masses that decide it (_chunk_winner_sums). The row's status: the
+    winner is the token (STATUS_DONE), top-k and top-p decide (STATUS_CHECK), or the row is
+    searched and its kept set sampled (STATUS_FILTER)."""
+    V = aligned(V, VOCAB_ALIGN)
+    chunk = aligned(chunk, THREADS * VEC)
+    b = tl.program_id(0)
+    c = tl.program_id(1)
+    b64 = b.to(tl.int64)
+    temperature = load_temperature(temperature_ptr, b)
+    row_ptr = logits_ptr + tl.multiple_of(b64 * row_stride, ROW_ALIGN)
+    blocks = tl.arange(0, REDUCE_BLOCK)
+    in_row = blocks < num_blocks
+    stats = stats_ptr + (b64 * num_blocks + blocks) * 4
+    key_max = tl.max(tl.load(stats, mask=in_row, other=-(2**31)), axis=0).to(tl.int64)
+    key_min = tl.min(tl.load(stats + 1, mask=in_row, other=2**31 - 1), axis=0).to(tl.int64)
+    count = tl.sum(tl.load(stats + 2, mask=in_row, other=0).to(tl.int64), axis=0)
+    winner, overflow = reduce_block_best_flagged(unfiltered_score_ptr, unfiltered_index_ptr, b, num_blocks, FP64,
+                                                 REDUCE_BLOCK, False)
+    # Greedy rows, rows that overflow and rows without a finite logit are not filtered: their
+    # unfiltered partials are their filtered ones.
+    run = _filtered_row(temperature, count) & ~overflow
+    x_w = tl.load(row_ptr + tl.maximum(winner, 0)).to(tl.float32)
+    key_w = _key(x_w, KEY_SHIFT)
+    keeps = run
+    if HAS_MIN_P:
+        min_p = tl.load(min_p_ptr + b64)
+        min_p = tl.where(min_p == min_p, tl.minimum(min_p, 1.0), 0.0)  # clamped as _kept_columns does
+        keeps = keeps & (_relative_probability(x_w, temperature, key_max, KEY_SHIFT, FP64) >= min_p)
+    status = tl.where(run & ~keeps, _FILTER, _CHECK if HAS_TOP_K or HAS_TOP_P else _DONE)
+    status = tl.where(run, status, _DONE).to(tl.int64)
+    if status == _CHECK:
+        first = c * chunk
+        sums = _chunk_winner_sums(row_ptr, first, first + chunk, V, key_w, temperature, key_max, KEY_SHIFT, FP64,
+                                  THREADS, VEC, WAYS, WIDE_SUMS)
+        tl.store(partial_out_ptr.to(tl.pointer_type(tl.int64)) + (b64 * num_chunks + c) * WAYS + tl.arange(0, WAYS),
+                 sums)
+    if c == 0:
+        lo = tl.where(count > 0, key_min, 0)  # no finite logit: nothing to search (the row gives -1)
+        _store_state(state_out_ptr, b64, key_max, key_min, count, lo, lo + 1, count * 0, key_w.to(tl.int64), status)
 
 
 @triton.jit
@@ -382,7 +521,7 @@ def filter_step_kernel(
     temperature_ptr,  # [B] f32
     top_k_ptr,  # [B] i32 (read by top-k launches only)
     top_p_ptr,  # [B] f32 (read by top-p launches only)
-    state_in_ptr,  # [B, STATE_WORDS] i64 as i32 words, from the previous launch (unused after PHASE_STATS)
+    state_in_ptr,  # [B, STATE_WORDS] i64 as i32 words, from the previous launch
     partial_in_ptr,  # [B, num_chunks, WAYS] i64 as i32 words, from the previous launch
     V,
     row_stride,
@@ -393,6 +532,8 @@ def filter_step_kernel(
     PHASE: tl.constexpr,
     PREV_PHASE: tl.constexpr,
     CAPTURE_NORMALIZER: tl.constexpr,
+    HAS_TOP_K: tl.constexpr,
+    HAS_TOP_P: tl.constexpr,
     KEY_SHIFT: tl.constexpr,
     FP64: tl.constexpr,
     THREADS: tl.constexpr,  # 32 * num_warps
@@ -403,9 +544,9 @@ def filter_step_kernel(
     MAX_CHUNKS: tl.constexpr,
     WIDE_SUMS: tl.constexpr = False,  # config.wide_sums
 ):
-    """PHASE_STATS: per chunk, the largest and smallest finite key and the finite count (lanes 0-2).
-    PHASE_TOP_K / PHASE_TOP_P: per chunk, the count / the fixed-point mass of the keys >= each of
-    the row's WAYS pivots, while the row's bracket is unsettled."""
+    """PHASE_TOP_K / PHASE_TOP_P: per chunk, the count / the fixed-point mass of the keys >= each of
+    the row's WAYS pivots, while the row's bracket is unsettled (rows whose token is the unfiltered
+    winner have none)."""
     V = aligned(V, VOCAB_ALIGN)
     chunk = aligned(chunk, THREADS * VEC)
     b = tl.program_id(0)
@@ -414,26 +555,16 @@ def filter_step_kernel(
     temperature = load_temperature(temperature_ptr, b)
     row_ptr = logits_ptr + tl.multiple_of(b64 * row_stride, ROW_ALIGN)
     first = c * chunk
-    ways = tl.arange(0, WAYS)
-    out = partial_out_ptr.to(tl.pointer_type(tl.int64)) + (b64 * num_chunks + c) * WAYS
-    if PHASE == _STATS:
-        key_max, key_min, count = _chunk_stats(row_ptr, first, first + chunk, V, KEY_SHIFT, THREADS, VEC)
-        stats = tl.where(ways == 0, key_max, tl.where(ways == 1, key_min, count))
-        tl.store(out + ways, stats, mask=ways < 3)
-    else:
-        key_max, key_min, count, lo, hi, normalizer = _row_state(
-            b64, state_in_ptr, partial_in_ptr, num_chunks, temperature, top_k_ptr, top_p_ptr,
-            PHASE, PREV_PHASE, CAPTURE_NORMALIZER, WAYS, MAX_CHUNKS)
-        if c == 0:
-            state = state_out_ptr.to(tl.pointer_type(tl.int64)) + b64 * _STATE_WORDS
-            words = tl.arange(0, _STATE_WORDS)
-            values = tl.where(words == 0, key_max, tl.where(words == 1, key_min, tl.where(words == 2, count, 0)))
-            values = tl.where(words == 3, lo, tl.where(words == 4, hi, tl.where(words == 5, normalizer, values)))
-            tl.store(state + words, values)
-        if hi - lo > 1:
-            above = _chunk_above(row_ptr, first, first + chunk, V, lo, hi, temperature, key_max, PHASE, KEY_SHIFT, FP64,
-                                 THREADS, VEC, WAYS, WIDE_SUMS)
-            tl.store(out + ways, above)
+    key_max, key_min, count, lo, hi, normalizer, key_w, status = _row_state(
+        b64, state_in_ptr, partial_in_ptr, num_chunks, temperature, top_k_ptr, top_p_ptr,
+        PHASE, PREV_PHASE, CAPTURE_NORMALIZER, HAS_TOP_K, HAS_TOP_P, WAYS, MAX_CHUNKS)
+    if c == 0:
+        _store_state(state_out_ptr, b64, key_max, key_min, count, lo, hi, normalizer, key_w, status)
+    if hi - lo > 1:
+        above = _chunk_above(row_ptr, first, first + chunk, V, lo, hi, temperature, key_max, PHASE, KEY_SHIFT, FP64,
+                             THREADS, VEC, WAYS, WIDE_SUMS)
+        tl.store(partial_out_ptr.to(tl.pointer_type(tl.int64)) + (b64 * num_chunks + c) * WAYS + tl.arange(0, WAYS),
+                 above)
 
 
 @triton.jit
@@ -445,8 +576,10 @@ def filtered_partial_kernel(
     top_k_ptr,  # [B] i32|i64
     top_p_ptr,  # [B] f32
     min_p_ptr,  # [B] f32 (read when HAS_MIN_P)
-    state_in_ptr,  # from the last filter_step_kernel launch
+    state_in_ptr,  # from the last filter_step_kernel (or filter_winner_kernel) launch
     partial_in_ptr,
+    unfiltered_score_ptr,  # filter_stats_kernel's partials
+    unfiltered_index_ptr,
     V,
     row_stride,
     num_chunks,
@@ -454,6 +587,8 @@ def filtered_partial_kernel(
     partial_index_ptr,  # [B, NUM_BLOCKS] i32
     PREV_PHASE: tl.constexpr,
     CAPTURE_NORMALIZER: tl.constexpr,
+    HAS_TOP_K: tl.constexpr,
+    HAS_TOP_P: tl.constexpr,
     HAS_MIN_P: tl.constexpr,
     KEY_SHIFT: tl.constexpr,
     FP64: tl.constexpr,
@@ -465,23 +600,67 @@ def filtered_partial_kernel(
     MAX_CHUNKS: tl.constexpr,
     SEED_WORDS: tl.constexpr = 1,
 ):
-    """gumbel_partial_kernel (stream 0) on the row with the logits the filters drop set to -inf; a
-    row whose scaled logits overflow is flagged as in gumbel_partial_kernel (found before the
-    filters drop anything), and the reduce launch samples it greedily."""
+    """The block partials of gumbel_partial_kernel (stream 0) on the row with the logits the filters
+    drop set to -inf. The unfiltered partials answer wherever they can: for a row whose token is the
+    unfiltered winner (STATUS_DONE), and for a block whose unfiltered best column is kept or that has
+    no candidate (the same scores, fewer candidates: the same best); a block that keeps no column has
+    none; only the other blocks draw their noise again (store_filtered_block). Rows the filters do not
+    apply to are STATUS_DONE (their partials, overflow flag included, are the unfiltered ones)."""
     V = aligned(V, VOCAB_ALIGN)
     b = tl.program_id(0)
     block = tl.program_id(1)
     num_blocks = tl.num_programs(1)
     b64 = b.to(tl.int64)
-    seed = load_seed(seeds_ptr, b, SEED_WORDS)
-    position = tl.load(positions_ptr + b).to(tl.int64)
     temperature = load_temperature(temperature_ptr, b)
-    key_max, key_min, count, threshold, hi, normalizer = _row_state(
+    key_max, key_min, count, threshold, hi, normalizer, key_w, status = _row_state(
         b64, state_in_ptr, partial_in_ptr, num_chunks, temperature, top_k_ptr, top_p_ptr,
-        _SAMPLE, PREV_PHASE, CAPTURE_NORMALIZER, WAYS, MAX_CHUNKS)
-    store_filtered_block(logits_ptr, b64, row_stride, V, block * BLOCK_V, seed, position, temperature, min_p_ptr, key_max,
-                         count, threshold, partial_score_ptr, partial_index_ptr, b64 * num_blocks + block, HAS_MIN_P,
-                         KEY_SHIFT, FP64, BLOCK_V, ROW_ALIGN, FAST_MATH)
+        _SAMPLE, PREV_PHASE, CAPTURE_NORMALIZER, HAS_TOP_K, HAS_TOP_P, WAYS, MAX_CHUNKS)
+    out = b64 * num_blocks + block
+    first_col = block * BLOCK_V
+    if FP64:
+        score = tl.load(unfiltered_score_ptr.to(tl.pointer_type(tl.float64)) + out)
+    else:
+        score = tl.load(unfiltered_score_ptr + out)
+    column = tl.load(unfiltered_index_ptr + out)
+    unfiltered = status == _DONE
+    if status != _DONE:
+        cols = first_col + tl.arange(0, BLOCK_V)
+        x = tl.load(logits_ptr + tl.multiple_of(b64 * row_stride, ROW_ALIGN) + cols, mask=cols < V,
+                    other=float("-inf")).to(tl.float32)
+        keep = _kept_columns(x, threshold, temperature, key_max, min_p_ptr, b64, HAS_MIN_P, KEY_SHIFT, FP64)
+        unfiltered = (score == float("-inf")) | (tl.sum((keep & (cols == column)).to(tl.int32), axis=0) > 0)
+        if unfiltered == 0:
+            if tl.max(keep.to(tl.int32), axis=0) > 0:
+                seed = load_seed(seeds_ptr, b, SEED_WORDS)
+                position = tl.load(positions_ptr + b).to(tl.int64)
+                store_filtered_block(logits_ptr, b64, row_stride, V, first_col, seed, position, temperature,
+                                     min_p_ptr, key_max, count, threshold, partial_score_ptr, partial_index_ptr, out,
+                                     HAS_MIN_P, KEY_SHIFT, FP64, BLOCK_V, ROW_ALIGN, FAST_MATH)
+            else:  # no kept column: no candidate (what store_filtered_block stores for it)
+                if FP64:
+                    tl.store(partial_score_ptr.to(tl.pointer_type(tl.float64)) + out, float("-inf"))
+                else:
+                    tl.store(partial_score_ptr + out, float("-inf"))
+                tl.store(partial_index_ptr + out, first_col)
+    if unfiltered:
+        if FP64:
+            tl.store(partial_score_ptr.to(tl.pointer_type(tl.float64)) + out, score)
+        else:
+            tl.store(partial_score_ptr + out, score)
+        tl.store(partial_index_ptr + out, column)
+
+
+@triton.jit
+def _kept_columns(x32, threshold, temperature, key_max, min_p_ptr, b64, HAS_MIN_P: tl.constexpr,
+                  KEY_SHIFT: tl.constexpr, FP64: tl.constexpr):
+    """Which of the FP32 logits `x32` of a filtered row the filters keep: key >= `threshold` (the
+    top-k and top-p searches'), and with HAS_MIN_P, e >= min_p (clamped; NaN keeps all)."""
+    keep = _key(x32, KEY_SHIFT) >= threshold
+    if HAS_MIN_P:
+        min_p = tl.load(min_p_ptr + b64)
+        min_p = tl.where(min_p == min_p, tl.minimum(min_p, 1.0), 0.0)
+        keep = keep & (_relative_probability(x32, temperature, key_max, KEY_SHIFT, FP64) >= min_p)
+    return keep
 
 
 @triton.jit
@@ -490,17 +669,13 @@ def store_filtered_block(logits_ptr, b64, row_stride, V, first_col, seed, positi
                          KEY_SHIFT: tl.constexpr, FP64: tl.constexpr, BLOCK_V: tl.constexpr, ROW_ALIGN: tl.constexpr,
                          FAST_MATH: tl.constexpr):
     """store_sampled_block (stream 0) of columns first_col .. first_col + BLOCK_V - 1 of row b64, with
-    the logits the filters drop (key below `threshold`; with HAS_MIN_P, e < min_p) set to -inf."""
+    the logits the filters drop (_kept_columns) set to -inf."""
     cols = first_col + tl.arange(0, BLOCK_V)
     x = load_block(logits_ptr + tl.multiple_of(b64 * row_stride, ROW_ALIGN), cols, V, FP64)
     unfiltered = x
     if _filtered_row(temperature, count):
-        x32 = x.to(tl.float32)
-        keep = _key(x32, KEY_SHIFT) >= threshold
-        if HAS_MIN_P:
-            min_p = tl.load(min_p_ptr + b64)
-            min_p = tl.where(min_p == min_p, tl.minimum(min_p, 1.0), 0.0)  # clamped; NaN keeps all
-            keep = keep & (_relative_probability(x32, temperature, key_max, KEY_SHIFT, FP64) >= min_p)
+        keep = _kept_columns(x.to(tl.float32), threshold, temperature, key_max, min_p_ptr, b64, HAS_MIN_P, KEY_SHIFT,
+                             FP64)
         x = tl.where(keep, x, float("-inf"))
     if is_greedy(temperature):
         noise = tl.zeros_like(x)
@@ -789,33 +964,49 @@ def plan_top_k_top_p_sample(logits: ArgSpec, seeds: ArgSpec, target: Target, *, 
         return Plan(buffers, launches, ("tokens",), "one launch")
     # int64 state and partials as pairs of int32 words (no jax_enable_x64 needed); the search
     # launches alternate between two of each (each reads the one before's)
-    buffers = [Buffer(f"state_{i}", (batch, 2 * STATE_WORDS), "int32") for i in (0, 1)]
+    words = 2 if fp64 else 1  # f64 partial scores are stored as two f32 words
+    buffers = [Buffer("block_stats", (batch, 4 * gumbel.num_blocks), "int32"),
+               Buffer("unfiltered_score", (batch, gumbel.num_blocks * words), "float32"),
+               Buffer("unfiltered_index", (batch, gumbel.num_blocks), "int32")]
+    buffers += [Buffer(f"state_{i}", (batch, 2 * STATE_WORDS), "int32") for i in (0, 1)]
     buffers += [Buffer(f"partials_{i}", (batch, 2 * config.ways * config.num_chunks), "int32") for i in (0, 1)]
-    launches = []
-    state, partials = unused, unused  # the stats launch reads neither
-    for i, step in enumerate(steps[:-1]):
-        new_state, new_partials = f"state_{i % 2}", f"partials_{i % 2}"
+    buffers += [Buffer("partial_score", (batch, gumbel.num_blocks * words), "float32"),
+                Buffer("partial_index", (batch, gumbel.num_blocks), "int32"), tokens]
+    seed_words = seed_word_count(seeds.shape)
+    filters = dict(HAS_TOP_K=has_top_k, HAS_TOP_P=has_top_p)
+    searches = dict(KEY_SHIFT=config.key_shift, FP64=fp64, THREADS=config.threads, VEC=config.vec,
+                    ROW_ALIGN=gumbel.row_align, VOCAB_ALIGN=gumbel.vocab_align, WAYS=config.ways,
+                    WIDE_SUMS=config.wide_sums, num_warps=config.num_warps, **options)
+    unfiltered = ("unfiltered_score", "unfiltered_index")
+    launches = [
+        launch(filter_stats_kernel, (batch, gumbel.num_blocks),
+               ("logits", "seeds", "positions", "temperature", vocab, row_stride), ("block_stats",) + unfiltered,
+               KEY_SHIFT=config.key_shift, FP64=fp64, BLOCK_V=gumbel.block_v, ROW_ALIGN=gumbel.row_align,
+               VOCAB_ALIGN=gumbel.vocab_align, FAST_MATH=gumbel.fast_math, SEED_WORDS=seed_words,
+               num_warps=gumbel.num_warps, **options),
+        launch(filter_winner_kernel, (batch, config.num_chunks),
+               ("logits", "temperature", top_k, top_p, min_p, "block_stats") + unfiltered
+               + (vocab, row_stride, gumbel.num_blocks, config.num_chunks, config.chunk), ("state_0", "partials_0"),
+               **filters, HAS_MIN_P=has_min_p, REDUCE_BLOCK=gumbel.reduce_block, **searches)]
+    state, partials = "state_0", "partials_0"
+    for i, step in enumerate(steps[1:-1]):
+        new_state, new_partials = f"state_{(i + 1) % 2}", f"partials_{(i + 1) % 2}"
         launches.append(launch(
             filter_step_kernel, (batch, config.num_chunks),
             ("logits", "temperature", top_k, top_p, state, partials, vocab, row_stride, config.num_chunks,
              config.chunk), (new_state, new_partials),
-            PHASE=step.phase, PREV_PHASE=step.prev_phase, CAPTURE_NORMALIZER=step.capture_normalizer,
-            KEY_SHIFT=config.key_shift, FP64=fp64, THREADS=config.threads, VEC=config.vec,
-            ROW_ALIGN=gumbel.row_align, VOCAB_ALIGN=gumbel.vocab_align, WAYS=config.ways, MAX_CHUNKS=MAX_CHUNKS,
-            WIDE_SUMS=config.wide_sums, num_warps=config.num_warps, **options))
+            PHASE=step.phase, PREV_PHASE=step.prev_phase, CAPTURE_NORMALIZER=step.capture_normalizer, **filters,
+            MAX_CHUNKS=MAX_CHUNKS, **searches))
         state, partials = new_state, new_partials
-    words = 2 if fp64 else 1  # f64 partial scores are stored as two f32 words
-    buffers += [Buffer("partial_score", (batch, gumbel.num_blocks * words), "float32"),
-                Buffer("partial_index", (batch, gumbel.num_blocks), "int32"), tokens]
     sample = steps[-1]
     launches.append(launch(
         filtered_partial_kernel, (batch, gumbel.num_blocks),
-        ("logits", "seeds", "positions", "temperature", top_k, top_p, min_p, state, partials, vocab, row_stride,
-         config.num_chunks), ("partial_score", "partial_index"),
-        PREV_PHASE=sample.prev_phase, CAPTURE_NORMALIZER=sample.capture_normalizer, HAS_MIN_P=has_min_p,
+        ("logits", "seeds", "positions", "temperature", top_k, top_p, min_p, state, partials) + unfiltered
+        + (vocab, row_stride, config.num_chunks), ("partial_score", "partial_index"),
+        PREV_PHASE=sample.prev_phase, CAPTURE_NORMALIZER=sample.capture_normalizer, **filters, HAS_MIN_P=has_min_p,
         KEY_SHIFT=config.key_shift, FP64=fp64, BLOCK_V=gumbel.block_v, ROW_ALIGN=gumbel.row_align,
         VOCAB_ALIGN=gumbel.vocab_align, FAST_MATH=gumbel.fast_math, WAYS=config.ways, MAX_CHUNKS=MAX_CHUNKS,
-        SEED_WORDS=seed_word_count(seeds.shape), num_warps=gumbel.num_warps, **options))
+        SEED_WORDS=seed_words, num_warps=gumbel.num_warps, **options))
     launches.append(launch(
         argmax_reduce_kernel, (batch,),
         ("partial_score", "partial_index", "logits", vocab, row_stride, gumbel.num_blocks), ("tokens",),
