@@ -20,7 +20,7 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--dtype", default="bfloat16")
     parser.add_argument("--batch", type=int, default=256)
-    parser.add_argument("--families", default="flat,peaked")
+    parser.add_argument("--families", default="flat,typical,peaked")
     options = parser.parse_args()
     import torch
     from torch.profiler import ProfilerActivity, profile

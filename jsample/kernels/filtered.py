@@ -71,11 +71,14 @@ from jsample.kernels.common import (
     store_block_best,
     store_sampled_block,
 )
-from jsample.kernels.gumbel import GumbelLaunchConfig, argmax_reduce_kernel, gumbel_launch_config, many_rows_config
+from jsample.kernels.gumbel import GumbelLaunchConfig, gumbel_launch_config, many_rows_config
 from jsample.kernels.plan import ArgSpec, Buffer, Plan, Target, launch
 from jsample.kernels.stream import load_seed, seed_word_count
 
 MAX_CHUNKS = 64  # chunks per row in the search launches (a power of two)
+# blocks a program of the launches' plan's sampling launch takes: a row whose token is the unfiltered
+# winner costs its programs one state load, and fewer programs make fewer waves of them
+SAMPLE_BLOCKS_PER_PROGRAM = 4
 MANY_ROWS_ELEMENTS = 2**22  # B * V from which the launches' plan takes its large-batch tiling
 MASS_SCALE = 2.0**24  # fixed-point unit of the top-p masses, relative to the largest token's
 MAX_COLUMNS_PER_THREAD = 64  # per chunk: int32 mass sums stay below 64 * 2**24 = 2**30 (int64 beyond)
@@ -203,7 +206,7 @@ def filtered_one_launch_config(batch: int, vocab_size: int, row_stride: int, dty
 
 @dataclass(frozen=True)
 class FilterStep:
-    """One launch of filter_winner_kernel (PHASE_WINNER), filter_step_kernel or, PHASE_SAMPLE,
+    """The row and winner-sums launches (PHASE_WINNER), a launch of filter_step_kernel or, PHASE_SAMPLE,
     filtered_partial_kernel."""
 
     phase: int
@@ -433,21 +436,19 @@ def filter_stats_kernel(
     x = tl.load(logits_ptr + tl.multiple_of(b64 * row_stride, ROW_ALIGN) + cols, mask=cols < V,
                 other=float("-inf")).to(tl.float32)
     finite = tl.abs(x) < float("inf")
-    key = tl.where(finite, _key(x, KEY_SHIFT), -(2**31))
-    lanes = tl.arange(0, 4)
-    key_max = tl.max(key, axis=0)
-    key_min = tl.min(tl.where(finite, key, 2**31 - 1), axis=0)
     count = tl.sum(finite.to(tl.int32), axis=0)
+    # the keys of the largest and smallest finite logits (_key is monotone): two keys, not one a column
+    key_max = tl.where(count > 0, _key(tl.max(tl.where(finite, x, float("-inf")), axis=0), KEY_SHIFT), -(2**31))
+    key_min = tl.where(count > 0, _key(tl.min(tl.where(finite, x, float("inf")), axis=0), KEY_SHIFT), 2**31 - 1)
+    lanes = tl.arange(0, 4)
     tl.store(stats_ptr + out * 4 + lanes, tl.where(lanes == 0, key_max, tl.where(lanes == 1, key_min, count)),
              mask=lanes < 3)
 
 
 @triton.jit
-def filter_winner_kernel(
+def filter_row_kernel(
     logits_ptr,  # [B, V] f32|bf16|f16, rows `row_stride` elements apart, columns contiguous
     temperature_ptr,  # [B] f32
-    top_k_ptr,  # [B] i32|i64 (read when HAS_TOP_K)
-    top_p_ptr,  # [B] f32 (read when HAS_TOP_P)
     min_p_ptr,  # [B] f32 (read when HAS_MIN_P)
     stats_ptr,  # from filter_stats_kernel
     unfiltered_score_ptr,
@@ -455,35 +456,20 @@ def filter_winner_kernel(
     V,
     row_stride,
     num_blocks,
-    num_chunks,
-    chunk,  # columns per chunk
-    state_out_ptr,  # [B, STATE_WORDS] i64 as i32 words (written by chunk 0)
-    partial_out_ptr,  # [B, num_chunks, WAYS] i64 as i32 words: the chunk's winner sums (STATUS_CHECK rows)
-    HAS_TOP_K: tl.constexpr,
-    HAS_TOP_P: tl.constexpr,
+    state_out_ptr,  # [B, STATE_WORDS] i64 as i32 words
+    SEARCH: tl.constexpr,  # top-k or top-p is given
     HAS_MIN_P: tl.constexpr,
     KEY_SHIFT: tl.constexpr,
     FP64: tl.constexpr,
-    THREADS: tl.constexpr,
-    VEC: tl.constexpr,
-    ROW_ALIGN: tl.constexpr,
-    VOCAB_ALIGN: tl.constexpr,
-    WAYS: tl.constexpr,
     REDUCE_BLOCK: tl.constexpr,  # a power of two >= num_blocks
-    WIDE_SUMS: tl.constexpr = False,
 ):
-    """Grid (B, num_chunks): the row's statistics and unfiltered winner (every program reduces the
-    first launch's partials), whether min-p keeps the winner, and, where top-k or top-p may still drop
-    it, the chunk's counts and masses that decide it (_chunk_winner_sums). The row's status: the
-    winner is the token (STATUS_DONE), top-k and top-p decide (STATUS_CHECK), or the row is
-    searched and its kept set sampled (STATUS_FILTER)."""
-    V = aligned(V, VOCAB_ALIGN)
-    chunk = aligned(chunk, THREADS * VEC)
+    """Grid (B,): the row's key statistics and unfiltered winner from the first launch's block
+    partials, whether min-p keeps the winner, and the row's status: the winner is the token
+    (STATUS_DONE), top-k and top-p decide from its sums (STATUS_CHECK), or the row is searched and its
+    kept set sampled (STATUS_FILTER)."""
     b = tl.program_id(0)
-    c = tl.program_id(1)
     b64 = b.to(tl.int64)
     temperature = load_temperature(temperature_ptr, b)
-    row_ptr = logits_ptr + tl.multiple_of(b64 * row_stride, ROW_ALIGN)
     blocks = tl.arange(0, REDUCE_BLOCK)
     in_row = blocks < num_blocks
     stats = stats_ptr + (b64 * num_blocks + blocks) * 4
@@ -495,24 +481,55 @@ def filter_winner_kernel(
     # Greedy rows, rows that overflow and rows without a finite logit are not filtered: their
     # unfiltered partials are their filtered ones.
     run = _filtered_row(temperature, count) & ~overflow
-    x_w = tl.load(row_ptr + tl.maximum(winner, 0)).to(tl.float32)
-    key_w = _key(x_w, KEY_SHIFT)
+    x_w = tl.load(logits_ptr + b64 * row_stride + tl.maximum(winner, 0)).to(tl.float32)
     keeps = run
     if HAS_MIN_P:
         min_p = tl.load(min_p_ptr + b64)
         min_p = tl.where(min_p == min_p, tl.minimum(min_p, 1.0), 0.0)  # clamped as _kept_columns does
         keeps = keeps & (_relative_probability(x_w, temperature, key_max, KEY_SHIFT, FP64) >= min_p)
-    status = tl.where(run & ~keeps, _FILTER, _CHECK if HAS_TOP_K or HAS_TOP_P else _DONE)
+    status = tl.where(run & ~keeps, _FILTER, _CHECK if SEARCH else _DONE)
     status = tl.where(run, status, _DONE).to(tl.int64)
-    if status == _CHECK:
+    lo = tl.where(count > 0, key_min, 0)  # no finite logit: nothing to search (the row gives -1)
+    _store_state(state_out_ptr, b64, key_max, key_min, count, lo, lo + 1, count * 0,
+                 _key(x_w, KEY_SHIFT).to(tl.int64), status)
+
+
+@triton.jit
+def filter_winner_sums_kernel(
+    logits_ptr,  # [B, V] f32|bf16|f16, rows `row_stride` elements apart, columns contiguous
+    temperature_ptr,  # [B] f32
+    state_ptr,  # from filter_row_kernel
+    V,
+    row_stride,
+    num_chunks,
+    chunk,  # columns per chunk
+    partial_out_ptr,  # [B, num_chunks, WAYS] i64 as i32 words: the chunk's winner sums (STATUS_CHECK rows)
+    HAS_TOP_P: tl.constexpr,
+    KEY_SHIFT: tl.constexpr,
+    FP64: tl.constexpr,
+    THREADS: tl.constexpr,
+    VEC: tl.constexpr,
+    ROW_ALIGN: tl.constexpr,
+    VOCAB_ALIGN: tl.constexpr,
+    WAYS: tl.constexpr,
+    WIDE_SUMS: tl.constexpr = False,
+):
+    """Grid (B, num_chunks): for STATUS_CHECK rows, the chunk's counts (and, with HAS_TOP_P, masses)
+    that decide whether top-k and top-p keep the unfiltered winner (_chunk_winner_sums)."""
+    V = aligned(V, VOCAB_ALIGN)
+    chunk = aligned(chunk, THREADS * VEC)
+    b = tl.program_id(0)
+    c = tl.program_id(1)
+    b64 = b.to(tl.int64)
+    state = state_ptr.to(tl.pointer_type(tl.int64)) + b64 * _STATE_WORDS
+    if tl.load(state + 7) == _CHECK:
+        temperature = load_temperature(temperature_ptr, b)
         first = c * chunk
-        sums = _chunk_winner_sums(row_ptr, first, first + chunk, V, key_w, temperature, key_max, KEY_SHIFT, FP64,
-                                  THREADS, VEC, WAYS, WIDE_SUMS)
+        sums = _chunk_winner_sums(logits_ptr + tl.multiple_of(b64 * row_stride, ROW_ALIGN), first, first + chunk, V,
+                                  tl.load(state + 6).to(tl.int32), temperature, tl.load(state), KEY_SHIFT, FP64,
+                                  THREADS, VEC, WAYS, WIDE_SUMS, HAS_TOP_P)
         tl.store(partial_out_ptr.to(tl.pointer_type(tl.int64)) + (b64 * num_chunks + c) * WAYS + tl.arange(0, WAYS),
                  sums)
-    if c == 0:
-        lo = tl.where(count > 0, key_min, 0)  # no finite logit: nothing to search (the row gives -1)
-        _store_state(state_out_ptr, b64, key_max, key_min, count, lo, lo + 1, count * 0, key_w.to(tl.int64), status)
 
 
 @triton.jit
@@ -576,15 +593,16 @@ def filtered_partial_kernel(
     top_k_ptr,  # [B] i32|i64
     top_p_ptr,  # [B] f32
     min_p_ptr,  # [B] f32 (read when HAS_MIN_P)
-    state_in_ptr,  # from the last filter_step_kernel (or filter_winner_kernel) launch
+    state_in_ptr,  # from the last filter_step_kernel (or filter_row_kernel) launch
     partial_in_ptr,
     unfiltered_score_ptr,  # filter_stats_kernel's partials
     unfiltered_index_ptr,
     V,
     row_stride,
     num_chunks,
-    partial_score_ptr,  # [B, NUM_BLOCKS] f32; with FP64, f64 as [B, 2 * NUM_BLOCKS] f32 words
-    partial_index_ptr,  # [B, NUM_BLOCKS] i32
+    num_blocks,
+    partial_score_ptr,  # [B, num_blocks] f32; with FP64, f64 as [B, 2 * num_blocks] f32 words
+    partial_index_ptr,  # [B, num_blocks] i32
     PREV_PHASE: tl.constexpr,
     CAPTURE_NORMALIZER: tl.constexpr,
     HAS_TOP_K: tl.constexpr,
@@ -593,6 +611,7 @@ def filtered_partial_kernel(
     KEY_SHIFT: tl.constexpr,
     FP64: tl.constexpr,
     BLOCK_V: tl.constexpr,
+    BLOCKS_PER_PROGRAM: tl.constexpr,
     ROW_ALIGN: tl.constexpr,
     VOCAB_ALIGN: tl.constexpr,
     FAST_MATH: tl.constexpr,
@@ -600,54 +619,83 @@ def filtered_partial_kernel(
     MAX_CHUNKS: tl.constexpr,
     SEED_WORDS: tl.constexpr = 1,
 ):
-    """The block partials of gumbel_partial_kernel (stream 0) on the row with the logits the filters
-    drop set to -inf. The unfiltered partials answer wherever they can: for a row whose token is the
-    unfiltered winner (STATUS_DONE), and for a block whose unfiltered best column is kept or that has
-    no candidate (the same scores, fewer candidates: the same best); a block that keeps no column has
-    none; only the other blocks draw their noise again (store_filtered_block). Rows the filters do not
-    apply to are STATUS_DONE (their partials, overflow flag included, are the unfiltered ones)."""
+    """Grid (B, cdiv(num_blocks, BLOCKS_PER_PROGRAM)): the block partials of gumbel_partial_kernel
+    (stream 0) on each STATUS_FILTER row with the logits the filters drop set to -inf (the other rows'
+    token is their unfiltered winner: filtered_reduce_kernel reads their unfiltered partials). The
+    unfiltered partials answer wherever they can: a block whose unfiltered best column is kept, or
+    that has no candidate, has the same best (the same scores, fewer candidates); a block that keeps
+    no column has no candidate; only the other blocks draw their noise again (store_filtered_block)."""
     V = aligned(V, VOCAB_ALIGN)
     b = tl.program_id(0)
-    block = tl.program_id(1)
-    num_blocks = tl.num_programs(1)
     b64 = b.to(tl.int64)
     temperature = load_temperature(temperature_ptr, b)
     key_max, key_min, count, threshold, hi, normalizer, key_w, status = _row_state(
         b64, state_in_ptr, partial_in_ptr, num_chunks, temperature, top_k_ptr, top_p_ptr,
         _SAMPLE, PREV_PHASE, CAPTURE_NORMALIZER, HAS_TOP_K, HAS_TOP_P, WAYS, MAX_CHUNKS)
-    out = b64 * num_blocks + block
-    first_col = block * BLOCK_V
-    if FP64:
-        score = tl.load(unfiltered_score_ptr.to(tl.pointer_type(tl.float64)) + out)
-    else:
-        score = tl.load(unfiltered_score_ptr + out)
-    column = tl.load(unfiltered_index_ptr + out)
-    unfiltered = status == _DONE
-    if status != _DONE:
-        cols = first_col + tl.arange(0, BLOCK_V)
-        x = tl.load(logits_ptr + tl.multiple_of(b64 * row_stride, ROW_ALIGN) + cols, mask=cols < V,
-                    other=float("-inf")).to(tl.float32)
-        keep = _kept_columns(x, threshold, temperature, key_max, min_p_ptr, b64, HAS_MIN_P, KEY_SHIFT, FP64)
-        unfiltered = (score == float("-inf")) | (tl.sum((keep & (cols == column)).to(tl.int32), axis=0) > 0)
-        if unfiltered == 0:
-            if tl.max(keep.to(tl.int32), axis=0) > 0:
-                seed = load_seed(seeds_ptr, b, SEED_WORDS)
-                position = tl.load(positions_ptr + b).to(tl.int64)
-                store_filtered_block(logits_ptr, b64, row_stride, V, first_col, seed, position, temperature,
-                                     min_p_ptr, key_max, count, threshold, partial_score_ptr, partial_index_ptr, out,
-                                     HAS_MIN_P, KEY_SHIFT, FP64, BLOCK_V, ROW_ALIGN, FAST_MATH)
-            else:  # no kept column: no candidate (what store_filtered_block stores for it)
+    if status == _FILTER:
+        row_ptr = logits_ptr + tl.multiple_of(b64 * row_stride, ROW_ALIGN)
+        for i in range(BLOCKS_PER_PROGRAM):
+            block = tl.program_id(1) * BLOCKS_PER_PROGRAM + i
+            if block < num_blocks:
+                out = b64 * num_blocks + block
+                first_col = block * BLOCK_V
                 if FP64:
-                    tl.store(partial_score_ptr.to(tl.pointer_type(tl.float64)) + out, float("-inf"))
+                    score = tl.load(unfiltered_score_ptr.to(tl.pointer_type(tl.float64)) + out)
                 else:
-                    tl.store(partial_score_ptr + out, float("-inf"))
-                tl.store(partial_index_ptr + out, first_col)
-    if unfiltered:
-        if FP64:
-            tl.store(partial_score_ptr.to(tl.pointer_type(tl.float64)) + out, score)
-        else:
-            tl.store(partial_score_ptr + out, score)
-        tl.store(partial_index_ptr + out, column)
+                    score = tl.load(unfiltered_score_ptr + out)
+                column = tl.load(unfiltered_index_ptr + out)
+                cols = first_col + tl.arange(0, BLOCK_V)
+                x = tl.load(row_ptr + cols, mask=cols < V, other=float("-inf")).to(tl.float32)
+                keep = _kept_columns(x, threshold, temperature, key_max, min_p_ptr, b64, HAS_MIN_P, KEY_SHIFT, FP64)
+                if (score == float("-inf")) | (tl.sum((keep & (cols == column)).to(tl.int32), axis=0) > 0):
+                    _store_partial(partial_score_ptr, partial_index_ptr, out, score, column, FP64)
+                elif tl.max(keep.to(tl.int32), axis=0) > 0:
+                    seed = load_seed(seeds_ptr, b, SEED_WORDS)
+                    position = tl.load(positions_ptr + b).to(tl.int64)
+                    store_filtered_block(logits_ptr, b64, row_stride, V, first_col, seed, position, temperature,
+                                         min_p_ptr, key_max, count, threshold, partial_score_ptr, partial_index_ptr,
+                                         out, HAS_MIN_P, KEY_SHIFT, FP64, BLOCK_V, ROW_ALIGN, FAST_MATH)
+                else:  # no kept column: no candidate (what store_filtered_block stores for it)
+                    _store_partial(partial_score_ptr, partial_index_ptr, out, float("-inf"), first_col, FP64)
+
+
+@triton.jit
+def _store_partial(partial_score_ptr, partial_index_ptr, out, score, column, FP64: tl.constexpr):
+    if FP64:
+        tl.store(partial_score_ptr.to(tl.pointer_type(tl.float64)) + out, score)
+    else:
+        tl.store(partial_score_ptr + out, score)
+    tl.store(partial_index_ptr + out, column)
+
+
+@triton.jit
+def filtered_reduce_kernel(
+    state_ptr,  # the state filtered_partial_kernel read: the rows' status
+    unfiltered_score_ptr,  # filter_stats_kernel's partials (STATUS_DONE rows)
+    unfiltered_index_ptr,
+    partial_score_ptr,  # filtered_partial_kernel's (STATUS_FILTER rows)
+    partial_index_ptr,
+    logits_ptr,  # [B, V]: read only for rows that overflow
+    V,
+    row_stride,
+    num_blocks,
+    tokens_ptr,  # [B] i32 output
+    FP64: tl.constexpr,
+    REDUCE_BLOCK: tl.constexpr,  # next power of two >= num_blocks
+):
+    """Grid (B,): argmax_reduce_kernel on the row's filtered partials, or on its unfiltered ones where
+    its token is the unfiltered winner."""
+    row = tl.program_id(0)
+    status = tl.load(state_ptr.to(tl.pointer_type(tl.int64)) + row.to(tl.int64) * _STATE_WORDS + 7)
+    if status == _FILTER:
+        token, overflow = reduce_block_best_flagged(partial_score_ptr, partial_index_ptr, row, num_blocks, FP64,
+                                                    REDUCE_BLOCK, False)
+    else:
+        token, overflow = reduce_block_best_flagged(unfiltered_score_ptr, unfiltered_index_ptr, row, num_blocks, FP64,
+                                                    REDUCE_BLOCK, False)
+    if overflow:
+        token = greedy_argmax_row(logits_ptr + row.to(tl.int64) * row_stride, V, 1024)
+    tl.store(tokens_ptr + row, token)
 
 
 @triton.jit
@@ -826,7 +874,7 @@ def filtered_one_launch_kernel(
         if HAS_TOP_K or HAS_TOP_P:
             if kept:  # step 1: the counts and masses that decide whether top-k and top-p keep the winner
                 sums = _chunk_winner_sums(row_ptr, first, end, V, key_w, temperature, key_max, KEY_SHIFT, FP64, THREADS,
-                                          VEC, WAYS, WIDE_SUMS)
+                                          VEC, WAYS, WIDE_SUMS, HAS_TOP_P)
                 tl.store(partials + (num_chunks + c) * WAYS + ways, sums)
                 _row_barrier(arrivals, 2 * num_chunks)
                 sums = tl.sum(_gather_partials(partials, 1, num_chunks, MAX_CHUNKS, WAYS), axis=0)
@@ -871,9 +919,11 @@ def filtered_one_launch_kernel(
 
 @triton.jit
 def _chunk_winner_sums(row_ptr, first, end, V, key_w, temperature, key_max, KEY_SHIFT: tl.constexpr, FP64: tl.constexpr,
-                       THREADS: tl.constexpr, VEC: tl.constexpr, WAYS: tl.constexpr, WIDE_SUMS: tl.constexpr):
+                       THREADS: tl.constexpr, VEC: tl.constexpr, WAYS: tl.constexpr, WIDE_SUMS: tl.constexpr,
+                       MASSES: tl.constexpr = True):
     """[WAYS] int64 over columns [first, end), lanes 0-3 (0 beyond): the count of the keys > key_w, the fixed-point mass
-    (_chunk_above's) of the keys > key_w, of the keys >= key_w, and of all finite keys."""
+    (_chunk_above's) of the keys > key_w, of the keys >= key_w, and of all finite keys (the masses only with MASSES:
+    top-p is given)."""
     above = tl.zeros([VEC, THREADS], tl.int32)
     mass_above = tl.zeros([VEC, THREADS], tl.int64 if WIDE_SUMS else tl.int32)
     mass_from = tl.zeros_like(mass_above)
@@ -882,11 +932,12 @@ def _chunk_winner_sums(row_ptr, first, end, V, key_w, temperature, key_max, KEY_
     while start < end:
         x, key, finite = _tile_keys(row_ptr, start, V, KEY_SHIFT, THREADS, VEC)
         start += THREADS * VEC
-        mass = (_relative_probability(x, temperature, key_max, KEY_SHIFT, FP64) * _MASS_SCALE).to(tl.int32)
         above += (key > key_w).to(tl.int32)
-        mass_above += tl.where(key > key_w, mass, 0).to(mass_above.dtype)
-        mass_from += tl.where(key >= key_w, mass, 0).to(mass_above.dtype)
-        mass_all += mass.to(mass_above.dtype)
+        if MASSES:
+            mass = (_relative_probability(x, temperature, key_max, KEY_SHIFT, FP64) * _MASS_SCALE).to(tl.int32)
+            mass_above += tl.where(key > key_w, mass, 0).to(mass_above.dtype)
+            mass_from += tl.where(key >= key_w, mass, 0).to(mass_above.dtype)
+            mass_all += mass.to(mass_above.dtype)
     lanes = tl.arange(0, WAYS)
     sums = tl.where(lanes == 0, tl.sum(tl.sum(above, axis=1), axis=0).to(tl.int64),
                     tl.sum(tl.sum(mass_above.to(tl.int64), axis=1), axis=0))
@@ -978,17 +1029,24 @@ def plan_top_k_top_p_sample(logits: ArgSpec, seeds: ArgSpec, target: Target, *, 
                     ROW_ALIGN=gumbel.row_align, VOCAB_ALIGN=gumbel.vocab_align, WAYS=config.ways,
                     WIDE_SUMS=config.wide_sums, num_warps=config.num_warps, **options)
     unfiltered = ("unfiltered_score", "unfiltered_index")
+    search = has_top_k or has_top_p
     launches = [
         launch(filter_stats_kernel, (batch, gumbel.num_blocks),
                ("logits", "seeds", "positions", "temperature", vocab, row_stride), ("block_stats",) + unfiltered,
                KEY_SHIFT=config.key_shift, FP64=fp64, BLOCK_V=gumbel.block_v, ROW_ALIGN=gumbel.row_align,
                VOCAB_ALIGN=gumbel.vocab_align, FAST_MATH=gumbel.fast_math, SEED_WORDS=seed_words,
                num_warps=gumbel.num_warps, **options),
-        launch(filter_winner_kernel, (batch, config.num_chunks),
-               ("logits", "temperature", top_k, top_p, min_p, "block_stats") + unfiltered
-               + (vocab, row_stride, gumbel.num_blocks, config.num_chunks, config.chunk), ("state_0", "partials_0"),
-               **filters, HAS_MIN_P=has_min_p, REDUCE_BLOCK=gumbel.reduce_block, **searches)]
-    state, partials = "state_0", "partials_0"
+        launch(filter_row_kernel, (batch,),
+               ("logits", "temperature", min_p, "block_stats") + unfiltered + (vocab, row_stride, gumbel.num_blocks),
+               ("state_0",), SEARCH=search, HAS_MIN_P=has_min_p, KEY_SHIFT=config.key_shift, FP64=fp64,
+               REDUCE_BLOCK=gumbel.reduce_block, num_warps=4, **options)]
+    state, partials = "state_0", unused  # no sums without a search: the status is never STATUS_CHECK
+    if search:
+        launches.append(launch(
+            filter_winner_sums_kernel, (batch, config.num_chunks),
+            ("logits", "temperature", "state_0", vocab, row_stride, config.num_chunks, config.chunk), ("partials_0",),
+            HAS_TOP_P=has_top_p, **searches))
+        partials = "partials_0"
     for i, step in enumerate(steps[1:-1]):
         new_state, new_partials = f"state_{(i + 1) % 2}", f"partials_{(i + 1) % 2}"
         launches.append(launch(
@@ -999,18 +1057,19 @@ def plan_top_k_top_p_sample(logits: ArgSpec, seeds: ArgSpec, target: Target, *, 
             MAX_CHUNKS=MAX_CHUNKS, **searches))
         state, partials = new_state, new_partials
     sample = steps[-1]
+    blocks_per_program = SAMPLE_BLOCKS_PER_PROGRAM
     launches.append(launch(
-        filtered_partial_kernel, (batch, gumbel.num_blocks),
+        filtered_partial_kernel, (batch, triton.cdiv(gumbel.num_blocks, blocks_per_program)),
         ("logits", "seeds", "positions", "temperature", top_k, top_p, min_p, state, partials) + unfiltered
-        + (vocab, row_stride, config.num_chunks), ("partial_score", "partial_index"),
+        + (vocab, row_stride, config.num_chunks, gumbel.num_blocks), ("partial_score", "partial_index"),
         PREV_PHASE=sample.prev_phase, CAPTURE_NORMALIZER=sample.capture_normalizer, **filters, HAS_MIN_P=has_min_p,
-        KEY_SHIFT=config.key_shift, FP64=fp64, BLOCK_V=gumbel.block_v, ROW_ALIGN=gumbel.row_align,
-        VOCAB_ALIGN=gumbel.vocab_align, FAST_MATH=gumbel.fast_math, WAYS=config.ways, MAX_CHUNKS=MAX_CHUNKS,
-        SEED_WORDS=seed_words, num_warps=gumbel.num_warps, **options))
+        KEY_SHIFT=config.key_shift, FP64=fp64, BLOCK_V=gumbel.block_v, BLOCKS_PER_PROGRAM=blocks_per_program,
+        ROW_ALIGN=gumbel.row_align, VOCAB_ALIGN=gumbel.vocab_align, FAST_MATH=gumbel.fast_math, WAYS=config.ways,
+        MAX_CHUNKS=MAX_CHUNKS, SEED_WORDS=seed_words, num_warps=gumbel.num_warps, **options))
     launches.append(launch(
-        argmax_reduce_kernel, (batch,),
-        ("partial_score", "partial_index", "logits", vocab, row_stride, gumbel.num_blocks), ("tokens",),
-        FP64=fp64, REDUCE_BLOCK=gumbel.reduce_block, num_warps=1, **options))
+        filtered_reduce_kernel, (batch,),
+        (state,) + unfiltered + ("partial_score", "partial_index", "logits", vocab, row_stride, gumbel.num_blocks),
+        ("tokens",), FP64=fp64, REDUCE_BLOCK=gumbel.reduce_block, num_warps=1, **options))
     used = {name for step in launches for name in step.args + step.outputs}
     return Plan(tuple(b for b in buffers if b.name in used), tuple(launches), ("tokens",),
                 f"{len(launches)} launches")
