@@ -259,25 +259,29 @@ def store_sampled_block(logits_ptr, row, row_stride, V, first_col, seed, positio
                         FP64: tl.constexpr, FAST_MATH: tl.constexpr):
     """Block partials (store_block_best, at `out`) of the Gumbel-max sample of row `row`'s columns
     first_col .. first_col + BLOCK_V - 1, flagged when the row's scaled logits overflow: every
-    unfiltered Gumbel-max in jsample (gumbel_sample, and rejection_sample's sampled rows) runs this."""
+    unfiltered Gumbel-max in jsample (gumbel_sample, and rejection_sample's sampled rows) runs this.
+    Returns the block's logits as FP32 (-inf for padding)."""
     cols = first_col + tl.arange(0, BLOCK_V)
     row_ptr = logits_ptr + tl.multiple_of(row.to(tl.int64) * row_stride, ROW_ALIGN)
+    x32 = load_block(row_ptr, cols, V, False)
     if FP64 and not is_greedy(temperature):  # FP64 scores only for a shortlist (fp64_sampled_best)
         lo, hi = fp64_words_block(seed, position, first_col, STREAM, BLOCK_V, FAST_MATH)
-        best64, best_offset, overflow64 = fp64_sampled_best(load_block(row_ptr, cols, V, False), lo, hi, row_ptr,
-                                                            first_col, V, seed, position, temperature, STREAM,
-                                                            FAST_MATH)
+        best64, best_offset, overflow64 = fp64_sampled_best(x32, lo, hi, row_ptr, first_col, V, seed, position,
+                                                            temperature, STREAM, FAST_MATH)
         tl.store(partial_score_ptr.to(tl.pointer_type(tl.float64)) + out, best64)
         column = (first_col + best_offset).to(tl.int32)
         tl.store(partial_index_ptr + out, tl.where(overflow64, -1 - column, column))
     else:
-        x = load_block(row_ptr, cols, V, FP64)
+        x = x32
+        if FP64:
+            x = x32.to(tl.float64)
         if is_greedy(temperature):
             noise = tl.zeros_like(x)
         else:
             noise = block_noise(seed, position, first_col, STREAM, BLOCK_V, FP64, FAST_MATH)
         score, best, overflow = noisy_scores(x, noise, temperature, FP64, FAST_MATH, x)
         store_block_best(partial_score_ptr, partial_index_ptr, out, score, best, first_col, FP64, overflow)
+    return x32
 
 
 @triton.jit

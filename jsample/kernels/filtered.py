@@ -430,11 +430,8 @@ def filter_stats_kernel(
     position = tl.load(positions_ptr + b).to(tl.int64)
     temperature = load_temperature(temperature_ptr, b)
     out = b64 * num_blocks + block
-    store_sampled_block(logits_ptr, b, row_stride, V, block * BLOCK_V, seed, position, temperature,
-                        unfiltered_score_ptr, unfiltered_index_ptr, out, 0, BLOCK_V, ROW_ALIGN, FP64, FAST_MATH)
-    cols = block * BLOCK_V + tl.arange(0, BLOCK_V)
-    x = tl.load(logits_ptr + tl.multiple_of(b64 * row_stride, ROW_ALIGN) + cols, mask=cols < V,
-                other=float("-inf")).to(tl.float32)
+    x = store_sampled_block(logits_ptr, b, row_stride, V, block * BLOCK_V, seed, position, temperature,
+                            unfiltered_score_ptr, unfiltered_index_ptr, out, 0, BLOCK_V, ROW_ALIGN, FP64, FAST_MATH)
     finite = tl.abs(x) < float("inf")
     count = tl.sum(finite.to(tl.int32), axis=0)
     # the keys of the largest and smallest finite logits (_key is monotone): two keys, not one a column
