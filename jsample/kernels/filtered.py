@@ -373,11 +373,14 @@ def _row_state(b64, state_ptr, partial_ptr, num_chunks, temperature, top_k_ptr, 
     normalizer = tl.load(state + 5)
     key_w = tl.load(state + 6)
     status = tl.load(state + 7)
+    checked = status == _CHECK  # the winner launch summed the counts above the winner
+    above_winner = count * 0
     if PREV_PHASE == _WINNER:
-        if status == _CHECK:
+        if checked:
             sums = tl.sum(tl.load(partials[:, None] + ways[None, :], mask=in_row[:, None], other=0), axis=0)
             kept = _keeps_winner(sums, key_w, key_max, count, b64, top_k_ptr, top_p_ptr, HAS_TOP_K, HAS_TOP_P, WAYS)
             status = tl.where(kept, _DONE, _FILTER).to(tl.int64)
+            above_winner = tl.sum(tl.where(ways == 0, sums, 0), axis=0)
     elif hi - lo > 1:  # the previous launch evaluated its pivots: narrow the bracket
         above = tl.sum(tl.load(partials[:, None] + ways[None, :], mask=in_row[:, None], other=0), axis=0)
         lo, hi, normalizer = _narrow(PREV_PHASE, lo, hi, above, normalizer, CAPTURE_NORMALIZER, b64, top_k_ptr,
@@ -387,6 +390,14 @@ def _row_state(b64, state_ptr, partial_ptr, num_chunks, temperature, top_k_ptr, 
             if status == _FILTER:
                 # a new search starts at the previous threshold (hi - lo == 1: every search is settled)
                 lo, hi = _start_search(PHASE, b64, lo, key_max, count, temperature, top_k_ptr, top_p_ptr)
+                if PREV_PHASE == _WINNER and PHASE == _TOP_K:
+                    if checked & (hi - lo > 1):
+                        # the top-k threshold (the largest key t with count(keys >= t) >= k) is above the
+                        # winner's key iff k keys or more exceed it: a bracket of a few launches' width
+                        # rather than the whole key range (the same threshold, found sooner)
+                        k = tl.load(top_k_ptr + b64).to(tl.int64)
+                        lo = tl.where(above_winner >= k, tl.maximum(lo, key_w + 1), lo)
+                        hi = tl.where(above_winner < k, tl.minimum(hi, key_w + 1), hi)
     return key_max, key_min, count, lo, hi, normalizer, key_w, status
 
 
