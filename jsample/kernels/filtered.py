@@ -344,7 +344,9 @@ def _narrow(PHASE: tl.constexpr, lo, hi, above, normalizer, capture_normalizer, 
     if PHASE == _TOP_K:
         below_limit = above < tl.load(top_k_ptr + b64).to(tl.int64)
     else:
-        normalizer = tl.where(capture_normalizer, tl.sum(tl.where(ways == 0, above, 0), axis=0), normalizer)
+        # (a normaliser already known, from the winner's sums, stays)
+        normalizer = tl.where(capture_normalizer & (normalizer == 0), tl.sum(tl.where(ways == 0, above, 0), axis=0),
+                              normalizer)
         limit = tl.load(top_p_ptr + b64).to(tl.float64) * normalizer.to(tl.float64)
         below_limit = above.to(tl.float64) < limit
     below_limit = below_limit & (ways > 0)  # lo itself is above the limit by construction
@@ -375,12 +377,14 @@ def _row_state(b64, state_ptr, partial_ptr, num_chunks, temperature, top_k_ptr, 
     status = tl.load(state + 7)
     checked = status == _CHECK  # the winner launch summed the counts above the winner
     above_winner = count * 0
+    mass_all = count * 0
     if PREV_PHASE == _WINNER:
         if checked:
             sums = tl.sum(tl.load(partials[:, None] + ways[None, :], mask=in_row[:, None], other=0), axis=0)
             kept = _keeps_winner(sums, key_w, key_max, count, b64, top_k_ptr, top_p_ptr, HAS_TOP_K, HAS_TOP_P, WAYS)
             status = tl.where(kept, _DONE, _FILTER).to(tl.int64)
             above_winner = tl.sum(tl.where(ways == 0, sums, 0), axis=0)
+            mass_all = tl.sum(tl.where(ways == 3, sums, 0), axis=0)
     elif hi - lo > 1:  # the previous launch evaluated its pivots: narrow the bracket
         above = tl.sum(tl.load(partials[:, None] + ways[None, :], mask=in_row[:, None], other=0), axis=0)
         lo, hi, normalizer = _narrow(PREV_PHASE, lo, hi, above, normalizer, CAPTURE_NORMALIZER, b64, top_k_ptr,
@@ -398,6 +402,13 @@ def _row_state(b64, state_ptr, partial_ptr, num_chunks, temperature, top_k_ptr, 
                         k = tl.load(top_k_ptr + b64).to(tl.int64)
                         lo = tl.where(above_winner >= k, tl.maximum(lo, key_w + 1), lo)
                         hi = tl.where(above_winner < k, tl.minimum(hi, key_w + 1), hi)
+                if PREV_PHASE == _WINNER and PHASE == _TOP_P:
+                    if checked & (hi - lo > 1):
+                        # top-p alone dropped the winner (_keeps_winner is exact without top-k): the mass of
+                        # the keys above it reaches the limit, so the threshold is above its key; the search's
+                        # normaliser, all the mass, is the winner's sums' (_narrow then captures none)
+                        lo = key_w + 1
+                        normalizer = mass_all
     return key_max, key_min, count, lo, hi, normalizer, key_w, status
 
 
