@@ -284,11 +284,23 @@ def _chunk_stats(row_ptr, first, end, V, KEY_SHIFT: tl.constexpr, THREADS: tl.co
 
 
 @triton.jit
+def _tile_max_key(block_stats_ptr, start, num_blocks, BLOCK_V: tl.constexpr, TILE_BLOCKS: tl.constexpr):
+    """The largest finite key of the tile at column `start` from filter_stats_kernel's block
+    statistics of the row (-2**31 without one): the blocks it covers (TILE_BLOCKS of them; a tile lies
+    in one block when it is no wider). A tile whose keys are all below the pivots is never loaded."""
+    blocks = start // BLOCK_V + tl.arange(0, TILE_BLOCKS)
+    return tl.max(tl.load(block_stats_ptr + blocks * 4, mask=blocks < num_blocks, other=-(2**31)), axis=0)
+
+
+@triton.jit
 def _chunk_above(row_ptr, first, end, V, lo, hi, temperature, key_max, PHASE: tl.constexpr, KEY_SHIFT: tl.constexpr,
                  FP64: tl.constexpr, THREADS: tl.constexpr, VEC: tl.constexpr, WAYS: tl.constexpr,
-                 WIDE_SUMS: tl.constexpr):
+                 WIDE_SUMS: tl.constexpr, block_stats_ptr=None, num_blocks=0, BLOCK_V: tl.constexpr = 0,
+                 TILE_BLOCKS: tl.constexpr = 1):
     """[WAYS] int64: the count (PHASE_TOP_K) or fixed-point mass (PHASE_TOP_P) of the keys in columns
-    [first, end) that are >= each pivot lo + (hi - lo) * i // WAYS."""
+    [first, end) that are >= each pivot lo + (hi - lo) * i // WAYS. With BLOCK_V (the launches' plan:
+    filter_stats_kernel's block statistics of the row at `block_stats_ptr`), tiles whose largest key is
+    below lo add nothing and are skipped unread."""
     ways = tl.arange(0, WAYS)
     pivots = (lo + ((hi - lo) * ways) // WAYS).to(tl.int32)[:, None, None]
     # per-thread accumulators, reduced once at the end (a reduction per tile cost a shuffle tree per
@@ -297,15 +309,19 @@ def _chunk_above(row_ptr, first, end, V, lo, hi, temperature, key_max, PHASE: tl
     above = tl.zeros([WAYS, THREADS], tl.int64 if WIDE_SUMS else tl.int32)
     start = first
     while start < end:
-        x, key, finite = _tile_keys(row_ptr, start, V, KEY_SHIFT, THREADS, VEC)
+        relevant = True
+        if BLOCK_V > 0:
+            relevant = _tile_max_key(block_stats_ptr, start, num_blocks, BLOCK_V, TILE_BLOCKS) >= lo
+        if relevant:
+            x, key, finite = _tile_keys(row_ptr, start, V, KEY_SHIFT, THREADS, VEC)
+            is_above = key[None, :, :] >= pivots  # non-finite keys (-2**31) are below every pivot
+            if PHASE == _TOP_K:
+                above += tl.sum(is_above.to(tl.int32), axis=1)
+            else:
+                e = _relative_probability(x, temperature, key_max, KEY_SHIFT, FP64)
+                mass = (e * _MASS_SCALE).to(tl.int32)  # floor: e >= 0
+                above += tl.sum(tl.where(is_above, mass[None, :, :], 0), axis=1).to(above.dtype)
         start += THREADS * VEC
-        is_above = key[None, :, :] >= pivots  # non-finite keys (-2**31) are below every pivot
-        if PHASE == _TOP_K:
-            above += tl.sum(is_above.to(tl.int32), axis=1)
-        else:
-            e = _relative_probability(x, temperature, key_max, KEY_SHIFT, FP64)
-            mass = (e * _MASS_SCALE).to(tl.int32)  # floor: e >= 0
-            above += tl.sum(tl.where(is_above, mass[None, :, :], 0), axis=1).to(above.dtype)
     return tl.sum(above.to(tl.int64), axis=1)
 
 
@@ -518,10 +534,12 @@ def filter_winner_sums_kernel(
     logits_ptr,  # [B, V] f32|bf16|f16, rows `row_stride` elements apart, columns contiguous
     temperature_ptr,  # [B] f32
     state_ptr,  # from filter_row_kernel
+    block_stats_ptr,  # filter_stats_kernel's
     V,
     row_stride,
     num_chunks,
     chunk,  # columns per chunk
+    num_blocks,
     partial_out_ptr,  # [B, num_chunks, WAYS] i64 as i32 words: the chunk's winner sums (STATUS_CHECK rows)
     HAS_TOP_P: tl.constexpr,
     KEY_SHIFT: tl.constexpr,
@@ -531,6 +549,8 @@ def filter_winner_sums_kernel(
     ROW_ALIGN: tl.constexpr,
     VOCAB_ALIGN: tl.constexpr,
     WAYS: tl.constexpr,
+    BLOCK_V: tl.constexpr,
+    TILE_BLOCKS: tl.constexpr,
     WIDE_SUMS: tl.constexpr = False,
 ):
     """Grid (B, num_chunks): for STATUS_CHECK rows, the chunk's counts (and, with HAS_TOP_P, masses)
@@ -546,7 +566,8 @@ def filter_winner_sums_kernel(
         first = c * chunk
         sums = _chunk_winner_sums(logits_ptr + tl.multiple_of(b64 * row_stride, ROW_ALIGN), first, first + chunk, V,
                                   tl.load(state + 6).to(tl.int32), temperature, tl.load(state), KEY_SHIFT, FP64,
-                                  THREADS, VEC, WAYS, WIDE_SUMS, HAS_TOP_P)
+                                  THREADS, VEC, WAYS, WIDE_SUMS, HAS_TOP_P, block_stats_ptr + b64 * num_blocks * 4,
+                                  num_blocks, BLOCK_V, TILE_BLOCKS)
         tl.store(partial_out_ptr.to(tl.pointer_type(tl.int64)) + (b64 * num_chunks + c) * WAYS + tl.arange(0, WAYS),
                  sums)
 
@@ -559,10 +580,12 @@ def filter_step_kernel(
     top_p_ptr,  # [B] f32 (read by top-p launches only)
     state_in_ptr,  # [B, STATE_WORDS] i64 as i32 words, from the previous launch
     partial_in_ptr,  # [B, num_chunks, WAYS] i64 as i32 words, from the previous launch
+    block_stats_ptr,  # filter_stats_kernel's: tiles below the bracket are skipped unread
     V,
     row_stride,
     num_chunks,
     chunk,  # columns per chunk
+    num_blocks,  # of block_stats
     state_out_ptr,  # [B, STATE_WORDS] i64 as i32 words: this launch's state (written by chunk 0)
     partial_out_ptr,  # [B, num_chunks, WAYS] i64 as i32 words
     PHASE: tl.constexpr,
@@ -578,6 +601,8 @@ def filter_step_kernel(
     VOCAB_ALIGN: tl.constexpr,  # gumbel.aligned: the row's masked loads stay vectorised
     WAYS: tl.constexpr,
     MAX_CHUNKS: tl.constexpr,
+    BLOCK_V: tl.constexpr,  # columns of a block of block_stats
+    TILE_BLOCKS: tl.constexpr,  # blocks a tile covers (1 when a tile is no wider than a block)
     WIDE_SUMS: tl.constexpr = False,  # config.wide_sums
 ):
     """PHASE_TOP_K / PHASE_TOP_P: per chunk, the count / the fixed-point mass of the keys >= each of
@@ -598,7 +623,8 @@ def filter_step_kernel(
         _store_state(state_out_ptr, b64, key_max, key_min, count, lo, hi, normalizer, key_w, status)
     if hi - lo > 1:
         above = _chunk_above(row_ptr, first, first + chunk, V, lo, hi, temperature, key_max, PHASE, KEY_SHIFT, FP64,
-                             THREADS, VEC, WAYS, WIDE_SUMS)
+                             THREADS, VEC, WAYS, WIDE_SUMS, block_stats_ptr + b64 * num_blocks * 4, num_blocks,
+                             BLOCK_V, TILE_BLOCKS)
         tl.store(partial_out_ptr.to(tl.pointer_type(tl.int64)) + (b64 * num_chunks + c) * WAYS + tl.arange(0, WAYS),
                  above)
 
@@ -616,6 +642,7 @@ def filtered_partial_kernel(
     partial_in_ptr,
     unfiltered_score_ptr,  # filter_stats_kernel's partials
     unfiltered_index_ptr,
+    block_stats_ptr,  # and block statistics
     V,
     row_stride,
     num_chunks,
@@ -641,9 +668,11 @@ def filtered_partial_kernel(
     """Grid (B, cdiv(num_blocks, BLOCKS_PER_PROGRAM)): the block partials of gumbel_partial_kernel
     (stream 0) on each STATUS_FILTER row with the logits the filters drop set to -inf (the other rows'
     token is their unfiltered winner: filtered_reduce_kernel reads their unfiltered partials). The
-    unfiltered partials answer wherever they can: a block whose unfiltered best column is kept, or
-    that has no candidate, has the same best (the same scores, fewer candidates); a block that keeps
-    no column has no candidate; only the other blocks draw their noise again (store_filtered_block)."""
+    unfiltered partials answer wherever they can: a block whose largest key is below the threshold
+    keeps nothing (no candidate, and its logits are not read); a block whose unfiltered best column
+    is kept, or that has no candidate, has the same best (the same scores, fewer candidates); a block
+    that keeps no column has no candidate; only the other blocks draw their noise again
+    (store_filtered_block)."""
     V = aligned(V, VOCAB_ALIGN)
     b = tl.program_id(0)
     b64 = b.to(tl.int64)
@@ -658,24 +687,41 @@ def filtered_partial_kernel(
             if block < num_blocks:
                 out = b64 * num_blocks + block
                 first_col = block * BLOCK_V
-                if FP64:
-                    score = tl.load(unfiltered_score_ptr.to(tl.pointer_type(tl.float64)) + out)
-                else:
-                    score = tl.load(unfiltered_score_ptr + out)
-                column = tl.load(unfiltered_index_ptr + out)
-                cols = first_col + tl.arange(0, BLOCK_V)
-                x = tl.load(row_ptr + cols, mask=cols < V, other=float("-inf")).to(tl.float32)
-                keep = _kept_columns(x, threshold, temperature, key_max, min_p_ptr, b64, HAS_MIN_P, KEY_SHIFT, FP64)
-                if (score == float("-inf")) | (tl.sum((keep & (cols == column)).to(tl.int32), axis=0) > 0):
-                    _store_partial(partial_score_ptr, partial_index_ptr, out, score, column, FP64)
-                elif tl.max(keep.to(tl.int32), axis=0) > 0:
-                    seed = load_seed(seeds_ptr, b, SEED_WORDS)
-                    position = tl.load(positions_ptr + b).to(tl.int64)
-                    store_filtered_block(logits_ptr, b64, row_stride, V, first_col, seed, position, temperature,
-                                         min_p_ptr, key_max, count, threshold, partial_score_ptr, partial_index_ptr,
-                                         out, HAS_MIN_P, KEY_SHIFT, FP64, BLOCK_V, ROW_ALIGN, FAST_MATH)
-                else:  # no kept column: no candidate (what store_filtered_block stores for it)
+                if tl.load(block_stats_ptr + out * 4) < threshold:  # no kept column: no candidate, unread
                     _store_partial(partial_score_ptr, partial_index_ptr, out, float("-inf"), first_col, FP64)
+                else:
+                    _filtered_block_partial(logits_ptr, seeds_ptr, positions_ptr, min_p_ptr, unfiltered_score_ptr,
+                                            unfiltered_index_ptr, partial_score_ptr, partial_index_ptr, b, b64, out,
+                                            first_col, V, row_stride, temperature, key_max, count, threshold,
+                                            HAS_MIN_P, KEY_SHIFT, FP64, BLOCK_V, ROW_ALIGN, FAST_MATH, SEED_WORDS)
+
+
+@triton.jit
+def _filtered_block_partial(logits_ptr, seeds_ptr, positions_ptr, min_p_ptr, unfiltered_score_ptr,
+                            unfiltered_index_ptr, partial_score_ptr, partial_index_ptr, b, b64, out, first_col, V,
+                            row_stride, temperature, key_max, count, threshold, HAS_MIN_P: tl.constexpr,
+                            KEY_SHIFT: tl.constexpr, FP64: tl.constexpr, BLOCK_V: tl.constexpr,
+                            ROW_ALIGN: tl.constexpr, FAST_MATH: tl.constexpr, SEED_WORDS: tl.constexpr):
+    """filtered_partial_kernel's block `out` of a STATUS_FILTER row whose largest key is kept."""
+    if FP64:
+        score = tl.load(unfiltered_score_ptr.to(tl.pointer_type(tl.float64)) + out)
+    else:
+        score = tl.load(unfiltered_score_ptr + out)
+    column = tl.load(unfiltered_index_ptr + out)
+    cols = first_col + tl.arange(0, BLOCK_V)
+    x = tl.load(logits_ptr + tl.multiple_of(b64 * row_stride, ROW_ALIGN) + cols, mask=cols < V,
+                other=float("-inf")).to(tl.float32)
+    keep = _kept_columns(x, threshold, temperature, key_max, min_p_ptr, b64, HAS_MIN_P, KEY_SHIFT, FP64)
+    if (score == float("-inf")) | (tl.sum((keep & (cols == column)).to(tl.int32), axis=0) > 0):
+        _store_partial(partial_score_ptr, partial_index_ptr, out, score, column, FP64)
+    elif tl.max(keep.to(tl.int32), axis=0) > 0:
+        seed = load_seed(seeds_ptr, b, SEED_WORDS)
+        position = tl.load(positions_ptr + b).to(tl.int64)
+        store_filtered_block(logits_ptr, b64, row_stride, V, first_col, seed, position, temperature, min_p_ptr,
+                             key_max, count, threshold, partial_score_ptr, partial_index_ptr, out, HAS_MIN_P,
+                             KEY_SHIFT, FP64, BLOCK_V, ROW_ALIGN, FAST_MATH)
+    else:  # no kept column: no candidate (what store_filtered_block stores for it)
+        _store_partial(partial_score_ptr, partial_index_ptr, out, float("-inf"), first_col, FP64)
 
 
 @triton.jit
@@ -939,7 +985,8 @@ def filtered_one_launch_kernel(
 @triton.jit
 def _chunk_winner_sums(row_ptr, first, end, V, key_w, temperature, key_max, KEY_SHIFT: tl.constexpr, FP64: tl.constexpr,
                        THREADS: tl.constexpr, VEC: tl.constexpr, WAYS: tl.constexpr, WIDE_SUMS: tl.constexpr,
-                       MASSES: tl.constexpr = True):
+                       MASSES: tl.constexpr = True, block_stats_ptr=None, num_blocks=0, BLOCK_V: tl.constexpr = 0,
+                       TILE_BLOCKS: tl.constexpr = 1):
     """[WAYS] int64 over columns [first, end), lanes 0-3 (0 beyond): the count of the keys > key_w, the fixed-point mass
     (_chunk_above's) of the keys > key_w, of the keys >= key_w, and of all finite keys (the masses only with MASSES:
     top-p is given)."""
@@ -949,14 +996,18 @@ def _chunk_winner_sums(row_ptr, first, end, V, key_w, temperature, key_max, KEY_
     mass_all = tl.zeros_like(mass_above)
     start = first
     while start < end:
-        x, key, finite = _tile_keys(row_ptr, start, V, KEY_SHIFT, THREADS, VEC)
+        relevant = True
+        if BLOCK_V > 0 and not MASSES:  # counts only: a tile without a key above the winner's adds nothing
+            relevant = _tile_max_key(block_stats_ptr, start, num_blocks, BLOCK_V, TILE_BLOCKS) > key_w
+        if relevant:
+            x, key, finite = _tile_keys(row_ptr, start, V, KEY_SHIFT, THREADS, VEC)
+            above += (key > key_w).to(tl.int32)
+            if MASSES:
+                mass = (_relative_probability(x, temperature, key_max, KEY_SHIFT, FP64) * _MASS_SCALE).to(tl.int32)
+                mass_above += tl.where(key > key_w, mass, 0).to(mass_above.dtype)
+                mass_from += tl.where(key >= key_w, mass, 0).to(mass_above.dtype)
+                mass_all += mass.to(mass_above.dtype)
         start += THREADS * VEC
-        above += (key > key_w).to(tl.int32)
-        if MASSES:
-            mass = (_relative_probability(x, temperature, key_max, KEY_SHIFT, FP64) * _MASS_SCALE).to(tl.int32)
-            mass_above += tl.where(key > key_w, mass, 0).to(mass_above.dtype)
-            mass_from += tl.where(key >= key_w, mass, 0).to(mass_above.dtype)
-            mass_all += mass.to(mass_above.dtype)
     lanes = tl.arange(0, WAYS)
     sums = tl.where(lanes == 0, tl.sum(tl.sum(above, axis=1), axis=0).to(tl.int64),
                     tl.sum(tl.sum(mass_above.to(tl.int64), axis=1), axis=0))
@@ -1048,6 +1099,8 @@ def plan_top_k_top_p_sample(logits: ArgSpec, seeds: ArgSpec, target: Target, *, 
                     ROW_ALIGN=gumbel.row_align, VOCAB_ALIGN=gumbel.vocab_align, WAYS=config.ways,
                     WIDE_SUMS=config.wide_sums, num_warps=config.num_warps, **options)
     unfiltered = ("unfiltered_score", "unfiltered_index")
+    # the search tiles' blocks of block_stats (both powers of two: a tile lies in one block, or covers whole ones)
+    tiles = dict(BLOCK_V=gumbel.block_v, TILE_BLOCKS=max(1, config.threads * config.vec // gumbel.block_v))
     search = has_top_k or has_top_p
     launches = [
         launch(filter_stats_kernel, (batch, gumbel.num_blocks),
@@ -1063,24 +1116,24 @@ def plan_top_k_top_p_sample(logits: ArgSpec, seeds: ArgSpec, target: Target, *, 
     if search:
         launches.append(launch(
             filter_winner_sums_kernel, (batch, config.num_chunks),
-            ("logits", "temperature", "state_0", vocab, row_stride, config.num_chunks, config.chunk), ("partials_0",),
-            HAS_TOP_P=has_top_p, **searches))
+            ("logits", "temperature", "state_0", "block_stats", vocab, row_stride, config.num_chunks, config.chunk,
+             gumbel.num_blocks), ("partials_0",), HAS_TOP_P=has_top_p, **searches, **tiles))
         partials = "partials_0"
     for i, step in enumerate(steps[1:-1]):
         new_state, new_partials = f"state_{(i + 1) % 2}", f"partials_{(i + 1) % 2}"
         launches.append(launch(
             filter_step_kernel, (batch, config.num_chunks),
-            ("logits", "temperature", top_k, top_p, state, partials, vocab, row_stride, config.num_chunks,
-             config.chunk), (new_state, new_partials),
+            ("logits", "temperature", top_k, top_p, state, partials, "block_stats", vocab, row_stride,
+             config.num_chunks, config.chunk, gumbel.num_blocks), (new_state, new_partials),
             PHASE=step.phase, PREV_PHASE=step.prev_phase, CAPTURE_NORMALIZER=step.capture_normalizer, **filters,
-            MAX_CHUNKS=MAX_CHUNKS, **searches))
+            MAX_CHUNKS=MAX_CHUNKS, **searches, **tiles))
         state, partials = new_state, new_partials
     sample = steps[-1]
     blocks_per_program = SAMPLE_BLOCKS_PER_PROGRAM
     launches.append(launch(
         filtered_partial_kernel, (batch, triton.cdiv(gumbel.num_blocks, blocks_per_program)),
         ("logits", "seeds", "positions", "temperature", top_k, top_p, min_p, state, partials) + unfiltered
-        + (vocab, row_stride, config.num_chunks, gumbel.num_blocks), ("partial_score", "partial_index"),
+        + ("block_stats", vocab, row_stride, config.num_chunks, gumbel.num_blocks), ("partial_score", "partial_index"),
         PREV_PHASE=sample.prev_phase, CAPTURE_NORMALIZER=sample.capture_normalizer, **filters, HAS_MIN_P=has_min_p,
         KEY_SHIFT=config.key_shift, FP64=fp64, BLOCK_V=gumbel.block_v, BLOCKS_PER_PROGRAM=blocks_per_program,
         ROW_ALIGN=gumbel.row_align, VOCAB_ALIGN=gumbel.vocab_align, FAST_MATH=gumbel.fast_math, WAYS=config.ways,
