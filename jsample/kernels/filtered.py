@@ -28,15 +28,28 @@ threshold is found by searching an order-preserving integer key of the logits: 3
 the 16 significant bits of bfloat16 and 19 of float16 (key_shift). Launches, all shared by both
 frontends (filtered_plan lists them):
 
-1. `filter_step_kernel` PHASE_STATS, grid (B, num_chunks): per chunk of the row, the largest and
-   smallest key of the finite logits and their count.
-2. `filter_step_kernel` PHASE_TOP_K, then PHASE_TOP_P, search_steps launches each: each program first
+1. `filter_stats_kernel`, grid (B, num_blocks) in the sampling tiling: per block, the largest and
+   smallest key of the finite logits and their count, and gumbel_sample's block partials of the
+   unfiltered row (stream 0).
+2. `filter_row_kernel`, grid (B,): the row's statistics and unfiltered winner. The winner, when the
+   filters keep it, is the token (the same scores, fewer candidates), so the row's status says
+   whether it is (STATUS_DONE: also rows the filters do not apply to), whether top-k and top-p
+   decide it from the winner's sums (STATUS_CHECK: min-p keeps it), or whether the row is searched
+   and its kept set sampled (STATUS_FILTER).
+3. With top-k or top-p, `filter_winner_sums_kernel`, grid (B, num_chunks): for STATUS_CHECK rows,
+   the count (and mass) of the keys above the winner's; the first search launch decides from them.
+4. `filter_step_kernel` PHASE_TOP_K, then PHASE_TOP_P, search_steps launches each: each program first
    replays the row's state from the previous launch (state + partials: the bracket [lo, hi) of the
    threshold key), then evaluates `ways` pivots of it on its chunk (count, or mass, of the keys >=
    each pivot). Each launch narrows the bracket `ways`-fold, so search_steps launches pin it down.
-3. `filtered_partial_kernel`, grid (B, num_blocks): replays the final state, masks the logits below
-   the threshold (and, for min-p, e < min_p), and writes gumbel_sample's block partials;
-   `argmax_reduce_kernel` (gumbel.py) reduces them.
+   Only STATUS_FILTER rows search; a search the winner's sums bound starts above (or, top-k keeping
+   it, at or below) the winner's key, and tiles whose largest key (the block statistics) is below
+   the bracket are skipped unread: the same thresholds, sooner and with less reading.
+5. `filtered_partial_kernel`, grid (B, blocks / 4), STATUS_FILTER rows only: replays the final state
+   and writes gumbel_sample's block partials of the row with the logits below the threshold (and,
+   for min-p, e < min_p) masked, reusing the unfiltered partial of every block whose best column is
+   kept or that keeps none; `filtered_reduce_kernel` reduces each row's filtered, or unfiltered,
+   partials.
 
 Where all B * num_chunks programs run at once (Target.resident_programs; in the interpreter, one
 program a row), `filtered_one_launch_kernel` does all of this in one launch: the steps meet at a
