@@ -84,7 +84,7 @@ from jsample.kernels.common import (
     store_block_best,
     store_sampled_block,
 )
-from jsample.kernels.gumbel import GumbelLaunchConfig, gumbel_launch_config, many_rows_config
+from jsample.kernels.gumbel import GumbelLaunchConfig, gumbel_launch_config, many_rows_config, store_row_token
 from jsample.kernels.plan import ArgSpec, Buffer, Plan, Target, launch
 from jsample.kernels.stream import load_seed, seed_word_count
 
@@ -694,7 +694,6 @@ def filtered_partial_kernel(
         b64, state_in_ptr, partial_in_ptr, num_chunks, temperature, top_k_ptr, top_p_ptr,
         _SAMPLE, PREV_PHASE, CAPTURE_NORMALIZER, HAS_TOP_K, HAS_TOP_P, WAYS, MAX_CHUNKS)
     if status == _FILTER:
-        row_ptr = logits_ptr + tl.multiple_of(b64 * row_stride, ROW_ALIGN)
         for i in range(BLOCKS_PER_PROGRAM):
             block = tl.program_id(1) * BLOCKS_PER_PROGRAM + i
             if block < num_blocks:
@@ -766,14 +765,11 @@ def filtered_reduce_kernel(
     row = tl.program_id(0)
     status = tl.load(state_ptr.to(tl.pointer_type(tl.int64)) + row.to(tl.int64) * _STATE_WORDS + 7)
     if status == _FILTER:
-        token, overflow = reduce_block_best_flagged(partial_score_ptr, partial_index_ptr, row, num_blocks, FP64,
-                                                    REDUCE_BLOCK, False)
+        store_row_token(partial_score_ptr, partial_index_ptr, logits_ptr, V, row_stride, num_blocks, tokens_ptr, row,
+                        FP64, REDUCE_BLOCK)
     else:
-        token, overflow = reduce_block_best_flagged(unfiltered_score_ptr, unfiltered_index_ptr, row, num_blocks, FP64,
-                                                    REDUCE_BLOCK, False)
-    if overflow:
-        token = greedy_argmax_row(logits_ptr + row.to(tl.int64) * row_stride, V, 1024)
-    tl.store(tokens_ptr + row, token)
+        store_row_token(unfiltered_score_ptr, unfiltered_index_ptr, logits_ptr, V, row_stride, num_blocks, tokens_ptr,
+                        row, FP64, REDUCE_BLOCK)
 
 
 @triton.jit

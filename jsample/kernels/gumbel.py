@@ -116,7 +116,14 @@ def argmax_reduce_kernel(
     REDUCE_BLOCK: tl.constexpr,  # next power of two >= num_blocks
 ):
     """One token per row from the block partials; a row whose scaled logits overflow is greedy."""
-    row = tl.program_id(0)
+    store_row_token(partial_score_ptr, partial_index_ptr, logits_ptr, V, row_stride, num_blocks, tokens_ptr,
+                    tl.program_id(0), FP64, REDUCE_BLOCK)
+
+
+@triton.jit
+def store_row_token(partial_score_ptr, partial_index_ptr, logits_ptr, V, row_stride, num_blocks, tokens_ptr, row,
+                    FP64: tl.constexpr, REDUCE_BLOCK: tl.constexpr):
+    """argmax_reduce_kernel's work for row `row` (filtered_reduce_kernel's too)."""
     token, overflow = reduce_block_best_flagged(partial_score_ptr, partial_index_ptr, row, num_blocks, FP64,
                                                 REDUCE_BLOCK, False)
     if overflow:
