@@ -423,22 +423,33 @@ def _row_state(b64, state_ptr, partial_ptr, num_chunks, temperature, top_k_ptr, 
             if status == _FILTER:
                 # a new search starts at the previous threshold (hi - lo == 1: every search is settled)
                 lo, hi = _start_search(PHASE, b64, lo, key_max, count, temperature, top_k_ptr, top_p_ptr)
-                if PREV_PHASE == _WINNER and PHASE == _TOP_K:
-                    if checked & (hi - lo > 1):
-                        # the top-k threshold (the largest key t with count(keys >= t) >= k) is above the
-                        # winner's key iff k keys or more exceed it: a bracket of a few launches' width
-                        # rather than the whole key range (the same threshold, found sooner)
-                        k = tl.load(top_k_ptr + b64).to(tl.int64)
-                        lo = tl.where(above_winner >= k, tl.maximum(lo, key_w + 1), lo)
-                        hi = tl.where(above_winner < k, tl.minimum(hi, key_w + 1), hi)
-                if PREV_PHASE == _WINNER and PHASE == _TOP_P:
-                    if checked & (hi - lo > 1):
-                        # top-p alone dropped the winner (_keeps_winner is exact without top-k): the mass of
-                        # the keys above it reaches the limit, so the threshold is above its key; the search's
-                        # normaliser, all the mass, is the winner's sums' (_narrow then captures none)
-                        lo = key_w + 1
-                        normalizer = mass_all
+                if PREV_PHASE == _WINNER:
+                    if checked:  # top-p follows the winner launch only without top-k
+                        lo, hi, normalizer = _winner_bracket(PHASE, lo, hi, normalizer, key_w, above_winner, mass_all,
+                                                             b64, top_k_ptr, PHASE == _TOP_P)
     return key_max, key_min, count, lo, hi, normalizer, key_w, status
+
+
+@triton.jit
+def _winner_bracket(PHASE: tl.constexpr, lo, hi, normalizer, key_w, above_winner, mass_all, b64, top_k_ptr,
+                    TOP_P_ALONE: tl.constexpr):
+    """A search's first bracket [lo, hi) narrowed by the unfiltered winner's sums (above_winner: the
+    count of keys above its key; mass_all: all the fixed-point mass), for a row whose winner the
+    filters drop: the same threshold, found in fewer steps. Top-k: its threshold (the largest key t
+    with count(keys >= t) >= k) is above the winner's key iff k keys or more exceed it, else at or
+    below it. Top-p without top-k (TOP_P_ALONE: _keeps_winner is then exact, so top-p dropped it):
+    the mass above the winner reaches the limit, so the threshold is above its key, and the search's
+    normaliser, all the mass, is the sums' (_narrow then captures none). Returns (lo, hi, normaliser)."""
+    key_w = key_w.to(tl.int64)
+    if hi - lo > 1:
+        if PHASE == _TOP_K:
+            k = tl.load(top_k_ptr + b64).to(tl.int64)
+            lo = tl.where(above_winner >= k, tl.maximum(lo, key_w + 1), lo)
+            hi = tl.where(above_winner < k, tl.minimum(hi, key_w + 1), hi)
+        elif TOP_P_ALONE:
+            lo = key_w + 1
+            normalizer = mass_all
+    return lo, hi, normalizer
 
 
 @triton.jit
@@ -938,6 +949,9 @@ def filtered_one_launch_kernel(
     # candidates). Greedy rows, rows that overflow and rows without a finite logit are not filtered.
     run = _filtered_row(temperature, count) & ~overflow
     kept = step == 1
+    key_w = b * 0
+    above_winner = count * 0  # the winner's sums (step 2 only): they also bound the searches
+    mass_all = count * 0
     if run:
         x_w = tl.load(row_ptr + tl.maximum(winner, 0)).to(tl.float32)
         key_w = _key(x_w, KEY_SHIFT)
@@ -955,17 +969,26 @@ def filtered_one_launch_kernel(
                 step = 2
                 kept = _keeps_winner(sums, key_w, key_max, count, b64, top_k_ptr, top_p_ptr, HAS_TOP_K, HAS_TOP_P,
                                      WAYS)
+                above_winner = tl.sum(tl.where(ways == 0, sums, 0), axis=0)
+                mass_all = tl.sum(tl.where(ways == 3, sums, 0), axis=0)
     if run & ~kept:
         lo = key_min
         normalizer = count * 0
+        checked = step == 2
         if HAS_TOP_K:
             lo, hi = _start_search(_TOP_K, b64, lo, key_max, count, temperature, top_k_ptr, top_p_ptr)
+            if checked:
+                lo, hi, normalizer = _winner_bracket(_TOP_K, lo, hi, normalizer, key_w, above_winner, mass_all, b64,
+                                                     top_k_ptr, False)
             lo, hi, normalizer, step = _search_in_step(_TOP_K, lo, hi, normalizer, step, row_ptr, first, end, V,
                                                        temperature, key_max, b64, top_k_ptr, top_p_ptr, partials,
                                                        arrivals, num_chunks, KEY_SHIFT, FP64, THREADS, VEC, WAYS,
                                                        MAX_CHUNKS, WIDE_SUMS)
         if HAS_TOP_P:
             lo, hi = _start_search(_TOP_P, b64, lo, key_max, count, temperature, top_k_ptr, top_p_ptr)
+            if checked:
+                lo, hi, normalizer = _winner_bracket(_TOP_P, lo, hi, normalizer, key_w, above_winner, mass_all, b64,
+                                                     top_k_ptr, not HAS_TOP_K)
             lo, hi, normalizer, step = _search_in_step(_TOP_P, lo, hi, normalizer, step, row_ptr, first, end, V,
                                                        temperature, key_max, b64, top_k_ptr, top_p_ptr, partials,
                                                        arrivals, num_chunks, KEY_SHIFT, FP64, THREADS, VEC, WAYS,
