@@ -297,9 +297,9 @@ def test_filtered_reference_top_p_follows_the_sorted_cumulative_rule():
 @pytest.mark.parametrize("filters", [dict(top_k=3), dict(top_p=0.5), dict(min_p=0.3), dict(top_k=4, top_p=0.6),
                                      dict(top_k=5, top_p=0.5, min_p=0.1)], ids=lambda f: ",".join(f))
 def test_filtered_unfiltered_winner_shortcut_on_both_sides_of_the_boundary(filters, force_target):
-    """The one-launch plan returns the unfiltered Gumbel-max winner where the filters surely keep it
-    and searches otherwise: over many seeds, both cases occur, and every token equals the reference
-    and the token of the launches' plan (the search for every row)."""
+    """Both plans return the unfiltered Gumbel-max winner where the filters surely keep it and search
+    otherwise (from the bracket the winner's sums give): over many seeds, both cases occur, and every
+    token equals the reference, in the one-launch plan and in the launches' plan."""
     rng = np.random.default_rng(11)
     batch, vocab = 48, 64
     logits = (rng.standard_normal((batch, vocab)) * 1.5).astype(np.float32)
@@ -316,7 +316,7 @@ def test_filtered_unfiltered_winner_shortcut_on_both_sides_of_the_boundary(filte
                      min_p=np.zeros(batch, np.float32))
     every_row.update({name: np.full(batch, value, every_row[name].dtype) for name, value in filters.items()})
     assert_tokens_match_reference(shortcut, logits, seeds, positions, temperature, **every_row)
-    force_target(large_programs=False, resident_programs=0)  # the launches' plan: a search for every row
+    force_target(large_programs=False, resident_programs=0)  # the launches' plan
     np.testing.assert_array_equal(both_frontends(OP, logits, seeds, positions, temperature, **filters), shortcut)
 
 
