@@ -330,7 +330,9 @@ def test_filtered_launches_plan_reuses_unfiltered_block_partials_exactly(fp64, f
     from jsample.kernels import filtered
 
     monkeypatch.setattr(filtered, "MANY_ROWS_ELEMENTS", 0)  # the large-batch tiling: blocks of 512 columns
-    monkeypatch.setattr(kernels, "plan_top_k_top_p_sample", functools.partial(filtered.plan_top_k_top_p_sample.__wrapped__))
+    # a planning function of its own: neither its cache nor the executors' memo holds an older plan
+    monkeypatch.setattr(kernels, "plan_top_k_top_p_sample",
+                        functools.partial(filtered.plan_top_k_top_p_sample.__wrapped__))
     force_target(large_programs=False, resident_programs=0)  # the launches' plan
     rng = np.random.default_rng(12)
     batch, vocab, block = 24, 2048, 512

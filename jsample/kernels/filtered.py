@@ -107,7 +107,6 @@ STATUS_CHECK = 1  # min-p keeps it; the first search launch decides top-k and to
 STATUS_FILTER = 2  # the filters drop it (or may): search, then sample the kept set
 KEY_SHIFTS = {"float32": 0, "bfloat16": 16, "float16": 13}  # low key bits that are zero for the dtype
 
-_STATS = tl.constexpr(PHASE_STATS)
 _TOP_K = tl.constexpr(PHASE_TOP_K)
 _TOP_P = tl.constexpr(PHASE_TOP_P)
 _SAMPLE = tl.constexpr(PHASE_SAMPLE)
