@@ -166,6 +166,54 @@ def test_gumbel_fp64_shortlist_gives_the_fp64_tokens(frontend):
     assert (counts == 1).any() and ((counts > 1) & (counts <= 8)).any() and (counts > 8).any(), counts
 
 
+def _fp64_tie_rows(vocab, score):
+    """Rows whose FP64 winner FP32 cannot tell: columns spread over blocks of 512 (several in one
+    block too) get logits x_k = fl32(score - g_k), g_k their FP64 noise at T = 1, so their FP32 scores
+    agree to the rounding of x and only FP64 separates them; among them, a column whose uniform is
+    below 2**-17 and one above 1 - 2**-20 (fp64_noise_estimate's extremes) where the rows have one.
+    The other columns score far below (x = -20; a few -inf)."""
+    from jsample.reference import gumbel_noise, stream_uniforms
+
+    seeds = np.arange(1000, 1400, dtype=np.int64)
+    positions = np.full(len(seeds), 7, dtype=np.int64)
+    u = stream_uniforms(seeds, positions, 0, vocab, fp64=True)
+    small = np.argwhere(u < 2.0**-17)
+    large = np.argwhere(u > 1 - 2.0**-20)
+    assert len(small) >= 2 and len(large) >= 1, "the scan finds both extremes"
+    patterns = [[5, 3 * 512 + 17, 7 * 512 + 400], [2 * 512 + 1, 10 * 512 + 3, 10 * 512 + 300],
+                [0, 511, 512], [8 * 512 + 100, 12 * 512 + 9, 17 * 512 + 2, 16 * 512 + 77]]
+    rows = [(row, pattern) for row, pattern in zip(range(8), patterns * 2)]
+    rows += [(r, [k, (k + 700) % vocab, (k + 3000) % vocab]) for r, k in small[:2]]
+    rows += [(r, [k, (k + 1100) % vocab]) for r, k in large[:1]]
+    chosen = np.array([r for r, _ in rows])
+    logits = np.full((len(rows), vocab), -20.0, np.float32)
+    logits[:, 1000:1003] = -np.inf
+    for i, (r, columns) in enumerate(rows):
+        logits[i, columns] = (score - gumbel_noise(u[r, columns])).astype(np.float32)
+    return logits, seeds[chosen], positions[chosen], u[chosen]
+
+
+@pytest.mark.parametrize("score", [30.0, 3e4])
+def test_gumbel_fp64_candidates_across_blocks_give_the_fp64_tokens(force_target, score):
+    """FP64 blocks store an FP32 interval and the reduce scores only the row's candidates in FP64
+    (common.store_fp64_block_interval, reduce_fp64_intervals): with near ties across blocks and within
+    one, and extreme uniforms among the tied columns, every plan (one block a row, blocks of 512 in
+    two launches, one launch) gives the FP64 reference's token, which FP32 scores would often miss."""
+    vocab = 9000
+    logits, seeds, positions, u = _fp64_tie_rows(vocab, score)
+    temperature = np.float32(1.0)
+    expected = gumbel_sample_reference(logits, seeds, positions, temperature, fp64=True)
+    scores = np.sort(gumbel_scores_reference(logits, seeds, positions, temperature, fp64=True), axis=1)
+    assert np.all(scores[:, -1] - scores[:, -2] > 1e-9 * score)  # the reference's answer is not a tie
+    noise32 = (-np.log(-np.log1p(-u.astype(np.float32)))).astype(np.float32)
+    fp32_winner = np.argmax(np.where(np.isfinite(logits), logits + noise32, -np.inf), axis=1)
+    assert (fp32_winner != expected).sum() >= 2, "FP32 scores alone would pick other tokens"
+    for changes in ({}, dict(large_programs=False), dict(large_programs=False, arrival_counters=True)):
+        force_target(**changes)
+        np.testing.assert_array_equal(both_frontends("gumbel_sample", logits, seeds, positions, temperature,
+                                                     fp64=True), expected, err_msg=str(changes))
+
+
 @pytest.mark.parametrize("fp64", [False, True], ids=["fp32", "fp64"])
 def test_gumbel_tokens_do_not_depend_on_the_tiling(force_target, fp64):
     """The interpreter plans one block a row up to 65536 columns (Target.large_programs); the GPU's

@@ -14,7 +14,8 @@ import os
 import triton
 import triton.language as tl
 
-from jsample.kernels.stream import fp64_noise_in_fp32, fp64_words_block, gumbel_noise, uniform_block, uniform_f64
+from jsample.kernels.stream import (fp64_noise_estimate, fp64_noise_in_fp32, fp64_words_block, gumbel_noise, load_seed,
+                                    uniform_block, uniform_f64)
 
 GREEDY_BELOW = 1e-5  # docs/STREAM.md: a temperature below this is greedy
 _GREEDY_BELOW = tl.constexpr(GREEDY_BELOW)
@@ -251,6 +252,107 @@ def fp64_sampled_best(x, lo, hi, row_ptr, first_col, V, seed, position, temperat
             best_offset = tl.where(chunk_best > best64, chunk_offset, best_offset)
             best64 = tl.maximum(best64, chunk_best)
     return best64, best_offset, overflow
+
+
+@triton.jit
+def store_fp64_block_interval(logits_ptr, row, row_stride, V, first_col, seed, position, temperature,
+                              partial_score_ptr, partial_bound_ptr, partial_index_ptr, out, STREAM: tl.constexpr,
+                              BLOCK_V: tl.constexpr, ROW_ALIGN: tl.constexpr, FAST_MATH: tl.constexpr):
+    """gumbel_sample's FP64 block partial, nearly always without FP64 arithmetic: reduce_fp64_intervals
+    scores in FP64 only the few blocks (one, nearly always) that can hold the row's maximum, so the
+    FP64 logs run once a row, not once a block. Stores, at `out`, a score s (f64), a bound c (f32)
+    and a column (-1 - column: the row overflows), one of:
+      c == 0: s is the block's FP64 best score and the column its lowest column (greedy rows, and the
+              rare blocks below, which fp64_sampled_best scores exactly); s = -inf: no candidate;
+      c > 0:  the column is the block's only FP64 argmax (every other column scores strictly less in
+              FP64), and its FP64 score lies in [s - c, s + c].
+
+    Every column is scored in FP32 with fp64_noise_estimate's noise. Outside its extremes (u < 2**-17
+    or 1 - u < 2**-20) a column's FP32 score is within e_k = 2**-13 + (|g_k| + |x_k / T|) * 2**-20 of
+    its FP64 score (fp64_noise_in_fp32's bound, plus the FP32 product and sum), and |g_k| < 11.8.
+    With M the best FP32 score of the block's non-extreme columns and c = 2**-12 + (|M| + 12) * 2**-18:
+    e_k <= c for the best column, and a column scoring below M - 2c in FP32 is strictly below the best
+    column in FP64 (for |score_k| <= 2|M| + 12, e_k + e_best <= 2**-12 + (3|M| + 60) * 2**-20, which
+    2c exceeds by far more than the FP32 rounding of M - 2c; below that, score_k + e_k < M - 11).
+    So a block whose only column within 2c of M is M's own, and which has no extreme column, stores
+    (M, c, that column); any other block (an extreme column: 0.4% of blocks of 512 columns; or a
+    near tie) is scored exactly by fp64_sampled_best. tests/test_gumbel.py forces both kinds."""
+    if is_greedy(temperature):  # exact scores: the logits
+        store_sampled_block(logits_ptr, row, row_stride, V, first_col, seed, position, temperature, partial_score_ptr,
+                            partial_index_ptr, out, STREAM, BLOCK_V, ROW_ALIGN, True, FAST_MATH)
+        tl.store(partial_bound_ptr + out, 0.0)
+    else:
+        cols = first_col + tl.arange(0, BLOCK_V)
+        row_ptr = logits_ptr + tl.multiple_of(row.to(tl.int64) * row_stride, ROW_ALIGN)
+        x = load_block(row_ptr, cols, V, False)
+        lo, hi = fp64_words_block(seed, position, first_col, STREAM, BLOCK_V, FAST_MATH)
+        g, extreme = fp64_noise_estimate(lo, hi, FAST_MATH)
+        score, best, overflow = noisy_scores(x, tl.where(extreme, float("-inf"), g), temperature, False, FAST_MATH, x)
+        bound = 2.44140625e-04 + (tl.abs(best) + 12.0) * 3.814697265625e-06  # 2**-12 + (|M| + 12) * 2**-18
+        threshold = tl.where(best > float("-inf"), best - 2.0 * bound, float("inf"))
+        # one a column within 2c of M (M's own included), two an extreme candidate
+        shortlist = tl.sum((score >= threshold).to(tl.int32) + 2 * (extreme & (x > float("-inf"))).to(tl.int32), axis=0)
+        score_ptr = partial_score_ptr.to(tl.pointer_type(tl.float64))
+        if (shortlist <= 1) | overflow:  # a row that overflows is greedy: its scores are unused
+            best_offset = tl.min(tl.where(score == best, tl.arange(0, BLOCK_V), BLOCK_V), axis=0)
+            tl.store(score_ptr + out, best.to(tl.float64))
+            tl.store(partial_bound_ptr + out, tl.where(tl.abs(best) < float("inf"), bound, 0.0))
+        else:
+            best64, best_offset, overflow = fp64_sampled_best(x, lo, hi, row_ptr, first_col, V, seed, position,
+                                                              temperature, STREAM, FAST_MATH)
+            tl.store(score_ptr + out, best64)
+            tl.store(partial_bound_ptr + out, 0.0)
+        column = (first_col + best_offset).to(tl.int32)
+        tl.store(partial_index_ptr + out, tl.where(overflow, -1 - column, column))
+
+
+@triton.jit
+def reduce_fp64_intervals(partial_score_ptr, partial_bound_ptr, partial_index_ptr, row, num_blocks, row_ptr, V,
+                          seeds_ptr, positions_ptr, temperature_ptr, STREAM: tl.constexpr, FAST_MATH: tl.constexpr,
+                          REDUCE_BLOCK: tl.constexpr, BYPASS_L1: tl.constexpr, SEED_WORDS: tl.constexpr):
+    """reduce_block_best_flagged for store_fp64_block_interval's partials: (row `row`'s FP64 Gumbel-max
+    token, -1 when no score is finite; whether a block flagged the row as overflowing). The row's FP64
+    best lies at or above L = max(s - c) over its blocks, so only blocks with s + c >= L can hold it:
+    exact blocks (c == 0) give their score, the others (one, nearly always) are scored in FP64 at their
+    column, in column order (the lowest column wins a tie). f64 rounding of s +- c is far inside c's
+    slack (store_fp64_block_interval)."""
+    blocks = tl.arange(0, REDUCE_BLOCK)
+    offsets = row.to(tl.int64) * num_blocks + blocks
+    score_ptr = partial_score_ptr.to(tl.pointer_type(tl.float64))
+    if BYPASS_L1:
+        scores = tl.load(score_ptr + offsets, mask=blocks < num_blocks, other=float("-inf"), cache_modifier=".cg")
+        bounds = tl.load(partial_bound_ptr + offsets, mask=blocks < num_blocks, other=0.0, cache_modifier=".cg")
+        columns = tl.load(partial_index_ptr + offsets, mask=blocks < num_blocks, other=0, cache_modifier=".cg")
+    else:
+        scores = tl.load(score_ptr + offsets, mask=blocks < num_blocks, other=float("-inf"))
+        bounds = tl.load(partial_bound_ptr + offsets, mask=blocks < num_blocks, other=0.0)
+        columns = tl.load(partial_index_ptr + offsets, mask=blocks < num_blocks, other=0)
+    bounds = bounds.to(tl.float64)
+    floor = tl.max(scores - bounds, axis=0)
+    candidate = (scores > float("-inf")) & (scores + bounds >= floor)
+    exact = candidate & (bounds == 0.0)
+    best = tl.max(tl.where(exact, scores, float("-inf")), axis=0)
+    token = tl.min(tl.where(exact & (scores == best), columns, 2147483647), axis=0)
+    overflow = tl.min(columns, axis=0) < 0
+    pending = candidate & (bounds > 0.0)
+    remaining = tl.sum(pending.to(tl.int32), axis=0)
+    if overflow:
+        remaining = 0
+    if remaining > 0:
+        seed = load_seed(seeds_ptr, row, SEED_WORDS)
+        position = tl.load(positions_ptr + row).to(tl.int64)
+        inverse_t = inverse_temperature(load_temperature(temperature_ptr, row), True)
+        while remaining > 0:
+            column = tl.min(tl.where(pending, columns, 2147483647), axis=0)
+            pending = pending & (columns != column)
+            remaining -= 1
+            quad = column - column % 4
+            scores4 = _fp64_scores(row_ptr, quad, V, seed, position, inverse_t, STREAM, 4, FAST_MATH)
+            value = tl.max(tl.where(tl.arange(0, 4) == column - quad, scores4, float("-inf")), axis=0)
+            better = (value > best) | ((value == best) & (column < token))
+            token = tl.where(better, column, token)
+            best = tl.where(better, value, best)
+    return tl.where(best > float("-inf"), token, -1), overflow
 
 
 @triton.jit

@@ -27,7 +27,8 @@ import triton
 import triton.language as tl
 
 from jsample.kernels.common import (aligned, greedy_argmax_row, interpreting, largest_power_of_two_dividing, load_temperature,
-                                    reduce_block_best_flagged, store_sampled_block)
+                                    reduce_block_best_flagged, reduce_fp64_intervals, store_fp64_block_interval,
+                                    store_sampled_block)
 from jsample.kernels.plan import ArgSpec, Buffer, Plan, Target, launch
 from jsample.kernels.stream import STREAM_DRAFT, STREAM_TOKEN, load_seed, seed_word_count
 
@@ -82,7 +83,7 @@ def gumbel_partial_kernel(
     temperature_ptr,  # [B] f32, or one f32 for all rows (load_temperature); below 1e-5 = greedy
     V,
     row_stride,
-    partial_score_ptr,  # [B, NUM_BLOCKS] f32; with FP64, f64 stored as [B, 2 * NUM_BLOCKS] f32 words
+    partial_score_ptr,  # [B, NUM_BLOCKS] f32; with FP64, fp64_partial_words: [B, NUM_BLOCKS] f64 and f32 bounds
     partial_index_ptr,  # [B, NUM_BLOCKS] i32
     STREAM: tl.constexpr,
     FP64: tl.constexpr,
@@ -99,9 +100,26 @@ def gumbel_partial_kernel(
     seed = load_seed(seeds_ptr, row, SEED_WORDS)
     position = tl.load(positions_ptr + row).to(tl.int64)
     temperature = load_temperature(temperature_ptr, row)
-    store_sampled_block(logits_ptr, row, row_stride, V, block * BLOCK_V, seed, position, temperature,
-                        partial_score_ptr, partial_index_ptr, row.to(tl.int64) * num_blocks + block, STREAM, BLOCK_V,
-                        ROW_ALIGN, FP64, FAST_MATH)
+    out = row.to(tl.int64) * num_blocks + block
+    if FP64:
+        store_fp64_block_interval(logits_ptr, row, row_stride, V, block * BLOCK_V, seed, position, temperature,
+                                  partial_score_ptr, fp64_partial_bounds(partial_score_ptr, num_blocks),
+                                  partial_index_ptr, out, STREAM, BLOCK_V, ROW_ALIGN, FAST_MATH)
+    else:
+        store_sampled_block(logits_ptr, row, row_stride, V, block * BLOCK_V, seed, position, temperature,
+                            partial_score_ptr, partial_index_ptr, out, STREAM, BLOCK_V, ROW_ALIGN, FP64, FAST_MATH)
+
+
+@triton.jit
+def fp64_partial_bounds(partial_score_ptr, num_blocks):
+    """Where gumbel_sample's FP64 block bounds are: fp64_partial_words f32 words hold the [B, num_blocks]
+    f64 scores, then the [B, num_blocks] f32 bounds (store_fp64_block_interval); B is the grid's rows."""
+    return partial_score_ptr + 2 * tl.num_programs(0).to(tl.int64) * num_blocks
+
+
+def fp64_partial_words(num_blocks: int) -> int:
+    """f32 words a row of gumbel_sample's FP64 partial scores takes: an f64 score and an f32 bound a block."""
+    return 3 * num_blocks
 
 @triton.jit
 def argmax_reduce_kernel(
@@ -118,6 +136,43 @@ def argmax_reduce_kernel(
     """One token per row from the block partials; a row whose scaled logits overflow is greedy."""
     store_row_token(partial_score_ptr, partial_index_ptr, logits_ptr, V, row_stride, num_blocks, tokens_ptr,
                     tl.program_id(0), FP64, REDUCE_BLOCK)
+
+
+@triton.jit
+def argmax_reduce_fp64_kernel(
+    partial_score_ptr,  # gumbel_partial_kernel's FP64 partials (fp64_partial_words)
+    partial_index_ptr,  # [B, NUM_BLOCKS] i32, the best column of each block (-1 - column: the row overflows)
+    logits_ptr,  # [B, V] and the rest: the partial launch's; read for rows that overflow and FP64 candidates
+    seeds_ptr,
+    positions_ptr,
+    temperature_ptr,
+    V,
+    row_stride,
+    num_blocks,
+    tokens_ptr,  # [B] i32 output
+    STREAM: tl.constexpr,
+    FAST_MATH: tl.constexpr,
+    REDUCE_BLOCK: tl.constexpr,  # next power of two >= num_blocks
+    SEED_WORDS: tl.constexpr = 1,
+):
+    """argmax_reduce_kernel for FP64 partials: the row's candidates scored in FP64 (reduce_fp64_intervals)."""
+    store_row_token_fp64(partial_score_ptr, partial_index_ptr, logits_ptr, seeds_ptr, positions_ptr, temperature_ptr,
+                         V, row_stride, num_blocks, tokens_ptr, tl.program_id(0), STREAM, FAST_MATH, REDUCE_BLOCK,
+                         SEED_WORDS)
+
+
+@triton.jit
+def store_row_token_fp64(partial_score_ptr, partial_index_ptr, logits_ptr, seeds_ptr, positions_ptr, temperature_ptr, V,
+                         row_stride, num_blocks, tokens_ptr, row, STREAM: tl.constexpr, FAST_MATH: tl.constexpr,
+                         REDUCE_BLOCK: tl.constexpr, SEED_WORDS: tl.constexpr):
+    """store_row_token for gumbel_sample's FP64 partials (store_fp64_block_interval)."""
+    row_ptr = logits_ptr + row.to(tl.int64) * row_stride
+    token, overflow = reduce_fp64_intervals(partial_score_ptr, fp64_partial_bounds(partial_score_ptr, num_blocks),
+                                            partial_index_ptr, row, num_blocks, row_ptr, V, seeds_ptr, positions_ptr,
+                                            temperature_ptr, STREAM, FAST_MATH, REDUCE_BLOCK, False, SEED_WORDS)
+    if overflow:
+        token = greedy_argmax_row(row_ptr, V, 1024)
+    tl.store(tokens_ptr + row, token)
 
 
 @triton.jit
@@ -162,11 +217,16 @@ def gumbel_one_launch_kernel(
     num_blocks = tl.num_programs(1)
     tl.debug_barrier()  # every thread's stores before the one release
     if tl.atomic_add(arrivals_ptr + row, 1, sem="acq_rel", scope="gpu") == num_blocks - 1:
-        token, overflow = reduce_block_best_flagged(partial_score_ptr, partial_index_ptr, row, num_blocks, FP64,
-                                                    REDUCE_BLOCK, False)
-        if overflow:
-            token = greedy_argmax_row(logits_ptr + row.to(tl.int64) * row_stride, V, 1024)
-        tl.store(tokens_ptr + row, token)
+        if FP64:
+            store_row_token_fp64(partial_score_ptr, partial_index_ptr, logits_ptr, seeds_ptr, positions_ptr,
+                                 temperature_ptr, V, row_stride, num_blocks, tokens_ptr, row, STREAM, FAST_MATH,
+                                 REDUCE_BLOCK, SEED_WORDS)
+        else:
+            token, overflow = reduce_block_best_flagged(partial_score_ptr, partial_index_ptr, row, num_blocks, FP64,
+                                                        REDUCE_BLOCK, False)
+            if overflow:
+                token = greedy_argmax_row(logits_ptr + row.to(tl.int64) * row_stride, V, 1024)
+            tl.store(tokens_ptr + row, token)
         tl.atomic_xchg(arrivals_ptr + row, 0, sem="relaxed", scope="gpu")
 
 
@@ -197,8 +257,8 @@ def plan_gumbel_sample(logits: ArgSpec, seeds: ArgSpec, target: Target, *, fp64:
     one_launch = target.arrival_counters and batch * config.num_blocks <= ONE_LAUNCH_MAX_PROGRAMS
     if not one_launch and not target.large_programs:
         config = many_rows_config(config, vocab)
-    words = 2 if fp64 else 1  # f64 partial scores are stored as two f32 words
-    buffers = (Buffer("partial_score", (batch, config.num_blocks * words), "float32"),
+    words = fp64_partial_words(config.num_blocks) if fp64 else config.num_blocks
+    buffers = (Buffer("partial_score", (batch, words), "float32"),
                Buffer("partial_index", (batch, config.num_blocks), "int32"), tokens)
     options = dict(num_stages=config.num_stages, enable_fp_fusion=config.enable_fp_fusion)
     if one_launch:
@@ -219,9 +279,15 @@ def plan_gumbel_sample(logits: ArgSpec, seeds: ArgSpec, target: Target, *, fp64:
                ROW_ALIGN=config.row_align, VOCAB_ALIGN=config.vocab_align, FAST_MATH=config.fast_math,
                SEED_WORDS=seed_word_count(seeds.shape), num_warps=config.num_warps, num_stages=config.num_stages,
                enable_fp_fusion=config.enable_fp_fusion),
+        launch(argmax_reduce_fp64_kernel, (batch,),
+               ("partial_score", "partial_index", "logits", "seeds", "positions", "temperature", vocab, row_stride,
+                config.num_blocks), ("tokens",),
+               STREAM=(STREAM_DRAFT if draft else STREAM_TOKEN).value, FAST_MATH=config.fast_math,
+               REDUCE_BLOCK=config.reduce_block, SEED_WORDS=seed_word_count(seeds.shape), num_warps=1,
+               num_stages=config.num_stages, enable_fp_fusion=config.enable_fp_fusion) if fp64 else
         launch(argmax_reduce_kernel, (batch,),
                ("partial_score", "partial_index", "logits", vocab, row_stride, config.num_blocks), ("tokens",),
-               FP64=fp64, REDUCE_BLOCK=config.reduce_block, num_warps=1, num_stages=config.num_stages,
+               FP64=False, REDUCE_BLOCK=config.reduce_block, num_warps=1, num_stages=config.num_stages,
                enable_fp_fusion=config.enable_fp_fusion),
     )
     return Plan(buffers, launches, ("tokens",), "two launches")

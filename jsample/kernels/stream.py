@@ -220,6 +220,16 @@ def fp64_noise_in_fp32(lo, hi, FAST_MATH: tl.constexpr = False):
     2**-14.9 + |g| * 2**-23; the bound takes 2**-13 + |g| * 2**-20, and +inf for u < 2**-17 or
     1 - u < 2**-20 (hi < 2**15 or ~hi < 2**12: a few columns in 2**17, always shortlisted).
     tests/test_stream.py checks it at its edges on the CPU and the GPU."""
+    g, extreme = fp64_noise_estimate(lo, hi, FAST_MATH)
+    bound = 1.220703125e-04 + tl.abs(g) * 9.5367431640625e-07  # 2**-13 + |g| * 2**-20
+    return g, tl.where(extreme, float("inf"), bound)
+
+
+@triton.jit
+def fp64_noise_estimate(lo, hi, FAST_MATH: tl.constexpr = False):
+    """(g, extreme): fp64_noise_in_fp32's noise, and where its bound is +inf (u < 2**-17 or
+    1 - u < 2**-20). Elsewhere |g| < 11.8 (g(2**-17) = 11.78, g(1 - 2**-20) = -2.63), so the bound is
+    below 2**-13 + 11.8 * 2**-20: common.store_fp64_block_interval takes one bound for a whole block."""
     u = hi.to(tl.float32) * TWO_POW_M32 + TWO_POW_M33
     one_minus_u = (~hi).to(tl.float32) * TWO_POW_M32 + TWO_POW_M33
     series = u * (1.0 + u * (0.5 + u * (0.3333333432674408 + u * 0.25)))
@@ -229,8 +239,7 @@ def fp64_noise_in_fp32(lo, hi, FAST_MATH: tl.constexpr = False):
     else:
         big = -tl.log(one_minus_u)
         g = -tl.log(tl.where(hi < 67108864, series, big))
-    bound = 1.220703125e-04 + tl.abs(g) * 9.5367431640625e-07  # 2**-13 + |g| * 2**-20
-    return g, tl.where((hi < 32768) | (hi >= 4294963200), float("inf"), bound)
+    return g, (hi < 32768) | (hi >= 4294963200)
 
 
 @triton.jit
