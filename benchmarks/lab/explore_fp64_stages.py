@@ -1,13 +1,15 @@
 """GPU exploration (notes, not a product benchmark): where does FP64 gumbel_sample's first launch
 spend the time that FP32's does not? (issue "throughput", target 1: FP64 <= 1.5x FP32)
 
-Times the shipped FP32 and FP64 `gumbel_partial_kernel` and stripped variants of the FP64 one (the
+Times gumbel_sample (FP32, FP64: "op"), the shipped FP32 and FP64 `gumbel_partial_kernel` and stripped variants of the FP64 one (the
 two-launch tiling: 512 columns, one warp a program), CUDA-graph device time, one process:
   words      FP64's Philox words, the FP32 noise of the high word, score and argmax: the floor of
              an FP32 pass over FP64's words (twice FP32's Philox calls)
   bound      + fp64_noise_in_fp32's noise and bound, the lower bound's max (no shortlist)
   count      + the shortlist's count (no FP64 score)
   split      `words` without interleaving: even and odd columns kept apart (w1 and w3 of a call)
+  no count   store_fp64_block_interval's fast path without the shortlist's count
+  fp32 noise store_fp64_block_interval's fast path with FP32's noise of the high word (one conversion)
 Variants other than the shipped kernels compute no token; they only time stages.
 
     python benchmarks/lab/explore_fp64_stages.py [--batches 256,1024] [--vocabs 151936]
@@ -57,7 +59,24 @@ def stage_kernel(logits_ptr, seeds_ptr, positions_ptr, temperature_ptr, V, row_s
         cols = first_col + tl.arange(0, BLOCK_V)
         x = common.load_block(row_ptr, cols, V, False)
         lo, hi = stream.fp64_words_block(seed, position, first_col, 0, BLOCK_V, True)
-        if STAGE == 0:  # words
+        if STAGE >= 4:  # store_fp64_block_interval's fast path, without its count (4) or with FP32's noise (5)
+            if STAGE == 5:
+                g = stream.gumbel_noise(stream.uniform_f32(hi), False, True)
+                extreme = (hi < 32768) | (hi >= 4294963200)
+            else:
+                g, extreme = stream.fp64_noise_estimate(lo, hi, True)
+            score, best, overflow = common.noisy_scores(x, tl.where(extreme, float("-inf"), g), temperature, False,
+                                                        True, x)
+            bound = 2.44140625e-04 + (tl.abs(best) + 12.0) * 3.814697265625e-06
+            count = 1
+            if STAGE == 5:
+                threshold = tl.where(best > float("-inf"), best - 2.0 * bound, float("inf"))
+                count = tl.sum((score >= threshold).to(tl.int32) + 2 * (extreme & (x > float("-inf"))).to(tl.int32),
+                               axis=0)
+            best_offset = tl.min(tl.where(score == best, tl.arange(0, BLOCK_V), BLOCK_V), axis=0)
+            tl.store(out_score_ptr + out, best + bound)
+            tl.store(out_index_ptr + out, best_offset + count)
+        elif STAGE == 0:  # words
             noise = stream.gumbel_noise(stream.uniform_f32(hi), False, True)
             score, best, overflow = common.noisy_scores(x, noise, temperature, False, True, x)
             common.store_block_best(out_score_ptr, out_index_ptr, out, score, best, first_col, False, overflow)
@@ -74,7 +93,7 @@ def stage_kernel(logits_ptr, seeds_ptr, positions_ptr, temperature_ptr, V, row_s
                 tl.store(out_index_ptr + out, overflow.to(tl.int32))
 
 
-STAGES = {"words": 0, "bound": 1, "count": 2, "split": 3}
+STAGES = {"words": 0, "bound": 1, "count": 2, "split": 3, "no count": 4, "fp32 noise": 5}
 
 
 def main():
@@ -84,7 +103,7 @@ def main():
     parser.add_argument("--families", default="flat,typical")
     options = parser.parse_args()
     block_v = 512
-    names = ["fp32", "fp64"] + list(STAGES)
+    names = ["fp32 op", "fp64 op", "fp32", "fp64", "fp64 maxnreg=64", "fp64 256", "fp32 maxnreg=64"] + list(STAGES)
     print("| family | B | V | " + " | ".join(f"{n} us (x fp32)" for n in names) + " |", flush=True)
     for family in options.families.split(","):
         for vocab in map(int, options.vocabs.split(",")):
@@ -95,28 +114,41 @@ def main():
                 positions = torch.arange(batch, device="cuda")
                 temperature = torch.full((batch,), 0.8, device="cuda")
                 blocks = triton.cdiv(vocab, block_v)
-                scores = torch.empty(batch, 3 * blocks, device="cuda")
-                index = torch.empty(batch, blocks, device="cuda", dtype=torch.int32)
+                scores = torch.empty(batch, 6 * blocks, device="cuda")  # FP64 blocks of 256 too
+                index = torch.empty(batch, 2 * blocks, device="cuda", dtype=torch.int32)
                 config = gumbel.many_rows_config(gumbel.gumbel_launch_config(vocab, vocab, False), vocab)
                 assert config.block_v == block_v and config.num_warps == 1
 
-                def shipped(fp64):
+                registers = {}
+
+                def shipped(fp64, block=block_v, **options):
+                    blocks_here = triton.cdiv(vocab, block)
+                    name = ("fp64" if fp64 else "fp32") + (f" {block}" if block != block_v else "") + "".join(
+                        f" {k}={v}" for k, v in options.items())
+
                     def run(i):
-                        gumbel.gumbel_partial_kernel[(batch, blocks)](
+                        registers[name] = gumbel.gumbel_partial_kernel[(batch, blocks_here)](
                             logits, seeds, positions, temperature, vocab, vocab, scores, index, STREAM=0, FP64=fp64,
-                            BLOCK_V=block_v, ROW_ALIGN=16, VOCAB_ALIGN=config.vocab_align, FAST_MATH=True,
-                            num_warps=1, num_stages=1, enable_fp_fusion=False)
+                            BLOCK_V=block, ROW_ALIGN=16, VOCAB_ALIGN=config.vocab_align, FAST_MATH=True,
+                            num_warps=1, num_stages=1, enable_fp_fusion=False, **options)
                     return run
 
                 def staged(stage):
                     def run(i):
-                        stage_kernel[(batch, blocks)](logits, seeds, positions, temperature, vocab, vocab, scores,
-                                                      index, STAGE=stage, BLOCK_V=block_v, num_warps=1, num_stages=1,
-                                                      enable_fp_fusion=False)
+                        registers[stage] = stage_kernel[(batch, blocks)](
+                            logits, seeds, positions, temperature, vocab, vocab, scores, index, STAGE=STAGES[stage],
+                            BLOCK_V=block_v, num_warps=1, num_stages=1, enable_fp_fusion=False)
                     return run
 
-                runs = {"fp32": shipped(False), "fp64": shipped(True)}
-                runs.update({name: staged(stage) for name, stage in STAGES.items()})
+                import torch_backend
+
+                def whole(fp64):
+                    return lambda i: torch_backend.gumbel_sample(logits, seeds, positions, temperature, fp64=fp64)
+
+                runs = {"fp32 op": whole(False), "fp64 op": whole(True), "fp32": shipped(False), "fp64": shipped(True),
+                        "fp64 maxnreg=64": shipped(True, maxnreg=64), "fp64 256": shipped(True, 256),
+                        "fp32 maxnreg=64": shipped(False, maxnreg=64)}
+                runs.update({name: staged(name) for name in STAGES})
                 times = {}
                 for _ in range(2):
                     for name, run in runs.items():
@@ -124,6 +156,8 @@ def main():
                 fp32 = min(times["fp32"])
                 cells = " | ".join(f"{min(times[n]):.1f} ({min(times[n]) / fp32:.2f})" for n in names)
                 print(f"| {family} | {batch} | {vocab} | {cells} |", flush=True)
+                print("registers a thread (spills): " + ", ".join(
+                    f"{name} {k.n_regs} ({k.n_spills})" for name, k in registers.items()), flush=True)
 
 
 if __name__ == "__main__":

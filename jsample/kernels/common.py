@@ -138,7 +138,8 @@ def max_and_magnitude(x, y, FAST_MATH: tl.constexpr):
 
 
 @triton.jit
-def noisy_scores(x, noise, temperature, FP64: tl.constexpr, FAST_MATH: tl.constexpr, unfiltered):
+def noisy_scores(x, noise, temperature, FP64: tl.constexpr, FAST_MATH: tl.constexpr, unfiltered,
+                 MAY_BE_GREEDY: tl.constexpr = True):
     """(scores, their max, whether the row overflows): the Gumbel-max scores x / T + g (x itself when
     T < 1e-5: greedy), where non-candidates (padding, non-finite logits, NaN scores) score -inf, and
     whether some finite logit of `unfiltered` (x before a filter dropped any) overflows
@@ -148,9 +149,11 @@ def noisy_scores(x, noise, temperature, FP64: tl.constexpr, FAST_MATH: tl.conste
     A +inf or NaN logit makes its raw score +inf, NaN or -inf (x * (1/T) + g with g finite), so
     when the block's raw scores hold no NaN or +inf, every raw score above -inf is a candidate and
     the raw scores are the answer: the masks below (3 instructions a column) run only for blocks
-    with a NaN or +inf score, which max_flagging_nan finds at the cost of the plain max."""
+    with a NaN or +inf score, which max_flagging_nan finds at the cost of the plain max.
+    MAY_BE_GREEDY=False: the caller has ruled greedy rows out (a greedy branch here is compiled even
+    where never taken, and the compiler may run its max for every row)."""
     overflow = False
-    if is_greedy(temperature):
+    if MAY_BE_GREEDY and is_greedy(temperature):
         score = x
         best = max_flagging_nan(score, FAST_MATH)
     else:
@@ -161,7 +164,7 @@ def noisy_scores(x, noise, temperature, FP64: tl.constexpr, FAST_MATH: tl.conste
         best, magnitude = max_and_magnitude(score, unfiltered, FAST_MATH)
         overflow = overflow_from_magnitude(unfiltered, magnitude, temperature)
     if not (best < float("inf")):
-        if is_greedy(temperature):
+        if MAY_BE_GREEDY and is_greedy(temperature):
             candidate = tl.abs(x) < float("inf")  # false for +-inf and NaN
         else:
             # x < inf drops +inf and NaN logits, score > -inf drops NaN scores (and -inf logits)
@@ -244,14 +247,25 @@ def fp64_sampled_best(x, lo, hi, row_ptr, first_col, V, seed, position, temperat
             best64 = tl.maximum(best64, value)
             taken += 1
     else:
-        for chunk in tl.range(0, x.shape[0], _FP64_CHUNK):
-            scores = _fp64_scores(row_ptr, first_col + chunk, V, seed, position, inverse_t, STREAM, _FP64_CHUNK,
-                                  FAST_MATH)
-            chunk_best = tl.max(scores, axis=0)
-            chunk_offset = chunk + tl.min(tl.where(scores == chunk_best, tl.arange(0, _FP64_CHUNK), _FP64_CHUNK), axis=0)
-            best_offset = tl.where(chunk_best > best64, chunk_offset, best_offset)
-            best64 = tl.maximum(best64, chunk_best)
+        best64, best_offset = fp64_block_best(row_ptr, first_col, V, seed, position, inverse_t, STREAM, x.shape[0],
+                                              FAST_MATH)
     return best64, best_offset, overflow
+
+
+@triton.jit
+def fp64_block_best(row_ptr, first_col, V, seed, position, inverse_t, STREAM: tl.constexpr, BLOCK_V: tl.constexpr,
+                    FAST_MATH: tl.constexpr):
+    """(best FP64 score, its lowest offset) of columns first_col .. first_col + BLOCK_V - 1 of a row
+    that does not overflow, every column scored in FP64, in chunks (-inf, 0: no candidate)."""
+    best64 = inverse_t * 0.0 + float("-inf")
+    best_offset = first_col * 0
+    for chunk in tl.range(0, BLOCK_V, _FP64_CHUNK):
+        scores = _fp64_scores(row_ptr, first_col + chunk, V, seed, position, inverse_t, STREAM, _FP64_CHUNK, FAST_MATH)
+        chunk_best = tl.max(scores, axis=0)
+        chunk_offset = chunk + tl.min(tl.where(scores == chunk_best, tl.arange(0, _FP64_CHUNK), _FP64_CHUNK), axis=0)
+        best_offset = tl.where(chunk_best > best64, chunk_offset, best_offset)
+        best64 = tl.maximum(best64, chunk_best)
+    return best64, best_offset
 
 
 @triton.jit
@@ -277,33 +291,42 @@ def store_fp64_block_interval(logits_ptr, row, row_stride, V, first_col, seed, p
     So a block whose only column within 2c of M is M's own, and which has no extreme column, stores
     (M, c, that column); any other block (an extreme column: 0.4% of blocks of 512 columns; or a
     near tie) is scored exactly by fp64_sampled_best. tests/test_gumbel.py forces both kinds."""
-    if is_greedy(temperature):  # exact scores: the logits
-        store_sampled_block(logits_ptr, row, row_stride, V, first_col, seed, position, temperature, partial_score_ptr,
-                            partial_index_ptr, out, STREAM, BLOCK_V, ROW_ALIGN, True, FAST_MATH)
-        tl.store(partial_bound_ptr + out, 0.0)
-    else:
-        cols = first_col + tl.arange(0, BLOCK_V)
-        row_ptr = logits_ptr + tl.multiple_of(row.to(tl.int64) * row_stride, ROW_ALIGN)
-        x = load_block(row_ptr, cols, V, False)
-        lo, hi = fp64_words_block(seed, position, first_col, STREAM, BLOCK_V, FAST_MATH)
-        g, extreme = fp64_noise_estimate(lo, hi, FAST_MATH)
-        score, best, overflow = noisy_scores(x, tl.where(extreme, float("-inf"), g), temperature, False, FAST_MATH, x)
-        bound = 2.44140625e-04 + (tl.abs(best) + 12.0) * 3.814697265625e-06  # 2**-12 + (|M| + 12) * 2**-18
-        threshold = tl.where(best > float("-inf"), best - 2.0 * bound, float("inf"))
-        # one a column within 2c of M (M's own included), two an extreme candidate
-        shortlist = tl.sum((score >= threshold).to(tl.int32) + 2 * (extreme & (x > float("-inf"))).to(tl.int32), axis=0)
-        score_ptr = partial_score_ptr.to(tl.pointer_type(tl.float64))
-        if (shortlist <= 1) | overflow:  # a row that overflows is greedy: its scores are unused
-            best_offset = tl.min(tl.where(score == best, tl.arange(0, BLOCK_V), BLOCK_V), axis=0)
-            tl.store(score_ptr + out, best.to(tl.float64))
-            tl.store(partial_bound_ptr + out, tl.where(tl.abs(best) < float("inf"), bound, 0.0))
-        else:
-            best64, best_offset, overflow = fp64_sampled_best(x, lo, hi, row_ptr, first_col, V, seed, position,
-                                                              temperature, STREAM, FAST_MATH)
-            tl.store(score_ptr + out, best64)
-            tl.store(partial_bound_ptr + out, 0.0)
-        column = (first_col + best_offset).to(tl.int32)
-        tl.store(partial_index_ptr + out, tl.where(overflow, -1 - column, column))
+    cols = first_col + tl.arange(0, BLOCK_V)
+    row_ptr = logits_ptr + tl.multiple_of(row.to(tl.int64) * row_stride, ROW_ALIGN)
+    x = load_block(row_ptr, cols, V, False)
+    offsets = tl.arange(0, BLOCK_V)
+    lo, hi = fp64_words_block(seed, position, first_col, STREAM, BLOCK_V, FAST_MATH)
+    g, extreme = fp64_noise_estimate(lo, hi, FAST_MATH)
+    # Greedy rows take the same path, with T = 1 and no noise: their scores are the logits, exact,
+    # compared in FP32 as in FP64 (widening keeps their order), and no column is extreme. (A branch
+    # for them made the compiler run their max for every row: 30 instructions a column.)
+    greedy = is_greedy(temperature)
+    extreme = extreme & (x > float("-inf")) & (not greedy)  # a candidate (or a +inf logit: never one)
+    noise = tl.where(extreme, float("-inf"), tl.where(greedy, 0.0, g))
+    score, best, overflow = noisy_scores(x, noise, tl.where(greedy, 1.0, temperature), False, FAST_MATH, x,
+                                         MAY_BE_GREEDY=False)
+    bound = 2.44140625e-04 + (tl.abs(best) + 12.0) * 3.814697265625e-06  # 2**-12 + (|M| + 12) * 2**-18
+    bound = tl.where(greedy | (tl.abs(best) == float("inf")), 0.0, bound)
+    threshold = tl.where(best > float("-inf"), best - 2.0 * bound, float("inf"))
+    # One sum counts and locates: 2**16 + offset for a column within 2c of M (M's own included),
+    # 2**17 for an extreme. A count of 1 is M's column alone, and the low bits are its offset.
+    packed = tl.where(score >= threshold, 65536 + offsets, 0) + tl.where(extreme, 131072, 0)
+    if BLOCK_V > 2048:  # the interpreter's large blocks: 64-bit sums
+        packed = packed.to(tl.int64)
+    packed = tl.sum(packed, axis=0)
+    best_offset = (packed & 65535).to(tl.int32)
+    best64 = best.to(tl.float64)
+    if (packed >= 131072) & (not overflow):  # rare (a row that overflows is greedy: its scores are unused)
+        if greedy:  # tied logits: the lowest
+            best_offset = tl.min(tl.where(score == best, offsets, BLOCK_V), axis=0)
+        else:  # every column in FP64, none of the values above kept for it (fewer live registers)
+            best64, best_offset = fp64_block_best(row_ptr, first_col, V, seed, position,
+                                                  inverse_temperature(temperature, True), STREAM, BLOCK_V, FAST_MATH)
+            bound = 0.0
+    tl.store(partial_score_ptr.to(tl.pointer_type(tl.float64)) + out, best64)
+    tl.store(partial_bound_ptr + out, bound)
+    column = (first_col + best_offset).to(tl.int32)
+    tl.store(partial_index_ptr + out, tl.where(overflow, -1 - column, column))
 
 
 @triton.jit

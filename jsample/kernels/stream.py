@@ -230,13 +230,16 @@ def fp64_noise_estimate(lo, hi, FAST_MATH: tl.constexpr = False):
     """(g, extreme): fp64_noise_in_fp32's noise, and where its bound is +inf (u < 2**-17 or
     1 - u < 2**-20). Elsewhere |g| < 11.8 (g(2**-17) = 11.78, g(1 - 2**-20) = -2.63), so the bound is
     below 2**-13 + 11.8 * 2**-20: common.store_fp64_block_interval takes one bound for a whole block."""
-    u = hi.to(tl.float32) * TWO_POW_M32 + TWO_POW_M33
-    one_minus_u = (~hi).to(tl.float32) * TWO_POW_M32 + TWO_POW_M33
-    series = u * (1.0 + u * (0.5 + u * (0.3333333432674408 + u * 0.25)))
-    if FAST_MATH:
-        big = -LN2 * log2_approx(one_minus_u)
-        g = -LN2 * log2_approx(tl.where(hi < 67108864, series, big))  # u < 2**-6
+    if FAST_MATH:  # gumbel_noise's FP32 form (fused, in base 2), from u and 1 - u as below
+        u = tl.fma(hi.to(tl.float32), TWO_POW_M32, TWO_POW_M33)
+        one_minus_u = tl.fma((~hi).to(tl.float32), TWO_POW_M32, TWO_POW_M33)
+        series = u * tl.fma(u, tl.fma(u, tl.fma(u, LOG2E * 0.25, LOG2E / 3.0), LOG2E * 0.5), LOG2E)
+        m = tl.where(hi < 67108864, series, -log2_approx(one_minus_u))  # u < 2**-6
+        g = tl.fma(log2_approx(m), -LN2, NEG_LN_LN2)
     else:
+        u = hi.to(tl.float32) * TWO_POW_M32 + TWO_POW_M33
+        one_minus_u = (~hi).to(tl.float32) * TWO_POW_M32 + TWO_POW_M33
+        series = u * (1.0 + u * (0.5 + u * (0.3333333432674408 + u * 0.25)))
         big = -tl.log(one_minus_u)
         g = -tl.log(tl.where(hi < 67108864, series, big))
     return g, (hi < 32768) | (hi >= 4294963200)
