@@ -277,7 +277,7 @@ def store_fp64_block_interval(logits_ptr, row, row_stride, V, first_col, seed, p
     FP64 logs run once a row, not once a block. Stores, at `out`, a score s (f64), a bound c (f32)
     and a column (-1 - column: the row overflows), one of:
       c == 0: s is the block's FP64 best score and the column its lowest column (greedy rows, and the
-              rare blocks below, which fp64_sampled_best scores exactly); s = -inf: no candidate;
+              rare blocks below, scored exactly); s = -inf: no candidate;
       c > 0:  the column is the block's only FP64 argmax (every other column scores strictly less in
               FP64), and its FP64 score lies in [s - c, s + c].
 
@@ -290,36 +290,35 @@ def store_fp64_block_interval(logits_ptr, row, row_stride, V, first_col, seed, p
     2c exceeds by far more than the FP32 rounding of M - 2c; below that, score_k + e_k < M - 11).
     So a block whose only column within 2c of M is M's own, and which has no extreme column, stores
     (M, c, that column); any other block (an extreme column: 0.4% of blocks of 512 columns; or a
-    near tie) is scored exactly by fp64_sampled_best. tests/test_gumbel.py forces both kinds."""
+    near tie) is scored whole in FP64 (fp64_block_best). tests/test_gumbel.py forces both kinds."""
     cols = first_col + tl.arange(0, BLOCK_V)
     row_ptr = logits_ptr + tl.multiple_of(row.to(tl.int64) * row_stride, ROW_ALIGN)
     x = load_block(row_ptr, cols, V, False)
     offsets = tl.arange(0, BLOCK_V)
-    lo, hi = fp64_words_block(seed, position, first_col, STREAM, BLOCK_V, FAST_MATH)
-    g, extreme = fp64_noise_estimate(lo, hi, FAST_MATH)
-    # Greedy rows take the same path, with T = 1 and no noise: their scores are the logits, exact,
-    # compared in FP32 as in FP64 (widening keeps their order), and no column is extreme. (A branch
-    # for them made the compiler run their max for every row: 30 instructions a column.)
-    greedy = is_greedy(temperature)
-    extreme = extreme & (x > float("-inf")) & (not greedy)  # a candidate (or a +inf logit: never one)
-    noise = tl.where(extreme, float("-inf"), tl.where(greedy, 0.0, g))
-    score, best, overflow = noisy_scores(x, noise, tl.where(greedy, 1.0, temperature), False, FAST_MATH, x,
-                                         MAY_BE_GREEDY=False)
-    bound = 2.44140625e-04 + (tl.abs(best) + 12.0) * 3.814697265625e-06  # 2**-12 + (|M| + 12) * 2**-18
-    bound = tl.where(greedy | (tl.abs(best) == float("inf")), 0.0, bound)
-    threshold = tl.where(best > float("-inf"), best - 2.0 * bound, float("inf"))
-    # One sum counts and locates: 2**16 + offset for a column within 2c of M (M's own included),
-    # 2**17 for an extreme. A count of 1 is M's column alone, and the low bits are its offset.
-    packed = tl.where(score >= threshold, 65536 + offsets, 0) + tl.where(extreme, 131072, 0)
-    if BLOCK_V > 2048:  # the interpreter's large blocks: 64-bit sums
-        packed = packed.to(tl.int64)
-    packed = tl.sum(packed, axis=0)
-    best_offset = (packed & 65535).to(tl.int32)
-    best64 = best.to(tl.float64)
-    if (packed >= 131072) & (not overflow):  # rare (a row that overflows is greedy: its scores are unused)
-        if greedy:  # tied logits: the lowest
-            best_offset = tl.min(tl.where(score == best, offsets, BLOCK_V), axis=0)
-        else:  # every column in FP64, none of the values above kept for it (fewer live registers)
+    if is_greedy(temperature):  # exact scores, the logits, compared in FP32 as in FP64 (widening keeps their order)
+        score, best, overflow = noisy_scores(x, tl.zeros_like(x), temperature, False, FAST_MATH, x)
+        best_offset = tl.min(tl.where(score == best, offsets, BLOCK_V), axis=0)
+        best64 = best.to(tl.float64)
+        bound = 0.0
+    else:
+        lo, hi = fp64_words_block(seed, position, first_col, STREAM, BLOCK_V, FAST_MATH)
+        g, extreme = fp64_noise_estimate(lo, hi, FAST_MATH)
+        extreme = extreme & (x > float("-inf"))  # a candidate (or a +inf logit: never one, scored exactly)
+        score, best, overflow = noisy_scores(x, tl.where(extreme, float("-inf"), g), temperature, False, FAST_MATH, x,
+                                             MAY_BE_GREEDY=False)
+        bound = 2.44140625e-04 + (tl.abs(best) + 12.0) * 3.814697265625e-06  # 2**-12 + (|M| + 12) * 2**-18
+        threshold = tl.where(best > float("-inf"), best - 2.0 * bound, float("inf"))
+        # One sum counts and locates: 2**16 + offset for a column within 2c of M (M's own included),
+        # 2**17 for an extreme. A count of 1 is M's column alone, and the low bits are its offset.
+        packed = tl.where(score >= threshold, 65536 + offsets, 0) + tl.where(extreme, 131072, 0)
+        if BLOCK_V > 2048:  # the interpreter's large blocks: 64-bit sums
+            packed = packed.to(tl.int64)
+        packed = tl.sum(packed, axis=0)
+        best_offset = (packed & 65535).to(tl.int32)
+        best64 = best.to(tl.float64)
+        bound = tl.where(tl.abs(best) < float("inf"), bound, 0.0)
+        if (packed >= 131072) & (not overflow):  # a row that overflows is greedy: its scores are unused
+            # rare: every column in FP64, none of the values above kept for it (fewer live registers)
             best64, best_offset = fp64_block_best(row_ptr, first_col, V, seed, position,
                                                   inverse_temperature(temperature, True), STREAM, BLOCK_V, FAST_MATH)
             bound = 0.0
