@@ -103,7 +103,7 @@ def main():
     parser.add_argument("--families", default="flat,typical")
     options = parser.parse_args()
     block_v = 512
-    names = ["fp32 op", "fp64 op", "fp32", "fp64", "fp64 maxnreg=64", "fp64 maxnreg=72", "fp64 256", "fp32 maxnreg=64"] + list(STAGES)
+    names = ["fp32 op", "fp64 op", "fp32 op one launch", "fp64 op one launch", "fp32", "fp64", "fp64 maxnreg=64", "fp64 maxnreg=72", "fp64 256", "fp32 maxnreg=64"] + list(STAGES)
     print("| family | B | V | " + " | ".join(f"{n} us (x fp32)" for n in names) + " |", flush=True)
     for family in options.families.split(","):
         for vocab in map(int, options.vocabs.split(",")):
@@ -145,7 +145,28 @@ def main():
                 def whole(fp64):
                     return lambda i: torch_backend.gumbel_sample(logits, seeds, positions, temperature, fp64=fp64)
 
-                runs = {"fp32 op": whole(False), "fp64 op": whole(True), "fp32": shipped(False), "fp64": shipped(True),
+                def one_launch(fp64):
+                    """The op with gumbel's one-launch plan (the last program of a row reduces it) in the
+                    two-launch plan's tiling, at any batch."""
+                    from torch_backend import _execute
+
+                    def run(i):
+                        shipped_config, shipped_max = gumbel.gumbel_launch_config, gumbel.ONE_LAUNCH_MAX_PROGRAMS
+                        gumbel.gumbel_launch_config = lambda v, *a, **k: gumbel.many_rows_config(
+                            shipped_config(v, *a, **k), v)
+                        gumbel.ONE_LAUNCH_MAX_PROGRAMS = 10**9
+                        try:
+                            for cache in (_execute._PLANS, _execute._LAUNCHERS, _execute._RECIPES, _execute._REPLAYS):
+                                cache.clear()
+                            gumbel.plan_gumbel_sample.cache_clear()
+                            return torch_backend.gumbel_sample(logits, seeds, positions, temperature, fp64=fp64)
+                        finally:
+                            gumbel.gumbel_launch_config, gumbel.ONE_LAUNCH_MAX_PROGRAMS = shipped_config, shipped_max
+                            gumbel.plan_gumbel_sample.cache_clear()
+                    return run
+
+                runs = {"fp32 op": whole(False), "fp64 op": whole(True), "fp32 op one launch": one_launch(False),
+                        "fp64 op one launch": one_launch(True), "fp32": shipped(False), "fp64": shipped(True),
                         "fp64 maxnreg=64": shipped(True, maxnreg=64), "fp64 maxnreg=72": shipped(True, maxnreg=72),
                         "fp64 256": shipped(True, 256),
                         "fp32 maxnreg=64": shipped(False, maxnreg=64)}

@@ -289,8 +289,9 @@ def store_fp64_block_interval(logits_ptr, row, row_stride, V, first_col, seed, p
     column in FP64 (for |score_k| <= 2|M| + 12, e_k + e_best <= 2**-12 + (3|M| + 60) * 2**-20, which
     2c exceeds by far more than the FP32 rounding of M - 2c; below that, score_k + e_k < M - 11).
     So a block whose only column within 2c of M is M's own, and which has no extreme column, stores
-    (M, c, that column); any other block (an extreme column: 0.4% of blocks of 512 columns; or a
-    near tie) is scored whole in FP64 (fp64_block_best). tests/test_gumbel.py forces both kinds."""
+    (M, c, that column); any other block (an extreme column, which scores +inf here: 0.4% of blocks
+    of 512 columns; or a near tie) is scored whole in FP64 (fp64_block_best).
+    tests/test_gumbel.py forces both kinds."""
     cols = first_col + tl.arange(0, BLOCK_V)
     row_ptr = logits_ptr + tl.multiple_of(row.to(tl.int64) * row_stride, ROW_ALIGN)
     x = load_block(row_ptr, cols, V, False)
@@ -303,21 +304,23 @@ def store_fp64_block_interval(logits_ptr, row, row_stride, V, first_col, seed, p
     else:
         lo, hi = fp64_words_block(seed, position, first_col, STREAM, BLOCK_V, FAST_MATH)
         g, extreme = fp64_noise_estimate(lo, hi, FAST_MATH)
-        extreme = extreme & (x > float("-inf"))  # a candidate (or a +inf logit: never one, scored exactly)
-        score, best, overflow = noisy_scores(x, tl.where(extreme, float("-inf"), g), temperature, False, FAST_MATH, x,
+        # An extreme column scores +inf (a finite logit plus +inf noise): a best of +inf in a row that
+        # does not overflow says that the block has one, with no flag kept past the max (-inf and NaN
+        # logits stay no candidate: -inf + inf is NaN).
+        score, best, overflow = noisy_scores(x, tl.where(extreme, float("inf"), g), temperature, False, FAST_MATH, x,
                                              MAY_BE_GREEDY=False)
         bound = 2.44140625e-04 + (tl.abs(best) + 12.0) * 3.814697265625e-06  # 2**-12 + (|M| + 12) * 2**-18
         threshold = tl.where(best > float("-inf"), best - 2.0 * bound, float("inf"))
-        # One sum counts and locates: 2**16 + offset for a column within 2c of M (M's own included),
-        # 2**17 for an extreme. A count of 1 is M's column alone, and the low bits are its offset.
-        packed = tl.where(score >= threshold, 65536 + offsets, 0) + tl.where(extreme, 131072, 0)
+        # One sum counts and locates: 2**16 + offset for each column within 2c of M (M's own
+        # included). A count of 1 is M's column alone, and the low bits are its offset.
+        packed = tl.where(score >= threshold, 65536 + offsets, 0)
         if BLOCK_V > 2048:  # the interpreter's large blocks: 64-bit sums
             packed = packed.to(tl.int64)
         packed = tl.sum(packed, axis=0)
         best_offset = (packed & 65535).to(tl.int32)
         best64 = best.to(tl.float64)
         bound = tl.where(tl.abs(best) < float("inf"), bound, 0.0)
-        if (packed >= 131072) & (not overflow):  # a row that overflows is greedy: its scores are unused
+        if ((packed >= 131072) | (best == float("inf"))) & (not overflow):  # overflow: greedy, scores unused
             # rare: every column in FP64, none of the values above kept for it (fewer live registers)
             best64, best_offset = fp64_block_best(row_ptr, first_col, V, seed, position,
                                                   inverse_temperature(temperature, True), STREAM, BLOCK_V, FAST_MATH)
@@ -349,6 +352,10 @@ def reduce_fp64_intervals(partial_score_ptr, partial_bound_ptr, partial_index_pt
         scores = tl.load(score_ptr + offsets, mask=blocks < num_blocks, other=float("-inf"))
         bounds = tl.load(partial_bound_ptr + offsets, mask=blocks < num_blocks, other=0.0)
         columns = tl.load(partial_index_ptr + offsets, mask=blocks < num_blocks, other=0)
+    # the candidates' inputs, loaded with the partials: no round trip to memory after them but the logits'
+    seed = load_seed(seeds_ptr, row, SEED_WORDS)
+    position = tl.load(positions_ptr + row).to(tl.int64)
+    inverse_t = inverse_temperature(load_temperature(temperature_ptr, row), True)
     bounds = bounds.to(tl.float64)
     floor = tl.max(scores - bounds, axis=0)
     candidate = (scores > float("-inf")) & (scores + bounds >= floor)
@@ -360,20 +367,16 @@ def reduce_fp64_intervals(partial_score_ptr, partial_bound_ptr, partial_index_pt
     remaining = tl.sum(pending.to(tl.int32), axis=0)
     if overflow:
         remaining = 0
-    if remaining > 0:
-        seed = load_seed(seeds_ptr, row, SEED_WORDS)
-        position = tl.load(positions_ptr + row).to(tl.int64)
-        inverse_t = inverse_temperature(load_temperature(temperature_ptr, row), True)
-        while remaining > 0:
-            column = tl.min(tl.where(pending, columns, 2147483647), axis=0)
-            pending = pending & (columns != column)
-            remaining -= 1
-            quad = column - column % 4
-            scores4 = _fp64_scores(row_ptr, quad, V, seed, position, inverse_t, STREAM, 4, FAST_MATH)
-            value = tl.max(tl.where(tl.arange(0, 4) == column - quad, scores4, float("-inf")), axis=0)
-            better = (value > best) | ((value == best) & (column < token))
-            token = tl.where(better, column, token)
-            best = tl.where(better, value, best)
+    while remaining > 0:
+        column = tl.min(tl.where(pending, columns, 2147483647), axis=0)
+        pending = pending & (columns != column)
+        remaining -= 1
+        quad = column - column % 4
+        scores4 = _fp64_scores(row_ptr, quad, V, seed, position, inverse_t, STREAM, 4, FAST_MATH)
+        value = tl.max(tl.where(tl.arange(0, 4) == column - quad, scores4, float("-inf")), axis=0)
+        better = (value > best) | ((value == best) & (column < token))
+        token = tl.where(better, column, token)
+        best = tl.where(better, value, best)
     return tl.where(best > float("-inf"), token, -1), overflow
 
 
