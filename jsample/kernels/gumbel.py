@@ -155,7 +155,9 @@ def argmax_reduce_fp64_kernel(
     REDUCE_BLOCK: tl.constexpr,  # next power of two >= num_blocks
     SEED_WORDS: tl.constexpr = 1,
 ):
-    """argmax_reduce_kernel for FP64 partials: the row's candidates scored in FP64 (reduce_fp64_intervals)."""
+    """argmax_reduce_kernel for FP64 partials: the row's candidates scored in FP64 (reduce_fp64_intervals).
+    Two warps: its FP64 reductions are serial chains, 3-4 us shorter than with one warp at B = 64-256
+    (benchmarks/lab/INDEX.md)."""
     store_row_token_fp64(partial_score_ptr, partial_index_ptr, logits_ptr, seeds_ptr, positions_ptr, temperature_ptr,
                          V, row_stride, num_blocks, tokens_ptr, tl.program_id(0), STREAM, FAST_MATH, REDUCE_BLOCK,
                          SEED_WORDS)
@@ -283,7 +285,7 @@ def plan_gumbel_sample(logits: ArgSpec, seeds: ArgSpec, target: Target, *, fp64:
                ("partial_score", "partial_index", "logits", "seeds", "positions", "temperature", vocab, row_stride,
                 config.num_blocks), ("tokens",),
                STREAM=(STREAM_DRAFT if draft else STREAM_TOKEN).value, FAST_MATH=config.fast_math,
-               REDUCE_BLOCK=config.reduce_block, SEED_WORDS=seed_word_count(seeds.shape), num_warps=1,
+               REDUCE_BLOCK=config.reduce_block, SEED_WORDS=seed_word_count(seeds.shape), num_warps=2,
                num_stages=config.num_stages, enable_fp_fusion=config.enable_fp_fusion) if fp64 else
         launch(argmax_reduce_kernel, (batch,),
                ("partial_score", "partial_index", "logits", vocab, row_stride, config.num_blocks), ("tokens",),
