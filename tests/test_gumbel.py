@@ -193,12 +193,32 @@ def _fp64_tie_rows(vocab, score):
     return logits, seeds[chosen], positions[chosen], u[chosen]
 
 
+@pytest.fixture
+def fp64_intervals_everywhere(monkeypatch):
+    """gumbel_sample's two-launch plans take FP64 intervals at any size (gumbel.FP64_INTERVALS_MIN_PROGRAMS)."""
+    from jsample.kernels import gumbel
+    from torch_backend import _execute
+
+    def forget_plans():
+        gumbel.plan_gumbel_sample.cache_clear()
+        for cache in (_execute._PLANS, _execute._LAUNCHERS, _execute._RECIPES, _execute._REPLAYS, _execute._LAST):
+            cache.clear()
+    monkeypatch.setattr(gumbel, "FP64_INTERVALS_MIN_PROGRAMS", 0)
+    forget_plans()
+    yield
+    forget_plans()  # before monkeypatch restores the threshold
+
+
+@pytest.mark.parametrize("intervals", [False, True], ids=["block shortlists", "intervals"])
 @pytest.mark.parametrize("score", [30.0, 3e4])
-def test_gumbel_fp64_candidates_across_blocks_give_the_fp64_tokens(force_target, score):
-    """FP64 blocks store an FP32 interval and the reduce scores only the row's candidates in FP64
+def test_gumbel_fp64_candidates_across_blocks_give_the_fp64_tokens(force_target, request, score, intervals):
+    """FP64 blocks score their own shortlists in FP64 (common.fp64_sampled_best), or, in large
+    two-launch plans, store an FP32 interval and the reduce scores only the row's candidates in FP64
     (common.store_fp64_block_interval, reduce_fp64_intervals): with near ties across blocks and within
     one, and extreme uniforms among the tied columns, every plan (one block a row, blocks of 512 in
     two launches, one launch) gives the FP64 reference's token, which FP32 scores would often miss."""
+    if intervals:
+        request.getfixturevalue("fp64_intervals_everywhere")
     vocab = 9000
     logits, seeds, positions, u = _fp64_tie_rows(vocab, score)
     temperature = np.float32(1.0)

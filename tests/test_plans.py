@@ -153,6 +153,14 @@ def test_the_gumbel_variant_follows_the_batch_and_the_target():
     plan = kernels.plan_gumbel_sample(*_specs("gumbel_sample", 2, 5000).values(), torch_target, fp64=False, draft=False)
     assert [b.name for b in plan.buffers if b.counters] == ["arrivals"]
 
+    def fp64_variant(batch, vocab):
+        specs = _specs("gumbel_sample", batch, vocab)
+        return kernels.plan_gumbel_sample(*specs.values(), torch_target, fp64=True, draft=False).variant
+
+    # FP64: blocks store FP32 intervals from gumbel.FP64_INTERVALS_MIN_PROGRAMS programs (256 x 297 blocks)
+    assert fp64_variant(1, 151936) == "one launch" and fp64_variant(64, 32000) == "two launches"  # 64 x 63
+    assert fp64_variant(256, 151936) == "two launches, FP64 intervals"
+
 
 def test_resident_programs_follow_the_process_share_of_the_gpu(monkeypatch):
     """Plans whose programs wait for each other count on Target.resident_programs: the SM count, the

@@ -92,6 +92,7 @@ def gumbel_partial_kernel(
     VOCAB_ALIGN: tl.constexpr,  # config.vocab_align
     FAST_MATH: tl.constexpr,
     SEED_WORDS: tl.constexpr = 1,
+    FP64_INTERVALS: tl.constexpr = False,  # FP64 partials as FP32 intervals (store_fp64_block_interval)
 ):
     V = aligned(V, VOCAB_ALIGN)
     row = tl.program_id(0)
@@ -101,7 +102,7 @@ def gumbel_partial_kernel(
     position = tl.load(positions_ptr + row).to(tl.int64)
     temperature = load_temperature(temperature_ptr, row)
     out = row.to(tl.int64) * num_blocks + block
-    if FP64:
+    if FP64 and FP64_INTERVALS:
         store_fp64_block_interval(logits_ptr, row, row_stride, V, block * BLOCK_V, seed, position, temperature,
                                   partial_score_ptr, fp64_partial_bounds(partial_score_ptr, num_blocks),
                                   partial_index_ptr, out, STREAM, BLOCK_V, ROW_ALIGN, FAST_MATH)
@@ -219,21 +220,22 @@ def gumbel_one_launch_kernel(
     num_blocks = tl.num_programs(1)
     tl.debug_barrier()  # every thread's stores before the one release
     if tl.atomic_add(arrivals_ptr + row, 1, sem="acq_rel", scope="gpu") == num_blocks - 1:
-        if FP64:
-            store_row_token_fp64(partial_score_ptr, partial_index_ptr, logits_ptr, seeds_ptr, positions_ptr,
-                                 temperature_ptr, V, row_stride, num_blocks, tokens_ptr, row, STREAM, FAST_MATH,
-                                 REDUCE_BLOCK, SEED_WORDS)
-        else:
-            token, overflow = reduce_block_best_flagged(partial_score_ptr, partial_index_ptr, row, num_blocks, FP64,
-                                                        REDUCE_BLOCK, False)
-            if overflow:
-                token = greedy_argmax_row(logits_ptr + row.to(tl.int64) * row_stride, V, 1024)
-            tl.store(tokens_ptr + row, token)
+        token, overflow = reduce_block_best_flagged(partial_score_ptr, partial_index_ptr, row, num_blocks, FP64,
+                                                    REDUCE_BLOCK, False)
+        if overflow:
+            token = greedy_argmax_row(logits_ptr + row.to(tl.int64) * row_stride, V, 1024)
+        tl.store(tokens_ptr + row, token)
         tl.atomic_xchg(arrivals_ptr + row, 0, sem="relaxed", scope="gpu")
 
 
 # one_launch_gumbel: at most this many programs (B * num_blocks) take the one-launch plan
 ONE_LAUNCH_MAX_PROGRAMS = 300
+# FP64 in the two-launch plan: from this many programs (about two waves of one-warp programs on an
+# H100 / H200) blocks store FP32 intervals and the reduce scores each row's candidates in FP64
+# (store_fp64_block_interval); below, each block scores its own shortlist in FP64, whose tails run
+# side by side in one wave rather than after it (B = 64, V = 32000: 19.1 us against 22.1 us on an
+# H200; B = 64, V = 151936: 51.6 us against 41.7 us; benchmarks/lab/INDEX.md)
+FP64_INTERVALS_MIN_PROGRAMS = 8192
 
 
 def many_rows_config(config: GumbelLaunchConfig, vocab_size: int) -> GumbelLaunchConfig:
@@ -259,7 +261,8 @@ def plan_gumbel_sample(logits: ArgSpec, seeds: ArgSpec, target: Target, *, fp64:
     one_launch = target.arrival_counters and batch * config.num_blocks <= ONE_LAUNCH_MAX_PROGRAMS
     if not one_launch and not target.large_programs:
         config = many_rows_config(config, vocab)
-    words = fp64_partial_words(config.num_blocks) if fp64 else config.num_blocks
+    intervals = fp64 and not one_launch and batch * config.num_blocks >= FP64_INTERVALS_MIN_PROGRAMS
+    words = fp64_partial_words(config.num_blocks) if intervals else config.num_blocks * (2 if fp64 else 1)
     buffers = (Buffer("partial_score", (batch, words), "float32"),
                Buffer("partial_index", (batch, config.num_blocks), "int32"), tokens)
     options = dict(num_stages=config.num_stages, enable_fp_fusion=config.enable_fp_fusion)
@@ -279,17 +282,17 @@ def plan_gumbel_sample(logits: ArgSpec, seeds: ArgSpec, target: Target, *, fp64:
                ("logits", "seeds", "positions", "temperature", vocab, row_stride), ("partial_score", "partial_index"),
                STREAM=(STREAM_DRAFT if draft else STREAM_TOKEN).value, FP64=fp64, BLOCK_V=config.block_v,
                ROW_ALIGN=config.row_align, VOCAB_ALIGN=config.vocab_align, FAST_MATH=config.fast_math,
-               SEED_WORDS=seed_word_count(seeds.shape), num_warps=config.num_warps, num_stages=config.num_stages,
-               enable_fp_fusion=config.enable_fp_fusion),
+               SEED_WORDS=seed_word_count(seeds.shape), FP64_INTERVALS=intervals, num_warps=config.num_warps,
+               num_stages=config.num_stages, enable_fp_fusion=config.enable_fp_fusion),
         launch(argmax_reduce_fp64_kernel, (batch,),
                ("partial_score", "partial_index", "logits", "seeds", "positions", "temperature", vocab, row_stride,
                 config.num_blocks), ("tokens",),
                STREAM=(STREAM_DRAFT if draft else STREAM_TOKEN).value, FAST_MATH=config.fast_math,
                REDUCE_BLOCK=config.reduce_block, SEED_WORDS=seed_word_count(seeds.shape), num_warps=2,
-               num_stages=config.num_stages, enable_fp_fusion=config.enable_fp_fusion) if fp64 else
+               num_stages=config.num_stages, enable_fp_fusion=config.enable_fp_fusion) if intervals else
         launch(argmax_reduce_kernel, (batch,),
                ("partial_score", "partial_index", "logits", vocab, row_stride, config.num_blocks), ("tokens",),
-               FP64=False, REDUCE_BLOCK=config.reduce_block, num_warps=1, num_stages=config.num_stages,
+               FP64=fp64, REDUCE_BLOCK=config.reduce_block, num_warps=1, num_stages=config.num_stages,
                enable_fp_fusion=config.enable_fp_fusion),
     )
-    return Plan(buffers, launches, ("tokens",), "two launches")
+    return Plan(buffers, launches, ("tokens",), "two launches, FP64 intervals" if intervals else "two launches")
