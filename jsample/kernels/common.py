@@ -357,27 +357,41 @@ def reduce_fp64_intervals(partial_score_ptr, partial_bound_ptr, partial_index_pt
     position = tl.load(positions_ptr + row).to(tl.int64)
     inverse_t = inverse_temperature(load_temperature(temperature_ptr, row), True)
     bounds = bounds.to(tl.float64)
-    floor = tl.max(scores - bounds, axis=0)
+    # two reductions (each a round of shuffles and a barrier, a serial chain in this one-row program):
+    # the floor with the lowest column (negative: the row overflows), then the exact blocks' best with
+    # its lowest column, the count of the other candidates and the lowest of them
+    floor, lowest = tl.reduce((scores - bounds, columns), 0, _max_and_min)
     candidate = (scores > float("-inf")) & (scores + bounds >= floor)
     exact = candidate & (bounds == 0.0)
-    best = tl.max(tl.where(exact, scores, float("-inf")), axis=0)
-    token = tl.min(tl.where(exact & (scores == best), columns, 2147483647), axis=0)
-    overflow = tl.min(columns, axis=0) < 0
-    pending = candidate & (bounds > 0.0)
-    remaining = tl.sum(pending.to(tl.int32), axis=0)
-    if overflow:
-        remaining = 0
+    pending = candidate & (bounds > 0.0) & (lowest >= 0)
+    best, token, remaining, column = tl.reduce(
+        (tl.where(exact, scores, float("-inf")), tl.where(exact, columns, 2147483647), pending.to(tl.int32),
+         tl.where(pending, columns, 2147483647)), 0, _best_lowest_count_min)
     while remaining > 0:
-        column = tl.min(tl.where(pending, columns, 2147483647), axis=0)
-        pending = pending & (columns != column)
-        remaining -= 1
         quad = column - column % 4
         scores4 = _fp64_scores(row_ptr, quad, V, seed, position, inverse_t, STREAM, 4, FAST_MATH)
         value = tl.max(tl.where(tl.arange(0, 4) == column - quad, scores4, float("-inf")), axis=0)
         better = (value > best) | ((value == best) & (column < token))
         token = tl.where(better, column, token)
         best = tl.where(better, value, best)
-    return tl.where(best > float("-inf"), token, -1), overflow
+        remaining -= 1
+        if remaining > 0:  # rare: the next candidate, in column order
+            pending = pending & (columns > column)
+            column = tl.min(tl.where(pending, columns, 2147483647), axis=0)
+    return tl.where(best > float("-inf"), token, -1), lowest < 0
+
+
+@triton.jit
+def _max_and_min(a, b, c, d):
+    return tl.maximum(a, c), tl.minimum(b, d)
+
+
+@triton.jit
+def _best_lowest_count_min(score_a, column_a, count_a, pending_a, score_b, column_b, count_b, pending_b):
+    """The higher score with its column (the lower column on a tie), the sum of the counts, the lower pending column."""
+    first = (score_a > score_b) | ((score_a == score_b) & (column_a < column_b))
+    return (tl.where(first, score_a, score_b), tl.where(first, column_a, column_b), count_a + count_b,
+            tl.minimum(pending_a, pending_b))
 
 
 @triton.jit
