@@ -1,8 +1,10 @@
 """Device helpers shared by several ops: block loads, the greedy and overflow rules, Gumbel-max
 scores and their two-stage argmax (block partials, then the lowest best column per row).
 
-Every Gumbel-max in jsample scores with `noisy_scores` and reduces with `reduce_block_best_flagged`,
-so `gumbel_sample`, `top_k_top_p_sample` and `rejection_sample` pick tokens by the very same code.
+Every Gumbel-max in jsample scores with `noisy_scores` and reduces with `reduce_block_best_flagged`
+(large FP64 `gumbel_sample` plans: `store_fp64_block_interval` and `reduce_fp64_intervals`, the same
+FP64 scores), so `gumbel_sample`, `top_k_top_p_sample` and `rejection_sample` pick tokens by the very
+same code.
 Greedy rows (docs/STREAM.md, "Clarifications of version 1"): a temperature below 1e-5 (negative
 ones too, and NaN: unchecked device values) is greedy, and so is a row in which some finite x_k / T
 overflows float32; a block that finds the overflow stores its column as -1 - column, and the reduce

@@ -218,7 +218,8 @@ def fp64_noise_in_fp32(lo, hi, FAST_MATH: tl.constexpr = False):
     where L > 0.0155 and the log's absolute error (2**-33 / (1 - u) + 2**-24, and 2**-21.9 with
     lg2.approx) is a relative error of L below 2**-15 for 1 - u >= 2**-20. Then g = -log(L) is within
     2**-14.9 + |g| * 2**-23; the bound takes 2**-13 + |g| * 2**-20, and +inf for u < 2**-17 or
-    1 - u < 2**-20 (hi < 2**15 or ~hi < 2**12: a few columns in 2**17, always shortlisted).
+    1 - u < 2**-20 (hi < 2**15 or ~hi < 2**12: a few columns in 2**17, always shortlisted). On a
+    GPU the same steps run in gumbel_noise's fused base-2 form (fewer roundings, lg2.approx).
     tests/test_stream.py checks it at its edges on the CPU and the GPU."""
     g, extreme = fp64_noise_estimate(lo, hi, FAST_MATH)
     bound = 1.220703125e-04 + tl.abs(g) * 9.5367431640625e-07  # 2**-13 + |g| * 2**-20
