@@ -542,9 +542,7 @@ def filter_row_kernel(
     x_w = tl.load(logits_ptr + b64 * row_stride + tl.maximum(winner, 0)).to(tl.float32)
     keeps = run
     if HAS_MIN_P:
-        min_p = tl.load(min_p_ptr + b64)
-        min_p = tl.where(min_p == min_p, tl.minimum(min_p, 1.0), 0.0)  # clamped as _kept_columns does
-        keeps = keeps & (_relative_probability(x_w, temperature, key_max, KEY_SHIFT, FP64) >= min_p)
+        keeps = keeps & (_relative_probability(x_w, temperature, key_max, KEY_SHIFT, FP64) >= _min_p(min_p_ptr, b64))
     status = tl.where(run & ~keeps, _FILTER, _CHECK if SEARCH else _DONE)
     status = tl.where(run, status, _DONE).to(tl.int64)
     lo = tl.where(count > 0, key_min, 0)  # no finite logit: nothing to search (the row gives -1)
@@ -783,15 +781,20 @@ def filtered_reduce_kernel(
 
 
 @triton.jit
+def _min_p(min_p_ptr, b64):
+    """Row b64's min_p as every kept-set test reads it: at most 1, and 0 (keeps all) for NaN."""
+    min_p = tl.load(min_p_ptr + b64)
+    return tl.where(min_p == min_p, tl.minimum(min_p, 1.0), 0.0)
+
+
+@triton.jit
 def _kept_columns(x32, threshold, temperature, key_max, min_p_ptr, b64, HAS_MIN_P: tl.constexpr,
                   KEY_SHIFT: tl.constexpr, FP64: tl.constexpr):
     """Which of the FP32 logits `x32` of a filtered row the filters keep: key >= `threshold` (the
     top-k and top-p searches'), and with HAS_MIN_P, e >= min_p (clamped; NaN keeps all)."""
     keep = _key(x32, KEY_SHIFT) >= threshold
     if HAS_MIN_P:
-        min_p = tl.load(min_p_ptr + b64)
-        min_p = tl.where(min_p == min_p, tl.minimum(min_p, 1.0), 0.0)
-        keep = keep & (_relative_probability(x32, temperature, key_max, KEY_SHIFT, FP64) >= min_p)
+        keep = keep & (_relative_probability(x32, temperature, key_max, KEY_SHIFT, FP64) >= _min_p(min_p_ptr, b64))
     return keep
 
 
@@ -955,9 +958,7 @@ def filtered_one_launch_kernel(
         x_w = tl.load(row_ptr + tl.maximum(winner, 0)).to(tl.float32)
         key_w = _key(x_w, KEY_SHIFT)
         if HAS_MIN_P:
-            min_p = tl.load(min_p_ptr + b64)
-            min_p = tl.where(min_p == min_p, tl.minimum(min_p, 1.0), 0.0)  # clamped as store_filtered_block does
-            kept = _relative_probability(x_w, temperature, key_max, KEY_SHIFT, FP64) >= min_p
+            kept = _relative_probability(x_w, temperature, key_max, KEY_SHIFT, FP64) >= _min_p(min_p_ptr, b64)
         if HAS_TOP_K or HAS_TOP_P:
             if kept:  # step 1: the counts and masses that decide whether top-k and top-p keep the winner
                 sums = _chunk_winner_sums(row_ptr, first, end, V, key_w, temperature, key_max, KEY_SHIFT, FP64, THREADS,
