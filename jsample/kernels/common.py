@@ -272,16 +272,14 @@ def fp64_block_best(row_ptr, first_col, V, seed, position, inverse_t, STREAM: tl
 
 @triton.jit
 def store_fp64_block_interval(logits_ptr, row, row_stride, V, first_col, seed, position, temperature,
-                              partial_score_ptr, partial_bound_ptr, partial_index_ptr, row_best_ptr, out,
-                              STREAM: tl.constexpr, BLOCK_V: tl.constexpr, ROW_ALIGN: tl.constexpr,
-                              FAST_MATH: tl.constexpr, LEAD_HINT: tl.constexpr = True):
+                              partial_score_ptr, partial_bound_ptr, partial_index_ptr, out, STREAM: tl.constexpr,
+                              BLOCK_V: tl.constexpr, ROW_ALIGN: tl.constexpr, FAST_MATH: tl.constexpr):
     """gumbel_sample's FP64 block partial, nearly always without FP64 arithmetic: reduce_fp64_intervals
     scores in FP64 only the few blocks (one, nearly always) that can hold the row's maximum, so the
     FP64 logs run once a row, not once a block. Stores, at `out`, a score s (f64), a bound c (f32)
     and a column (-1 - column: the row overflows), one of:
-      c == 0: s is the block's FP64 best score and the column its lowest column (greedy rows, the rare
-              blocks below, and blocks that led their row when they ran, scored exactly); s = -inf: no
-              candidate;
+      c == 0: s is the block's FP64 best score and the column its lowest column (greedy rows, and the
+              rare blocks below, scored exactly); s = -inf: no candidate;
       c > 0:  the column is the block's only FP64 argmax (every other column scores strictly less in
               FP64), and its FP64 score lies in [s - c, s + c].
 
@@ -329,32 +327,10 @@ def store_fp64_block_interval(logits_ptr, row, row_stride, V, first_col, seed, p
             best64, best_offset = fp64_block_best(row_ptr, first_col, V, seed, position,
                                                   inverse_temperature(temperature, True), STREAM, BLOCK_V, FAST_MATH)
             bound = 0.0
-        elif LEAD_HINT and (packed >= 65536) & (not overflow):
-            # The row's best FP32 score so far (an atomic max of order-keeping keys, zero on entry): a
-            # block that no earlier block beats by 2c, a record (about ln(blocks) + 0.6 of a row), scores
-            # its column in FP64 now, beside the other blocks, so the reduce nearly never has to. A hint
-            # only: blocks that skip it keep their interval, which the reduce resolves (LEAD_HINT=False:
-            # no block takes it; tests check the reduce alone so).
-            earlier = tl.atomic_max(row_best_ptr.to(tl.pointer_type(tl.uint32)) + row, _order_key(best),
-                                    sem="relaxed")
-            if _order_key(best + 2.0 * bound) >= earlier:
-                column = first_col + best_offset
-                quad = column - column % 4
-                scores4 = _fp64_scores(row_ptr, quad, V, seed, position, inverse_temperature(temperature, True),
-                                       STREAM, 4, FAST_MATH)
-                best64 = tl.max(tl.where(tl.arange(0, 4) == column - quad, scores4, float("-inf")), axis=0)
-                bound = 0.0
     tl.store(partial_score_ptr.to(tl.pointer_type(tl.float64)) + out, best64)
     tl.store(partial_bound_ptr + out, bound)
     column = (first_col + best_offset).to(tl.int32)
     tl.store(partial_index_ptr + out, tl.where(overflow, -1 - column, column))
-
-
-@triton.jit
-def _order_key(x):
-    """uint32 keys in the order of the float32 values x (NaN aside), every key above 0 (-inf: 2**23 - 1)."""
-    bits = x.to(tl.uint32, bitcast=True)
-    return tl.where((bits >> 31) != 0, ~bits, bits | 0x80000000)
 
 
 @triton.jit

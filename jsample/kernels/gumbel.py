@@ -92,6 +92,7 @@ def gumbel_partial_kernel(
     VOCAB_ALIGN: tl.constexpr,  # config.vocab_align
     FAST_MATH: tl.constexpr,
     SEED_WORDS: tl.constexpr = 1,
+    FP64_INTERVALS: tl.constexpr = False,  # FP64 partials as FP32 intervals (store_fp64_block_interval)
 ):
     V = aligned(V, VOCAB_ALIGN)
     row = tl.program_id(0)
@@ -100,43 +101,14 @@ def gumbel_partial_kernel(
     seed = load_seed(seeds_ptr, row, SEED_WORDS)
     position = tl.load(positions_ptr + row).to(tl.int64)
     temperature = load_temperature(temperature_ptr, row)
-    store_sampled_block(logits_ptr, row, row_stride, V, block * BLOCK_V, seed, position, temperature,
-                        partial_score_ptr, partial_index_ptr, row.to(tl.int64) * num_blocks + block, STREAM, BLOCK_V,
-                        ROW_ALIGN, FP64, FAST_MATH)
-
-
-@triton.jit
-def gumbel_fp64_interval_kernel(
-    logits_ptr,  # as gumbel_partial_kernel's
-    seeds_ptr,
-    positions_ptr,
-    temperature_ptr,
-    V,
-    row_stride,
-    partial_score_ptr,  # fp64_partial_words: [B, NUM_BLOCKS] f64 scores, then [B, NUM_BLOCKS] f32 bounds
-    partial_index_ptr,  # [B, NUM_BLOCKS] i32
-    row_best_ptr,  # [B] i32, zero on entry: the best FP32 score so far of each row (store_fp64_block_interval)
-    STREAM: tl.constexpr,
-    BLOCK_V: tl.constexpr,
-    ROW_ALIGN: tl.constexpr,
-    VOCAB_ALIGN: tl.constexpr,
-    FAST_MATH: tl.constexpr,
-    SEED_WORDS: tl.constexpr = 1,
-    LEAD_HINT: tl.constexpr = True,  # store_fp64_block_interval's
-):
-    """gumbel_partial_kernel in FP64 for large batches: each block stores an FP32 interval, or its
-    exact FP64 best (store_fp64_block_interval), for argmax_reduce_fp64_kernel."""
-    V = aligned(V, VOCAB_ALIGN)
-    row = tl.program_id(0)
-    block = tl.program_id(1)
-    num_blocks = tl.num_programs(1)
-    seed = load_seed(seeds_ptr, row, SEED_WORDS)
-    position = tl.load(positions_ptr + row).to(tl.int64)
-    temperature = load_temperature(temperature_ptr, row)
-    store_fp64_block_interval(logits_ptr, row, row_stride, V, block * BLOCK_V, seed, position, temperature,
-                              partial_score_ptr, fp64_partial_bounds(partial_score_ptr, num_blocks), partial_index_ptr,
-                              row_best_ptr, row.to(tl.int64) * num_blocks + block, STREAM, BLOCK_V, ROW_ALIGN,
-                              FAST_MATH, LEAD_HINT)
+    out = row.to(tl.int64) * num_blocks + block
+    if FP64 and FP64_INTERVALS:
+        store_fp64_block_interval(logits_ptr, row, row_stride, V, block * BLOCK_V, seed, position, temperature,
+                                  partial_score_ptr, fp64_partial_bounds(partial_score_ptr, num_blocks),
+                                  partial_index_ptr, out, STREAM, BLOCK_V, ROW_ALIGN, FAST_MATH)
+    else:
+        store_sampled_block(logits_ptr, row, row_stride, V, block * BLOCK_V, seed, position, temperature,
+                            partial_score_ptr, partial_index_ptr, out, STREAM, BLOCK_V, ROW_ALIGN, FP64, FAST_MATH)
 
 
 @triton.jit
@@ -264,7 +236,6 @@ ONE_LAUNCH_MAX_PROGRAMS = 300
 # side by side in one wave rather than after it (B = 64, V = 32000: 19.1 us against 22.1 us on an
 # H200; B = 64, V = 151936: 51.6 us against 41.7 us; benchmarks/lab/INDEX.md)
 FP64_INTERVALS_MIN_PROGRAMS = 8192
-FP64_LEAD_HINT = True  # store_fp64_block_interval's running row maximum (tests turn it off)
 
 
 def many_rows_config(config: GumbelLaunchConfig, vocab_size: int) -> GumbelLaunchConfig:
@@ -294,8 +265,6 @@ def plan_gumbel_sample(logits: ArgSpec, seeds: ArgSpec, target: Target, *, fp64:
     words = fp64_partial_words(config.num_blocks) if intervals else config.num_blocks * (2 if fp64 else 1)
     buffers = (Buffer("partial_score", (batch, words), "float32"),
                Buffer("partial_index", (batch, config.num_blocks), "int32"), tokens)
-    if intervals:
-        buffers += (Buffer("row_best", (batch,), "int32", zeroed=True),)
     options = dict(num_stages=config.num_stages, enable_fp_fusion=config.enable_fp_fusion)
     if one_launch:
         launches = (launch(
@@ -309,19 +278,12 @@ def plan_gumbel_sample(logits: ArgSpec, seeds: ArgSpec, target: Target, *, fp64:
         return Plan(buffers + (Buffer("arrivals", (batch,), "int32", counters=True),), launches, ("tokens",),
                     "one launch")
     launches = (
-        launch(gumbel_fp64_interval_kernel, (batch, config.num_blocks),
-               ("logits", "seeds", "positions", "temperature", vocab, row_stride),
-               ("partial_score", "partial_index", "row_best"),
-               STREAM=(STREAM_DRAFT if draft else STREAM_TOKEN).value, BLOCK_V=config.block_v,
-               ROW_ALIGN=config.row_align, VOCAB_ALIGN=config.vocab_align, FAST_MATH=config.fast_math,
-               SEED_WORDS=seed_word_count(seeds.shape), LEAD_HINT=FP64_LEAD_HINT, num_warps=config.num_warps,
-               num_stages=config.num_stages, enable_fp_fusion=config.enable_fp_fusion) if intervals else
         launch(gumbel_partial_kernel, (batch, config.num_blocks),
                ("logits", "seeds", "positions", "temperature", vocab, row_stride), ("partial_score", "partial_index"),
                STREAM=(STREAM_DRAFT if draft else STREAM_TOKEN).value, FP64=fp64, BLOCK_V=config.block_v,
                ROW_ALIGN=config.row_align, VOCAB_ALIGN=config.vocab_align, FAST_MATH=config.fast_math,
-               SEED_WORDS=seed_word_count(seeds.shape), num_warps=config.num_warps, num_stages=config.num_stages,
-               enable_fp_fusion=config.enable_fp_fusion),
+               SEED_WORDS=seed_word_count(seeds.shape), FP64_INTERVALS=intervals, num_warps=config.num_warps,
+               num_stages=config.num_stages, enable_fp_fusion=config.enable_fp_fusion),
         launch(argmax_reduce_fp64_kernel, (batch,),
                ("partial_score", "partial_index", "logits", "seeds", "positions", "temperature", vocab, row_stride,
                 config.num_blocks), ("tokens",),
