@@ -1,5 +1,7 @@
 """gumbel_sample: tokens vs the NumPy reference, torch == JAX, invariants, distribution, errors."""
 
+import dataclasses
+
 import ml_dtypes
 import numpy as np
 import pytest
@@ -216,7 +218,8 @@ def test_gumbel_fp64_candidates_across_blocks_give_the_fp64_tokens(force_target,
     two-launch plans, store an FP32 interval and the reduce scores only the row's candidates in FP64
     (common.store_fp64_block_interval, reduce_fp64_intervals): with near ties across blocks and within
     one, and extreme uniforms among the tied columns, every plan (one block a row, blocks of 512 in
-    two launches, one launch) gives the FP64 reference's token, which FP32 scores would often miss."""
+    two launches, one launch: the interpreter's arrival counters turned off for the first two) gives
+    the FP64 reference's token, which FP32 scores would often miss."""
     if intervals:
         request.getfixturevalue("fp64_intervals_everywhere")
     vocab = 9000
@@ -228,8 +231,16 @@ def test_gumbel_fp64_candidates_across_blocks_give_the_fp64_tokens(force_target,
     noise32 = (-np.log(-np.log1p(-u.astype(np.float32)))).astype(np.float32)
     fp32_winner = np.argmax(np.where(np.isfinite(logits), logits + noise32, -np.inf), axis=1)
     assert (fp32_winner != expected).sum() >= 2, "FP32 scores alone would pick other tokens"
-    for changes in ({}, dict(large_programs=False), dict(large_programs=False, arrival_counters=True)):
+    for changes in (dict(arrival_counters=False), dict(large_programs=False, arrival_counters=False),
+                    dict(large_programs=False, arrival_counters=True)):
         force_target(**changes)
+        from jsample import kernels
+
+        specs = kernels.ArgSpec.contiguous(logits.shape, "float32"), kernels.ArgSpec.contiguous(seeds.shape, "int64")
+        target = dataclasses.replace(kernels.Target(interpreter=True, large_programs=True), **changes)  # the frontends'
+        variant = kernels.plan_gumbel_sample(*specs, target, fp64=True, draft=False).variant
+        assert variant == ("one launch" if changes.get("arrival_counters") else
+                           "two launches, FP64 intervals" if intervals else "two launches"), (changes, variant)
         np.testing.assert_array_equal(both_frontends("gumbel_sample", logits, seeds, positions, temperature,
                                                      fp64=True), expected, err_msg=str(changes))
 
