@@ -1,7 +1,8 @@
 """GPU exploration (notes, not a product benchmark): where does FP64 gumbel_sample's first launch
 spend the time that FP32's does not? (issue "throughput", target 1: FP64 <= 1.5x FP32)
 
-Times gumbel_sample (FP32, FP64: "op"), the shipped FP32 and FP64 `gumbel_partial_kernel` and stripped variants of the FP64 one (the
+Times gumbel_sample (FP32, FP64: "op"), the shipped FP32 and FP64 `gumbel_partial_kernel` (FP64: the
+intervals of large batches, FP64_INTERVALS) and stripped variants of the FP64 one (the
 two-launch tiling: 512 columns, one warp a program), CUDA-graph device time, one process:
   words      FP64's Philox words, the FP32 noise of the high word, score and argmax: the floor of
              an FP32 pass over FP64's words (twice FP32's Philox calls)
@@ -130,7 +131,7 @@ def main():
                         registers[name] = gumbel.gumbel_partial_kernel[(batch, blocks_here)](
                             logits, seeds, positions, temperature, vocab, vocab, scores, index, STREAM=0, FP64=fp64,
                             BLOCK_V=block, ROW_ALIGN=16, VOCAB_ALIGN=config.vocab_align, FAST_MATH=True,
-                            num_warps=1, num_stages=1, enable_fp_fusion=False, **options)
+                            FP64_INTERVALS=fp64, num_warps=1, num_stages=1, enable_fp_fusion=False, **options)
                     return run
 
                 def staged(stage):
