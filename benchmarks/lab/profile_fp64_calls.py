@@ -1,7 +1,11 @@
 """Lab: one FP32 and one FP64 gumbel_sample call after a warm-up, B and V from the command line, for a
 profiler (ncu) to time each launch of both plans.
 
-    ncu --launch-skip 4 --section SpeedOfLight python benchmarks/lab/profile_fp64_calls.py 64 151936
+    ncu --kernel-name regex:"partial|reduce" --launch-skip 4 --launch-count 4 --section SpeedOfLight \
+        python benchmarks/lab/profile_fp64_calls.py 64 151936
+    ncu --kernel-name regex:gumbel_partial_kernel --launch-skip 2 --launch-count 2 --section SpeedOfLight \
+        --section ComputeWorkloadAnalysis --section WarpStateStats --section Occupancy --section InstructionStats \
+        --section LaunchStats python benchmarks/lab/profile_fp64_calls.py 256 151936   # the first launches alone
 """
 
 import os

@@ -214,6 +214,14 @@ def _fp64_scores(row_ptr, first_col, V, seed, position, inverse_t, STREAM: tl.co
 
 
 @triton.jit
+def _fp64_column_score(row_ptr, column, V, seed, position, inverse_t, STREAM: tl.constexpr, FAST_MATH: tl.constexpr):
+    """_fp64_scores of one column (scored with the three others of its call pair, 4-aligned)."""
+    quad = column - column % 4
+    scores = _fp64_scores(row_ptr, quad, V, seed, position, inverse_t, STREAM, 4, FAST_MATH)
+    return tl.max(tl.where(tl.arange(0, 4) == column - quad, scores, float("-inf")), axis=0)
+
+
+@triton.jit
 def fp64_sampled_best(x, lo, hi, row_ptr, first_col, V, seed, position, temperature, STREAM: tl.constexpr,
                       FAST_MATH: tl.constexpr):
     """(best score, its lowest offset, whether the row overflows) of the FP64 Gumbel-max scores
@@ -242,9 +250,7 @@ def fp64_sampled_best(x, lo, hi, row_ptr, first_col, V, seed, position, temperat
         while taken < count:  # in column order: a later column must score higher to win a tie
             offset = tl.min(tl.where(shortlist, offsets, x.shape[0]), axis=0)
             shortlist = shortlist & (offsets != offset)
-            quad = first_col + offset - offset % 4
-            scores = _fp64_scores(row_ptr, quad, V, seed, position, inverse_t, STREAM, 4, FAST_MATH)
-            value = tl.max(tl.where(tl.arange(0, 4) == offset % 4, scores, float("-inf")), axis=0)
+            value = _fp64_column_score(row_ptr, first_col + offset, V, seed, position, inverse_t, STREAM, FAST_MATH)
             best_offset = tl.where(value > best64, offset, best_offset)
             best64 = tl.maximum(best64, value)
             taken += 1
@@ -336,7 +342,7 @@ def store_fp64_block_interval(logits_ptr, row, row_stride, V, first_col, seed, p
 @triton.jit
 def reduce_fp64_intervals(partial_score_ptr, partial_bound_ptr, partial_index_ptr, row, num_blocks, row_ptr, V,
                           seeds_ptr, positions_ptr, temperature_ptr, STREAM: tl.constexpr, FAST_MATH: tl.constexpr,
-                          REDUCE_BLOCK: tl.constexpr, BYPASS_L1: tl.constexpr, SEED_WORDS: tl.constexpr):
+                          REDUCE_BLOCK: tl.constexpr, SEED_WORDS: tl.constexpr):
     """reduce_block_best_flagged for store_fp64_block_interval's partials: (row `row`'s FP64 Gumbel-max
     token, -1 when no score is finite; whether a block flagged the row as overflowing). The row's FP64
     best lies at or above L = max(s - c) over its blocks, so only blocks with s + c >= L can hold it:
@@ -346,14 +352,9 @@ def reduce_fp64_intervals(partial_score_ptr, partial_bound_ptr, partial_index_pt
     blocks = tl.arange(0, REDUCE_BLOCK)
     offsets = row.to(tl.int64) * num_blocks + blocks
     score_ptr = partial_score_ptr.to(tl.pointer_type(tl.float64))
-    if BYPASS_L1:
-        scores = tl.load(score_ptr + offsets, mask=blocks < num_blocks, other=float("-inf"), cache_modifier=".cg")
-        bounds = tl.load(partial_bound_ptr + offsets, mask=blocks < num_blocks, other=0.0, cache_modifier=".cg")
-        columns = tl.load(partial_index_ptr + offsets, mask=blocks < num_blocks, other=0, cache_modifier=".cg")
-    else:
-        scores = tl.load(score_ptr + offsets, mask=blocks < num_blocks, other=float("-inf"))
-        bounds = tl.load(partial_bound_ptr + offsets, mask=blocks < num_blocks, other=0.0)
-        columns = tl.load(partial_index_ptr + offsets, mask=blocks < num_blocks, other=0)
+    scores = tl.load(score_ptr + offsets, mask=blocks < num_blocks, other=float("-inf"))
+    bounds = tl.load(partial_bound_ptr + offsets, mask=blocks < num_blocks, other=0.0)
+    columns = tl.load(partial_index_ptr + offsets, mask=blocks < num_blocks, other=0)
     # the candidates' inputs, loaded with the partials: no round trip to memory after them but the logits'
     seed = load_seed(seeds_ptr, row, SEED_WORDS)
     position = tl.load(positions_ptr + row).to(tl.int64)
@@ -370,9 +371,7 @@ def reduce_fp64_intervals(partial_score_ptr, partial_bound_ptr, partial_index_pt
         (tl.where(exact, scores, float("-inf")), tl.where(exact, columns, 2147483647), pending.to(tl.int32),
          tl.where(pending, columns, 2147483647)), 0, _best_lowest_count_min)
     while remaining > 0:
-        quad = column - column % 4
-        scores4 = _fp64_scores(row_ptr, quad, V, seed, position, inverse_t, STREAM, 4, FAST_MATH)
-        value = tl.max(tl.where(tl.arange(0, 4) == column - quad, scores4, float("-inf")), axis=0)
+        value = _fp64_column_score(row_ptr, column, V, seed, position, inverse_t, STREAM, FAST_MATH)
         better = (value > best) | ((value == best) & (column < token))
         token = tl.where(better, column, token)
         best = tl.where(better, value, best)
@@ -390,7 +389,8 @@ def _max_and_min(a, b, c, d):
 
 @triton.jit
 def _best_lowest_count_min(score_a, column_a, count_a, pending_a, score_b, column_b, count_b, pending_b):
-    """The higher score with its column (the lower column on a tie), the sum of the counts, the lower pending column."""
+    """The higher score with its column (the lower column on a tie), the sum of the counts, the lower
+    pending column."""
     first = (score_a > score_b) | ((score_a == score_b) & (column_a < column_b))
     return (tl.where(first, score_a, score_b), tl.where(first, column_a, column_b), count_a + count_b,
             tl.minimum(pending_a, pending_b))

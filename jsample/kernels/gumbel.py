@@ -83,7 +83,7 @@ def gumbel_partial_kernel(
     temperature_ptr,  # [B] f32, or one f32 for all rows (load_temperature); below 1e-5 = greedy
     V,
     row_stride,
-    partial_score_ptr,  # [B, NUM_BLOCKS] f32; with FP64, fp64_partial_words: [B, NUM_BLOCKS] f64 and f32 bounds
+    partial_score_ptr,  # [B, NUM_BLOCKS] f32; FP64: f64 as f32 pairs; FP64_INTERVALS: fp64_partial_words
     partial_index_ptr,  # [B, NUM_BLOCKS] i32
     STREAM: tl.constexpr,
     FP64: tl.constexpr,
@@ -122,6 +122,7 @@ def fp64_partial_words(num_blocks: int) -> int:
     """f32 words a row of gumbel_sample's FP64 partial scores takes: an f64 score and an f32 bound a block."""
     return 3 * num_blocks
 
+
 @triton.jit
 def argmax_reduce_kernel(
     partial_score_ptr,  # [B, NUM_BLOCKS] f32; with FP64, f64 stored as [B, 2 * NUM_BLOCKS] f32 words
@@ -159,20 +160,11 @@ def argmax_reduce_fp64_kernel(
     """argmax_reduce_kernel for FP64 partials: the row's candidates scored in FP64 (reduce_fp64_intervals).
     Two warps: its FP64 reductions are serial chains, 3-4 us shorter than with one warp at B = 64-256
     (benchmarks/lab/INDEX.md)."""
-    store_row_token_fp64(partial_score_ptr, partial_index_ptr, logits_ptr, seeds_ptr, positions_ptr, temperature_ptr,
-                         V, row_stride, num_blocks, tokens_ptr, tl.program_id(0), STREAM, FAST_MATH, REDUCE_BLOCK,
-                         SEED_WORDS)
-
-
-@triton.jit
-def store_row_token_fp64(partial_score_ptr, partial_index_ptr, logits_ptr, seeds_ptr, positions_ptr, temperature_ptr, V,
-                         row_stride, num_blocks, tokens_ptr, row, STREAM: tl.constexpr, FAST_MATH: tl.constexpr,
-                         REDUCE_BLOCK: tl.constexpr, SEED_WORDS: tl.constexpr):
-    """store_row_token for gumbel_sample's FP64 partials (store_fp64_block_interval)."""
+    row = tl.program_id(0)
     row_ptr = logits_ptr + row.to(tl.int64) * row_stride
     token, overflow = reduce_fp64_intervals(partial_score_ptr, fp64_partial_bounds(partial_score_ptr, num_blocks),
                                             partial_index_ptr, row, num_blocks, row_ptr, V, seeds_ptr, positions_ptr,
-                                            temperature_ptr, STREAM, FAST_MATH, REDUCE_BLOCK, False, SEED_WORDS)
+                                            temperature_ptr, STREAM, FAST_MATH, REDUCE_BLOCK, SEED_WORDS)
     if overflow:
         token = greedy_argmax_row(row_ptr, V, 1024)
     tl.store(tokens_ptr + row, token)
