@@ -25,37 +25,37 @@ OPS = ["gumbel_sample", "gumbel_sample fp64", "top_k_top_p_sample", "top_k_top_p
 BATCH, K, VOCAB = 24, 3, 32000
 
 
-def _case(op: str, seed: int = 0):
+def _case(op: str, seed: int = 0, batch: int = BATCH):
     """(call, jax_call, tensors): call(*tensors) runs the torch op, jax_call(*arrays) the JAX op on the
     same values; tensors are the per-call arrays a decode loop updates in place (logits or target
     logits first, then seeds, positions and temperature or rates)."""
     gen = torch.Generator(device="cuda").manual_seed(seed)
-    seeds = torch.randint(-(2**62), 2**62, (BATCH,), device="cuda", generator=gen)
-    positions = torch.randint(0, 2**40, (BATCH,), device="cuda", generator=gen)
-    temperature = torch.rand(BATCH, device="cuda", generator=gen) + 0.3
-    temperature[::5] = 0
+    seeds = torch.randint(-(2**62), 2**62, (batch,), device="cuda", generator=gen)
+    positions = torch.randint(0, 2**40, (batch,), device="cuda", generator=gen)
+    temperature = torch.rand(batch, device="cuda", generator=gen) + 0.3
+    temperature[4::5] = 0  # greedy rows (not row 0: B = 1 cases sample)
     if op.startswith("gumbel") or op.startswith("top_k"):
-        logits = (torch.randn(BATCH, VOCAB, device="cuda", generator=gen) * 3).to(torch.bfloat16)
+        logits = (torch.randn(batch, VOCAB, device="cuda", generator=gen) * 3).to(torch.bfloat16)
         if op.startswith("gumbel"):
             fp64 = op.endswith("fp64")
             return (lambda x, s, p, t: torch_backend.gumbel_sample(x, s, p, t, fp64=fp64),
                     lambda x, s, p, t: jsample.gumbel_sample(x, s, p, t, fp64=fp64), [logits, seeds, positions, temperature])
-        top_k = torch.randint(1, 100, (BATCH,), device="cuda", generator=gen)
+        top_k = torch.randint(1, 100, (batch,), device="cuda", generator=gen)
         filters = dict(min_p=0.1) if op.endswith("min_p") else dict(top_k=top_k, top_p=0.9)
         jax_filters = {name: _jax(value) for name, value in filters.items()}
         return (lambda x, s, p, t: torch_backend.top_k_top_p_sample(x, s, p, t, **filters),
                 lambda x, s, p, t: jsample.top_k_top_p_sample(x, s, p, t, **jax_filters),
                 [logits, seeds, positions, temperature])
-    num_drafts = torch.randint(0, K + 1, (BATCH,), device="cuda", generator=gen, dtype=torch.int32)
+    num_drafts = torch.randint(0, K + 1, (batch,), device="cuda", generator=gen, dtype=torch.int32)
     if op == "synthetic_rejection_sample":
-        target_tokens = torch.randint(0, VOCAB, (BATCH, K + 1), device="cuda", generator=gen, dtype=torch.int32)
-        drafts = torch.randint(0, VOCAB, (BATCH, K), device="cuda", generator=gen, dtype=torch.int32)
-        rates = torch.rand(BATCH, K, device="cuda", generator=gen)
+        target_tokens = torch.randint(0, VOCAB, (batch, K + 1), device="cuda", generator=gen, dtype=torch.int32)
+        drafts = torch.randint(0, VOCAB, (batch, K), device="cuda", generator=gen, dtype=torch.int32)
+        rates = torch.rand(batch, K, device="cuda", generator=gen)
         return (lambda x, s, p, r: torch_backend.synthetic_rejection_sample(x, drafts, num_drafts, s, p, r),
                 lambda x, s, p, r: jsample.synthetic_rejection_sample(x, _jax(drafts), _jax(num_drafts), s, p, r),
                 [target_tokens, seeds, positions, rates])
-    target = torch.randn(BATCH, K + 1, VOCAB, device="cuda", generator=gen) * 2
-    draft = target[:, :K] + torch.randn(BATCH, K, VOCAB, device="cuda", generator=gen)
+    target = torch.randn(batch, K + 1, VOCAB, device="cuda", generator=gen) * 2
+    draft = target[:, :K] + torch.randn(batch, K, VOCAB, device="cuda", generator=gen)
     drafts = draft.argmax(-1).to(torch.int32)
     draft_logits = None if op.endswith("one-hot") else draft
     return (lambda x, s, p, t: torch_backend.rejection_sample(x, drafts, num_drafts, s, p, t, draft_logits=draft_logits),
@@ -124,14 +124,19 @@ def test_torch_compile_equals_eager_and_changing_values_never_recompiles(op):
                for k, n in kernels_compiled.items())
 
 
+@pytest.mark.parametrize("batch", [1, BATCH])
 @pytest.mark.parametrize("op", OPS)
-def test_direct_launches_equal_tritons_own_launch_path(op):
+def test_direct_launches_equal_tritons_own_launch_path(op, batch):
     """The executor's cached direct launches (launch hooks honoured) against Triton's per-call binding,
-    and a Python-number temperature against the same value as a tensor."""
+    and a Python-number temperature against the same value as a tensor; B = 1 takes the small-batch
+    plans (one launch, PDL chains)."""
     from triton import knobs
 
-    call, _, tensors = _case(op, seed=2)
-    direct = [call(*tensors) for _ in range(2)]
+    call, _, tensors = _case(op, seed=2, batch=batch)
+    direct = [call(*tensors) for _ in range(3)]  # planned and run; replayed and linked; replayed directly
+    linked = [match.entry for match in _execute._LAST.values() if match.entry.launches is not None]
+    assert linked and all(not hasattr(launch[0], "launch") for entry in linked for launch in entry.launches), \
+        "replays call the compiled launchers' entry points, not Triton's Python launcher"
     launched = []
     knobs.runtime.launch_enter_hook = launched.append
     try:
@@ -146,6 +151,7 @@ def test_direct_launches_equal_tritons_own_launch_path(op):
         _execute.DIRECT_LAUNCHES = True
     _same(hooked, direct[0], op)
     _same(direct[1], direct[0], op)
+    _same(direct[2], direct[0], op)
     _same(through_triton, direct[0], op)
     if op != "synthetic_rejection_sample":
         tensors[3].fill_(0.8)

@@ -3,6 +3,7 @@ planning functions (jsample.kernels), none in the frontends."""
 
 import pathlib
 import re
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -248,7 +249,7 @@ def _layouts():
 
 @pytest.mark.parametrize("seed", range(3))
 def test_torch_latest_replay_match_agrees_with_the_call_key(seed):
-    """_Match (a C++ check of the tensors, the numbers in Python) says 'same call' exactly when
+    """_Match (a C++ check of the tensors, the numbers and flags in Python) says 'same call' exactly when
     call_key says so, over arguments that differ in type, shape, strides, dtype, number type or
     value; where a call passes one tensor twice it may say 'another call' (the key then finds it)."""
     if torch_execute._TensorGuards is None:
@@ -263,10 +264,70 @@ def test_torch_latest_replay_match_agrees_with_the_call_key(seed):
             second[name] = values[rng.integers(len(values))]
         flags = (bool(rng.integers(2)),)
         other_flags = flags if rng.integers(2) else (not flags[0],)
-        match = torch_execute._Match(None, first, flags)
+        match = torch_execute._Match(SimpleNamespace(planner="planner"), first, flags)
         same_key = call_key("op", first, flags) == call_key("op", second, other_flags)
         passed = [value for value in second.values() if isinstance(value, torch.Tensor)]
         if len({id(tensor) for tensor in passed}) < len(passed):  # TensorGuards refuses a tensor given twice
-            assert not match.matches(second, other_flags) or same_key, (first, second, flags, other_flags)
+            assert not (match.flags == other_flags and match.matches(second)) or same_key, (first, second, flags,
+                                                                                            other_flags)
         else:
-            assert match.matches(second, other_flags) == same_key, (first, second, flags, other_flags)
+            assert (match.flags == other_flags and match.matches(second)) == same_key, (first, second, flags,
+                                                                                         other_flags)
+
+class _FlatLauncher:
+    """A launcher shaped like Triton 3.4-3.6's: constants between the function and the arguments, which
+    follow one by one; `per_call` passes a value that follows the grid (as a scratch buffer's size)."""
+
+    def __init__(self, per_call=False):
+        self.global_scratch_size = self.profile_scratch_size = 0
+        self.per_call = per_call
+        self.launch = lambda *passed: None
+
+    def __call__(self, x, y, z, stream, function, *args):
+        scratch = 256 * x * y * z if self.per_call else None
+        self.launch(x, y, z, stream, function, False, True, scratch, None, *args)
+
+
+def _cuda_launcher():
+    """Triton's own CudaLauncher (this Triton's __call__), its attributes set by hand: no GPU here."""
+    from triton.backends.nvidia.driver import CudaLauncher
+
+    launcher = object.__new__(CudaLauncher)
+    launcher.__dict__.update(gsan_enabled=False, num_ctas=1, global_scratch_size=0, global_scratch_align=1,
+                             profile_scratch_size=0, profile_scratch_align=1, launch_cooperative_grid=False,
+                             launch_pdl=True, arg_annotations=("annotations",), kernel_signature=b"signature",
+                             launch=lambda *passed: None)
+    return launcher
+
+
+@pytest.mark.parametrize("make", [_FlatLauncher, _cuda_launcher], ids=["flat arguments", "this Triton's launcher"])
+def test_a_replay_calls_the_launchers_entry_point_with_what_tritons_launcher_passes(make, monkeypatch):
+    """_entry_point reads, from a dry run, what a compiled kernel's Python launcher passes its C entry
+    point; a replay's direct call (as _launch_direct makes it) must pass exactly that for any grid,
+    stream and arguments. A launcher that passes something new every call keeps Triton's path."""
+    from triton.runtime import driver
+
+    monkeypatch.setattr(torch_execute, "_ENTRY_POINTS", {})
+    monkeypatch.setattr(driver, "_active", SimpleNamespace())  # a driver object: this machine has no GPU
+    launcher = make()
+    passed = []
+    launcher.launch = lambda *a: passed.append(a)
+    kernel = SimpleNamespace(run=launcher, function=0x1234, packed_metadata=(4, 1, 0))
+    found = torch_execute._entry_point(kernel, 5)
+    assert found is not None and found[0] is launcher.launch and not passed  # the dry run launched nothing
+    entry_point, between, packed = found
+    for grid, stream, arguments in [((1, 1, 1), 77, (10, 20, 30, True, 2.5)), ((9, 2, 3), 0, (1, 2, 3, False, 0))]:
+        launcher(*grid, stream, kernel.function, kernel.packed_metadata, None, None, None, *arguments)
+        if packed:
+            entry_point(*grid, stream, kernel.function, *between, tuple(arguments))
+        else:
+            entry_point(*grid, stream, kernel.function, *between, *arguments)
+        assert passed[-1] == passed[-2]
+    assert torch_execute._entry_point(kernel, 5) is found  # once per launcher and argument count
+
+    if make is _FlatLauncher:
+        changing = _FlatLauncher(per_call=True)
+        assert torch_execute._entry_point(SimpleNamespace(run=changing, function=1, packed_metadata=()), 2) is None
+    scratch = make()
+    scratch.global_scratch_size = 128  # an address per launch: Triton's launcher allocates it
+    assert torch_execute._entry_point(SimpleNamespace(run=scratch, function=1, packed_metadata=()), 2) is None

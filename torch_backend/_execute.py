@@ -13,7 +13,13 @@ kernel on the caller's current CUDA stream. Eager calls cost little host time:
 * after a plan's first run, each launch goes straight to the compiled kernel's launcher (as Triton's
   own launch does, launch hooks included), cached per plan, device and the facts Triton specialises a
   compiled kernel on that the plan does not fix (each input's dtype and 16-byte alignment, or its
-  type: a temperature may be a number), instead of through Triton's per-call argument binding;
+  type: a temperature may be a number), instead of through Triton's per-call argument binding; a
+  replay calls the launcher's C entry point itself with what Triton's Python launcher would pass it,
+  read once from a dry run of that launcher (`_entry_point`), where that run shows nothing per call
+  but the grid, stream and arguments;
+* a replay allocates its outputs with `torch.empty_like` of a one-element template expanded to the
+  output's shape (half `torch.empty`'s host time with a shape, dtype and device to parse): fresh
+  contiguous tensors, never shared;
 * the scratch buffers of a call live in one workspace, reused by the next call of the same thread on
   the same stream and device (stream order puts that call's launches after this one's; another
   thread or stream gets a workspace of its own), and allocated per call while a CUDA graph is being
@@ -90,6 +96,7 @@ def plan(planner, arrays, device: torch.device, call=None, **flags) -> Plan:
             if len(_PLANS) > 4096:
                 _PLANS.clear()
                 _LAUNCHERS.clear()
+                _ENTRY_POINTS.clear()
             _PLANS[key] = found
     return found
 
@@ -117,7 +124,7 @@ def replay(op: str, arguments: dict, flags: tuple, planner):
     if torch.compiler.is_compiling():  # traced: the custom op's path, which records no memo
         return None, None
     last = _LAST.get(op)
-    if last is not None and last.entry.planner is planner and last.matches(arguments, flags):
+    if last is not None and last.planner is planner and last.flags == flags and last.matches(arguments):
         entry = last.entry
     else:
         call = call_key(op, arguments, flags)
@@ -135,67 +142,78 @@ def replay(op: str, arguments: dict, flags: tuple, planner):
                 _TensorGuards = None
     if torch._C._len_torch_dispatch_stack() > 0 or torch._C._cuda_isCurrentStreamCapturing():
         return None, call_key(op, arguments, flags)
+    if entry.launches is not None and not _launch_hooks() and torch._C._cuda_getDevice() == entry.device_index:
+        env = [value.data_ptr() if type(value) is torch.Tensor else value for value in entry.given(arguments)]
+        misaligned = 0
+        for slot in entry.tensor_slots:
+            misaligned |= env[slot]
+        if not misaligned & 15:
+            return _launch_direct(entry, env), None
     return entry(arguments), None
 
 
 class _Match:
     """An op's latest replayed call, and a check that a new call has its key that is cheaper than
-    call_key: the numbers and flags compared in Python, the tensors' dispatch keys, dtypes, devices,
-    shapes and strides (and requires_grad) in C++ (TensorGuards, as torch.compile's guards check them;
-    it refuses a tensor given twice, which the key then finds). tests/test_plans.py checks that it
-    agrees with call_key."""
+    call_key: the numbers and flags compared in Python, the tensors' types in one comparison, their
+    dispatch keys, dtypes, devices, shapes and strides (and requires_grad) in C++ (TensorGuards, as
+    torch.compile's guards check them; it refuses a tensor given twice, which the key then finds).
+    tests/test_plans.py checks that it agrees with call_key."""
 
-    __slots__ = ("entry", "flags", "tensors", "numbers", "guards")
+    __slots__ = ("entry", "planner", "flags", "count", "numbers", "tensors_of", "types", "guards")
 
     def __init__(self, entry, arguments: dict, flags: tuple):
-        self.entry, self.flags = entry, flags
-        self.tensors = tuple((name, type(value)) for name, value in arguments.items()
-                             if isinstance(value, torch.Tensor))
+        self.entry, self.planner, self.flags, self.count = entry, entry.planner, flags, len(arguments)
         self.numbers = tuple((name, type(value), value) for name, value in arguments.items()
                              if not isinstance(value, torch.Tensor))
-        self.guards = _TensorGuards(*(arguments[name] for name, _ in self.tensors), dynamic_dims_sizes=None,
-                                    dynamic_dims_strides=None)
+        names = [name for name, value in arguments.items() if isinstance(value, torch.Tensor)]
+        self.tensors_of = _getter(names)
+        tensors = self.tensors_of(arguments)
+        self.types = tuple(map(type, tensors))
+        self.guards = _TensorGuards(*tensors, dynamic_dims_sizes=None, dynamic_dims_strides=None)
 
-    def matches(self, arguments: dict, flags: tuple) -> bool:
-        if flags != self.flags or len(arguments) != len(self.tensors) + len(self.numbers):
+    def matches(self, arguments: dict) -> bool:
+        if len(arguments) != self.count:
             return False
         for name, kind, value in self.numbers:
             given = arguments[name]
             if type(given) is not kind or given != value:
                 return False
-        tensors = []
-        for name, kind in self.tensors:
-            tensor = arguments[name]
-            if type(tensor) is not kind:
-                return False
-            tensors.append(tensor)
-        return self.guards.check(*tensors)
+        tensors = self.tensors_of(arguments)
+        return tuple(map(type, tensors)) == self.types and self.guards.check(*tensors)
+
+
+def _getter(keys: list):
+    """A function of a dict or list: the tuple of its values at `keys`."""
+    if len(keys) == 1:
+        return lambda values, key=keys[0]: (values[key],)
+    return itemgetter(*keys) if keys else (lambda values: ())
 
 
 class _Replay:
     """A remembered eager call: its plan and where each plan input comes from (an argument, or a
     constant the key fixes). After the plan's first run on 16-byte aligned inputs, a replay on aligned
-    inputs launches the compiled kernels with the pointers as integers (`_launch_direct`): the
-    arguments' types, dtypes and devices are the key's, so only alignment can differ."""
+    inputs launches the compiled kernels with the pointers as integers (`_launch_direct`, from
+    `replay`): the arguments' types, dtypes and devices are the key's, so only alignment can differ."""
 
-    __slots__ = ("planner", "plan", "device", "sources", "recipe", "launches", "literals", "tensor_slots")
+    __slots__ = ("planner", "plan", "device", "device_index", "sources", "recipe", "launches", "given", "literals",
+                 "tensor_slots", "templates")
 
     def __init__(self, planner, plan: Plan, device: torch.device, sources: tuple):
         self.planner, self.plan, self.device, self.sources = planner, plan, device, sources
+        self.device_index = device.index
         self.recipe = _recipe(plan)
-        self.launches = None  # [(launcher, grid x, y, z, function, metadata, arguments from env, constexprs)]
-        self.literals = ()  # the plan's integer arguments, after the slots of inputs and buffers
-        self.tensor_slots = ()  # which inputs are tensors
+        # once linked (_link): _launch_direct's values are the inputs taken from the call's arguments
+        # (`given`; tensors as addresses), the fresh buffers, counters and scratch buffers, then `literals`
+        self.launches = None  # [(entry point, grid x, y, z, what precedes the arguments, arguments from env,
+        #                         constexprs, whether the arguments go as one tuple)]
+        self.given = None
+        self.literals = ()  # the constant inputs (tensors as addresses), then the plan's integer arguments
+        self.tensor_slots = ()  # which given inputs are tensors
+        self.templates = ()  # per fresh buffer: (one element expanded to its shape, zeroed)
 
     def __call__(self, arguments: dict) -> tuple:
+        """The plan on these arguments through run() (which links the replay after a first run)."""
         values = [arguments[source] if source is not None else constant for _, source, constant in self.sources]
-        if self.launches is not None and not _launch_hooks() and torch._C._cuda_getDevice() == self.device.index:
-            env = [value.data_ptr() if type(value) is torch.Tensor else value for value in values]
-            misaligned = 0
-            for slot in self.tensor_slots:
-                misaligned |= env[slot]
-            if not misaligned & 15:
-                return _launch_direct(self, env)
         outputs = run(self.plan, self.device, {name: value for (name, _, _), value in zip(self.sources, values)})
         if self.launches is None:
             self._link(values)
@@ -210,48 +228,133 @@ class _Replay:
         fresh = [name for name, _, _, _ in self.recipe.fresh]
         if compiled is None or not all(name in fresh for name in self.plan.outputs):
             return
-        slots = {name: i for i, (name, _, _) in enumerate(self.sources)}
+        given = [(name, source, value) for (name, source, _), value in zip(self.sources, values) if source is not None]
+        constants = [(name, value) for (name, source, value) in self.sources if source is None]
+        slots = {name: i for i, (name, _, _) in enumerate(given)}
         for name in fresh + [name for name, _ in self.recipe.counters] + [name for name, _, _ in self.recipe.scratch]:
             slots[name] = len(slots)
-        literals, launches = [], []
+        literals = []
+        for name, value in constants:
+            slots[name] = len(slots)
+            if isinstance(value, torch.Tensor):  # kept alive by self.sources
+                if value.data_ptr() % 16:
+                    return
+                value = value.data_ptr()
+            literals.append(value)
+        launches = []
         for step, (kernel, tail) in zip(self.plan.launches, compiled):
             positions = []
             for arg in (*step.args, *step.outputs):
                 if isinstance(arg, str):
                     positions.append(slots[arg])
                 else:
-                    positions.append(len(slots) + len(literals))
+                    positions.append(len(slots) + len(literals) - len(constants))
                     literals.append(arg)
             x, y, z = tuple(step.grid) + (1,) * (3 - len(step.grid))
-            arguments = itemgetter(*positions) if len(positions) > 1 else (lambda env, i=positions[0]: (env[i],))
-            launches.append((kernel.run, x, y, z, kernel.function, kernel.packed_metadata, arguments, tail))
+            found = _entry_point(kernel, len(positions) + len(tail))
+            if found is None:  # through Triton's Python launcher
+                launches.append((kernel.run, x, y, z, (kernel.function, kernel.packed_metadata, None, None, None),
+                                 _getter(positions), tail, False))
+            else:
+                entry_point, between, packed = found
+                launches.append((entry_point, x, y, z, (kernel.function, *between), _getter(positions), tail, packed))
+        templates = []
+        for _, shape, dtype, zeroed in self.recipe.fresh:
+            template = torch.empty((), dtype=dtype, device=self.device).expand(shape)
+            if not torch.empty_like(template).is_contiguous():  # not this torch's rule: replays take run()'s path
+                return
+            templates.append((template, zeroed))
+        self.templates = tuple(templates)
         self.literals = tuple(literals)
-        self.tensor_slots = tuple(i for i, value in enumerate(values) if isinstance(value, torch.Tensor))
+        self.tensor_slots = tuple(i for i, (_, _, value) in enumerate(given) if isinstance(value, torch.Tensor))
+        self.given = _getter([source for _, source, _ in given])
         self.launches = launches
 
 
 def _launch_direct(entry: _Replay, env: list) -> tuple:
-    """_Replay's fast path: every launch of the plan on the current stream, pointers as integers (`env`
-    starts with the inputs': tensors as their addresses)."""
-    recipe, device = entry.recipe, entry.device
-    stream = driver.active.get_current_stream(device.index)
+    """A replay's fast path: every launch of the plan on the current stream, pointers as integers (`env`
+    starts with the given inputs': tensors as their addresses)."""
+    recipe = entry.recipe
+    stream = driver.active.get_current_stream(entry.device_index)
     outputs = []
-    for _, shape, dtype, zeroed in recipe.fresh:
-        tensor = (torch.zeros if zeroed else torch.empty)(shape, dtype=dtype, device=device)
+    for template, zeroed in entry.templates:
+        tensor = torch.zeros_like(template) if zeroed else torch.empty_like(template)
         outputs.append(tensor)
         env.append(tensor.data_ptr())
     if recipe.counters or recipe.scratch:
-        place = (device.index, stream, threading.get_ident())
+        place = (entry.device_index, stream, threading.get_ident())
         scratch = _SCRATCH.get(place)
         if scratch is None or scratch.nbytes < recipe.scratch_bytes or scratch.ncounters < recipe.counter_count:
-            scratch = _scratch(device, place, recipe)
+            scratch = _scratch(entry.device, place, recipe)
         counters, base = scratch.counters_address, scratch.workspace_address
         env += [counters + 4 * offset for _, offset in recipe.counters]
         env += [base + offset for _, offset, _ in recipe.scratch]
     env += entry.literals
-    for launch, x, y, z, function, metadata, arguments, tail in entry.launches:
-        launch(x, y, z, stream, function, metadata, None, None, None, *arguments(env), *tail)
-    return tuple([outputs[i] for i in recipe.output_positions])
+    for launch, x, y, z, between, arguments, tail, packed in entry.launches:
+        if packed:
+            launch(x, y, z, stream, *between, (*arguments(env), *tail))
+        else:
+            launch(x, y, z, stream, *between, *arguments(env), *tail)
+    return tuple(outputs) if recipe.outputs_in_order else tuple([outputs[i] for i in recipe.output_positions])
+
+
+_ENTRY_POINTS = {}  # (compiled kernel's launcher, argument count) -> (C entry point, what goes between, packed) or None
+
+
+def _entry_point(kernel, count: int):
+    """(entry point, constants, packed) such that entry_point(x, y, z, stream, kernel.function,
+    *constants, *arguments) (or with the arguments as one tuple when `packed`) is what Triton's Python
+    launcher (`kernel.run`, a CudaLauncher) does for a launch without hooks; None where that cannot be
+    shown, and replays then call the Python launcher.
+
+    It is read from a dry run: the launcher's own __call__ on a copy of it whose entry point records
+    its arguments instead of launching. The run must pass the grid, stream and function first, then
+    only constants, then the `count` arguments (or a tuple of them) last; kernels that need scratch
+    memory per launch (its address changes every call) or a sanitizer keep the Python launcher. So no
+    Triton version's C signature is written here: a version whose launcher passes anything else per
+    call is seen in the dry run and keeps Triton's path."""
+    launcher = kernel.run
+    key = (launcher, count)
+    if key in _ENTRY_POINTS:
+        return _ENTRY_POINTS[key]
+    found = None
+    entry_point = getattr(launcher, "launch", None)
+    if (callable(entry_point) and hasattr(launcher, "__dict__") and getattr(launcher, "global_scratch_size", 1) == 0
+            and getattr(launcher, "profile_scratch_size", 1) == 0 and not getattr(launcher, "gsan_enabled", False)):
+        runs = [_dry_run(launcher, kernel, grid_and_stream, count) for grid_and_stream in ((3, 5, 7, 0), (2, 4, 6, 9))]
+        if runs[0] is not None and runs[0] == runs[1]:
+            found = (entry_point, *runs[0])
+    with _LOCK:
+        _ENTRY_POINTS[key] = found
+    return found
+
+
+def _dry_run(launcher, kernel, grid_and_stream: tuple, count: int):
+    """(what the launcher passes between the function and the arguments, whether it passes the
+    arguments as one tuple) in a launch of `count` stand-in arguments, run on a copy of it whose entry
+    point only records; None if that launch passes anything else."""
+    seen = []
+    copy = object.__new__(type(launcher))
+    copy.__dict__.update(launcher.__dict__)
+    copy.launch = lambda *passed: seen.append(passed)
+    arguments = tuple(object() for _ in range(count))
+    try:
+        type(launcher).__call__(copy, *grid_and_stream, kernel.function, kernel.packed_metadata, None, None, None,
+                                *arguments)
+    except Exception:  # a launcher this reading does not know
+        return None
+    if len(seen) != 1 or seen[0][:4] != grid_and_stream or seen[0][4] is not kernel.function:
+        return None
+    passed = seen[0]
+    if len(passed) >= 5 + count and all(a is b for a, b in zip(passed[len(passed) - count:], arguments)):
+        between, packed = passed[5:len(passed) - count], False
+    elif type(passed[-1]) is tuple and len(passed[-1]) == count and all(a is b for a, b in zip(passed[-1], arguments)):
+        between, packed = passed[5:-1], True
+    else:
+        return None
+    if any(a is b for a in between for b in (*arguments, *grid_and_stream)):
+        return None
+    return tuple(between), packed
 
 
 def run(plan: Plan, device: torch.device, inputs: dict, remember: tuple = None) -> tuple:
@@ -310,6 +413,7 @@ class _Recipe:
         self.scratch_bytes = total
         fresh = [name for name, _, _, _ in self.fresh]
         self.output_positions = tuple(fresh.index(name) for name in plan.outputs if name in fresh)
+        self.outputs_in_order = self.output_positions == tuple(range(len(fresh)))
 
 
 def _run_eager(plan: Plan, recipe: _Recipe, device: torch.device, index: int, inputs: dict) -> tuple:

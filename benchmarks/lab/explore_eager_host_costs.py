@@ -75,7 +75,7 @@ def main():
     rows["replay lookup by key"] = per_call_us(lambda: _execute._REPLAYS.get(key))
     last = _execute._LAST.get("gumbel_sample")
     if last is not None:
-        rows["latest replay's match"] = per_call_us(lambda: last.matches(arguments, (False, False)))
+        rows["latest replay's match"] = per_call_us(lambda: last.matches(arguments))
     from jsample import kernels
 
     rows["gumbel: replay() whole"] = per_call_us(
