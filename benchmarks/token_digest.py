@@ -5,7 +5,7 @@ the stream contract says change (docs/STREAM.md, "Clarifications of version 1"),
 avoids (temperatures are 0 or >= 0.05, logits are moderate, filter values are in range).
 
     python benchmarks/token_digest.py [--size cpu|gpu] [--out FILE] [--compare BASELINE.json] [--only TEXT]
-                                      [--frontend both|jax]
+                                      [--frontend both|jax] [--torch-calls N]
 
 `--frontend jax` runs the JAX frontend alone (no torch needed: another JAX's tokens against a digest
 recorded with both frontends, as .ci/packaging.sh does with the newest JAX).
@@ -85,11 +85,14 @@ def main():
     parser.add_argument("--only", default="", help="run only the cases whose name contains this text")
     parser.add_argument("--frontend", choices=("both", "jax"), default="both",
                         help="both (asserts torch == JAX) or the JAX frontend alone, without torch")
+    parser.add_argument("--torch-calls", type=int, default=1,
+                        help="call the torch op this many times a case and assert equal outputs (3 reaches an "
+                             "eager call's replay by its key, then its direct replay)")
     args = parser.parse_args()
     if args.frontend == "jax":
         size, run = args.size or "cpu", jax_alone
     else:
-        from conftest import SIZE, both_frontends  # noqa: E402  (chooses the interpreter on CPU machines)
+        from conftest import SIZE, both_frontends, run_torch  # noqa: E402  (chooses the interpreter on CPU machines)
 
         size, run = args.size or SIZE, both_frontends
     digests, total = {}, hashlib.sha256()
@@ -97,6 +100,11 @@ def main():
         if args.only not in f"{op} {name}":
             continue
         out = run(op, *op_args, **kwargs)  # both frontends: asserts torch == JAX
+        for _ in range(args.torch_calls - 1):
+            again = run_torch(op, *op_args, **kwargs)
+            for first, later in zip(out if isinstance(out, tuple) else (out,),
+                                    again if isinstance(again, tuple) else (again,)):
+                np.testing.assert_array_equal(later, first, err_msg=f"{op} {name}: a repeated torch call differs")
         data = b"".join(np.ascontiguousarray(o).tobytes() for o in (out if isinstance(out, tuple) else (out,)))
         digest = hashlib.sha256(data).hexdigest()[:16]
         digests[f"{op} {name}"] = digest
