@@ -75,11 +75,18 @@ def main():
         read_us = harness.time_graph_us(lambda i, runs=[harness.read_once((x, x[:0])) for x in logits]: runs[i](),
                                         rotate)
 
+        gumbel_us = None
+
         def record(name, provider, us):
             rows.append(dict(family=family, B=batch, V=vocab, filters=name, provider=provider, us=us,
-                             read_once_us=read_us, read_once_fraction=read_us / us))
+                             read_once_us=read_us, read_once_fraction=read_us / us, x_gumbel=us / gumbel_us))
             print(f"{family:8s} B={batch:4d} {name:12s} {provider:44s} {us:9.1f} us  read once {read_us:6.1f} us "
-                  f"{read_us / us:5.2f}", flush=True)
+                  f"{read_us / us:5.2f}  {us / gumbel_us:5.2f}x gumbel_sample", flush=True)
+
+        # the throughput issue's yardstick: gumbel_sample on the same logits, CUDA graph, this run
+        gumbel_us = harness.time_graph_us(
+            lambda i: torch_backend.gumbel_sample(logits[i], seeds, positions, temperature), rotate)
+        record("none", "torch_backend.gumbel_sample (CUDA graph)", gumbel_us)
 
         for name, filters in FILTERS.items():
             per_row = {k: torch.full((batch,), v, device="cuda", dtype=torch.int32 if k == "top_k" else torch.float32)
@@ -113,11 +120,14 @@ def main():
     notes = ("bfloat16 logits [B, V] of the families of benchmarks/logit_families.py (flat: N(0, 9); typical: "
              "Zipf-like, entropy about 3 nats; peaked: entropy below 0.5 nat), temperature 0.8; `us`: median (torch, CUDA events) or best mean "
              "of 100 calls (JAX, including dispatch). `read_once_us`: one Triton launch reading the logits once "
-             "(CUDA graph). FlashInfer gets the logits divided by T (its kernel takes no temperature) and the "
+             "(CUDA graph). `x_gumbel`: us / the CUDA-graph time of torch_backend.gumbel_sample on the same logits "
+             "in this run (the 'none' row). FlashInfer gets the logits divided by T (its kernel takes no temperature) "
+             "and the "
              "division is timed with it. Command: `XLA_PYTHON_CLIENT_PREALLOCATE=false python "
              "benchmarks/bench_filtered.py --out benchmarks/results --git-sha <sha>`.")
     harness.write_results(args.out, "filtered", harness.environment(args.git_sha), rows,
-                          ["family", "B", "V", "filters", "provider", "us", "read_once_us", "read_once_fraction"],
+                          ["family", "B", "V", "filters", "provider", "us", "read_once_us", "read_once_fraction",
+                           "x_gumbel"],
                           notes)
 
 
