@@ -278,21 +278,20 @@ def _tile_keys(row_ptr, start, V, KEY_SHIFT: tl.constexpr, THREADS: tl.constexpr
 
 
 @triton.jit
-def _chunk_stats(row_ptr, first, end, V, KEY_SHIFT: tl.constexpr, THREADS: tl.constexpr, VEC: tl.constexpr):
-    """(largest key, smallest key, count) of the finite logits in columns [first, end) (int64; -2**31,
-    2**31 - 1 and 0 without one)."""
-    key_max = tl.full([VEC, THREADS], -(2**31), tl.int32)
-    key_min = tl.full([VEC, THREADS], 2**31 - 1, tl.int32)
-    count = tl.zeros([VEC, THREADS], tl.int32)
-    start = first
-    while start < end:  # a while loop: the interpreter cannot range() over a runtime bound
-        x, key, finite = _tile_keys(row_ptr, start, V, KEY_SHIFT, THREADS, VEC)
-        start += THREADS * VEC
-        key_max = tl.maximum(key_max, key)  # non-finite keys are -2**31
-        key_min = tl.minimum(key_min, tl.where(finite, key, 2**31 - 1))
-        count += finite.to(tl.int32)
-    return (tl.max(tl.max(key_max, axis=1), axis=0).to(tl.int64), tl.min(tl.min(key_min, axis=1), axis=0).to(tl.int64),
-            tl.sum(tl.sum(count, axis=1), axis=0).to(tl.int64))
+def _finite_extremes(x):
+    """(largest finite value, smallest finite value, count of finite values) of a block of logits
+    (-inf, +inf and 0 without one)."""
+    finite = tl.abs(x) < float("inf")
+    return (tl.max(tl.where(finite, x, float("-inf")), axis=0), tl.min(tl.where(finite, x, float("inf")), axis=0),
+            tl.sum(finite.to(tl.int32), axis=0))
+
+
+@triton.jit
+def _extreme_keys(largest, smallest, count, KEY_SHIFT: tl.constexpr):
+    """The keys of the largest and smallest finite logits (_key is monotone: two keys, not one a
+    column), or -2**31 and 2**31 - 1 without a finite logit."""
+    return (tl.where(count > 0, _key(largest, KEY_SHIFT), -(2**31)),
+            tl.where(count > 0, _key(smallest, KEY_SHIFT), 2**31 - 1))
 
 
 @triton.jit
@@ -493,11 +492,8 @@ def filter_stats_kernel(
     out = b64 * num_blocks + block
     x = store_sampled_block(logits_ptr, b, row_stride, V, block * BLOCK_V, seed, position, temperature,
                             unfiltered_score_ptr, unfiltered_index_ptr, out, 0, BLOCK_V, ROW_ALIGN, FP64, FAST_MATH)
-    finite = tl.abs(x) < float("inf")
-    count = tl.sum(finite.to(tl.int32), axis=0)
-    # the keys of the largest and smallest finite logits (_key is monotone): two keys, not one a column
-    key_max = tl.where(count > 0, _key(tl.max(tl.where(finite, x, float("-inf")), axis=0), KEY_SHIFT), -(2**31))
-    key_min = tl.where(count > 0, _key(tl.min(tl.where(finite, x, float("inf")), axis=0), KEY_SHIFT), 2**31 - 1)
+    largest, smallest, count = _finite_extremes(x)
+    key_max, key_min = _extreme_keys(largest, smallest, count, KEY_SHIFT)
     lanes = tl.arange(0, 4)
     tl.store(stats_ptr + out * 4 + lanes, tl.where(lanes == 0, key_max, tl.where(lanes == 1, key_min, count)),
              mask=lanes < 3)
@@ -928,16 +924,24 @@ def filtered_one_launch_kernel(
     ways = tl.arange(0, WAYS)
     seed = load_seed(seeds_ptr, b, SEED_WORDS)
     position = tl.load(positions_ptr + b).to(tl.int64)
-    # step 0: the chunk's stats, and its unfiltered Gumbel-max partials (gumbel_sample's, stream 0)
-    chunk_max, chunk_min, chunk_count = _chunk_stats(row_ptr, first, end, V, KEY_SHIFT, THREADS, VEC)
-    tl.store(partials + c * WAYS + ways, tl.where(ways == 0, chunk_max, tl.where(ways == 1, chunk_min, chunk_count)),
-             mask=ways < 3)
+    # step 0: the chunk's unfiltered Gumbel-max partials (gumbel_sample's, stream 0), and its stats from
+    # the same loads (the chunk is whole blocks)
+    largest = tl.full([], float("-inf"), tl.float32)
+    smallest = tl.full([], float("inf"), tl.float32)
+    chunk_count = tl.zeros([], tl.int32)
     block = first // BLOCK_V
     while block * BLOCK_V < end:
-        store_sampled_block(logits_ptr, b, row_stride, V, block * BLOCK_V, seed, position, temperature,
-                            partial_score_ptr, partial_index_ptr, b64 * num_blocks + block, 0, BLOCK_V, ROW_ALIGN, FP64,
-                            FAST_MATH)
+        x = store_sampled_block(logits_ptr, b, row_stride, V, block * BLOCK_V, seed, position, temperature,
+                                partial_score_ptr, partial_index_ptr, b64 * num_blocks + block, 0, BLOCK_V, ROW_ALIGN,
+                                FP64, FAST_MATH)
+        block_largest, block_smallest, block_count = _finite_extremes(x)
+        largest = tl.maximum(largest, block_largest)
+        smallest = tl.minimum(smallest, block_smallest)
+        chunk_count += block_count
         block += 1
+    chunk_max, chunk_min = _extreme_keys(largest, smallest, chunk_count, KEY_SHIFT)
+    tl.store(partials + c * WAYS + ways, tl.where(ways == 0, chunk_max.to(tl.int64), tl.where(
+        ways == 1, chunk_min.to(tl.int64), chunk_count.to(tl.int64))), mask=ways < 3)
     _row_barrier(arrivals, num_chunks)
     stats = _gather_partials(partials, 0, num_chunks, MAX_CHUNKS, WAYS)
     in_row = (tl.arange(0, MAX_CHUNKS) < num_chunks)[:, None]
