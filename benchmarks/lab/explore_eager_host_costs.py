@@ -9,7 +9,6 @@ stream, and the whole eager calls.
 
 import os
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -39,6 +38,11 @@ def device_us(fn, calls=200):
         end.synchronize()
         rounds.append(start.elapsed_time(end) * 1e3 / calls)
     return sorted(rounds)[2]
+
+
+def arguments_of(p):
+    """gumbel_sample's arguments (bench_eager's problem, tensor temperature), as its wrapper names them."""
+    return dict(logits=p["logits"], seeds=p["seeds"], positions=p["positions"], temperature=p["temperature"])
 
 
 def main():
