@@ -75,7 +75,9 @@ def main():
         read_us = harness.time_graph_us(lambda i, runs=[harness.read_once((x, x[:0])) for x in logits]: runs[i](),
                                         rotate)
 
-        gumbel_us = None
+        # the throughput issue's yardstick: gumbel_sample on the same logits, CUDA graph, this run
+        gumbel_us = harness.time_graph_us(
+            lambda i: torch_backend.gumbel_sample(logits[i], seeds, positions, temperature), rotate)
 
         def record(name, provider, us):
             rows.append(dict(family=family, B=batch, V=vocab, filters=name, provider=provider, us=us,
@@ -83,9 +85,6 @@ def main():
             print(f"{family:8s} B={batch:4d} {name:12s} {provider:44s} {us:9.1f} us  read once {read_us:6.1f} us "
                   f"{read_us / us:5.2f}  {us / gumbel_us:5.2f}x gumbel_sample", flush=True)
 
-        # the throughput issue's yardstick: gumbel_sample on the same logits, CUDA graph, this run
-        gumbel_us = harness.time_graph_us(
-            lambda i: torch_backend.gumbel_sample(logits[i], seeds, positions, temperature), rotate)
         record("none", "torch_backend.gumbel_sample (CUDA graph)", gumbel_us)
 
         for name, filters in FILTERS.items():

@@ -307,9 +307,10 @@ def _entry_point(kernel, count: int):
     launcher (`kernel.run`, a CudaLauncher) does for a launch without hooks; None where that cannot be
     shown, and replays then call the Python launcher.
 
-    It is read from a dry run: the launcher's own __call__ on a copy of it whose entry point records
-    its arguments instead of launching. The run must pass the grid, stream and function first, then
-    only constants, then the `count` arguments (or a tuple of them) last; kernels that need scratch
+    It is read from two dry runs, with different grids and streams: the launcher's own __call__ on a
+    copy of it whose entry point records its arguments instead of launching. Each run must pass the
+    grid, stream and function first, then only constants (the same in both runs: nothing that follows
+    the grid or stream), then the `count` arguments (or a tuple of them) last; kernels that need scratch
     memory per launch (its address changes every call) or a sanitizer keep the Python launcher. So no
     Triton version's C signature is written here: a version whose launcher passes anything else per
     call is seen in the dry run and keeps Triton's path."""
@@ -352,7 +353,7 @@ def _dry_run(launcher, kernel, grid_and_stream: tuple, count: int):
         between, packed = passed[5:-1], True
     else:
         return None
-    if any(a is b for a in between for b in (*arguments, *grid_and_stream)):
+    if any(a is b for a in between for b in arguments):  # an argument passed twice, or out of place
         return None
     return tuple(between), packed
 
