@@ -356,3 +356,58 @@ def test_filtered_launches_plan_reuses_unfiltered_block_partials_exactly(fp64, f
         redrawn += not 5 <= best < 9
     # blocks 1-3 of every such row keep no column
     assert dropped.sum() >= 4 and reused >= 1 and redrawn >= 1, (dropped.sum(), reused, redrawn)
+
+
+def test_filtered_launches_plan_top_k_bound_from_block_maxima(force_target, monkeypatch):
+    """The launches' plan starts top-k's search at the k-th largest of the blocks' largest keys (a lower
+    bound of the threshold), drops a winner below it without the winner's sums, and takes a winner at
+    the row's largest logit under every filter. Rows where the bound is the threshold (one spike a
+    block, tied block maxima), lies below it (several spikes in one block), or is the smallest key
+    (k above the number of blocks), with top-p and min-p after top-k, give the reference's tokens in
+    both frontends, as the one-program-a-row plan does."""
+    from jsample.kernels import filtered
+
+    rng = np.random.default_rng(21)
+    batch, vocab, block = 40, 4096, 512
+    logits = (rng.standard_normal((batch, vocab)) * 0.5).astype(np.float32)
+    blocks = vocab // block
+    spikes = rng.integers(0, block, (batch, blocks)) + np.arange(blocks) * block
+    for b in range(batch):
+        kind = b % 5
+        if kind == 0:  # one spike a block, close and distinct: the bound is the threshold
+            logits[b, spikes[b]] = 4.0 + 0.05 * rng.permutation(blocks)
+        elif kind == 1:  # one spike a block, all tied: the bound is the threshold, with ties
+            logits[b, spikes[b]] = 4.0
+        elif kind == 2:  # distinct block maxima, three more spikes in block 0: the threshold lies above
+            logits[b, spikes[b]] = 3.0 + 0.25 * np.arange(blocks)
+            logits[b, 1:4] = 6.0
+        elif kind == 3:  # a peak: the winner is the largest logit
+            logits[b, spikes[b, 0]] = 30.0
+        else:  # ties at values a few apart
+            logits[b] = np.round(logits[b] * 4)
+    seeds, positions = make_requests(rng, batch)
+    temperature = np.full(batch, 1.0, np.float32)
+    top_k = rng.choice(np.int32([1, 2, 3, 5, 8, 12]), size=batch).astype(np.int32)
+    top_p = rng.choice(np.float32([0.5, 0.9, 1.0]), size=batch).astype(np.float32)
+    min_p = rng.choice(np.float32([0.0, 0.01]), size=batch).astype(np.float32)
+    block_max = logits.reshape(batch, blocks, block).max(axis=2)
+    bound = np.array([np.sort(block_max[b])[::-1][top_k[b] - 1] if top_k[b] <= blocks else -np.inf
+                      for b in range(batch)])
+    winners = both_frontends("gumbel_sample", logits, seeds, positions, temperature)
+    below = logits[np.arange(batch), winners] < bound
+    assert 10 <= below.sum() <= batch - 10, below.sum()  # winners the bound drops, and winners it does not
+    assert (top_k > blocks).any() and (winners == logits.argmax(axis=1)).sum() >= 4
+    expected = both_frontends(OP, logits, seeds, positions, temperature, top_k=top_k, top_p=top_p, min_p=min_p)
+    assert_tokens_match_reference(expected, logits, seeds, positions, temperature, top_k, top_p, min_p)
+    monkeypatch.setattr(filtered, "MANY_ROWS_ELEMENTS", 0)  # the large-batch tiling: blocks of 512 columns
+    monkeypatch.setattr(kernels, "plan_top_k_top_p_sample",
+                        functools.partial(filtered.plan_top_k_top_p_sample.__wrapped__))
+    force_target(large_programs=False, resident_programs=0)  # the launches' plan
+    plan = kernels.plan_top_k_top_p_sample(kernels.ArgSpec.contiguous(logits.shape, "float32"),
+                                           kernels.ArgSpec.contiguous(seeds.shape, "int64"),
+                                           kernels.Target(interpreter=True), has_top_k=True, has_top_p=True,
+                                           has_min_p=True, fp64=False)
+    row = next(step for step in plan.launches if step.kernel is filtered.filter_row_kernel)
+    assert dict(row.constexprs)["REDUCE_BLOCK"] == blocks
+    tokens = both_frontends(OP, logits, seeds, positions, temperature, top_k=top_k, top_p=top_p, min_p=min_p)
+    np.testing.assert_array_equal(tokens, expected)

@@ -21,6 +21,7 @@ def main():
     parser.add_argument("--dtype", default="bfloat16")
     parser.add_argument("--batch", type=int, default=256)
     parser.add_argument("--families", default="flat,typical,peaked")
+    parser.add_argument("--sequence", action="store_true", help="also each launch of a call, in order")
     options = parser.parse_args()
     import torch
     from torch.profiler import ProfilerActivity, profile
@@ -46,6 +47,11 @@ def main():
             for event in sorted(prof.key_averages(), key=lambda e: -e.device_time_total):
                 if event.count >= 10:
                     print(f"  {event.key[:60]:60s} x{event.count // 10:3d}  {event.device_time_total / 10:8.1f} us a call")
+            if options.sequence:  # each launch of the last call, in order
+                kernels = [e for e in prof.events() if e.device_type.name == "CUDA" and "kernel" in e.name.lower()]
+                launches = len(kernels) // 10
+                print("  sequence (us): " + " ".join(f"{e.name.replace('_kernel', '').replace('filter', 'f')}="
+                                                  f"{e.device_time:.1f}" for e in kernels[-launches:]))
 
 
 if __name__ == "__main__":

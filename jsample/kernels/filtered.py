@@ -33,10 +33,12 @@ frontends (filtered_plan lists them):
    unfiltered row (stream 0).
 2. `filter_row_kernel`, grid (B,): the row's statistics and unfiltered winner. The winner, when the
    filters keep it, is the token (the same scores, fewer candidates), so the row's status says
-   whether it is (STATUS_DONE: also rows the filters do not apply to), whether top-k and top-p
-   decide it from the winner's sums (STATUS_CHECK: min-p keeps it), or whether the row is searched
-   and its kept set sampled (STATUS_FILTER).
-3. With top-k or top-p, `filter_winner_sums_kernel`, grid (B, num_chunks): for STATUS_CHECK rows,
+   whether it is (STATUS_DONE: also rows the filters do not apply to, and a winner at the largest
+   logit, which every filter keeps), whether top-k and top-p decide it from the winner's sums
+   (STATUS_CHECK: min-p keeps it), or whether the row is searched and its kept set sampled
+   (STATUS_FILTER). With top-k, the k-th largest of the blocks' largest keys bounds its threshold
+   from below: the search starts there, and a winner below it is dropped without sums.
+3. With top-k or top-p, `filter_winner_sums_kernel`, a row's chunk a work item: for STATUS_CHECK rows,
    the count (and mass) of the keys above the winner's; the first search launch decides from them.
 4. `filter_step_kernel` PHASE_TOP_K, then PHASE_TOP_P, search_steps launches each: each program first
    replays the row's state from the previous launch (state + partials: the bracket [lo, hi) of the
@@ -45,11 +47,15 @@ frontends (filtered_plan lists them):
    Only STATUS_FILTER rows search; a search the winner's sums bound starts above (or, top-k keeping
    it, at or below) the winner's key, and tiles whose largest key (the block statistics) is below
    the bracket are skipped unread: the same thresholds, sooner and with less reading.
-5. `filtered_partial_kernel`, grid (B, blocks / 4), STATUS_FILTER rows only: replays the final state
-   and writes gumbel_sample's block partials of the row with the logits below the threshold (and,
-   for min-p, e < min_p) masked, reusing the unfiltered partial of every block whose best column is
-   kept or that keeps none; `filtered_reduce_kernel` reduces each row's filtered, or unfiltered,
-   partials.
+5. `filtered_partial_kernel`, four blocks of a row a work item, STATUS_FILTER rows only: replays the
+   final state and writes gumbel_sample's block partials of the row with the logits below the
+   threshold (and, for min-p, e < min_p) masked, reusing the unfiltered partial of every block whose
+   best column is kept or that keeps none; `filtered_reduce_kernel` reduces each row's filtered, or
+   unfiltered, partials.
+
+In launches 3-5 a program takes work items (_program_items), one, or at large batches in the second
+half of each search `late_items`: by then most programs would only read a status, and they cost
+their launch more than their work.
 
 Where all B * num_chunks programs run at once (Target.resident_programs; in the interpreter, one
 program a row), `filtered_one_launch_kernel` does all of this in one launch: the steps meet at a
@@ -93,6 +99,10 @@ MAX_CHUNKS = 64  # chunks per row in the search launches (a power of two)
 # winner costs its programs one state load, and fewer programs make fewer waves of them
 SAMPLE_BLOCKS_PER_PROGRAM = 4
 MANY_ROWS_ELEMENTS = 2**22  # B * V from which the launches' plan takes its large-batch tiling
+# work items a program takes in the second half of each search at large batches: by then the
+# brackets are narrow and their tiles mostly skipped (and most rows' token is the unfiltered winner),
+# so programs cost more to launch than their work; earlier launches read, and want every program
+MANY_ROWS_LATE_ITEMS = 4
 MASS_SCALE = 2.0**24  # fixed-point unit of the top-p masses, relative to the largest token's
 MAX_COLUMNS_PER_THREAD = 64  # per chunk: int32 mass sums stay below 64 * 2**24 = 2**30 (int64 beyond)
 PHASE_STATS = 0
@@ -132,6 +142,7 @@ class FilteredLaunchConfig:
     vec: int  # contiguous columns a thread loads at once: 16 bytes
     threads: int  # the tiles' second dimension: 32 * num_warps (more with large_programs)
     wide_sums: bool  # chunk > MAX_COLUMNS_PER_THREAD per thread (V > 524288): int64 per-thread mass sums
+    late_items: int = 1  # work items a program takes in a search's second half (_program_items)
     num_warps: int = 4
     num_stages: int = 1
     enable_fp_fusion: bool = False  # no FMA contraction: the same rounding as the NumPy reference
@@ -176,6 +187,7 @@ def filtered_launch_config(batch: int, vocab_size: int, row_stride: int, dtype_n
         vec=vec,
         threads=threads,
         wide_sums=chunk > MAX_COLUMNS_PER_THREAD * threads,
+        late_items=MANY_ROWS_LATE_ITEMS if many_rows else 1,
         num_warps=num_warps,
     )
 
@@ -344,6 +356,26 @@ def _filtered_row(temperature, count):
 
 
 @triton.jit
+def _program_items(state_ptr, items_per_row, total, ITEMS: tl.constexpr):
+    """This program's work items, `ITEMS` of the launch's `total` (items_per_row a row), as (their ids,
+    their rows' statuses: STATUS_DONE past the end): program p takes p, p + P, p + 2P... (P programs),
+    so that a row's items run side by side; the statuses are read at once, so an item whose row is
+    done costs no wait of its own."""
+    items = tl.program_id(0) + tl.arange(0, ITEMS) * tl.num_programs(0)
+    rows = (items // items_per_row).to(tl.int64)
+    status = tl.load(state_ptr.to(tl.pointer_type(tl.int64)) + rows * _STATE_WORDS + 7, mask=items < total,
+                     other=_DONE)
+    return items, status
+
+
+@triton.jit
+def _item_status(items, status, i, ITEMS: tl.constexpr):
+    """Item i of _program_items (its id, its row's status)."""
+    lanes = tl.arange(0, ITEMS)
+    return tl.sum(tl.where(lanes == i, items, 0), axis=0), tl.sum(tl.where(lanes == i, status, 0), axis=0)
+
+
+@triton.jit
 def _start_search(phase: tl.constexpr, b64, lo0, key_max, count, temperature, top_k_ptr, top_p_ptr):
     """The first bracket [lo, hi) of a search: the threshold key is in [lo, hi - 1]; hi = lo + 1
     means settled (threshold lo). lo0: the lowest key still kept (the previous threshold)."""
@@ -503,6 +535,7 @@ def filter_stats_kernel(
 def filter_row_kernel(
     logits_ptr,  # [B, V] f32|bf16|f16, rows `row_stride` elements apart, columns contiguous
     temperature_ptr,  # [B] f32
+    top_k_ptr,  # [B] i32|i64 (read when HAS_TOP_K)
     min_p_ptr,  # [B] f32 (read when HAS_MIN_P)
     stats_ptr,  # from filter_stats_kernel
     unfiltered_score_ptr,
@@ -512,6 +545,7 @@ def filter_row_kernel(
     num_blocks,
     state_out_ptr,  # [B, STATE_WORDS] i64 as i32 words
     SEARCH: tl.constexpr,  # top-k or top-p is given
+    HAS_TOP_K: tl.constexpr,
     HAS_MIN_P: tl.constexpr,
     KEY_SHIFT: tl.constexpr,
     FP64: tl.constexpr,
@@ -519,15 +553,18 @@ def filter_row_kernel(
 ):
     """Grid (B,): the row's key statistics and unfiltered winner from the first launch's block
     partials, whether min-p keeps the winner, and the row's status: the winner is the token
-    (STATUS_DONE), top-k and top-p decide from its sums (STATUS_CHECK), or the row is searched and its
-    kept set sampled (STATUS_FILTER)."""
+    (STATUS_DONE: also a winner at the row's largest logit, which every filter keeps), top-k and
+    top-p decide from its sums (STATUS_CHECK), or the row is searched and its kept set sampled
+    (STATUS_FILTER). With top-k, the search starts at a lower bound of its threshold from the block
+    statistics (_kth_largest_block_key), and a winner below that bound is dropped without sums."""
     b = tl.program_id(0)
     b64 = b.to(tl.int64)
     temperature = load_temperature(temperature_ptr, b)
     blocks = tl.arange(0, REDUCE_BLOCK)
     in_row = blocks < num_blocks
     stats = stats_ptr + (b64 * num_blocks + blocks) * 4
-    key_max = tl.max(tl.load(stats, mask=in_row, other=-(2**31)), axis=0).to(tl.int64)
+    block_max = tl.load(stats, mask=in_row, other=-(2**31))
+    key_max = tl.max(block_max, axis=0).to(tl.int64)
     key_min = tl.min(tl.load(stats + 1, mask=in_row, other=2**31 - 1), axis=0).to(tl.int64)
     count = tl.sum(tl.load(stats + 2, mask=in_row, other=0).to(tl.int64), axis=0)
     winner, overflow = reduce_block_best_flagged(unfiltered_score_ptr, unfiltered_index_ptr, b, num_blocks, FP64,
@@ -536,14 +573,36 @@ def filter_row_kernel(
     # unfiltered partials are their filtered ones.
     run = _filtered_row(temperature, count) & ~overflow
     x_w = tl.load(logits_ptr + b64 * row_stride + tl.maximum(winner, 0)).to(tl.float32)
+    key_w = _key(x_w, KEY_SHIFT).to(tl.int64)
     keeps = run
     if HAS_MIN_P:
         keeps = keeps & (_relative_probability(x_w, temperature, key_max, KEY_SHIFT, FP64) >= _min_p(min_p_ptr, b64))
-    status = tl.where(run & ~keeps, _FILTER, _CHECK if SEARCH else _DONE)
-    status = tl.where(run, status, _DONE).to(tl.int64)
     lo = tl.where(count > 0, key_min, 0)  # no finite logit: nothing to search (the row gives -1)
-    _store_state(state_out_ptr, b64, key_max, key_min, count, lo, lo + 1, count * 0,
-                 _key(x_w, KEY_SHIFT).to(tl.int64), status)
+    if HAS_TOP_K:
+        k = tl.load(top_k_ptr + b64).to(tl.int64)
+        if run & (k >= 1) & (k < count):  # an active top-k: its search starts at the bound
+            lo = _kth_largest_block_key(block_max, k, lo, key_max, KEY_SHIFT)
+            keeps = keeps & (key_w >= lo)
+    status = tl.where(run & ~keeps, _FILTER, _CHECK if SEARCH else _DONE)
+    # a winner at the largest logit is kept by every filter (top-k keeps ties at its boundary, top-p the
+    # tokens with no mass above them, min-p e = 1)
+    status = tl.where(run & (key_w < key_max), status, _DONE).to(tl.int64)
+    _store_state(state_out_ptr, b64, key_max, key_min, count, lo, lo + 1, count * 0, key_w, status)
+
+
+@triton.jit
+def _kth_largest_block_key(block_max, k, lo, key_max, KEY_SHIFT: tl.constexpr):
+    """The largest key t in [lo, key_max] that at least k of the blocks' largest keys `block_max`
+    reach (lo if fewer do): a lower bound of top-k's threshold, since those blocks hold k keys >= t
+    (and its search skips the tiles below it). Bisection: each step halves [lo, hi)."""
+    hi = key_max + 1
+    for _ in range(32 - KEY_SHIFT + 1):
+        middle = lo + (hi - lo) // 2
+        enough = tl.sum((block_max >= middle).to(tl.int32), axis=0) >= k
+        open_bracket = hi - lo > 1
+        lo = tl.where(open_bracket & enough, middle, lo)
+        hi = tl.where(open_bracket & ~enough, middle, hi)
+    return lo
 
 
 @triton.jit
@@ -554,6 +613,7 @@ def filter_winner_sums_kernel(
     block_stats_ptr,  # filter_stats_kernel's
     V,
     row_stride,
+    batch,
     num_chunks,
     chunk,  # columns per chunk
     num_blocks,
@@ -569,24 +629,29 @@ def filter_winner_sums_kernel(
     BLOCK_V: tl.constexpr,
     TILE_BLOCKS: tl.constexpr,
     WIDE_SUMS: tl.constexpr = False,
+    ITEMS: tl.constexpr = 1,
 ):
-    """Grid (B, num_chunks): for STATUS_CHECK rows, the chunk's counts (and, with HAS_TOP_P, masses)
-    that decide whether top-k and top-p keep the unfiltered winner (_chunk_winner_sums)."""
+    """Grid (cdiv(B * num_chunks, ITEMS),), a row's chunk an item (_program_items): for STATUS_CHECK rows,
+    the chunk's counts (and, with HAS_TOP_P, masses) that decide whether top-k and top-p keep the
+    unfiltered winner (_chunk_winner_sums)."""
     V = aligned(V, VOCAB_ALIGN)
     chunk = aligned(chunk, THREADS * VEC)
-    b = tl.program_id(0)
-    c = tl.program_id(1)
-    b64 = b.to(tl.int64)
-    state = state_ptr.to(tl.pointer_type(tl.int64)) + b64 * _STATE_WORDS
-    if tl.load(state + 7) == _CHECK:
-        temperature = load_temperature(temperature_ptr, b)
-        first = c * chunk
-        sums = _chunk_winner_sums(logits_ptr + tl.multiple_of(b64 * row_stride, ROW_ALIGN), first, first + chunk, V,
-                                  tl.load(state + 6).to(tl.int32), temperature, tl.load(state), KEY_SHIFT, FP64,
-                                  THREADS, VEC, WAYS, WIDE_SUMS, HAS_TOP_P, block_stats_ptr + b64 * num_blocks * 4,
-                                  num_blocks, BLOCK_V, TILE_BLOCKS)
-        tl.store(partial_out_ptr.to(tl.pointer_type(tl.int64)) + (b64 * num_chunks + c) * WAYS + tl.arange(0, WAYS),
-                 sums)
+    items, statuses = _program_items(state_ptr, num_chunks, batch * num_chunks, ITEMS)
+    for i in range(ITEMS):
+        item, status = _item_status(items, statuses, i, ITEMS)
+        if status == _CHECK:
+            b = item // num_chunks
+            c = item % num_chunks
+            b64 = b.to(tl.int64)
+            state = state_ptr.to(tl.pointer_type(tl.int64)) + b64 * _STATE_WORDS
+            temperature = load_temperature(temperature_ptr, b)
+            first = c * chunk
+            sums = _chunk_winner_sums(logits_ptr + tl.multiple_of(b64 * row_stride, ROW_ALIGN), first, first + chunk,
+                                      V, tl.load(state + 6).to(tl.int32), temperature, tl.load(state), KEY_SHIFT,
+                                      FP64, THREADS, VEC, WAYS, WIDE_SUMS, HAS_TOP_P,
+                                      block_stats_ptr + b64 * num_blocks * 4, num_blocks, BLOCK_V, TILE_BLOCKS)
+            tl.store(partial_out_ptr.to(tl.pointer_type(tl.int64)) + (b64 * num_chunks + c) * WAYS
+                     + tl.arange(0, WAYS), sums)
 
 
 @triton.jit
@@ -600,6 +665,7 @@ def filter_step_kernel(
     block_stats_ptr,  # filter_stats_kernel's: tiles below the bracket are skipped unread
     V,
     row_stride,
+    batch,
     num_chunks,
     chunk,  # columns per chunk
     num_blocks,  # of block_stats
@@ -621,29 +687,44 @@ def filter_step_kernel(
     BLOCK_V: tl.constexpr,  # columns of a block of block_stats
     TILE_BLOCKS: tl.constexpr,  # blocks a tile covers (1 when a tile is no wider than a block)
     WIDE_SUMS: tl.constexpr = False,  # config.wide_sums
+    ITEMS: tl.constexpr = 1,  # 1, or config.late_items
 ):
-    """PHASE_TOP_K / PHASE_TOP_P: per chunk, the count / the fixed-point mass of the keys >= each of
-    the row's WAYS pivots, while the row's bracket is unsettled (rows whose token is the unfiltered
-    winner have none)."""
+    """Grid (cdiv(B * num_chunks, ITEMS),), a row's chunk an item (_program_items). PHASE_TOP_K /
+    PHASE_TOP_P: per chunk, the count / the fixed-point mass of the keys >= each of the row's WAYS
+    pivots, while the row's bracket is unsettled. Only STATUS_FILTER rows (and, after the winner
+    launch, STATUS_CHECK rows, which it decides) search; the others' token is the unfiltered winner,
+    and their chunk 0 only copies their state (every launch writes every row's state: in JAX a
+    launch's outputs are new arrays)."""
     V = aligned(V, VOCAB_ALIGN)
     chunk = aligned(chunk, THREADS * VEC)
-    b = tl.program_id(0)
-    c = tl.program_id(1)
-    b64 = b.to(tl.int64)
-    temperature = load_temperature(temperature_ptr, b)
-    row_ptr = logits_ptr + tl.multiple_of(b64 * row_stride, ROW_ALIGN)
-    first = c * chunk
-    key_max, key_min, count, lo, hi, normalizer, key_w, status = _row_state(
-        b64, state_in_ptr, partial_in_ptr, num_chunks, temperature, top_k_ptr, top_p_ptr,
-        PHASE, PREV_PHASE, CAPTURE_NORMALIZER, HAS_TOP_K, HAS_TOP_P, WAYS, MAX_CHUNKS)
-    if c == 0:
-        _store_state(state_out_ptr, b64, key_max, key_min, count, lo, hi, normalizer, key_w, status)
-    if hi - lo > 1:
-        above = _chunk_above(row_ptr, first, first + chunk, V, lo, hi, temperature, key_max, PHASE, KEY_SHIFT, FP64,
-                             THREADS, VEC, WAYS, WIDE_SUMS, block_stats_ptr + b64 * num_blocks * 4, num_blocks,
-                             BLOCK_V, TILE_BLOCKS)
-        tl.store(partial_out_ptr.to(tl.pointer_type(tl.int64)) + (b64 * num_chunks + c) * WAYS + tl.arange(0, WAYS),
-                 above)
+    items, statuses = _program_items(state_in_ptr, num_chunks, batch * num_chunks, ITEMS)
+    for i in range(ITEMS):
+        item, status = _item_status(items, statuses, i, ITEMS)
+        active = status == _FILTER
+        if PREV_PHASE == _WINNER:
+            active = active | (status == _CHECK)
+        if active:
+            b = item // num_chunks
+            c = item % num_chunks
+            b64 = b.to(tl.int64)
+            temperature = load_temperature(temperature_ptr, b)
+            row_ptr = logits_ptr + tl.multiple_of(b64 * row_stride, ROW_ALIGN)
+            first = c * chunk
+            key_max, key_min, count, lo, hi, normalizer, key_w, status = _row_state(
+                b64, state_in_ptr, partial_in_ptr, num_chunks, temperature, top_k_ptr, top_p_ptr,
+                PHASE, PREV_PHASE, CAPTURE_NORMALIZER, HAS_TOP_K, HAS_TOP_P, WAYS, MAX_CHUNKS)
+            if c == 0:
+                _store_state(state_out_ptr, b64, key_max, key_min, count, lo, hi, normalizer, key_w, status)
+            if hi - lo > 1:
+                above = _chunk_above(row_ptr, first, first + chunk, V, lo, hi, temperature, key_max, PHASE, KEY_SHIFT,
+                                     FP64, THREADS, VEC, WAYS, WIDE_SUMS, block_stats_ptr + b64 * num_blocks * 4,
+                                     num_blocks, BLOCK_V, TILE_BLOCKS)
+                tl.store(partial_out_ptr.to(tl.pointer_type(tl.int64)) + (b64 * num_chunks + c) * WAYS
+                         + tl.arange(0, WAYS), above)
+        elif (item % num_chunks == 0) & (item < batch * num_chunks):
+            words = (item // num_chunks).to(tl.int64) * _STATE_WORDS + tl.arange(0, _STATE_WORDS)
+            tl.store(state_out_ptr.to(tl.pointer_type(tl.int64)) + words,
+                     tl.load(state_in_ptr.to(tl.pointer_type(tl.int64)) + words))
 
 
 @triton.jit
@@ -662,6 +743,7 @@ def filtered_partial_kernel(
     block_stats_ptr,  # and block statistics
     V,
     row_stride,
+    batch,
     num_chunks,
     num_blocks,
     partial_score_ptr,  # [B, num_blocks] f32; with FP64, f64 as [B, 2 * num_blocks] f32 words
@@ -681,8 +763,10 @@ def filtered_partial_kernel(
     WAYS: tl.constexpr,
     MAX_CHUNKS: tl.constexpr,
     SEED_WORDS: tl.constexpr = 1,
+    ITEMS: tl.constexpr = 1,
 ):
-    """Grid (B, cdiv(num_blocks, BLOCKS_PER_PROGRAM)): the block partials of gumbel_partial_kernel
+    """Grid (cdiv(B * groups, ITEMS),), groups = cdiv(num_blocks, BLOCKS_PER_PROGRAM) a row, a row's
+    group of blocks an item (_program_items): the block partials of gumbel_partial_kernel
     (stream 0) on each STATUS_FILTER row with the logits the filters drop set to -inf (the other rows'
     token is their unfiltered winner: filtered_reduce_kernel reads their unfiltered partials). The
     unfiltered partials answer wherever they can: a block whose largest key is below the threshold
@@ -691,25 +775,29 @@ def filtered_partial_kernel(
     that keeps no column has no candidate; only the other blocks draw their noise again
     (store_filtered_block)."""
     V = aligned(V, VOCAB_ALIGN)
-    b = tl.program_id(0)
-    b64 = b.to(tl.int64)
-    temperature = load_temperature(temperature_ptr, b)
-    key_max, key_min, count, threshold, hi, normalizer, key_w, status = _row_state(
-        b64, state_in_ptr, partial_in_ptr, num_chunks, temperature, top_k_ptr, top_p_ptr,
-        _SAMPLE, PREV_PHASE, CAPTURE_NORMALIZER, HAS_TOP_K, HAS_TOP_P, WAYS, MAX_CHUNKS)
-    if status == _FILTER:
-        for i in range(BLOCKS_PER_PROGRAM):
-            block = tl.program_id(1) * BLOCKS_PER_PROGRAM + i
-            if block < num_blocks:
-                out = b64 * num_blocks + block
-                first_col = block * BLOCK_V
-                if tl.load(block_stats_ptr + out * 4) < threshold:  # no kept column: no candidate, unread
-                    _store_partial(partial_score_ptr, partial_index_ptr, out, float("-inf"), first_col, FP64)
-                else:
-                    _filtered_block_partial(logits_ptr, seeds_ptr, positions_ptr, min_p_ptr, unfiltered_score_ptr,
-                                            unfiltered_index_ptr, partial_score_ptr, partial_index_ptr, b, b64, out,
-                                            first_col, V, row_stride, temperature, key_max, count, threshold,
-                                            HAS_MIN_P, KEY_SHIFT, FP64, BLOCK_V, ROW_ALIGN, FAST_MATH, SEED_WORDS)
+    groups = tl.cdiv(num_blocks, BLOCKS_PER_PROGRAM)
+    items, statuses = _program_items(state_in_ptr, groups, batch * groups, ITEMS)
+    for item_i in range(ITEMS):
+        item, status = _item_status(items, statuses, item_i, ITEMS)
+        if status == _FILTER:
+            b = item // groups
+            b64 = b.to(tl.int64)
+            temperature = load_temperature(temperature_ptr, b)
+            key_max, key_min, count, threshold, hi, normalizer, key_w, status = _row_state(
+                b64, state_in_ptr, partial_in_ptr, num_chunks, temperature, top_k_ptr, top_p_ptr,
+                _SAMPLE, PREV_PHASE, CAPTURE_NORMALIZER, HAS_TOP_K, HAS_TOP_P, WAYS, MAX_CHUNKS)
+            for i in range(BLOCKS_PER_PROGRAM):
+                block = (item % groups) * BLOCKS_PER_PROGRAM + i
+                if block < num_blocks:
+                    out = b64 * num_blocks + block
+                    first_col = block * BLOCK_V
+                    if tl.load(block_stats_ptr + out * 4) < threshold:  # no kept column: no candidate, unread
+                        _store_partial(partial_score_ptr, partial_index_ptr, out, float("-inf"), first_col, FP64)
+                    else:
+                        _filtered_block_partial(logits_ptr, seeds_ptr, positions_ptr, min_p_ptr, unfiltered_score_ptr,
+                                                unfiltered_index_ptr, partial_score_ptr, partial_index_ptr, b, b64,
+                                                out, first_col, V, row_stride, temperature, key_max, count, threshold,
+                                                HAS_MIN_P, KEY_SHIFT, FP64, BLOCK_V, ROW_ALIGN, FAST_MATH, SEED_WORDS)
 
 
 @triton.jit
@@ -964,7 +1052,9 @@ def filtered_one_launch_kernel(
         if HAS_MIN_P:
             kept = _relative_probability(x_w, temperature, key_max, KEY_SHIFT, FP64) >= _min_p(min_p_ptr, b64)
         if HAS_TOP_K or HAS_TOP_P:
-            if kept:  # step 1: the counts and masses that decide whether top-k and top-p keep the winner
+            # step 1: the counts and masses that decide whether top-k and top-p keep the winner (a winner at
+            # the largest logit they always keep)
+            if kept & (key_w < key_max):
                 sums = _chunk_winner_sums(row_ptr, first, end, V, key_w, temperature, key_max, KEY_SHIFT, FP64, THREADS,
                                           VEC, WAYS, WIDE_SUMS, HAS_TOP_P)
                 tl.store(partials + (num_chunks + c) * WAYS + ways, sums)
@@ -1145,31 +1235,35 @@ def plan_top_k_top_p_sample(logits: ArgSpec, seeds: ArgSpec, target: Target, *, 
                VOCAB_ALIGN=gumbel.vocab_align, FAST_MATH=gumbel.fast_math, SEED_WORDS=seed_words,
                num_warps=gumbel.num_warps, **options),
         launch(filter_row_kernel, (batch,),
-               ("logits", "temperature", min_p, "block_stats") + unfiltered + (vocab, row_stride, gumbel.num_blocks),
-               ("state_0",), SEARCH=search, HAS_MIN_P=has_min_p, KEY_SHIFT=config.key_shift, FP64=fp64,
+               ("logits", "temperature", top_k, min_p, "block_stats") + unfiltered
+               + (vocab, row_stride, gumbel.num_blocks), ("state_0",), SEARCH=search, HAS_TOP_K=has_top_k,
+               HAS_MIN_P=has_min_p, KEY_SHIFT=config.key_shift, FP64=fp64,
                REDUCE_BLOCK=gumbel.reduce_block, num_warps=4, **options)]
     state, partials = "state_0", unused  # no sums without a search: the status is never STATUS_CHECK
     if search:
         launches.append(launch(
-            filter_winner_sums_kernel, (batch, config.num_chunks),
-            ("logits", "temperature", "state_0", "block_stats", vocab, row_stride, config.num_chunks, config.chunk,
-             gumbel.num_blocks), ("partials_0",), HAS_TOP_P=has_top_p, **searches, **tiles))
+            filter_winner_sums_kernel, (batch * config.num_chunks,),
+            ("logits", "temperature", "state_0", "block_stats", vocab, row_stride, batch, config.num_chunks,
+             config.chunk, gumbel.num_blocks), ("partials_0",), HAS_TOP_P=has_top_p, **searches, **tiles))
         partials = "partials_0"
     for i, step in enumerate(steps[1:-1]):
         new_state, new_partials = f"state_{(i + 1) % 2}", f"partials_{(i + 1) % 2}"
+        late = i % config.search_steps >= config.search_steps // 2  # the second half of its search
+        items = config.late_items if late else 1
         launches.append(launch(
-            filter_step_kernel, (batch, config.num_chunks),
-            ("logits", "temperature", top_k, top_p, state, partials, "block_stats", vocab, row_stride,
+            filter_step_kernel, (triton.cdiv(batch * config.num_chunks, items),),
+            ("logits", "temperature", top_k, top_p, state, partials, "block_stats", vocab, row_stride, batch,
              config.num_chunks, config.chunk, gumbel.num_blocks), (new_state, new_partials),
             PHASE=step.phase, PREV_PHASE=step.prev_phase, CAPTURE_NORMALIZER=step.capture_normalizer, **filters,
-            MAX_CHUNKS=MAX_CHUNKS, **searches, **tiles))
+            MAX_CHUNKS=MAX_CHUNKS, ITEMS=items, **searches, **tiles))
         state, partials = new_state, new_partials
     sample = steps[-1]
     blocks_per_program = SAMPLE_BLOCKS_PER_PROGRAM
     launches.append(launch(
-        filtered_partial_kernel, (batch, triton.cdiv(gumbel.num_blocks, blocks_per_program)),
+        filtered_partial_kernel, (batch * triton.cdiv(gumbel.num_blocks, blocks_per_program),),
         ("logits", "seeds", "positions", "temperature", top_k, top_p, min_p, state, partials) + unfiltered
-        + ("block_stats", vocab, row_stride, config.num_chunks, gumbel.num_blocks), ("partial_score", "partial_index"),
+        + ("block_stats", vocab, row_stride, batch, config.num_chunks, gumbel.num_blocks),
+        ("partial_score", "partial_index"),
         PREV_PHASE=sample.prev_phase, CAPTURE_NORMALIZER=sample.capture_normalizer, **filters, HAS_MIN_P=has_min_p,
         KEY_SHIFT=config.key_shift, FP64=fp64, BLOCK_V=gumbel.block_v, BLOCKS_PER_PROGRAM=blocks_per_program,
         ROW_ALIGN=gumbel.row_align, VOCAB_ALIGN=gumbel.vocab_align, FAST_MATH=gumbel.fast_math, WAYS=config.ways,
