@@ -217,11 +217,65 @@ def test_filtered_distribution_is_the_renormalised_kept_distribution(frontend):
         assert chi_square_pvalue(tokens, probs[kept]) > P_VALUE
 
 
-def test_filtered_no_finite_logit_gives_minus_one():
+@pytest.mark.parametrize("plan", ["default", "launches"])
+def test_filtered_no_finite_logit_gives_minus_one(plan, force_target):
+    if plan == "launches":
+        force_target(large_programs=False, resident_programs=0)
     logits = np.full((2, 300), -np.inf, np.float32)
     logits[1, 5] = np.nan
     tokens = both_frontends(OP, logits, np.int64([1, 2]), np.int64([0, 0]), 1.0, top_k=3, top_p=0.5, min_p=0.1)
     np.testing.assert_array_equal(tokens, [-1, -1])
+
+
+def test_filtered_top_k_at_or_above_the_finite_count_keeps_every_finite_logit(force_target):
+    """Rows with few finite logits (the rest -inf, +inf or NaN) and top-k just below, at and above their
+    finite count: the launches' plan (which searches without the count) and the default plan give
+    the reference's tokens, with top-p and min-p after top-k."""
+    rng = np.random.default_rng(31)
+    batch, vocab = 24, 1024
+    logits = (rng.standard_normal((batch, vocab)) * 2).astype(np.float32)
+    finite = rng.integers(1, 9, batch)
+    for b in range(batch):
+        hidden = rng.permutation(vocab)[finite[b]:]
+        logits[b, hidden] = rng.choice(np.float32([-np.inf, -np.inf, np.nan]), hidden.size)
+    logits[0, 7] = logits[0, 9] = 1.5  # ties among the finite logits
+    seeds, positions = make_requests(rng, batch)
+    temperature = np.full(batch, 0.9, np.float32)
+    top_k = np.maximum(finite + rng.integers(-1, 2, batch), 1).astype(np.int32)
+    top_p = rng.choice(np.float32([0.6, 1.0]), batch)
+    min_p = rng.choice(np.float32([0.0, 0.2]), batch)
+    expected = both_frontends(OP, logits, seeds, positions, temperature, top_k=top_k, top_p=top_p, min_p=min_p)
+    assert_tokens_match_reference(expected, logits, seeds, positions, temperature, top_k, top_p, min_p)
+    assert (top_k < finite).any() and (top_k == finite).any() and (top_k > finite).any()
+    force_target(large_programs=False, resident_programs=0)  # the launches' plan
+    tokens = both_frontends(OP, logits, seeds, positions, temperature, top_k=top_k, top_p=top_p, min_p=min_p)
+    np.testing.assert_array_equal(tokens, expected)
+
+
+def test_filtered_launches_plan_keeps_the_lowest_finite_logits_under_a_top_k_of_every_token(force_target):
+    """The launches' plan searches top-k without the finite count, from below every finite key, so a
+    top-k at least the count keeps the lowest finite logit too. Rows [0, -1.5, -5, -inf...] with
+    top_p = 0.97 keep {0, -1.5}; the seeds are those whose unfiltered winner is -5 (found with the
+    NumPy reference), so the row is searched, and the token is 0 or -1.5 as the reference says."""
+    vocab = 16
+    row = np.full(vocab, -np.inf, np.float32)
+    row[[3, 8, 12]] = [0.0, -1.5, -5.0]
+    rng = np.random.default_rng(41)
+    candidates = 20000
+    seeds, positions = make_requests(rng, candidates)
+    scores = gumbel_scores_reference(np.tile(row, (candidates, 1)), seeds, positions, np.ones(candidates, np.float32))
+    chosen = np.flatnonzero(scores.argmax(axis=1) == 12)[:24]
+    batch = len(chosen)
+    assert batch >= 16, batch
+    logits = np.tile(row, (batch, 1))
+    temperature = np.ones(batch, np.float32)
+    top_k = np.full(batch, vocab, np.int32)
+    top_p = np.full(batch, 0.97, np.float32)
+    force_target(large_programs=False, resident_programs=0)  # the launches' plan
+    tokens = both_frontends(OP, logits, seeds[chosen], positions[chosen], temperature, top_k=top_k, top_p=top_p)
+    assert_tokens_match_reference(tokens, logits, seeds[chosen], positions[chosen], temperature, top_k, top_p,
+                                  np.zeros(batch, np.float32))
+    assert set(tokens) == {3, 8}, tokens  # the kept set's two tokens, and the lower one is kept
 
 
 BAD_INPUTS = [

@@ -28,9 +28,8 @@ threshold is found by searching an order-preserving integer key of the logits: 3
 the 16 significant bits of bfloat16 and 19 of float16 (key_shift). Launches, all shared by both
 frontends (filtered_plan lists them):
 
-1. `filter_stats_kernel`, grid (B, num_blocks) in the sampling tiling: per block, the largest and
-   smallest key of the finite logits and their count, and gumbel_sample's block partials of the
-   unfiltered row (stream 0).
+1. `filter_stats_kernel`, grid (B, num_blocks) in the sampling tiling: per block, the largest key of
+   the finite logits, and gumbel_sample's block partials of the unfiltered row (stream 0).
 2. `filter_row_kernel`, grid (B,): the row's statistics and unfiltered winner. The winner, when the
    filters keep it, is the token (the same scores, fewer candidates), so the row's status says
    whether it is (STATUS_DONE: also rows the filters do not apply to, and a winner at the largest
@@ -116,6 +115,7 @@ STATUS_DONE = 0  # it is (or the row is not filtered: greedy, overflowing, no fi
 STATUS_CHECK = 1  # min-p keeps it; the first search launch decides top-k and top-p from the winner's sums
 STATUS_FILTER = 2  # the filters drop it (or may): search, then sample the kept set
 KEY_SHIFTS = {"float32": 0, "bfloat16": 16, "float16": 13}  # low key bits that are zero for the dtype
+ALL_FINITE = 2**62  # the launches' plan's finite count of a row with a finite logit (filter_row_kernel)
 
 _TOP_K = tl.constexpr(PHASE_TOP_K)
 _TOP_P = tl.constexpr(PHASE_TOP_P)
@@ -127,6 +127,7 @@ _FILTER = tl.constexpr(STATUS_FILTER)
 _MASS_SCALE = tl.constexpr(MASS_SCALE)
 _STATE_WORDS = tl.constexpr(STATE_WORDS)
 _GREEDY_BELOW = tl.constexpr(GREEDY_BELOW)
+_ALL_FINITE = tl.constexpr(ALL_FINITE)
 
 
 @dataclass(frozen=True)
@@ -312,7 +313,7 @@ def _tile_max_key(block_stats_ptr, start, num_blocks, BLOCK_V: tl.constexpr, TIL
     statistics of the row (-2**31 without one): the blocks it covers (TILE_BLOCKS of them; a tile lies
     in one block when it is no wider). A tile whose keys are all below the pivots is never loaded."""
     blocks = start // BLOCK_V + tl.arange(0, TILE_BLOCKS)
-    return tl.max(tl.load(block_stats_ptr + blocks * 4, mask=blocks < num_blocks, other=-(2**31)), axis=0)
+    return tl.max(tl.load(block_stats_ptr + blocks, mask=blocks < num_blocks, other=-(2**31)), axis=0)
 
 
 @triton.jit
@@ -499,7 +500,7 @@ def filter_stats_kernel(
     temperature_ptr,  # [B] f32
     V,
     row_stride,
-    stats_ptr,  # [B, num_blocks, 4] i32: per block, the largest and smallest finite key, the finite count
+    stats_ptr,  # [B, num_blocks] i32: per block, the largest finite key (-2**31 without one)
     unfiltered_score_ptr,  # [B, num_blocks] f32 (FP64: f64 as pairs of f32 words): gumbel_sample's partials
     unfiltered_index_ptr,  # [B, num_blocks] i32
     KEY_SHIFT: tl.constexpr,
@@ -511,8 +512,10 @@ def filter_stats_kernel(
     SEED_WORDS: tl.constexpr = 1,
 ):
     """The launches' plan's first launch, grid (B, num_blocks) in the sampling launch's tiling: each
-    block's key statistics, and its partials of the unfiltered Gumbel-max sample (stream 0, exactly
-    gumbel_sample's), whose winner is the token wherever the filters keep it."""
+    block's largest finite key, and its partials of the unfiltered Gumbel-max sample (stream 0,
+    exactly gumbel_sample's), whose winner is the token wherever the filters keep it. (Neither the
+    smallest key nor the finite count is needed: searches start below every finite key, and a top-k
+    of at least the finite count finds the smallest finite key, keeping all, as top-k then must.)"""
     V = aligned(V, VOCAB_ALIGN)
     b = tl.program_id(0)
     block = tl.program_id(1)
@@ -524,11 +527,8 @@ def filter_stats_kernel(
     out = b64 * num_blocks + block
     x = store_sampled_block(logits_ptr, b, row_stride, V, block * BLOCK_V, seed, position, temperature,
                             unfiltered_score_ptr, unfiltered_index_ptr, out, 0, BLOCK_V, ROW_ALIGN, FP64, FAST_MATH)
-    largest, smallest, count = _finite_extremes(x)
-    key_max, key_min = _extreme_keys(largest, smallest, count, KEY_SHIFT)
-    lanes = tl.arange(0, 4)
-    tl.store(stats_ptr + out * 4 + lanes, tl.where(lanes == 0, key_max, tl.where(lanes == 1, key_min, count)),
-             mask=lanes < 3)
+    largest = tl.max(tl.where(tl.abs(x) < float("inf"), x, float("-inf")), axis=0)
+    tl.store(stats_ptr + out, tl.where(largest > float("-inf"), _key(largest, KEY_SHIFT), -(2**31)))
 
 
 @triton.jit
@@ -562,11 +562,13 @@ def filter_row_kernel(
     temperature = load_temperature(temperature_ptr, b)
     blocks = tl.arange(0, REDUCE_BLOCK)
     in_row = blocks < num_blocks
-    stats = stats_ptr + (b64 * num_blocks + blocks) * 4
-    block_max = tl.load(stats, mask=in_row, other=-(2**31))
+    block_max = tl.load(stats_ptr + b64 * num_blocks + blocks, mask=in_row, other=-(2**31))
     key_max = tl.max(block_max, axis=0).to(tl.int64)
-    key_min = tl.min(tl.load(stats + 1, mask=in_row, other=2**31 - 1), axis=0).to(tl.int64)
-    count = tl.sum(tl.load(stats + 2, mask=in_row, other=0).to(tl.int64), axis=0)
+    # The finite count stands in as _ALL_FINITE (rows with a finite logit) or 0: every use of it asks
+    # whether top-k is active (k < count) or a finite logit exists, and a search from below every
+    # finite key (LOWEST_KEY) keeps all where top-k is at least the true count.
+    count = tl.where(key_max > -(2**31), _ALL_FINITE, 0).to(tl.int64)
+    key_min = _key(tl.full([], -3.4028234663852886e38, tl.float32), KEY_SHIFT).to(tl.int64)  # below every finite key
     winner, overflow = reduce_block_best_flagged(unfiltered_score_ptr, unfiltered_index_ptr, b, num_blocks, FP64,
                                                  REDUCE_BLOCK, False)
     # Greedy rows, rows that overflow and rows without a finite logit are not filtered: their
@@ -649,7 +651,7 @@ def filter_winner_sums_kernel(
             sums = _chunk_winner_sums(logits_ptr + tl.multiple_of(b64 * row_stride, ROW_ALIGN), first, first + chunk,
                                       V, tl.load(state + 6).to(tl.int32), temperature, tl.load(state), KEY_SHIFT,
                                       FP64, THREADS, VEC, WAYS, WIDE_SUMS, HAS_TOP_P,
-                                      block_stats_ptr + b64 * num_blocks * 4, num_blocks, BLOCK_V, TILE_BLOCKS)
+                                      block_stats_ptr + b64 * num_blocks, num_blocks, BLOCK_V, TILE_BLOCKS)
             tl.store(partial_out_ptr.to(tl.pointer_type(tl.int64)) + (b64 * num_chunks + c) * WAYS
                      + tl.arange(0, WAYS), sums)
 
@@ -717,7 +719,7 @@ def filter_step_kernel(
                 _store_state(state_out_ptr, b64, key_max, key_min, count, lo, hi, normalizer, key_w, status)
             if hi - lo > 1:
                 above = _chunk_above(row_ptr, first, first + chunk, V, lo, hi, temperature, key_max, PHASE, KEY_SHIFT,
-                                     FP64, THREADS, VEC, WAYS, WIDE_SUMS, block_stats_ptr + b64 * num_blocks * 4,
+                                     FP64, THREADS, VEC, WAYS, WIDE_SUMS, block_stats_ptr + b64 * num_blocks,
                                      num_blocks, BLOCK_V, TILE_BLOCKS)
                 tl.store(partial_out_ptr.to(tl.pointer_type(tl.int64)) + (b64 * num_chunks + c) * WAYS
                          + tl.arange(0, WAYS), above)
@@ -791,7 +793,7 @@ def filtered_partial_kernel(
                 if block < num_blocks:
                     out = b64 * num_blocks + block
                     first_col = block * BLOCK_V
-                    if tl.load(block_stats_ptr + out * 4) < threshold:  # no kept column: no candidate, unread
+                    if tl.load(block_stats_ptr + out) < threshold:  # no kept column: no candidate, unread
                         _store_partial(partial_score_ptr, partial_index_ptr, out, float("-inf"), first_col, FP64)
                     else:
                         _filtered_block_partial(logits_ptr, seeds_ptr, positions_ptr, min_p_ptr, unfiltered_score_ptr,
@@ -1212,7 +1214,7 @@ def plan_top_k_top_p_sample(logits: ArgSpec, seeds: ArgSpec, target: Target, *, 
     # int64 state and partials as pairs of int32 words (no jax_enable_x64 needed); the search
     # launches alternate between two of each (each reads the one before's)
     words = 2 if fp64 else 1  # f64 partial scores are stored as two f32 words
-    buffers = [Buffer("block_stats", (batch, 4 * gumbel.num_blocks), "int32"),
+    buffers = [Buffer("block_stats", (batch, gumbel.num_blocks), "int32"),
                Buffer("unfiltered_score", (batch, gumbel.num_blocks * words), "float32"),
                Buffer("unfiltered_index", (batch, gumbel.num_blocks), "int32")]
     buffers += [Buffer(f"state_{i}", (batch, 2 * STATE_WORDS), "int32") for i in (0, 1)]
