@@ -308,28 +308,20 @@ def _extreme_keys(largest, smallest, count, KEY_SHIFT: tl.constexpr):
 
 
 @triton.jit
-def _chunk_tile_maxima(block_stats_ptr, first, num_blocks, TILE: tl.constexpr, BLOCK_V: tl.constexpr,
-                       TILE_BLOCKS: tl.constexpr, CHUNK_TILES: tl.constexpr):
-    """[CHUNK_TILES] the largest finite key of each TILE-column tile from column `first`, from
-    filter_stats_kernel's block statistics of the row (-2**31 without one): the blocks it covers
-    (TILE_BLOCKS of them; a tile lies in one block when it is no wider). Read at once, before the
-    tiles: a tile whose keys are all below the pivots is never loaded, and none waits on a load of
-    its own to find out."""
-    blocks = ((first + tl.arange(0, CHUNK_TILES) * TILE) // BLOCK_V)[:, None] + tl.arange(0, TILE_BLOCKS)[None, :]
-    return tl.max(tl.load(block_stats_ptr + blocks, mask=blocks < num_blocks, other=-(2**31)), axis=1)
-
-
-@triton.jit
-def _tile_maximum(maxima, tile, CHUNK_TILES: tl.constexpr):
-    """Element `tile` of _chunk_tile_maxima's [CHUNK_TILES]."""
-    return tl.max(tl.where(tl.arange(0, CHUNK_TILES) == tile, maxima, -(2**31)), axis=0)
+def _tile_max_key(block_stats_ptr, start, num_blocks, BLOCK_V: tl.constexpr, TILE_BLOCKS: tl.constexpr):
+    """The largest finite key of the tile at column `start` from filter_stats_kernel's block
+    statistics of the row (-2**31 without one): the blocks it covers (TILE_BLOCKS of them; a tile lies
+    in one block when it is no wider). A tile whose keys are all below the pivots is never loaded.
+    (Reading a chunk's tile maxima at once, before its tiles, was no faster: lab INDEX.)"""
+    blocks = start // BLOCK_V + tl.arange(0, TILE_BLOCKS)
+    return tl.max(tl.load(block_stats_ptr + blocks, mask=blocks < num_blocks, other=-(2**31)), axis=0)
 
 
 @triton.jit
 def _chunk_above(row_ptr, first, end, V, lo, hi, temperature, key_max, PHASE: tl.constexpr, KEY_SHIFT: tl.constexpr,
                  FP64: tl.constexpr, THREADS: tl.constexpr, VEC: tl.constexpr, WAYS: tl.constexpr,
                  WIDE_SUMS: tl.constexpr, block_stats_ptr=None, num_blocks=0, BLOCK_V: tl.constexpr = 0,
-                 TILE_BLOCKS: tl.constexpr = 1, CHUNK_TILES: tl.constexpr = 1):
+                 TILE_BLOCKS: tl.constexpr = 1):
     """[WAYS] int64: the count (PHASE_TOP_K) or fixed-point mass (PHASE_TOP_P) of the keys in columns
     [first, end) that are >= each pivot lo + (hi - lo) * i // WAYS. With BLOCK_V (the launches' plan:
     filter_stats_kernel's block statistics of the row at `block_stats_ptr`), tiles whose largest key is
@@ -340,14 +332,11 @@ def _chunk_above(row_ptr, first, end, V, lo, hi, temperature, key_max, PHASE: tl
     # tile: 2 ms at B = 256 on an H200); int32: a thread adds at most MAX_COLUMNS_PER_THREAD counts,
     # or masses <= 2**24 (longer chunks: int64, WIDE_SUMS)
     above = tl.zeros([WAYS, THREADS], tl.int64 if WIDE_SUMS else tl.int32)
-    if BLOCK_V > 0:
-        maxima = _chunk_tile_maxima(block_stats_ptr, first, num_blocks, THREADS * VEC, BLOCK_V, TILE_BLOCKS,
-                                    CHUNK_TILES)
     start = first
     while start < end:
         relevant = True
         if BLOCK_V > 0:
-            relevant = _tile_maximum(maxima, (start - first) // (THREADS * VEC), CHUNK_TILES) >= lo
+            relevant = _tile_max_key(block_stats_ptr, start, num_blocks, BLOCK_V, TILE_BLOCKS) >= lo
         if relevant:
             x, key, finite = _tile_keys(row_ptr, start, V, KEY_SHIFT, THREADS, VEC)
             is_above = key[None, :, :] >= pivots  # non-finite keys (-2**31) are below every pivot
@@ -645,7 +634,6 @@ def filter_winner_sums_kernel(
     WAYS: tl.constexpr,
     BLOCK_V: tl.constexpr,
     TILE_BLOCKS: tl.constexpr,
-    CHUNK_TILES: tl.constexpr,  # a power of two >= the tiles of a chunk
     WIDE_SUMS: tl.constexpr = False,
     ITEMS: tl.constexpr = 1,
 ):
@@ -667,8 +655,7 @@ def filter_winner_sums_kernel(
             sums = _chunk_winner_sums(logits_ptr + tl.multiple_of(b64 * row_stride, ROW_ALIGN), first, first + chunk,
                                       V, tl.load(state + 6).to(tl.int32), temperature, tl.load(state), KEY_SHIFT,
                                       FP64, THREADS, VEC, WAYS, WIDE_SUMS, HAS_TOP_P,
-                                      block_stats_ptr + b64 * num_blocks, num_blocks, BLOCK_V, TILE_BLOCKS,
-                                      CHUNK_TILES)
+                                      block_stats_ptr + b64 * num_blocks, num_blocks, BLOCK_V, TILE_BLOCKS)
             tl.store(partial_out_ptr.to(tl.pointer_type(tl.int64)) + (b64 * num_chunks + c) * WAYS
                      + tl.arange(0, WAYS), sums)
 
@@ -705,7 +692,6 @@ def filter_step_kernel(
     MAX_CHUNKS: tl.constexpr,
     BLOCK_V: tl.constexpr,  # columns of a block of block_stats
     TILE_BLOCKS: tl.constexpr,  # blocks a tile covers (1 when a tile is no wider than a block)
-    CHUNK_TILES: tl.constexpr,  # a power of two >= the tiles of a chunk
     WIDE_SUMS: tl.constexpr = False,  # config.wide_sums
     ITEMS: tl.constexpr = 1,  # 1, or config.late_items
 ):
@@ -738,7 +724,7 @@ def filter_step_kernel(
             if hi - lo > 1:
                 above = _chunk_above(row_ptr, first, first + chunk, V, lo, hi, temperature, key_max, PHASE, KEY_SHIFT,
                                      FP64, THREADS, VEC, WAYS, WIDE_SUMS, block_stats_ptr + b64 * num_blocks,
-                                     num_blocks, BLOCK_V, TILE_BLOCKS, CHUNK_TILES)
+                                     num_blocks, BLOCK_V, TILE_BLOCKS)
                 tl.store(partial_out_ptr.to(tl.pointer_type(tl.int64)) + (b64 * num_chunks + c) * WAYS
                          + tl.arange(0, WAYS), above)
         elif (item % num_chunks == 0) & (item < batch * num_chunks):
@@ -1132,7 +1118,7 @@ def filtered_one_launch_kernel(
 def _chunk_winner_sums(row_ptr, first, end, V, key_w, temperature, key_max, KEY_SHIFT: tl.constexpr, FP64: tl.constexpr,
                        THREADS: tl.constexpr, VEC: tl.constexpr, WAYS: tl.constexpr, WIDE_SUMS: tl.constexpr,
                        MASSES: tl.constexpr = True, block_stats_ptr=None, num_blocks=0, BLOCK_V: tl.constexpr = 0,
-                       TILE_BLOCKS: tl.constexpr = 1, CHUNK_TILES: tl.constexpr = 1):
+                       TILE_BLOCKS: tl.constexpr = 1):
     """[WAYS] int64 over columns [first, end), lanes 0-3 (0 beyond): the count of the keys > key_w, the fixed-point mass
     (_chunk_above's) of the keys > key_w, of the keys >= key_w, and of all finite keys (the masses only with MASSES:
     top-p is given)."""
@@ -1140,14 +1126,11 @@ def _chunk_winner_sums(row_ptr, first, end, V, key_w, temperature, key_max, KEY_
     mass_above = tl.zeros([VEC, THREADS], tl.int64 if WIDE_SUMS else tl.int32)
     mass_from = tl.zeros_like(mass_above)
     mass_all = tl.zeros_like(mass_above)
-    if BLOCK_V > 0 and not MASSES:
-        maxima = _chunk_tile_maxima(block_stats_ptr, first, num_blocks, THREADS * VEC, BLOCK_V, TILE_BLOCKS,
-                                    CHUNK_TILES)
     start = first
     while start < end:
         relevant = True
         if BLOCK_V > 0 and not MASSES:  # counts only: a tile without a key above the winner's adds nothing
-            relevant = _tile_maximum(maxima, (start - first) // (THREADS * VEC), CHUNK_TILES) > key_w
+            relevant = _tile_max_key(block_stats_ptr, start, num_blocks, BLOCK_V, TILE_BLOCKS) > key_w
         if relevant:
             x, key, finite = _tile_keys(row_ptr, start, V, KEY_SHIFT, THREADS, VEC)
             above += (key > key_w).to(tl.int32)
@@ -1249,9 +1232,7 @@ def plan_top_k_top_p_sample(logits: ArgSpec, seeds: ArgSpec, target: Target, *, 
                     WIDE_SUMS=config.wide_sums, num_warps=config.num_warps, **options)
     unfiltered = ("unfiltered_score", "unfiltered_index")
     # the search tiles' blocks of block_stats (both powers of two: a tile lies in one block, or covers whole ones)
-    tile = config.threads * config.vec
-    tiles = dict(BLOCK_V=gumbel.block_v, TILE_BLOCKS=max(1, tile // gumbel.block_v),
-                 CHUNK_TILES=triton.next_power_of_2(triton.cdiv(config.chunk, tile)))
+    tiles = dict(BLOCK_V=gumbel.block_v, TILE_BLOCKS=max(1, config.threads * config.vec // gumbel.block_v))
     search = has_top_k or has_top_p
     launches = [
         launch(filter_stats_kernel, (batch, gumbel.num_blocks),
