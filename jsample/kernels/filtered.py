@@ -141,7 +141,7 @@ class FilteredLaunchConfig:
     num_chunks: int  # programs per row in the stats and search launches
     chunk: int  # columns per chunk, a multiple of threads * vec
     vec: int  # contiguous columns a thread loads at once: 16 bytes
-    threads: int  # the tiles' second dimension: 32 * num_warps (more with large_programs, and for float32 at many rows)
+    threads: int  # the tiles' second dimension: 32 * num_warps (more: large_programs; float32 at many rows)
     wide_sums: bool  # chunk > MAX_COLUMNS_PER_THREAD per thread (V > 524288): int64 per-thread mass sums
     late_items: int = 1  # work items a program takes in a search's second half (_program_items)
     num_warps: int = 4
