@@ -568,10 +568,11 @@ def filter_row_kernel(
     block_max = tl.load(stats_ptr + b64 * num_blocks + blocks, mask=in_row, other=-(2**31))
     key_max = tl.max(block_max, axis=0).to(tl.int64)
     # The finite count stands in as _ALL_FINITE (rows with a finite logit) or 0: every use of it asks
-    # whether top-k is active (k < count) or a finite logit exists, and a search from below every
-    # finite key (LOWEST_KEY) keeps all where top-k is at least the true count.
+    # whether top-k is active (k < count) or a finite logit exists, and a search that starts at or
+    # below every finite key (key_min: here the key of the lowest finite float) keeps all where top-k
+    # is at least the true count.
     count = tl.where(key_max > -(2**31), _ALL_FINITE, 0).to(tl.int64)
-    key_min = _key(tl.full([], -3.4028234663852886e38, tl.float32), KEY_SHIFT).to(tl.int64)  # below every finite key
+    key_min = _key(tl.full([], -3.4028234663852886e38, tl.float32), KEY_SHIFT).to(tl.int64)
     winner, overflow = reduce_block_best_flagged(unfiltered_score_ptr, unfiltered_index_ptr, b, num_blocks, FP64,
                                                  REDUCE_BLOCK, False)
     # Greedy rows, rows that overflow and rows without a finite logit are not filtered: their
