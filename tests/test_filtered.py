@@ -178,6 +178,11 @@ def test_filtered_tokens_do_not_depend_on_the_tiling(monkeypatch, force_target):
             sample = next(step for step in plan.launches if step.kernel is filtered.filtered_partial_kernel)
             assert dict(search.constexprs)["WAYS"] == 8 and search.num_warps == 2
             assert dict(sample.constexprs)["BLOCK_V"] == 512 and sample.num_warps == 1
+            # the second half of each search takes late_items work items a program, the rest one
+            items = [dict(step.constexprs)["ITEMS"] for step in plan.launches
+                     if step.kernel is filtered.filter_step_kernel]
+            steps = len(items) // 2  # two searches (top-k, top-p) of search_steps launches each
+            assert items == ([1] * (steps // 2) + [filtered.MANY_ROWS_LATE_ITEMS] * (steps - steps // 2)) * 2, items
     assert len(tilings) == 6  # every run had a tiling of its own
     for tokens in results[1:]:
         np.testing.assert_array_equal(tokens, results[0])
