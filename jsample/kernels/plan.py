@@ -8,9 +8,11 @@ compile options. Every launch decision is made there, once; an executor only all
 to arrays and launches (torch_backend/_execute.py, jsample/_jax/_execute.py). Identical plans are what
 make identical tokens possible, and the tests run every plan an input can get.
 
-Buffers follow value semantics in both executors: a launch's outputs are written whole (or, when
-`zeroed`, start at zero); a buffer name written by several launches (ping-pong state) is, in JAX, a
-new value each time and, in torch, the same memory. A buffer no launch writes is a constant zero
+Buffers follow value semantics in both executors: a launch writes every element of its outputs
+that a later launch (or the plan's result) reads, or the buffer is `zeroed` and starts at zero; a
+buffer name written by several launches (ping-pong state) is, in JAX, a new, uninitialised value
+each time and, in torch, the same memory, so a launch may not leave an element for an earlier
+launch's value to show through (filter_step_kernel copies the state of the rows it skips). A buffer no launch writes is a constant zero
 array (e.g. a stand-in for an empty input, never read). A plan names its results in `outputs`;
 further outputs (e.g. log-probabilities) or further kinds of steps (e.g. a collective over a
 vocabulary-sharded axis) extend `Plan` without changing the executors' contract.
