@@ -121,8 +121,7 @@ def main():
              "of 100 calls (JAX, including dispatch). `read_once_us`: one Triton launch reading the logits once "
              "(CUDA graph). `x_gumbel`: us / the CUDA-graph time of torch_backend.gumbel_sample on the same logits "
              "in this run (the 'none' row). FlashInfer gets the logits divided by T (its kernel takes no temperature) "
-             "and the "
-             "division is timed with it. Command: `XLA_PYTHON_CLIENT_PREALLOCATE=false python "
+             "and the division is timed with it. Command: `XLA_PYTHON_CLIENT_PREALLOCATE=false python "
              "benchmarks/bench_filtered.py --out benchmarks/results --git-sha <sha>`.")
     harness.write_results(args.out, "filtered", harness.environment(args.git_sha), rows,
                           ["family", "B", "V", "filters", "provider", "us", "read_once_us", "read_once_fraction",

@@ -109,7 +109,9 @@ PHASE_TOP_K = 1
 PHASE_TOP_P = 2
 PHASE_SAMPLE = 3
 PHASE_WINNER = 4
-STATE_WORDS = 8  # int64 per row: key max, key min, finite count, lo, hi, top-p normaliser, winner key, status
+# int64 per row: key max, key min, finite count, lo, hi, top-p normaliser, winner key, status (the launches'
+# plan keeps a search floor below every finite key as key min, and ALL_FINITE or 0 as the count)
+STATE_WORDS = 8
 # a row's status in the launches' plan (state word 7): whether the unfiltered winner is the token
 STATUS_DONE = 0  # it is (or the row is not filtered: greedy, overflowing, no finite logit)
 STATUS_CHECK = 1  # min-p keeps it; the first search launch decides top-k and top-p from the winner's sums
