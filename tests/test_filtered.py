@@ -470,3 +470,38 @@ def test_filtered_launches_plan_top_k_bound_from_block_maxima(force_target, monk
     assert dict(row.constexprs)["REDUCE_BLOCK"] == blocks
     tokens = both_frontends(OP, logits, seeds, positions, temperature, top_k=top_k, top_p=top_p, min_p=min_p)
     np.testing.assert_array_equal(tokens, expected)
+
+
+def test_filtered_launches_plan_winner_sums_skip_tiles_below_the_winner_only_under_an_active_top_k(
+        force_target, monkeypatch):
+    """The launches' plan's winner sums with top-k and top-p skip the tiles whose largest key is below
+    the winner's where top-k is active (its decision reads no mass below the winner), and read every
+    tile where it is not (top-p then needs all the mass). Rows of both kinds, whose winners top-p keeps
+    and drops, with the mass spread over every tile, give the reference's tokens in both frontends."""
+    from jsample.kernels import filtered
+
+    monkeypatch.setattr(filtered, "MANY_ROWS_ELEMENTS", 0)  # the large-batch tiling: blocks of 512 columns
+    monkeypatch.setattr(kernels, "plan_top_k_top_p_sample",
+                        functools.partial(filtered.plan_top_k_top_p_sample.__wrapped__))
+    force_target(large_programs=False, resident_programs=0)  # the launches' plan
+    rng = np.random.default_rng(23)
+    batch, vocab = 64, 2048
+    # tiles of different spreads, in a random order: some tiles' largest logits lie just above the winner's
+    spreads = np.array([rng.permutation([0.3, 0.5, 0.7, 0.9]) for _ in range(batch)]).repeat(vocab // 4, axis=1)
+    logits = (rng.standard_normal((batch, vocab)) * spreads).astype(np.float32)
+    seeds, positions = make_requests(rng, batch)
+    temperature = np.full(batch, 1.0, np.float32)
+    top_k = rng.choice(np.int32([0, 600, 1500]), size=batch).astype(np.int32)
+    top_p = rng.choice(np.float32([0.3, 0.6]), size=batch).astype(np.float32)
+    tokens = both_frontends(OP, logits, seeds, positions, temperature, top_k=top_k, top_p=top_p)
+    assert_tokens_match_reference(tokens, logits, seeds, positions, temperature, top_k, top_p,
+                                  np.zeros(batch, np.float32))
+    # the winner's sums decide rows of every kind: top-k active or not, the winner kept by top-p or not
+    winners = both_frontends("gumbel_sample", logits, seeds, positions, temperature)
+    kinds = set()
+    for b in range(batch):
+        by_top_k = kept_tokens(logits[b], temperature[b], int(top_k[b]), None, None)
+        if by_top_k[winners[b]] and winners[b] != logits[b].argmax():
+            kept = kept_tokens(logits[b], temperature[b], int(top_k[b]), top_p[b], None)[winners[b]]
+            kinds.add((bool(top_k[b] > 0), bool(kept)))
+    assert kinds == {(True, True), (True, False), (False, True), (False, False)}, kinds

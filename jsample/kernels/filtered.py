@@ -620,6 +620,7 @@ def _kth_largest_block_key(block_max, k, lo, key_max, KEY_SHIFT: tl.constexpr):
 def filter_winner_sums_kernel(
     logits_ptr,  # [B, V] f32|bf16|f16, rows `row_stride` elements apart, columns contiguous
     temperature_ptr,  # [B] f32
+    top_k_ptr,  # [B] i32|i64 (read when HAS_TOP_K)
     state_ptr,  # from filter_row_kernel
     block_stats_ptr,  # filter_stats_kernel's
     V,
@@ -629,6 +630,7 @@ def filter_winner_sums_kernel(
     chunk,  # columns per chunk
     num_blocks,
     partial_out_ptr,  # [B, num_chunks, WAYS] i64 as i32 words: the chunk's winner sums (STATUS_CHECK rows)
+    HAS_TOP_K: tl.constexpr,
     HAS_TOP_P: tl.constexpr,
     KEY_SHIFT: tl.constexpr,
     FP64: tl.constexpr,
@@ -644,7 +646,9 @@ def filter_winner_sums_kernel(
 ):
     """Grid (cdiv(B * num_chunks, ITEMS),), a row's chunk an item (_program_items): for STATUS_CHECK rows,
     the chunk's counts (and, with HAS_TOP_P, masses) that decide whether top-k and top-p keep the
-    unfiltered winner (_chunk_winner_sums)."""
+    unfiltered winner (_chunk_winner_sums). Where top-k is active, _keeps_winner reads no mass of the
+    keys below the winner's, so tiles below it are skipped unread (lane 3 is then not all the mass);
+    top-p alone needs all the mass, and reads every tile."""
     V = aligned(V, VOCAB_ALIGN)
     chunk = aligned(chunk, THREADS * VEC)
     items, statuses = _program_items(state_ptr, num_chunks, batch * num_chunks, ITEMS)
@@ -657,10 +661,18 @@ def filter_winner_sums_kernel(
             state = state_ptr.to(tl.pointer_type(tl.int64)) + b64 * _STATE_WORDS
             temperature = load_temperature(temperature_ptr, b)
             first = c * chunk
+            key_w = tl.load(state + 6).to(tl.int32)
+            tiles_from = key_w + 1  # counts alone: the keys above the winner's
+            if HAS_TOP_P:
+                tiles_from = -(2**31)  # all the mass: every tile
+                if HAS_TOP_K:
+                    # an active top-k, as _keeps_winner decides it: the masses of the keys >= the winner's
+                    k = tl.load(top_k_ptr + b64).to(tl.int64)
+                    tiles_from = tl.where((k >= 1) & (k < tl.load(state + 2)), key_w, tiles_from)
             sums = _chunk_winner_sums(logits_ptr + tl.multiple_of(b64 * row_stride, ROW_ALIGN), first, first + chunk,
-                                      V, tl.load(state + 6).to(tl.int32), temperature, tl.load(state), KEY_SHIFT,
-                                      FP64, THREADS, VEC, WAYS, WIDE_SUMS, HAS_TOP_P,
-                                      block_stats_ptr + b64 * num_blocks, num_blocks, BLOCK_V, TILE_BLOCKS)
+                                      V, key_w, temperature, tl.load(state), KEY_SHIFT, FP64, THREADS, VEC, WAYS,
+                                      WIDE_SUMS, HAS_TOP_P, HAS_TOP_K, tiles_from, block_stats_ptr + b64 * num_blocks,
+                                      num_blocks, BLOCK_V, TILE_BLOCKS)
             tl.store(partial_out_ptr.to(tl.pointer_type(tl.int64)) + (b64 * num_chunks + c) * WAYS
                      + tl.arange(0, WAYS), sums)
 
@@ -1067,7 +1079,7 @@ def filtered_one_launch_kernel(
             # the largest logit they always keep)
             if kept & (key_w < key_max):
                 sums = _chunk_winner_sums(row_ptr, first, end, V, key_w, temperature, key_max, KEY_SHIFT, FP64, THREADS,
-                                          VEC, WAYS, WIDE_SUMS, HAS_TOP_P)
+                                          VEC, WAYS, WIDE_SUMS, HAS_TOP_P, HAS_TOP_K)
                 tl.store(partials + (num_chunks + c) * WAYS + ways, sums)
                 _row_barrier(arrivals, 2 * num_chunks)
                 sums = tl.sum(_gather_partials(partials, 1, num_chunks, MAX_CHUNKS, WAYS), axis=0)
@@ -1122,11 +1134,14 @@ def filtered_one_launch_kernel(
 @triton.jit
 def _chunk_winner_sums(row_ptr, first, end, V, key_w, temperature, key_max, KEY_SHIFT: tl.constexpr, FP64: tl.constexpr,
                        THREADS: tl.constexpr, VEC: tl.constexpr, WAYS: tl.constexpr, WIDE_SUMS: tl.constexpr,
-                       MASSES: tl.constexpr = True, block_stats_ptr=None, num_blocks=0, BLOCK_V: tl.constexpr = 0,
-                       TILE_BLOCKS: tl.constexpr = 1):
+                       MASSES: tl.constexpr = True, COUNTS: tl.constexpr = True, tiles_from=-(2**31),
+                       block_stats_ptr=None, num_blocks=0, BLOCK_V: tl.constexpr = 0, TILE_BLOCKS: tl.constexpr = 1):
     """[WAYS] int64 over columns [first, end), lanes 0-3 (0 beyond): the count of the keys > key_w, the fixed-point mass
-    (_chunk_above's) of the keys > key_w, of the keys >= key_w, and of all finite keys (the masses only with MASSES:
-    top-p is given)."""
+    (_chunk_above's) of the keys > key_w, of the keys >= key_w, and of all finite keys (the counts and the mass of the
+    keys >= key_w only with COUNTS: top-k is given; the masses only with MASSES: top-p is given). With BLOCK_V (the
+    block statistics at `block_stats_ptr`), tiles whose largest key is below `tiles_from` are skipped unread: they add
+    nothing to lanes 0-2 where tiles_from <= key_w (+ 1 for lane 0 alone), and lane 3 is then the mass of the tiles
+    read only."""
     above = tl.zeros([VEC, THREADS], tl.int32)
     mass_above = tl.zeros([VEC, THREADS], tl.int64 if WIDE_SUMS else tl.int32)
     mass_from = tl.zeros_like(mass_above)
@@ -1134,15 +1149,18 @@ def _chunk_winner_sums(row_ptr, first, end, V, key_w, temperature, key_max, KEY_
     start = first
     while start < end:
         relevant = True
-        if BLOCK_V > 0 and not MASSES:  # counts only: a tile without a key above the winner's adds nothing
-            relevant = _tile_max_key(block_stats_ptr, start, num_blocks, BLOCK_V, TILE_BLOCKS) > key_w
+        if BLOCK_V > 0:
+            if tiles_from > -(2**31):
+                relevant = _tile_max_key(block_stats_ptr, start, num_blocks, BLOCK_V, TILE_BLOCKS) >= tiles_from
         if relevant:
             x, key, finite = _tile_keys(row_ptr, start, V, KEY_SHIFT, THREADS, VEC)
-            above += (key > key_w).to(tl.int32)
+            if COUNTS:
+                above += (key > key_w).to(tl.int32)
             if MASSES:
                 mass = (_relative_probability(x, temperature, key_max, KEY_SHIFT, FP64) * _MASS_SCALE).to(tl.int32)
                 mass_above += tl.where(key > key_w, mass, 0).to(mass_above.dtype)
-                mass_from += tl.where(key >= key_w, mass, 0).to(mass_above.dtype)
+                if COUNTS:
+                    mass_from += tl.where(key >= key_w, mass, 0).to(mass_above.dtype)
                 mass_all += mass.to(mass_above.dtype)
         start += THREADS * VEC
     lanes = tl.arange(0, WAYS)
@@ -1254,8 +1272,8 @@ def plan_top_k_top_p_sample(logits: ArgSpec, seeds: ArgSpec, target: Target, *, 
     if search:
         launches.append(launch(
             filter_winner_sums_kernel, (batch * config.num_chunks,),
-            ("logits", "temperature", "state_0", "block_stats", vocab, row_stride, batch, config.num_chunks,
-             config.chunk, gumbel.num_blocks), ("partials_0",), HAS_TOP_P=has_top_p, ITEMS=1, **searches, **tiles))
+            ("logits", "temperature", top_k, "state_0", "block_stats", vocab, row_stride, batch, config.num_chunks,
+             config.chunk, gumbel.num_blocks), ("partials_0",), **filters, ITEMS=1, **searches, **tiles))
         partials = "partials_0"
     for i, step in enumerate(steps[1:-1]):
         new_state, new_partials = f"state_{(i + 1) % 2}", f"partials_{(i + 1) % 2}"
