@@ -281,17 +281,22 @@ def _relative_probability(x, temperature, key_max, KEY_SHIFT: tl.constexpr, FP64
 
 
 @triton.jit
-def _tile_keys(row_ptr, start, V, KEY_SHIFT: tl.constexpr, THREADS: tl.constexpr, VEC: tl.constexpr):
+def _tile_logits(row_ptr, start, V, THREADS: tl.constexpr, VEC: tl.constexpr):
     """The [VEC, THREADS] logits from column `start` (VEC contiguous columns a thread: 16-byte loads),
-    widened to FP32, their keys (-2**31, below every key of a finite logit, where not finite or past V)
-    and whether they are finite. Threads run along the last dimension: the compiler gives the lanes
+    widened to FP32 (-inf past V). Threads run along the last dimension: the compiler gives the lanes
     to the last dimension of the [WAYS, VEC, THREADS] comparisons too, so that each thread compares
     its own columns (with THREADS first, lanes went to VEC and WAYS, and every tile crossed shared
-    memory)."""
+    memory).
+
+    The kernels compare these values with _key_value(t) instead of comparing their keys with t (fewer
+    instructions a column): for the values of the logits' dtype, key(x) >= t iff x >= _key_value(t),
+    for finite x. _key_value(t) is a value with key t (for t >= 0 the smallest, for t < 0 the largest:
+    the only one of the dtype, since the KEY_SHIFT dropped bits of a widened value are zero, so no
+    other value of the dtype shares its key); -0.0 and +0.0 compare equal, as their keys are. NaN and
+    -inf are below every finite value; +inf, whose key stands below every pivot, must be masked where
+    it is counted."""
     cols = start + tl.arange(0, VEC)[:, None] + tl.arange(0, THREADS)[None, :] * VEC
-    x = tl.load(row_ptr + cols, mask=cols < V, other=float("-inf")).to(tl.float32)
-    finite = tl.abs(x) < float("inf")
-    return x, tl.where(finite, _key(x, KEY_SHIFT), -(2**31)), finite
+    return tl.load(row_ptr + cols, mask=cols < V, other=float("-inf")).to(tl.float32)
 
 
 @triton.jit
@@ -331,7 +336,7 @@ def _chunk_above(row_ptr, first, end, V, lo, hi, temperature, key_max, PHASE: tl
     filter_stats_kernel's block statistics of the row at `block_stats_ptr`), tiles whose largest key is
     below lo add nothing and are skipped unread."""
     ways = tl.arange(0, WAYS)
-    pivots = (lo + ((hi - lo) * ways) // WAYS).to(tl.int32)[:, None, None]
+    pivot_values = _key_value((lo + ((hi - lo) * ways) // WAYS).to(tl.int32), KEY_SHIFT)[:, None, None]
     # per-thread accumulators, reduced once at the end (a reduction per tile cost a shuffle tree per
     # tile: 2 ms at B = 256 on an H200); int32: a thread adds at most MAX_COLUMNS_PER_THREAD counts,
     # or masses <= 2**24 (longer chunks: int64, WIDE_SUMS)
@@ -342,8 +347,10 @@ def _chunk_above(row_ptr, first, end, V, lo, hi, temperature, key_max, PHASE: tl
         if BLOCK_V > 0:
             relevant = _tile_max_key(block_stats_ptr, start, num_blocks, BLOCK_V, TILE_BLOCKS) >= lo
         if relevant:
-            x, key, finite = _tile_keys(row_ptr, start, V, KEY_SHIFT, THREADS, VEC)
-            is_above = key[None, :, :] >= pivots  # non-finite keys (-2**31) are below every pivot
+            x = _tile_logits(row_ptr, start, V, THREADS, VEC)
+            if PHASE == _TOP_K:  # +inf is not counted (its key is below every pivot)
+                x = tl.where(x < float("inf"), x, float("-inf"))
+            is_above = x[None, :, :] >= pivot_values  # key(x) >= pivot (_tile_logits)
             if PHASE == _TOP_K:
                 above += tl.sum(is_above.to(tl.int32), axis=1)
             else:
@@ -1142,6 +1149,9 @@ def _chunk_winner_sums(row_ptr, first, end, V, key_w, temperature, key_max, KEY_
     block statistics at `block_stats_ptr`), tiles whose largest key is below `tiles_from` are skipped unread: they add
     nothing to lanes 0-2 where tiles_from <= key_w (+ 1 for lane 0 alone), and lane 3 is then the mass of the tiles
     read only."""
+    # key > key_w iff x >= the value of key_w + 1, and key >= key_w iff x >= the value of key_w (_tile_logits)
+    above_w = _key_value(key_w + 1, KEY_SHIFT)
+    from_w = _key_value(key_w, KEY_SHIFT)
     above = tl.zeros([VEC, THREADS], tl.int32)
     mass_above = tl.zeros([VEC, THREADS], tl.int64 if WIDE_SUMS else tl.int32)
     mass_from = tl.zeros_like(mass_above)
@@ -1153,14 +1163,14 @@ def _chunk_winner_sums(row_ptr, first, end, V, key_w, temperature, key_max, KEY_
             if tiles_from > -(2**31):
                 relevant = _tile_max_key(block_stats_ptr, start, num_blocks, BLOCK_V, TILE_BLOCKS) >= tiles_from
         if relevant:
-            x, key, finite = _tile_keys(row_ptr, start, V, KEY_SHIFT, THREADS, VEC)
+            x = _tile_logits(row_ptr, start, V, THREADS, VEC)
             if COUNTS:
-                above += (key > key_w).to(tl.int32)
-            if MASSES:
+                above += ((x >= above_w) & (x < float("inf"))).to(tl.int32)  # +inf is not counted
+            if MASSES:  # (non-finite logits have no mass)
                 mass = (_relative_probability(x, temperature, key_max, KEY_SHIFT, FP64) * _MASS_SCALE).to(tl.int32)
-                mass_above += tl.where(key > key_w, mass, 0).to(mass_above.dtype)
+                mass_above += tl.where(x >= above_w, mass, 0).to(mass_above.dtype)
                 if COUNTS:
-                    mass_from += tl.where(key >= key_w, mass, 0).to(mass_above.dtype)
+                    mass_from += tl.where(x >= from_w, mass, 0).to(mass_above.dtype)
                 mass_all += mass.to(mass_above.dtype)
         start += THREADS * VEC
     lanes = tl.arange(0, WAYS)
