@@ -128,9 +128,8 @@ def global_access_sources(compiled, kernel):
 
 def pdl_order(types):
     """{launch: {"before wait": arguments the pre-wait global accesses derive from, "after wait":
-    the same after it}} for the chained launches of the small-batch rejection plan (PDL=True), of
-    top_k_top_p_sample's launches' plan (PDL=True), and for `early_read_kernel`, a control that reads
-    the previous launch's output before its wait."""
+    the same after it}} for the chained launches of the small-batch rejection plan (PDL=True), and
+    for `early_read_kernel`, a control that reads the previous launch's output before its wait."""
     import triton.language as tl
     from triton.language.extra.cuda import gdc_wait
 
@@ -155,21 +154,9 @@ def pdl_order(types):
     launches["rejection_one_launch_kernel K=1"] = (kernels.rejection_one_launch_kernel, dict(
         STRICT=False, ONE_HOT=False, FP64=False, BLOCK_V=config.block_v, ROW_ALIGN=16, VOCAB_ALIGN=config.vocab_align,
         FAST_MATH=True, BLOCK_K=config.block_k, REDUCE_BLOCK=config.reduce_block), config.num_warps)
-    # top_k_top_p_sample's launches' plan at B = 256 (every launch but the first waits first thing)
-    plan = kernels.plan_top_k_top_p_sample(kernels.ArgSpec.contiguous((256, 151936), "bfloat16"),
-                                           kernels.ArgSpec.contiguous((256,), "int64"),
-                                           kernels.Target(interpreter=False, pdl=True), has_top_k=True, has_top_p=True,
-                                           has_min_p=True, fp64=False)
-    filtered_types = {**types, "logits_ptr": "*bf16", "top_k_ptr": "*i32", "top_p_ptr": "*fp32", "min_p_ptr": "*fp32"}
-    for i, step in enumerate(plan.launches):
-        runtime = [n for j, n in enumerate(step.kernel.arg_names) if j not in step.kernel.constexprs]
-        kernel_types = {n: filtered_types.get(n, "*i32" if n.endswith("_ptr") else "i32") for n in runtime}
-        launches[f"{step.kernel.fn.__name__} (filtered launch {i})"] = (step.kernel, kernel_types,
-                                                                        dict(step.constexprs), step.num_warps)
     report = {}
-    for name, entry in launches.items():
-        kernel, constexprs, num_warps = entry if len(entry) == 3 else (entry[0], entry[2], entry[3])
-        compiled = compile_for_sm90(kernel, types if len(entry) == 3 else entry[1], constexprs, num_warps)
+    for name, (kernel, constexprs, num_warps) in launches.items():
+        compiled = compile_for_sm90(kernel, types, constexprs, num_warps)
         sides = {"loads before wait": set(), "stores before wait": set(), "after wait": set()}
         for instruction, when, names in global_access_sources(compiled, kernel):
             if when == "before wait":

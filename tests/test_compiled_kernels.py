@@ -110,16 +110,7 @@ def test_chained_launches_touch_only_the_op_inputs_before_their_wait():
     control = report.pop("early_read_kernel (control)")
     assert "stats_ptr" in control["loads before wait"], control  # the check can fail
     one_launch = report.pop("rejection_one_launch_kernel K=1")
-    filtered = {name: report.pop(name) for name in list(report) if "(filtered launch" in name}
     assert len(report) == 4, report
-    # top_k_top_p_sample's chain: the first launch has no wait (its inputs come from ordinary launches),
-    # and every later one touches nothing before its wait
-    stats = filtered.pop("filter_stats_kernel (filtered launch 0)")
-    assert not stats["after wait"] and stats["stores before wait"], stats
-    assert len(filtered) >= 5, filtered
-    for name, sides in filtered.items():
-        assert not sides["loads before wait"] and not sides["stores before wait"], (name, sides)
-        assert sides["after wait"], (name, sides)
     for name, sides in report.items():
         loads_before = {arg for arg in sides["loads before wait"] if arg.endswith("_ptr")}
         assert loads_before and loads_before <= OP_INPUTS, (name, sides)

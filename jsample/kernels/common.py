@@ -15,7 +15,6 @@ import os
 
 import triton
 import triton.language as tl
-from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 from jsample.kernels.stream import (fp64_noise_estimate, fp64_noise_in_fp32, fp64_words_block, gumbel_noise, load_seed,
                                     uniform_block, uniform_f64)
@@ -478,18 +477,3 @@ def reduce_block_best(partial_score_ptr, partial_index_ptr, row, num_blocks, FP6
     token, flagged = reduce_block_best_flagged(partial_score_ptr, partial_index_ptr, row, num_blocks, FP64,
                                                REDUCE_BLOCK, False)
     return token
-
-
-@triton.jit
-def dependent_launch(PDL: tl.constexpr, WAIT: tl.constexpr):
-    """With PDL (torch on Hopper and newer: rejection's three launches of decide_in_emit, the filtered
-    launches' plan), the launches form a programmatic dependent launch chain: each lets the next one start launching at
-    once, and the next one waits (griddepcontrol.wait: the previous grid complete and its writes
-    visible) before it reads anything a launch of the chain wrote, or writes anything; what it reads
-    of the op's own inputs comes before the wait (test_compiled_kernels checks that order in the
-    compiled code). The launch latency between them overlaps the previous launch's work. Without
-    PDL nothing happens; tokens never depend on it."""
-    if PDL:
-        if WAIT:
-            gdc_wait()
-        gdc_launch_dependents()

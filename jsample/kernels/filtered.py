@@ -79,7 +79,6 @@ from jsample.kernels.common import (
     GREEDY_BELOW,
     aligned,
     block_noise,
-    dependent_launch,
     greedy_argmax_row,
     inverse_temperature,
     is_greedy,
@@ -523,14 +522,12 @@ def filter_stats_kernel(
     VOCAB_ALIGN: tl.constexpr,
     FAST_MATH: tl.constexpr,
     SEED_WORDS: tl.constexpr = 1,
-    PDL: tl.constexpr = False,  # the first launch of a programmatic dependent launch chain (dependent_launch)
 ):
     """The launches' plan's first launch, grid (B, num_blocks) in the sampling launch's tiling: each
     block's largest finite key, and its partials of the unfiltered Gumbel-max sample (stream 0,
     exactly gumbel_sample's), whose winner is the token wherever the filters keep it. (Neither the
     smallest key nor the finite count is needed: searches start below every finite key, and a top-k
     of at least the finite count finds the smallest finite key, keeping all, as top-k then must.)"""
-    dependent_launch(PDL, False)  # its inputs come from ordinary launches: no wait
     V = aligned(V, VOCAB_ALIGN)
     b = tl.program_id(0)
     block = tl.program_id(1)
@@ -565,7 +562,6 @@ def filter_row_kernel(
     KEY_SHIFT: tl.constexpr,
     FP64: tl.constexpr,
     REDUCE_BLOCK: tl.constexpr,  # a power of two >= num_blocks
-    PDL: tl.constexpr = False,  # a programmatic dependent launch (dependent_launch)
 ):
     """Grid (B,): the row's key statistics and unfiltered winner from the first launch's block
     partials, whether min-p keeps the winner, and the row's status: the winner is the token
@@ -573,7 +569,6 @@ def filter_row_kernel(
     top-p decide from its sums (STATUS_CHECK), or the row is searched and its kept set sampled
     (STATUS_FILTER). With top-k, the search starts at a lower bound of its threshold from the block
     statistics (_kth_largest_block_key), and a winner below that bound is dropped without sums."""
-    dependent_launch(PDL, True)
     b = tl.program_id(0)
     b64 = b.to(tl.int64)
     temperature = load_temperature(temperature_ptr, b)
@@ -655,14 +650,12 @@ def filter_winner_sums_kernel(
     TILE_BLOCKS: tl.constexpr,
     WIDE_SUMS: tl.constexpr = False,
     ITEMS: tl.constexpr = 1,
-    PDL: tl.constexpr = False,  # a programmatic dependent launch (dependent_launch)
 ):
     """Grid (cdiv(B * num_chunks, ITEMS),), a row's chunk an item (_program_items): for STATUS_CHECK rows,
     the chunk's counts (and, with HAS_TOP_P, masses) that decide whether top-k and top-p keep the
     unfiltered winner (_chunk_winner_sums). Where top-k is active, _keeps_winner reads no mass of the
     keys below the winner's, so tiles below it are skipped unread (lane 3 is then not all the mass);
     top-p alone needs all the mass, and reads every tile."""
-    dependent_launch(PDL, True)
     V = aligned(V, VOCAB_ALIGN)
     chunk = aligned(chunk, THREADS * VEC)
     items, statuses = _program_items(state_ptr, num_chunks, batch * num_chunks, ITEMS)
@@ -725,7 +718,6 @@ def filter_step_kernel(
     TILE_BLOCKS: tl.constexpr,  # blocks a tile covers (1 when a tile is no wider than a block)
     WIDE_SUMS: tl.constexpr = False,  # config.wide_sums
     ITEMS: tl.constexpr = 1,  # 1, or config.late_items
-    PDL: tl.constexpr = False,  # a programmatic dependent launch (dependent_launch)
 ):
     """Grid (cdiv(B * num_chunks, ITEMS),), a row's chunk an item (_program_items). PHASE_TOP_K /
     PHASE_TOP_P: per chunk, the count / the fixed-point mass of the keys >= each of the row's WAYS
@@ -733,7 +725,6 @@ def filter_step_kernel(
     launch, STATUS_CHECK rows, which it decides) search; the others' token is the unfiltered winner,
     and their chunk 0 only copies their state (every launch writes every row's state: in JAX a
     launch's outputs are new arrays)."""
-    dependent_launch(PDL, True)
     V = aligned(V, VOCAB_ALIGN)
     chunk = aligned(chunk, THREADS * VEC)
     items, statuses = _program_items(state_in_ptr, num_chunks, batch * num_chunks, ITEMS)
@@ -803,7 +794,6 @@ def filtered_partial_kernel(
     MAX_CHUNKS: tl.constexpr,
     SEED_WORDS: tl.constexpr = 1,
     ITEMS: tl.constexpr = 1,
-    PDL: tl.constexpr = False,  # a programmatic dependent launch (dependent_launch)
 ):
     """Grid (cdiv(B * groups, ITEMS),), groups = cdiv(num_blocks, BLOCKS_PER_PROGRAM) a row, a row's
     group of blocks an item (_program_items): the block partials of gumbel_partial_kernel
@@ -814,7 +804,6 @@ def filtered_partial_kernel(
     is kept, or that has no candidate, has the same best (the same scores, fewer candidates); a block
     that keeps no column has no candidate; only the other blocks draw their noise again
     (store_filtered_block)."""
-    dependent_launch(PDL, True)
     V = aligned(V, VOCAB_ALIGN)
     groups = tl.cdiv(num_blocks, BLOCKS_PER_PROGRAM)
     items, statuses = _program_items(state_in_ptr, groups, batch * groups, ITEMS)
@@ -892,11 +881,9 @@ def filtered_reduce_kernel(
     tokens_ptr,  # [B] i32 output
     FP64: tl.constexpr,
     REDUCE_BLOCK: tl.constexpr,  # next power of two >= num_blocks
-    PDL: tl.constexpr = False,  # the last launch of a programmatic dependent launch chain (dependent_launch)
 ):
     """Grid (B,): argmax_reduce_kernel on the row's filtered partials, or on its unfiltered ones where
     its token is the unfiltered winner."""
-    dependent_launch(PDL, True)
     row = tl.program_id(0)
     status = tl.load(state_ptr.to(tl.pointer_type(tl.int64)) + row.to(tl.int64) * _STATE_WORDS + 7)
     if status == _FILTER:
@@ -1280,27 +1267,23 @@ def plan_top_k_top_p_sample(logits: ArgSpec, seeds: ArgSpec, target: Target, *, 
     # the search tiles' blocks of block_stats (both powers of two: a tile lies in one block, or covers whole ones)
     tiles = dict(BLOCK_V=gumbel.block_v, TILE_BLOCKS=max(1, config.threads * config.vec // gumbel.block_v))
     search = has_top_k or has_top_p
-    # torch on a GPU chains the launches by PDL (dependent_launch): every launch but the first waits for
-    # the one before at its start, and lets the next one launch at once
-    pdl = target.pdl and gumbel.fast_math
-    chain = dict(PDL=pdl, pdl=pdl)
     launches = [
         launch(filter_stats_kernel, (batch, gumbel.num_blocks),
                ("logits", "seeds", "positions", "temperature", vocab, row_stride), ("block_stats",) + unfiltered,
                KEY_SHIFT=config.key_shift, FP64=fp64, BLOCK_V=gumbel.block_v, ROW_ALIGN=gumbel.row_align,
-               VOCAB_ALIGN=gumbel.vocab_align, FAST_MATH=gumbel.fast_math, SEED_WORDS=seed_words, PDL=pdl,
+               VOCAB_ALIGN=gumbel.vocab_align, FAST_MATH=gumbel.fast_math, SEED_WORDS=seed_words,
                num_warps=gumbel.num_warps, **options),
         launch(filter_row_kernel, (batch,),
                ("logits", "temperature", top_k, min_p, "block_stats") + unfiltered
                + (vocab, row_stride, gumbel.num_blocks), ("state_0",), SEARCH=search, HAS_TOP_K=has_top_k,
                HAS_MIN_P=has_min_p, KEY_SHIFT=config.key_shift, FP64=fp64,
-               REDUCE_BLOCK=gumbel.reduce_block, num_warps=4, **chain, **options)]
+               REDUCE_BLOCK=gumbel.reduce_block, num_warps=4, **options)]
     state, partials = "state_0", unused  # no sums without a search: the status is never STATUS_CHECK
     if search:
         launches.append(launch(
             filter_winner_sums_kernel, (batch * config.num_chunks,),
             ("logits", "temperature", top_k, "state_0", "block_stats", vocab, row_stride, batch, config.num_chunks,
-             config.chunk, gumbel.num_blocks), ("partials_0",), **filters, ITEMS=1, **searches, **tiles, **chain))
+             config.chunk, gumbel.num_blocks), ("partials_0",), **filters, ITEMS=1, **searches, **tiles))
         partials = "partials_0"
     for i, step in enumerate(steps[1:-1]):
         new_state, new_partials = f"state_{(i + 1) % 2}", f"partials_{(i + 1) % 2}"
@@ -1311,7 +1294,7 @@ def plan_top_k_top_p_sample(logits: ArgSpec, seeds: ArgSpec, target: Target, *, 
             ("logits", "temperature", top_k, top_p, state, partials, "block_stats", vocab, row_stride, batch,
              config.num_chunks, config.chunk, gumbel.num_blocks), (new_state, new_partials),
             PHASE=step.phase, PREV_PHASE=step.prev_phase, CAPTURE_NORMALIZER=step.capture_normalizer, **filters,
-            MAX_CHUNKS=MAX_CHUNKS, ITEMS=items, **searches, **tiles, **chain))
+            MAX_CHUNKS=MAX_CHUNKS, ITEMS=items, **searches, **tiles))
         state, partials = new_state, new_partials
     sample = steps[-1]
     blocks_per_program = SAMPLE_BLOCKS_PER_PROGRAM
@@ -1323,11 +1306,11 @@ def plan_top_k_top_p_sample(logits: ArgSpec, seeds: ArgSpec, target: Target, *, 
         PREV_PHASE=sample.prev_phase, CAPTURE_NORMALIZER=sample.capture_normalizer, **filters, HAS_MIN_P=has_min_p,
         KEY_SHIFT=config.key_shift, FP64=fp64, BLOCK_V=gumbel.block_v, BLOCKS_PER_PROGRAM=blocks_per_program,
         ROW_ALIGN=gumbel.row_align, VOCAB_ALIGN=gumbel.vocab_align, FAST_MATH=gumbel.fast_math, WAYS=config.ways,
-        MAX_CHUNKS=MAX_CHUNKS, SEED_WORDS=seed_words, ITEMS=1, num_warps=gumbel.num_warps, **chain, **options))
+        MAX_CHUNKS=MAX_CHUNKS, SEED_WORDS=seed_words, ITEMS=1, num_warps=gumbel.num_warps, **options))
     launches.append(launch(
         filtered_reduce_kernel, (batch,),
         (state,) + unfiltered + ("partial_score", "partial_index", "logits", vocab, row_stride, gumbel.num_blocks),
-        ("tokens",), FP64=fp64, REDUCE_BLOCK=gumbel.reduce_block, num_warps=1, **chain, **options))
+        ("tokens",), FP64=fp64, REDUCE_BLOCK=gumbel.reduce_block, num_warps=1, **options))
     used = {name for step in launches for name in step.args + step.outputs}
     return Plan(tuple(b for b in buffers if b.name in used), tuple(launches), ("tokens",),
-                f"{len(launches)} launches" + (", PDL" if pdl else ""))
+                f"{len(launches)} launches")

@@ -66,7 +66,6 @@ import triton.language as tl
 from jsample.kernels.common import (
     aligned,
     block_noise,
-    dependent_launch,
     inverse_temperature,
     is_greedy,
     largest_power_of_two_dividing,
@@ -83,7 +82,7 @@ from jsample.kernels.common import (
 )
 from jsample.kernels.gumbel import gumbel_launch_config
 from jsample.kernels.plan import ArgSpec, Buffer, Plan, Target, launch
-from triton.language.extra.cuda import gdc_wait
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 from jsample.kernels.stream import (LN2, LOG2E, STREAM_ACCEPT, STREAM_TOKEN, exp2_approx, load_seed, log2_approx,
                                     philox_block, seed_word_count, uniform_f32, uniform_f64)
@@ -181,6 +180,21 @@ def decide_in_emit(batch: int, config: RejectionLaunchConfig) -> bool:
     programs; beyond, the decision's chain of dependent loads runs B * NUM_BLOCKS times over (lab
     INDEX: explore_small_batch_plans). Tokens never depend on it."""
     return batch * config.num_blocks <= DECIDE_IN_EMIT_MAX_PROGRAMS
+
+
+@triton.jit
+def dependent_launch(PDL: tl.constexpr, WAIT: tl.constexpr):
+    """With PDL (torch on Hopper and newer, small batches: the three launches of decide_in_emit), the
+    launches form a programmatic dependent launch chain: each lets the next one start launching at
+    once, and the next one waits (griddepcontrol.wait: the previous grid complete and its writes
+    visible) before it reads anything a launch of the chain wrote, or writes anything; what it reads
+    of the op's own inputs comes before the wait (test_compiled_kernels checks that order in the
+    compiled code). The launch latency between them overlaps the previous launch's work. Without
+    PDL nothing happens; tokens never depend on it."""
+    if PDL:
+        if WAIT:
+            gdc_wait()
+        gdc_launch_dependents()
 
 
 @triton.jit
