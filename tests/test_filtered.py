@@ -183,9 +183,32 @@ def test_filtered_tokens_do_not_depend_on_the_tiling(monkeypatch, force_target):
                      if step.kernel is filtered.filter_step_kernel]
             steps = len(items) // 2  # two searches (top-k, top-p) of search_steps launches each
             assert items == ([1] * (steps // 2) + [filtered.MANY_ROWS_LATE_ITEMS] * (steps - steps // 2)) * 2, items
+            # each search's first launch takes mixed pivots, and the launch after it narrows by them
+            mixed = [(dict(step.constexprs)["MIXED_PIVOTS"], dict(step.constexprs)["NARROW_MIXED"])
+                     for step in plan.launches if step.kernel is filtered.filter_step_kernel]
+            assert mixed == ([(True, False), (False, True)] + [(False, False)] * (steps - 2)) * 2, mixed
+            assert dict(sample.constexprs)["NARROW_MIXED"] is False
     assert len(tilings) == 6  # every run had a tiling of its own
     for tokens in results[1:]:
         np.testing.assert_array_equal(tokens, results[0])
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
+def test_filtered_mixed_first_pivots_only_where_the_search_steps_have_room(dtype):
+    """A search's first launch with mixed pivots narrows its bracket only ways / 2-fold in keys: the
+    plan takes them only where that step and search_steps - 1 ways-fold ones still cover every key of
+    the dtype (the large-batch tiling's 8 ways), never for the one-launch plan's 16 ways on bfloat16
+    or float32, where they would not."""
+    from jsample.kernels import filtered
+
+    bits = 32 - filtered.KEY_SHIFTS[dtype]
+    for batch, many_rows in ((256, True), (1, False)):
+        config = filtered.filtered_launch_config(batch, 151936, 151936, dtype, False)
+        room = (config.ways // 2) * config.ways ** (config.search_steps - 1) >= 2**bits
+        assert config.mixed_first_pivots == (many_rows and room)
+        assert config.ways ** config.search_steps >= 2**bits
+    assert filtered.filtered_launch_config(256, 151936, 151936, dtype, False).mixed_first_pivots
+    assert not (8 * 16 ** (-(-bits // 4) - 1) >= 2**bits) or dtype == "float16"  # 16 ways: room for float16 only
 
 
 def test_filtered_row_alone_equals_row_in_a_batch():

@@ -146,6 +146,7 @@ class FilteredLaunchConfig:
     threads: int  # the tiles' second dimension: 32 * num_warps (more: large_programs; float32 at many rows)
     wide_sums: bool  # chunk > MAX_COLUMNS_PER_THREAD per thread (V > 524288): int64 per-thread mass sums
     late_items: int = 1  # work items a program takes in a search's second half (_program_items)
+    mixed_first_pivots: bool = False  # a search's first launch takes _pivots' mixed pivots
     num_warps: int = 4
     num_stages: int = 1
     enable_fp_fusion: bool = False  # no FMA contraction: the same rounding as the NumPy reference
@@ -182,17 +183,21 @@ def filtered_launch_config(batch: int, vocab_size: int, row_stride: int, dtype_n
     gumbel = gumbel_launch_config(vocab_size, row_stride, fp64, fast_math, large_programs)
     if many_rows:  # the sampling launch: gumbel_sample's two-launch tiling
         gumbel = many_rows_config(gumbel, vocab_size)
+    search_steps = math.ceil((32 - key_shift) / math.log2(ways))
     return FilteredLaunchConfig(
         gumbel=gumbel,
         key_shift=key_shift,
         ways=ways,
-        search_steps=math.ceil((32 - key_shift) / math.log2(ways)),
+        search_steps=search_steps,
         num_chunks=triton.cdiv(vocab_size, chunk),
         chunk=chunk,
         vec=vec,
         threads=threads,
         wide_sums=chunk > MAX_COLUMNS_PER_THREAD * threads,
         late_items=MANY_ROWS_LATE_ITEMS if many_rows else 1,
+        # where the steps have room for a first one that narrows only ways / 2-fold in keys (8 ways: every
+        # dtype; the one-launch plan's 16 have none for bfloat16 and float32)
+        mixed_first_pivots=many_rows and (ways // 2) * ways ** (search_steps - 1) >= 2 ** (32 - key_shift),
         num_warps=num_warps,
     )
 
@@ -330,13 +335,13 @@ def _tile_max_key(block_stats_ptr, start, num_blocks, BLOCK_V: tl.constexpr, TIL
 def _chunk_above(row_ptr, first, end, V, lo, hi, temperature, key_max, PHASE: tl.constexpr, KEY_SHIFT: tl.constexpr,
                  FP64: tl.constexpr, THREADS: tl.constexpr, VEC: tl.constexpr, WAYS: tl.constexpr,
                  WIDE_SUMS: tl.constexpr, block_stats_ptr=None, num_blocks=0, BLOCK_V: tl.constexpr = 0,
-                 TILE_BLOCKS: tl.constexpr = 1):
+                 TILE_BLOCKS: tl.constexpr = 1, MIXED: tl.constexpr = False):
     """[WAYS] int64: the count (PHASE_TOP_K) or fixed-point mass (PHASE_TOP_P) of the keys in columns
-    [first, end) that are >= each pivot lo + (hi - lo) * i // WAYS. With BLOCK_V (the launches' plan:
+    [first, end) that are >= each pivot (_pivots). With BLOCK_V (the launches' plan:
     filter_stats_kernel's block statistics of the row at `block_stats_ptr`), tiles whose largest key is
     below lo add nothing and are skipped unread."""
     ways = tl.arange(0, WAYS)
-    pivot_values = _key_value((lo + ((hi - lo) * ways) // WAYS).to(tl.int32), KEY_SHIFT)[:, None, None]
+    pivot_values = _key_value(_pivots(lo, hi, KEY_SHIFT, WAYS, MIXED).to(tl.int32), KEY_SHIFT)[:, None, None]
     # per-thread accumulators, reduced once at the end (a reduction per tile cost a shuffle tree per
     # tile: 2 ms at B = 256 on an H200); int32: a thread adds at most MAX_COLUMNS_PER_THREAD counts,
     # or masses <= 2**24 (longer chunks: int64, WIDE_SUMS)
@@ -405,14 +410,35 @@ def _start_search(phase: tl.constexpr, b64, lo0, key_max, count, temperature, to
 
 
 @triton.jit
-def _narrow(PHASE: tl.constexpr, lo, hi, above, normalizer, capture_normalizer, b64, top_k_ptr, top_p_ptr,
-            WAYS: tl.constexpr):
-    """The bracket [lo, hi) narrowed by `above` [WAYS], the row's count (top-k) or mass (top-p) of the
-    keys >= each pivot lo + (hi - lo) * i // WAYS; with `capture_normalizer` (the first top-p step:
-    pivot 0 is the previous threshold), the mass of all kept tokens is `above[0]`. Returns (lo, hi,
-    normaliser)."""
+def _pivots(lo, hi, KEY_SHIFT: tl.constexpr, WAYS: tl.constexpr, MIXED: tl.constexpr):
+    """[WAYS] int64 pivots in the bracket [lo, hi), lane 0 at lo: lo + (hi - lo) * i // WAYS; with MIXED
+    (a search's first launch at large batches), the even lanes at lo + (hi - lo) * j // (WAYS / 2) and
+    the odd ones where the logits' values split [value of lo, value of hi - 1] evenly. Key-uniform
+    pivots of a bracket that spans binades (or zero) mostly fall among the keys of tiny values, where
+    few logits are; the value pivots land where the logits are, and the key-uniform half still
+    narrows the bracket WAYS / 2-fold, which the plan's search steps allow for (mixed_first_pivots).
+    The pivots only choose the path: every bracket holds the same threshold."""
     ways = tl.arange(0, WAYS)
-    pivots = lo + ((hi - lo) * ways) // WAYS
+    if MIXED:
+        half: tl.constexpr = WAYS // 2
+        j = ways // 2
+        uniform = lo + ((hi - lo) * j) // half
+        fraction = (j.to(tl.float32) + 0.5) / half
+        value = _key_value(lo, KEY_SHIFT) * (1.0 - fraction) + _key_value(hi - 1, KEY_SHIFT) * fraction
+        by_value = tl.minimum(tl.maximum(_key(value, KEY_SHIFT).to(tl.int64), lo), hi - 1)
+        return tl.where(ways % 2 == 0, uniform, by_value)
+    return lo + ((hi - lo) * ways) // WAYS
+
+
+@triton.jit
+def _narrow(PHASE: tl.constexpr, lo, hi, above, normalizer, capture_normalizer, b64, top_k_ptr, top_p_ptr,
+            WAYS: tl.constexpr, KEY_SHIFT: tl.constexpr = 0, MIXED: tl.constexpr = False):
+    """The bracket [lo, hi) narrowed by `above` [WAYS], the row's count (top-k) or mass (top-p) of the
+    keys >= each pivot (_pivots, MIXED as the launch that summed them); with `capture_normalizer` (the
+    first top-p step: pivot 0 is the previous threshold), the mass of all kept tokens is `above[0]`.
+    Returns (lo, hi, normaliser)."""
+    ways = tl.arange(0, WAYS)
+    pivots = _pivots(lo, hi, KEY_SHIFT, WAYS, MIXED)
     if PHASE == _TOP_K:
         below_limit = above < tl.load(top_k_ptr + b64).to(tl.int64)
     else:
@@ -430,8 +456,10 @@ def _narrow(PHASE: tl.constexpr, lo, hi, above, normalizer, capture_normalizer, 
 @triton.jit
 def _row_state(b64, state_ptr, partial_ptr, num_chunks, temperature, top_k_ptr, top_p_ptr,
                PHASE: tl.constexpr, PREV_PHASE: tl.constexpr, CAPTURE_NORMALIZER: tl.constexpr,
-               HAS_TOP_K: tl.constexpr, HAS_TOP_P: tl.constexpr, WAYS: tl.constexpr, MAX_CHUNKS: tl.constexpr):
-    """The row's state for a PHASE launch: the previous launch's state advanced by its partials (after
+               HAS_TOP_K: tl.constexpr, HAS_TOP_P: tl.constexpr, WAYS: tl.constexpr, MAX_CHUNKS: tl.constexpr,
+               KEY_SHIFT: tl.constexpr = 0, NARROW_MIXED: tl.constexpr = False):
+    """The row's state for a PHASE launch (NARROW_MIXED: the previous launch's pivots were _pivots'
+    mixed ones): the previous launch's state advanced by its partials (after
     the winner launch: whether top-k and top-p keep the unfiltered winner, from its sums). Returns
     (key max, key min, finite count, lo, hi, top-p normaliser, winner key, status)."""
     chunks = tl.arange(0, MAX_CHUNKS)
@@ -460,7 +488,7 @@ def _row_state(b64, state_ptr, partial_ptr, num_chunks, temperature, top_k_ptr, 
     elif hi - lo > 1:  # the previous launch evaluated its pivots: narrow the bracket
         above = tl.sum(tl.load(partials[:, None] + ways[None, :], mask=in_row[:, None], other=0), axis=0)
         lo, hi, normalizer = _narrow(PREV_PHASE, lo, hi, above, normalizer, CAPTURE_NORMALIZER, b64, top_k_ptr,
-                                     top_p_ptr, WAYS)
+                                     top_p_ptr, WAYS, KEY_SHIFT, NARROW_MIXED)
     if PHASE != PREV_PHASE:
         if PHASE != _SAMPLE:
             if status == _FILTER:
@@ -718,6 +746,8 @@ def filter_step_kernel(
     TILE_BLOCKS: tl.constexpr,  # blocks a tile covers (1 when a tile is no wider than a block)
     WIDE_SUMS: tl.constexpr = False,  # config.wide_sums
     ITEMS: tl.constexpr = 1,  # 1, or config.late_items
+    MIXED_PIVOTS: tl.constexpr = False,  # this launch's pivots are _pivots' mixed ones (a search's first launch)
+    NARROW_MIXED: tl.constexpr = False,  # the previous launch's were
 ):
     """Grid (cdiv(B * num_chunks, ITEMS),), a row's chunk an item (_program_items). PHASE_TOP_K /
     PHASE_TOP_P: per chunk, the count / the fixed-point mass of the keys >= each of the row's WAYS
@@ -742,13 +772,13 @@ def filter_step_kernel(
             first = c * chunk
             key_max, key_min, count, lo, hi, normalizer, key_w, status = _row_state(
                 b64, state_in_ptr, partial_in_ptr, num_chunks, temperature, top_k_ptr, top_p_ptr,
-                PHASE, PREV_PHASE, CAPTURE_NORMALIZER, HAS_TOP_K, HAS_TOP_P, WAYS, MAX_CHUNKS)
+                PHASE, PREV_PHASE, CAPTURE_NORMALIZER, HAS_TOP_K, HAS_TOP_P, WAYS, MAX_CHUNKS, KEY_SHIFT, NARROW_MIXED)
             if c == 0:
                 _store_state(state_out_ptr, b64, key_max, key_min, count, lo, hi, normalizer, key_w, status)
             if hi - lo > 1:
                 above = _chunk_above(row_ptr, first, first + chunk, V, lo, hi, temperature, key_max, PHASE, KEY_SHIFT,
                                      FP64, THREADS, VEC, WAYS, WIDE_SUMS, block_stats_ptr + b64 * num_blocks,
-                                     num_blocks, BLOCK_V, TILE_BLOCKS)
+                                     num_blocks, BLOCK_V, TILE_BLOCKS, MIXED_PIVOTS)
                 tl.store(partial_out_ptr.to(tl.pointer_type(tl.int64)) + (b64 * num_chunks + c) * WAYS
                          + tl.arange(0, WAYS), above)
         elif (item % num_chunks == 0) & (item < batch * num_chunks):
@@ -794,6 +824,7 @@ def filtered_partial_kernel(
     MAX_CHUNKS: tl.constexpr,
     SEED_WORDS: tl.constexpr = 1,
     ITEMS: tl.constexpr = 1,
+    NARROW_MIXED: tl.constexpr = False,  # the previous launch's pivots were _pivots' mixed ones
 ):
     """Grid (cdiv(B * groups, ITEMS),), groups = cdiv(num_blocks, BLOCKS_PER_PROGRAM) a row, a row's
     group of blocks an item (_program_items): the block partials of gumbel_partial_kernel
@@ -815,7 +846,7 @@ def filtered_partial_kernel(
             temperature = load_temperature(temperature_ptr, b)
             key_max, key_min, count, threshold, hi, normalizer, key_w, status = _row_state(
                 b64, state_in_ptr, partial_in_ptr, num_chunks, temperature, top_k_ptr, top_p_ptr,
-                _SAMPLE, PREV_PHASE, CAPTURE_NORMALIZER, HAS_TOP_K, HAS_TOP_P, WAYS, MAX_CHUNKS)
+                _SAMPLE, PREV_PHASE, CAPTURE_NORMALIZER, HAS_TOP_K, HAS_TOP_P, WAYS, MAX_CHUNKS, KEY_SHIFT, NARROW_MIXED)
             for i in range(BLOCKS_PER_PROGRAM):
                 block = (item % groups) * BLOCKS_PER_PROGRAM + i
                 if block < num_blocks:
@@ -1285,6 +1316,9 @@ def plan_top_k_top_p_sample(logits: ArgSpec, seeds: ArgSpec, target: Target, *, 
             ("logits", "temperature", top_k, "state_0", "block_stats", vocab, row_stride, batch, config.num_chunks,
              config.chunk, gumbel.num_blocks), ("partials_0",), **filters, ITEMS=1, **searches, **tiles))
         partials = "partials_0"
+    def mixed(i):  # whether search launch i takes mixed pivots (the first of its search)
+        return config.mixed_first_pivots and i >= 0 and i % config.search_steps == 0
+
     for i, step in enumerate(steps[1:-1]):
         new_state, new_partials = f"state_{(i + 1) % 2}", f"partials_{(i + 1) % 2}"
         late = i % config.search_steps >= config.search_steps // 2  # the second half of its search
@@ -1294,7 +1328,8 @@ def plan_top_k_top_p_sample(logits: ArgSpec, seeds: ArgSpec, target: Target, *, 
             ("logits", "temperature", top_k, top_p, state, partials, "block_stats", vocab, row_stride, batch,
              config.num_chunks, config.chunk, gumbel.num_blocks), (new_state, new_partials),
             PHASE=step.phase, PREV_PHASE=step.prev_phase, CAPTURE_NORMALIZER=step.capture_normalizer, **filters,
-            MAX_CHUNKS=MAX_CHUNKS, ITEMS=items, **searches, **tiles))
+            MAX_CHUNKS=MAX_CHUNKS, ITEMS=items, MIXED_PIVOTS=mixed(i), NARROW_MIXED=mixed(i - 1), **searches,
+            **tiles))
         state, partials = new_state, new_partials
     sample = steps[-1]
     blocks_per_program = SAMPLE_BLOCKS_PER_PROGRAM
@@ -1306,7 +1341,8 @@ def plan_top_k_top_p_sample(logits: ArgSpec, seeds: ArgSpec, target: Target, *, 
         PREV_PHASE=sample.prev_phase, CAPTURE_NORMALIZER=sample.capture_normalizer, **filters, HAS_MIN_P=has_min_p,
         KEY_SHIFT=config.key_shift, FP64=fp64, BLOCK_V=gumbel.block_v, BLOCKS_PER_PROGRAM=blocks_per_program,
         ROW_ALIGN=gumbel.row_align, VOCAB_ALIGN=gumbel.vocab_align, FAST_MATH=gumbel.fast_math, WAYS=config.ways,
-        MAX_CHUNKS=MAX_CHUNKS, SEED_WORDS=seed_words, ITEMS=1, num_warps=gumbel.num_warps, **options))
+        MAX_CHUNKS=MAX_CHUNKS, SEED_WORDS=seed_words, ITEMS=1, NARROW_MIXED=mixed(len(steps) - 3),
+        num_warps=gumbel.num_warps, **options))
     launches.append(launch(
         filtered_reduce_kernel, (batch,),
         (state,) + unfiltered + ("partial_score", "partial_index", "logits", vocab, row_stride, gumbel.num_blocks),
