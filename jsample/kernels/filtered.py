@@ -42,7 +42,9 @@ frontends (filtered_plan lists them):
 4. `filter_step_kernel` PHASE_TOP_K, then PHASE_TOP_P, search_steps launches each: each program first
    replays the row's state from the previous launch (state + partials: the bracket [lo, hi) of the
    threshold key), then evaluates `ways` pivots of it on its chunk (count, or mass, of the keys >=
-   each pivot). Each launch narrows the bracket `ways`-fold, so search_steps launches pin it down.
+   each pivot). Each launch narrows the bracket `ways`-fold, so search_steps launches pin it down (at
+   large batches a search's first launch narrows it `ways / 2`-fold in keys, its other pivots
+   splitting the bracket's values, which is where a bracket across binades has its logits: _pivots).
    Only STATUS_FILTER rows search; a search the winner's sums bound starts above (or, top-k keeping
    it, at or below) the winner's key, and tiles whose largest key (the block statistics) is below
    the bracket are skipped unread: the same thresholds, sooner and with less reading.
