@@ -1318,6 +1318,7 @@ def plan_top_k_top_p_sample(logits: ArgSpec, seeds: ArgSpec, target: Target, *, 
             ("logits", "temperature", top_k, "state_0", "block_stats", vocab, row_stride, batch, config.num_chunks,
              config.chunk, gumbel.num_blocks), ("partials_0",), **filters, ITEMS=1, **searches, **tiles))
         partials = "partials_0"
+
     def mixed(i):  # whether search launch i takes mixed pivots (the first of its search)
         return config.mixed_first_pivots and i >= 0 and i % config.search_steps == 0
 
