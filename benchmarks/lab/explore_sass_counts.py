@@ -28,14 +28,11 @@ LABEL = re.compile(r"^(\.L_x_\d+):")
 
 def sass(kernel, signature, constexprs, warps):
     import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
 
-    signature = dict(signature, **{name: "constexpr" for name in constexprs})
-    source = ASTSource(fn=kernel, signature=signature,
-                       constexprs={(kernel.arg_names.index(name),): value for name, value in constexprs.items()})
-    compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32),
-                              options=dict(num_warps=warps, num_stages=1, enable_fp_fusion=False))
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests"))
+    from compiled_kernels import compile_for_sm90  # the tests' sm_90 compile (as jax-triton specialises)
+
+    compiled = compile_for_sm90(kernel, signature, constexprs, warps)
     nvdisasm = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "nvdisasm")
     path = "/tmp/jsample_sass.cubin"
     with open(path, "wb") as f:
@@ -82,6 +79,10 @@ def main():
         print("  opcodes:", ", ".join(f"{op} {n}" for op, n in histogram.most_common(16)))
         print("  basic blocks (label: instructions):", ", ".join(f"{label or 'entry'}: {len(ops)}"
                                                                     for label, ops in parsed))
+        if not fp64 and block_v == 512:  # the shipped two-launch tiling: its hottest block, per column
+            label, hot = max(parsed, key=lambda block: len(block[1]))
+            print(f"  hottest block {label}, per column:", ", ".join(
+                f"{op} {n / columns:.2f}" for op, n in collections.Counter(hot).most_common(24)))
         floor_us = threads * len(everything) / (H200_SMS * 4 * 32 * H200_CLOCK_GHZ * 1e3)
         print(f"  issue floor of B = {options.batch}, V = {options.vocab} if every instruction ran: "
               f"{floor_us:.1f} us ({len(everything) / columns:.1f} instructions a column)")
