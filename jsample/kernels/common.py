@@ -17,7 +17,7 @@ import triton
 import triton.language as tl
 
 from jsample.kernels.stream import (fp64_noise_estimate, fp64_noise_in_fp32, fp64_words_block, gumbel_noise, load_seed,
-                                    uniform_block, uniform_f64)
+                                    philox_block, uniform_block, uniform_f64)
 
 GREEDY_BELOW = 1e-5  # docs/STREAM.md: a temperature below this is greedy
 _GREEDY_BELOW = tl.constexpr(GREEDY_BELOW)
@@ -277,6 +277,72 @@ def fp64_block_best(row_ptr, first_col, V, seed, position, inverse_t, STREAM: tl
 
 
 @triton.jit
+def _opaque(value, FAST_MATH: tl.constexpr):
+    """`value` (an int32 scalar), which the compiler cannot see through on a GPU: what is computed from
+    it is computed again, not reused from earlier values kept live (registers)."""
+    if FAST_MATH:
+        return tl.inline_asm_elementwise("mov.b32 $0, $1;", "=r,r", [value], dtype=tl.int32, is_pure=True, pack=1)
+    else:
+        return value
+
+
+@triton.jit
+def _fp64_columns_best(row_ptr, first_col, columns, V, seed, position, inverse_t, STREAM: tl.constexpr,
+                       FAST_MATH: tl.constexpr):
+    """(best FP64 score, its lowest column) of the columns first_col + `columns` (an int32 block; -1:
+    none), each scored side by side by _fp64_scores' operations (its words: call column // 2, words
+    (w0, w1) for an even column and (w2, w3) for an odd one, as fp64_words_block interleaves them)."""
+    cols = first_col + columns
+    x = tl.load(row_ptr + cols, mask=(columns >= 0) & (cols < V), other=float("-inf")).to(tl.float32)
+    w0, w1, w2, w3 = philox_block(seed, position, (cols // 2).to(tl.uint32), STREAM, FAST_MATH)
+    odd = (cols % 2) == 1
+    score = x.to(tl.float64) * inverse_t + gumbel_noise(uniform_f64(tl.where(odd, w2, w0), tl.where(odd, w3, w1)),
+                                                          True)
+    score = tl.where(tl.abs(x) < float("inf"), score, float("-inf"))
+    best = tl.max(score, axis=0)
+    return best, tl.min(tl.where(score == best, columns, 2147483647), axis=0)
+
+
+@triton.jit
+def _fp64_near_best(row_ptr, first_col, V, seed, position, temperature, STREAM: tl.constexpr,
+                    BLOCK_V: tl.constexpr, FAST_MATH: tl.constexpr):
+    """store_fp64_block_interval's rare blocks (T >= 1e-5, the row does not overflow): (the block's best
+    FP64 score, its lowest offset). The block's FP32 scores are computed again as there (+inf: an
+    extreme column); with M the best non-extreme score and c its bound, a non-extreme column below
+    M - 2c is strictly below M's column in FP64, so only M's column, its near ties and the extreme
+    columns can hold the FP64 best. Two of them (nearly always: M's and one extreme column) are scored
+    in FP64 side by side; more: the whole block (fp64_block_best). Scoring the whole block in FP64
+    every time made these blocks (0.4% of them) ~4x slower than the others, a 5-7 us tail on the
+    partial launch at B = 64-256 (benchmarks/lab/INDEX.md)."""
+    offsets = tl.arange(0, BLOCK_V)
+    x = load_block(row_ptr, first_col + offsets, V, False)
+    # the words drawn again, not the hot path's kept live through its reductions (registers)
+    lo, hi = fp64_words_block(seed, position, _opaque(first_col, FAST_MATH), STREAM, BLOCK_V, FAST_MATH)
+    g, extreme = fp64_noise_estimate(lo, hi, FAST_MATH)
+    # noisy_scores' scores, +inf for the extreme columns (the masks run: the block holds +inf scores)
+    noise = tl.where(extreme, float("inf"), g)
+    if FAST_MATH:
+        score = tl.fma(x, inverse_temperature(temperature, False), noise)
+    else:
+        score = x * inverse_temperature(temperature, False) + noise
+    score = tl.where((x < float("inf")) & (score > float("-inf")), score, float("-inf"))
+    best = tl.max(tl.where(score < float("inf"), score, float("-inf")), axis=0)
+    bound = 2.44140625e-04 + (tl.abs(best) + 12.0) * 3.814697265625e-06  # store_fp64_block_interval's c
+    near = score >= tl.where(best > float("-inf"), best - 2.0 * bound, float("inf"))  # and every +inf (extreme)
+    count, lowest, highest = tl.reduce((near.to(tl.int32), tl.where(near, offsets, BLOCK_V), tl.where(near, offsets, -1)),
+                                       0, _sum_min_max)
+    inverse_t = inverse_temperature(temperature, True)
+    if count <= 2:  # lowest and highest are the near columns (-1: none)
+        columns = tl.where(tl.arange(0, 2) == 0, tl.where(count > 0, lowest, -1), highest)
+        best64, best_offset = _fp64_columns_best(row_ptr, first_col, columns, V, seed, position, inverse_t, STREAM,
+                                                 FAST_MATH)
+    else:
+        best64, best_offset = fp64_block_best(row_ptr, first_col, V, seed, position, inverse_t, STREAM, BLOCK_V,
+                                              FAST_MATH)
+    return best64, best_offset
+
+
+@triton.jit
 def store_fp64_block_interval(logits_ptr, row, row_stride, V, first_col, seed, position, temperature,
                               partial_score_ptr, partial_bound_ptr, partial_index_ptr, out, STREAM: tl.constexpr,
                               BLOCK_V: tl.constexpr, ROW_ALIGN: tl.constexpr, FAST_MATH: tl.constexpr):
@@ -298,8 +364,8 @@ def store_fp64_block_interval(logits_ptr, row, row_stride, V, first_col, seed, p
     2c exceeds by far more than the FP32 rounding of M - 2c; below that, score_k + e_k < M - 11).
     So a block whose only column within 2c of M is M's own, and which has no extreme column, stores
     (M, c, that column); any other block (an extreme column, which scores +inf here: 0.4% of blocks
-    of 512 columns; or a near tie) is scored whole in FP64 (fp64_block_best).
-    tests/test_gumbel.py forces both kinds."""
+    of 512 columns; or a near tie) stores its exact FP64 best, from FP64 scores of the columns that
+    can hold it (_fp64_near_best). tests/test_gumbel.py forces both kinds."""
     cols = first_col + tl.arange(0, BLOCK_V)
     row_ptr = logits_ptr + tl.multiple_of(row.to(tl.int64) * row_stride, ROW_ALIGN)
     x = load_block(row_ptr, cols, V, False)
@@ -329,9 +395,10 @@ def store_fp64_block_interval(logits_ptr, row, row_stride, V, first_col, seed, p
         best64 = best.to(tl.float64)
         bound = tl.where(tl.abs(best) < float("inf"), bound, 0.0)
         if ((packed >= 131072) | (best == float("inf"))) & (not overflow):  # overflow: greedy, scores unused
-            # rare: every column in FP64, none of the values above kept for it (fewer live registers)
-            best64, best_offset = fp64_block_best(row_ptr, first_col, V, seed, position,
-                                                  inverse_temperature(temperature, True), STREAM, BLOCK_V, FAST_MATH)
+            # rare (an extreme column or a near tie): FP64 scores for a few columns, none of the values
+            # above kept for them (fewer live registers)
+            best64, best_offset = _fp64_near_best(row_ptr, first_col, V, seed, position, temperature, STREAM, BLOCK_V,
+                                                  FAST_MATH)
             bound = 0.0
     tl.store(partial_score_ptr.to(tl.pointer_type(tl.float64)) + out, best64)
     tl.store(partial_bound_ptr + out, bound)
@@ -380,6 +447,11 @@ def reduce_fp64_intervals(partial_score_ptr, partial_bound_ptr, partial_index_pt
             pending = pending & (columns > column)
             column = tl.min(tl.where(pending, columns, 2147483647), axis=0)
     return tl.where(best > float("-inf"), token, -1), lowest < 0
+
+
+@triton.jit
+def _sum_min_max(count_a, low_a, high_a, count_b, low_b, high_b):
+    return count_a + count_b, tl.minimum(low_a, low_b), tl.maximum(high_a, high_b)
 
 
 @triton.jit
