@@ -315,9 +315,14 @@ def _fp64_near_best(row_ptr, first_col, V, seed, position, temperature, STREAM: 
     every time made these blocks (0.4% of them) ~4x slower than the others, a 5-7 us tail on the
     partial launch at B = 64-256 (benchmarks/lab/INDEX.md)."""
     offsets = tl.arange(0, BLOCK_V)
+    # The words are drawn again, not the hot path's kept live through its reductions (registers). So
+    # are 16- and 8-bit logits; fp32 logits are reused (fewer registers on sm_90 either way, triton 3.6:
+    # benchmarks/lab/INDEX.md).
+    again = _opaque(first_col, FAST_MATH)
+    if row_ptr.dtype.element_ty != tl.float32:
+        first_col = again
     x = load_block(row_ptr, first_col + offsets, V, False)
-    # the words drawn again, not the hot path's kept live through its reductions (registers)
-    lo, hi = fp64_words_block(seed, position, _opaque(first_col, FAST_MATH), STREAM, BLOCK_V, FAST_MATH)
+    lo, hi = fp64_words_block(seed, position, again, STREAM, BLOCK_V, FAST_MATH)
     g, extreme = fp64_noise_estimate(lo, hi, FAST_MATH)
     # noisy_scores' scores, +inf for the extreme columns (the masks run: the block holds +inf scores)
     noise = tl.where(extreme, float("inf"), g)
