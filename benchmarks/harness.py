@@ -20,8 +20,9 @@ def copies_needed(nbytes: int) -> int:
     return max(1, min(64, -(-L2_FLUSH_BYTES // max(nbytes, 1))))
 
 
-def time_torch_us(fn, rotate: int = 1) -> float:
-    """Median microseconds of fn(i) (i cycles over `rotate` input sets), CUDA events."""
+def time_torch_us(fn, rotate: int = 1, return_mode: str = "median") -> float:
+    """Median (or `return_mode`: "mean") microseconds of fn(i) (i cycles over `rotate` input sets),
+    CUDA events."""
     import triton
 
     state = {"i": 0}
@@ -30,10 +31,10 @@ def time_torch_us(fn, rotate: int = 1) -> float:
         state["i"] = (state["i"] + 1) % rotate
         fn(state["i"])
 
-    return triton.testing.do_bench(call, warmup=25, rep=100, return_mode="median") * 1e3
+    return triton.testing.do_bench(call, warmup=25, rep=100, return_mode=return_mode) * 1e3
 
 
-def time_graph_us(fn, rotate: int = 1) -> float:
+def time_graph_us(fn, rotate: int = 1, return_mode: str = "median") -> float:
     """time_torch_us of replaying fn(i) captured as a CUDA graph, one graph per input set (fn runs once
     eagerly first, so that compilation stays out of the capture). The capture ignores other threads:
     in the default ("global") mode a CUDA call of one of XLA's or the profiler's threads invalidated
@@ -47,7 +48,7 @@ def time_graph_us(fn, rotate: int = 1) -> float:
         with torch.cuda.graph(graph, capture_error_mode="thread_local"):
             fn(i)
         graphs.append(graph)
-    return time_torch_us(lambda i: graphs[i].replay(), rotate)
+    return time_torch_us(lambda i: graphs[i].replay(), rotate, return_mode)
 
 
 def time_jax_us(fn, rotate: int = 1, calls: int = 100) -> float:

@@ -169,7 +169,7 @@ def test_gumbel_fp64_shortlist_gives_the_fp64_tokens(frontend):
 
 
 def _fp64_tie_rows(vocab, score):
-    """Rows whose FP64 winner FP32 cannot tell: columns spread over blocks of 512 (two and three in one
+    """Rows whose FP64 winner FP32 cannot tell: columns spread over blocks of 512 (two to five in one
     block too) get logits x_k = fl32(score - g_k), g_k their FP64 noise at T = 1, so their FP32 scores
     agree to the rounding of x and only FP64 separates them; among them, a column whose uniform is
     below 2**-17 and one above 1 - 2**-20 (fp64_noise_estimate's extremes) where the rows have one.
@@ -185,7 +185,8 @@ def _fp64_tie_rows(vocab, score):
     patterns = [[5, 3 * 512 + 17, 7 * 512 + 400], [2 * 512 + 1, 10 * 512 + 3, 10 * 512 + 300],
                 [0, 511, 512], [8 * 512 + 100, 12 * 512 + 9, 17 * 512 + 2, 16 * 512 + 77]]
     rows = [(row, pattern) for row, pattern in zip(range(8), patterns * 2)]
-    rows += [(8, [4 * 512 + 5, 4 * 512 + 200, 4 * 512 + 450])]
+    rows += [(8, [4 * 512 + 5, 4 * 512 + 200, 4 * 512 + 450]), (9, [11 * 512 + 7 + 100 * k for k in range(4)]),
+             (10, [6 * 512 + 3 + 89 * k for k in range(5)])]
     rows += [(r, [k, (k + 700) % vocab, (k + 3000) % vocab]) for r, k in small[:2]]
     rows += [(r, [k, (k + 1100) % vocab]) for r, k in large[:1]]
     chosen = np.array([r for r, _ in rows])

@@ -310,8 +310,8 @@ def _fp64_near_best(row_ptr, first_col, V, seed, position, temperature, STREAM: 
     FP64 score, its lowest offset). The block's FP32 scores are computed again as there (+inf: an
     extreme column); with M the best non-extreme score and c its bound, a non-extreme column below
     M - 2c is strictly below M's column in FP64, so only M's column, its near ties and the extreme
-    columns can hold the FP64 best. Two of them (nearly always: M's and one extreme column) are scored
-    in FP64 side by side; more: the whole block (fp64_block_best). Scoring the whole block in FP64
+    columns can hold the FP64 best. Up to four of them (nearly always two: M's and one extreme column)
+    are scored in FP64 side by side; more: the whole block (fp64_block_best). Scoring the whole block in FP64
     every time made these blocks (0.4% of them) ~4x slower than the others, a 5-7 us tail on the
     partial launch at B = 64-256 (benchmarks/lab/INDEX.md)."""
     offsets = tl.arange(0, BLOCK_V)
@@ -337,8 +337,18 @@ def _fp64_near_best(row_ptr, first_col, V, seed, position, temperature, STREAM: 
     count, lowest, highest = tl.reduce((near.to(tl.int32), tl.where(near, offsets, BLOCK_V), tl.where(near, offsets, -1)),
                                        0, _sum_min_max)
     inverse_t = inverse_temperature(temperature, True)
-    if count <= 2:  # lowest and highest are the near columns (-1: none)
-        columns = tl.where(tl.arange(0, 2) == 0, tl.where(count > 0, lowest, -1), highest)
+    # up to four near columns: the lowest and highest, then the lowest and highest between them (a
+    # block with two extreme columns, one in ~4 calls at B = 64, V = 262144, would otherwise take
+    # fp64_block_best and hold the whole launch up: benchmarks/lab/INDEX.md); -1: no column
+    slots = tl.arange(0, 4)
+    columns = tl.where(slots == 0, tl.where(count > 0, lowest, -1), tl.where(slots == 1, highest, -1))
+    if count > 2:
+        inner = near & (offsets > lowest) & (offsets < highest)
+        _, second_lowest, second_highest = tl.reduce(
+            (inner.to(tl.int32), tl.where(inner, offsets, BLOCK_V), tl.where(inner, offsets, -1)), 0, _sum_min_max)
+        columns = tl.where(slots == 2, second_lowest, tl.where(slots == 3, tl.where(count > 3, second_highest, -1),
+                                                                 columns))
+    if count <= 4:
         best64, best_offset = _fp64_columns_best(row_ptr, first_col, columns, V, seed, position, inverse_t, STREAM,
                                                  FAST_MATH)
     else:
