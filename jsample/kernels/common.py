@@ -311,12 +311,12 @@ def _fp64_near_best(row_ptr, first_col, V, seed, position, temperature, STREAM: 
     extreme column); with M the best non-extreme score and c its bound, a non-extreme column below
     M - 2c is strictly below M's column in FP64, so only M's column, its near ties and the extreme
     columns can hold the FP64 best. Up to four of them (nearly always two: M's and one extreme column)
-    are scored in FP64 side by side; more: the whole block (fp64_block_best). Scoring the whole block in FP64
-    every time made these blocks (0.4% of them) ~4x slower than the others, a 5-7 us tail on the
-    partial launch at B = 64-256 (benchmarks/lab/INDEX.md)."""
+    are scored in FP64 side by side; more: the whole block (fp64_block_best). Scoring the whole block
+    in FP64 every time made these blocks (0.4% of them) ~4x slower than the others, a 5-7 us tail on
+    the partial launch at B = 64-256 (benchmarks/lab/INDEX.md)."""
     offsets = tl.arange(0, BLOCK_V)
     # The words are drawn again, not the hot path's kept live through its reductions (registers). So
-    # are 16- and 8-bit logits; fp32 logits are reused (fewer registers on sm_90 either way, triton 3.6:
+    # are 16-bit logits; fp32 logits are reused (fewer registers on sm_90 either way, triton 3.6:
     # benchmarks/lab/INDEX.md).
     again = _opaque(first_col, FAST_MATH)
     if row_ptr.dtype.element_ty != tl.float32:
