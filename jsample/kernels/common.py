@@ -209,6 +209,13 @@ def _fp64_scores(row_ptr, first_col, V, seed, position, inverse_t, STREAM: tl.co
     cols = first_col + tl.arange(0, BLOCK)
     x = tl.load(row_ptr + cols, mask=cols < V, other=float("-inf")).to(tl.float32)
     lo, hi = fp64_words_block(seed, position, first_col, STREAM, BLOCK, FAST_MATH)
+    return _fp64_score(x, lo, hi, inverse_t)
+
+
+@triton.jit
+def _fp64_score(x, lo, hi, inverse_t):
+    """The FP64 Gumbel-max score of logits x (FP32) whose uniforms have the words (lo, hi), by
+    noisy_scores' operations; -inf for a non-finite logit. Every FP64 score of a column runs this."""
     score = x.to(tl.float64) * inverse_t + gumbel_noise(uniform_f64(lo, hi), True)
     return tl.where(tl.abs(x) < float("inf"), score, float("-inf"))
 
@@ -290,15 +297,13 @@ def _opaque(value, FAST_MATH: tl.constexpr):
 def _fp64_columns_best(row_ptr, first_col, columns, V, seed, position, inverse_t, STREAM: tl.constexpr,
                        FAST_MATH: tl.constexpr):
     """(best FP64 score, its lowest column) of the columns first_col + `columns` (an int32 block; -1:
-    none), each scored side by side by _fp64_scores' operations (its words: call column // 2, words
-    (w0, w1) for an even column and (w2, w3) for an odd one, as fp64_words_block interleaves them)."""
+    none), scored side by side (_fp64_score; the words of a column: call column // 2, words (w0, w1)
+    for an even column and (w2, w3) for an odd one, as fp64_words_block interleaves them)."""
     cols = first_col + columns
     x = tl.load(row_ptr + cols, mask=(columns >= 0) & (cols < V), other=float("-inf")).to(tl.float32)
     w0, w1, w2, w3 = philox_block(seed, position, (cols // 2).to(tl.uint32), STREAM, FAST_MATH)
     odd = (cols % 2) == 1
-    score = x.to(tl.float64) * inverse_t + gumbel_noise(uniform_f64(tl.where(odd, w2, w0), tl.where(odd, w3, w1)),
-                                                          True)
-    score = tl.where(tl.abs(x) < float("inf"), score, float("-inf"))
+    score = _fp64_score(x, tl.where(odd, w2, w0), tl.where(odd, w3, w1), inverse_t)
     best = tl.max(score, axis=0)
     return best, tl.min(tl.where(score == best, columns, 2147483647), axis=0)
 
