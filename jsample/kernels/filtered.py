@@ -396,13 +396,21 @@ def _item_status(items, status, i, ITEMS: tl.constexpr):
 
 
 @triton.jit
+def _top_k(top_k_ptr, b64, count):
+    """(row b64's k as int64, whether its top-k filters: 1 <= k < count, the row's finite logits; any
+    other k keeps them all)."""
+    k = tl.load(top_k_ptr + b64).to(tl.int64)
+    return k, (k >= 1) & (k < count)
+
+
+@triton.jit
 def _start_search(phase: tl.constexpr, b64, lo0, key_max, count, temperature, top_k_ptr, top_p_ptr):
     """The first bracket [lo, hi) of a search: the threshold key is in [lo, hi - 1]; hi = lo + 1
     means settled (threshold lo). lo0: the lowest key still kept (the previous threshold)."""
     run = _filtered_row(temperature, count)
     if phase == _TOP_K:
-        k = tl.load(top_k_ptr + b64).to(tl.int64)
-        active = run & (k >= 1) & (k < count)
+        _, top_k_active = _top_k(top_k_ptr, b64, count)
+        active = run & top_k_active
         lo = lo0
     else:
         p = tl.load(top_p_ptr + b64)
@@ -624,8 +632,8 @@ def filter_row_kernel(
         keeps = keeps & (_relative_probability(x_w, temperature, key_max, KEY_SHIFT, FP64) >= _min_p(min_p_ptr, b64))
     lo = tl.where(count > 0, key_min, 0)  # no finite logit: nothing to search (the row gives -1)
     if HAS_TOP_K:
-        k = tl.load(top_k_ptr + b64).to(tl.int64)
-        if run & (k >= 1) & (k < count):  # an active top-k: its search starts at the bound
+        k, top_k_active = _top_k(top_k_ptr, b64, count)
+        if run & top_k_active:  # its search starts at the bound
             lo = _kth_largest_block_key(block_max, k, lo, key_max, KEY_SHIFT)
             keeps = keeps & (key_w >= lo)
     status = tl.where(run & ~keeps, _FILTER, _CHECK if SEARCH else _DONE)
@@ -703,9 +711,9 @@ def filter_winner_sums_kernel(
             if HAS_TOP_P:
                 tiles_from = -(2**31)  # all the mass: every tile
                 if HAS_TOP_K:
-                    # an active top-k, as _keeps_winner decides it: the masses of the keys >= the winner's
-                    k = tl.load(top_k_ptr + b64).to(tl.int64)
-                    tiles_from = tl.where((k >= 1) & (k < tl.load(state + 2)), key_w, tiles_from)
+                    # an active top-k (_keeps_winner reads then only the masses of the keys >= the winner's)
+                    _, top_k_active = _top_k(top_k_ptr, b64, tl.load(state + 2))
+                    tiles_from = tl.where(top_k_active, key_w, tiles_from)
             sums = _chunk_winner_sums(logits_ptr + tl.multiple_of(b64 * row_stride, ROW_ALIGN), first, first + chunk,
                                       V, key_w, temperature, tl.load(state), KEY_SHIFT, FP64, THREADS, VEC, WAYS,
                                       WIDE_SUMS, HAS_TOP_P, HAS_TOP_K, tiles_from, block_stats_ptr + b64 * num_blocks,
@@ -1231,8 +1239,7 @@ def _keeps_winner(sums, key_w, key_max, count, b64, top_k_ptr, top_p_ptr, HAS_TO
     kept = key_w == key_w
     top_k_active = kept & False
     if HAS_TOP_K:
-        k = tl.load(top_k_ptr + b64).to(tl.int64)
-        top_k_active = (k >= 1) & (k < count)
+        k, top_k_active = _top_k(top_k_ptr, b64, count)
         kept = ~top_k_active | (above < k)
     if HAS_TOP_P:
         p = tl.load(top_p_ptr + b64)
