@@ -176,17 +176,19 @@ def test_filtered_tokens_do_not_depend_on_the_tiling(monkeypatch, force_target):
         if chunks == "many rows":
             search = next(step for step in plan.launches if step.kernel is filtered.filter_step_kernel)
             sample = next(step for step in plan.launches if step.kernel is filtered.filtered_partial_kernel)
-            assert dict(search.constexprs)["WAYS"] == 8 and search.num_warps == 2
+            # with top-k's candidate lists, 16 pivots (the lists leave the searches few rows); 8 without top-k
+            assert dict(search.constexprs)["WAYS"] == filtered.LISTED_WAYS == 16 and search.num_warps == 2
             assert dict(sample.constexprs)["BLOCK_V"] == 512 and sample.num_warps == 1
-            # the second half of each search takes late_items work items a program, the rest one
+            # with top-k's lists, every launch of each search but its first takes late_items work items a
+            # program (without them, the second half of each search)
             items = [dict(step.constexprs)["ITEMS"] for step in plan.launches
                      if step.kernel is filtered.filter_step_kernel]
             steps = len(items) // 2  # two searches (top-k, top-p) of search_steps launches each
-            assert items == ([1] * (steps // 2) + [filtered.MANY_ROWS_LATE_ITEMS] * (steps - steps // 2)) * 2, items
-            # each search's first launch takes mixed pivots, and the launch after it narrows by them
+            assert items == ([1] + [filtered.MANY_ROWS_LATE_ITEMS] * (steps - 1)) * 2, items
+            # 16 ways leave float32's 8 steps no room for mixed first pivots (8 ways would: the next test)
             mixed = [(dict(step.constexprs)["MIXED_PIVOTS"], dict(step.constexprs)["NARROW_MIXED"])
                      for step in plan.launches if step.kernel is filtered.filter_step_kernel]
-            assert mixed == ([(True, False), (False, True)] + [(False, False)] * (steps - 2)) * 2, mixed
+            assert steps == 8 and mixed == [(False, False)] * steps * 2, mixed
             assert dict(sample.constexprs)["NARROW_MIXED"] is False
     assert len(tilings) == 6  # every run had a tiling of its own
     for tokens in results[1:]:
@@ -208,6 +210,12 @@ def test_filtered_mixed_first_pivots_only_where_the_search_steps_have_room(dtype
         assert config.mixed_first_pivots == (many_rows and room)
         assert config.ways ** config.search_steps >= 2**bits
     assert filtered.filtered_launch_config(256, 151936, 151936, dtype, False).mixed_first_pivots
+    # the plans with top-k's candidate lists take 16 ways at large batches: fewer, wider search steps
+    listed = filtered._with_ways(filtered.filtered_launch_config(256, 151936, 151936, dtype, False),
+                                 filtered.LISTED_WAYS)
+    room = (listed.ways // 2) * listed.ways ** (listed.search_steps - 1) >= 2**bits
+    assert listed.ways ** listed.search_steps >= 2**bits > listed.ways ** (listed.search_steps - 1)
+    assert listed.mixed_first_pivots == room == (dtype == "float16")
 
 
 def test_filtered_row_alone_equals_row_in_a_batch():
@@ -527,3 +535,61 @@ def test_filtered_launches_plan_winner_sums_skip_tiles_below_the_winner_only_und
             kept = kept_tokens(logits[b], temperature[b], int(top_k[b]), top_p[b], None)[winners[b]]
             kinds.add((bool(top_k[b] > 0), bool(kept)))
     assert kinds == {(True, True), (True, False), (False, True), (False, False)}, kinds
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_filtered_launches_plan_top_k_lists_give_the_searches_thresholds(dtype, force_target, monkeypatch):
+    """The launches' plan takes top-k's threshold, and top-p's after it, from a row's candidate list (its
+    keys at or above the block maxima's bound) where k <= TOP_K_LIST and they fit, and searches
+    otherwise. Lists of 16 (rows that fit, rows that overflow, k above the length), of 1024, and none at
+    all (searches only) give the same tokens in both frontends, which are the reference's: ties at the
+    threshold, fewer finite logits than k, top-p of 0, NaN and 1 after top-k, min-p, greedy rows."""
+    from conftest import run_torch
+
+    from jsample.kernels import filtered
+
+    monkeypatch.setattr(filtered, "MANY_ROWS_ELEMENTS", 0)  # the large-batch tiling: blocks of 512 columns
+    force_target(large_programs=False, resident_programs=0)  # the launches' plan
+    rng = np.random.default_rng(31)
+    batch, vocab, block = 24, 8192, 512
+    logits = (rng.standard_normal((batch, vocab)) * 2.0).astype(np.float32)
+    logits[0:4] = np.round(logits[0:4])  # many ties, at the threshold too
+    logits[4, :] = 1.0  # all tied: every key is a candidate
+    logits[5, :] = -np.inf
+    logits[5, [3, 700, 1500]] = [0.5, 2.0, 1.0]  # three finite logits (k above that: no list)
+    logits[6:10, 100:140] += 6.0  # one block holds the top: the bound lies far below the threshold
+    seeds, positions = make_requests(rng, batch)
+    temperature = rng.choice(np.float32([0.7, 1.0, 1.3]), size=batch)
+    temperature[10] = 0.0  # greedy
+    top_k = rng.choice(np.int32([1, 3, 8, 12, 40]), size=batch).astype(np.int32)
+    top_k[4:6] = 10
+    top_p = rng.choice(np.float32([0.3, 0.9, 1.0, 0.0, np.nan]), size=batch).astype(np.float32)
+    min_p = rng.choice(np.float32([0.0, 0.0, 0.05]), size=batch).astype(np.float32)
+    logits = logits.astype(getattr(ml_dtypes, dtype, dtype))
+
+    # which rows lists of 16 cover: k <= 16 blocks (the bound: the k-th largest block maximum), and
+    # candidates (keys >= it) that fit
+    values = logits.astype(np.float32)
+    block_max = np.where(np.isfinite(values), values, -np.inf).reshape(batch, -1, block).max(axis=2)
+    bound = np.sort(block_max, axis=1)[:, ::-1][np.arange(batch), np.minimum(top_k, 16) - 1]
+    candidates = (np.isfinite(values) & (values >= bound[:, None])).sum(axis=1)
+    listed = (top_k <= 16) & np.isfinite(bound)
+    assert (listed & (candidates <= 16)).sum() >= 6 and (listed & (candidates > 16)).sum() >= 3, candidates
+    assert (~listed).sum() >= 3
+
+    results = []
+    for length in (16, 1024, 0):
+        monkeypatch.setattr(filtered, "TOP_K_LIST", length)
+        # a planning function of its own: neither its cache nor the executors' memo holds an older plan
+        monkeypatch.setattr(kernels, "plan_top_k_top_p_sample",
+                            functools.partial(filtered.plan_top_k_top_p_sample.__wrapped__))
+        plan = kernels.plan_top_k_top_p_sample(kernels.ArgSpec.contiguous(logits.shape, dtype),
+                                               kernels.ArgSpec.contiguous(seeds.shape, "int64"),
+                                               kernels.Target(interpreter=True), has_top_k=True, has_top_p=True,
+                                               has_min_p=True, fp64=False)
+        assert (filtered.filter_select_kernel in [step.kernel for step in plan.launches]) == (length > 0)
+        run = both_frontends if length == 16 else run_torch
+        results.append(run(OP, logits, seeds, positions, temperature, top_k=top_k, top_p=top_p, min_p=min_p))
+    for tokens in results[1:]:
+        np.testing.assert_array_equal(tokens, results[0])
+    assert_tokens_match_reference(results[0], logits, seeds, positions, temperature, top_k, top_p, min_p)

@@ -118,6 +118,16 @@ STATE_WORDS = 8
 STATUS_DONE = 0  # it is (or the row is not filtered: greedy, overflowing, no finite logit)
 STATUS_CHECK = 1  # min-p keeps it; the first search launch decides top-k and top-p from the winner's sums
 STATUS_FILTER = 2  # the filters drop it (or may): search, then sample the kept set
+STATUS_SETTLED = 3  # its kept set's threshold is known (filter_select_kernel): sample the kept set, no search
+# the launches' plan's top-k candidate lists (filter_winner_sums_kernel, filter_select_kernel): rows whose
+# k is at most this (a power of two; 0: none) list their keys >= the search's lower bound, and where those
+# fit, their thresholds come from the list instead of the searches
+TOP_K_LIST = 1024
+SHORT_TOP_K_LIST = 128  # lists no longer than this (most: about k) are sorted in this many slots
+# pivots a search launch of the large-batch tiling takes when the plan lists top-k's candidates: its
+# searches then run only for the few rows the lists leave, and most of their launches are idle, so take
+# fewer of them (16 ways: 4 launches a bfloat16 search, 8 a float32 one, against 6 and 11)
+LISTED_WAYS = 16
 KEY_SHIFTS = {"float32": 0, "bfloat16": 16, "float16": 13}  # low key bits that are zero for the dtype
 ALL_FINITE = 2**62  # the launches' plan's finite count of a row with a finite logit (filter_row_kernel)
 
@@ -128,6 +138,7 @@ _WINNER = tl.constexpr(PHASE_WINNER)
 _DONE = tl.constexpr(STATUS_DONE)
 _CHECK = tl.constexpr(STATUS_CHECK)
 _FILTER = tl.constexpr(STATUS_FILTER)
+_SETTLED = tl.constexpr(STATUS_SETTLED)
 _MASS_SCALE = tl.constexpr(MASS_SCALE)
 _STATE_WORDS = tl.constexpr(STATE_WORDS)
 _GREEDY_BELOW = tl.constexpr(GREEDY_BELOW)
@@ -257,6 +268,15 @@ def filtered_plan(config: FilteredLaunchConfig, has_top_k: bool, has_top_p: bool
     first_top_p = phases.index(PHASE_TOP_P) if has_top_p else -1
     return [FilterStep(phase, phases[i - 1] if i else PHASE_STATS, i - 1 == first_top_p)
             for i, phase in enumerate(phases)]
+
+
+def _with_ways(config: FilteredLaunchConfig, ways: int) -> FilteredLaunchConfig:
+    """`config` with `ways` pivots a search launch, and the search steps and mixed first pivots that go with them."""
+    bits = 32 - config.key_shift
+    search_steps = math.ceil(bits / math.log2(ways))
+    return dataclasses.replace(config, ways=ways, search_steps=search_steps,
+                               mixed_first_pivots=config.mixed_first_pivots
+                               and (ways // 2) * ways ** (search_steps - 1) >= 2**bits)
 
 
 @triton.jit
@@ -675,6 +695,8 @@ def filter_winner_sums_kernel(
     chunk,  # columns per chunk
     num_blocks,
     partial_out_ptr,  # [B, num_chunks, WAYS] i64 as i32 words: the chunk's winner sums (STATUS_CHECK rows)
+    list_ptr,  # [B, LIST] i32: the row's candidate keys, in no particular order
+    list_count_ptr,  # [B] i32 counters: how many candidates the row has (past LIST: not all stored)
     HAS_TOP_K: tl.constexpr,
     HAS_TOP_P: tl.constexpr,
     KEY_SHIFT: tl.constexpr,
@@ -688,22 +710,37 @@ def filter_winner_sums_kernel(
     TILE_BLOCKS: tl.constexpr,
     WIDE_SUMS: tl.constexpr = False,
     ITEMS: tl.constexpr = 1,
+    LIST: tl.constexpr = 0,  # config's TOP_K_LIST with top-k (0: no lists)
 ):
     """Grid (cdiv(B * num_chunks, ITEMS),), a row's chunk an item (_program_items): for STATUS_CHECK rows,
     the chunk's counts (and, with HAS_TOP_P, masses) that decide whether top-k and top-p keep the
     unfiltered winner (_chunk_winner_sums). Where top-k is active, _keeps_winner reads no mass of the
     keys below the winner's, so tiles below it are skipped unread (lane 3 is then not all the mass);
-    top-p alone needs all the mass, and reads every tile."""
+    top-p alone needs all the mass, and reads every tile.
+
+    With LIST > 0, rows whose top-k is active with k <= LIST (STATUS_CHECK or STATUS_FILTER) take
+    no sums: their chunks append the keys at or above the row's lower bound of top-k's threshold to
+    the row's candidate list instead (_collect_candidates), from which filter_select_kernel finds the
+    thresholds and decides the winner."""
     V = aligned(V, VOCAB_ALIGN)
     chunk = aligned(chunk, THREADS * VEC)
     items, statuses = _program_items(state_ptr, num_chunks, batch * num_chunks, ITEMS)
     for i in range(ITEMS):
         item, status = _item_status(items, statuses, i, ITEMS)
-        if status == _CHECK:
-            b = item // num_chunks
+        b = item // num_chunks
+        b64 = b.to(tl.int64)
+        state = state_ptr.to(tl.pointer_type(tl.int64)) + b64 * _STATE_WORDS
+        listed = False
+        if LIST > 0:
+            if (status == _CHECK) | (status == _FILTER):
+                listed = _listed(top_k_ptr, b64, tl.load(state + 2), tl.load(state + 3), tl.load(state + 1), LIST)
+        if listed:
+            _collect_candidates(logits_ptr + tl.multiple_of(b64 * row_stride, ROW_ALIGN), (item % num_chunks) * chunk,
+                                (item % num_chunks + 1) * chunk, V, tl.load(state + 3).to(tl.int32),
+                                list_ptr + b64 * LIST, list_count_ptr + b, KEY_SHIFT, THREADS, VEC,
+                                block_stats_ptr + b64 * num_blocks, num_blocks, BLOCK_V, TILE_BLOCKS, LIST)
+        elif status == _CHECK:
             c = item % num_chunks
-            b64 = b.to(tl.int64)
-            state = state_ptr.to(tl.pointer_type(tl.int64)) + b64 * _STATE_WORDS
             temperature = load_temperature(temperature_ptr, b)
             first = c * chunk
             key_w = tl.load(state + 6).to(tl.int32)
@@ -720,6 +757,122 @@ def filter_winner_sums_kernel(
                                       num_blocks, BLOCK_V, TILE_BLOCKS)
             tl.store(partial_out_ptr.to(tl.pointer_type(tl.int64)) + (b64 * num_chunks + c) * WAYS
                      + tl.arange(0, WAYS), sums)
+
+
+@triton.jit
+def _listed(top_k_ptr, b64, count, lo, key_min, LIST: tl.constexpr):
+    """Whether row b64 lists its top-k candidates: top-k filters it, k <= LIST, and its search starts
+    at a bound above the floor (lo > key_min: k blocks have a finite logit, _kth_largest_block_key),
+    without which every finite key would be a candidate."""
+    k, top_k_active = _top_k(top_k_ptr, b64, count)
+    return top_k_active & (k <= LIST) & (lo > key_min)
+
+
+@triton.jit
+def _collect_candidates(row_ptr, first, end, V, lo, list_ptr, count_ptr, KEY_SHIFT: tl.constexpr,
+                        THREADS: tl.constexpr, VEC: tl.constexpr, block_stats_ptr, num_blocks, BLOCK_V: tl.constexpr,
+                        TILE_BLOCKS: tl.constexpr, LIST: tl.constexpr):
+    """Appends the keys >= lo of the finite logits in columns [first, end) to the row's candidate list
+    at `list_ptr`: a tile adds its count to the row's at `count_ptr` (one atomic), which gives its keys
+    their slots (slots from LIST on are counted, not stored). Tiles whose largest key is below lo hold
+    none and are skipped unread."""
+    lo_value = _key_value(lo, KEY_SHIFT)
+    start = first
+    while start < end:
+        if _tile_max_key(block_stats_ptr, start, num_blocks, BLOCK_V, TILE_BLOCKS) >= lo:
+            x = _tile_logits(row_ptr, start, V, THREADS, VEC)
+            take = tl.reshape(((x >= lo_value) & (x < float("inf"))).to(tl.int32), [VEC * THREADS])  # key >= lo, finite
+            taken = tl.sum(take, axis=0)
+            if taken > 0:
+                base = tl.atomic_add(count_ptr, taken, sem="relaxed")
+                if base < LIST:
+                    slots = base + tl.cumsum(take, 0) - take
+                    tl.store(list_ptr + slots, tl.reshape(_key(x, KEY_SHIFT), [VEC * THREADS]),
+                             mask=(take > 0) & (slots < LIST))
+        start += THREADS * VEC
+
+
+@triton.jit
+def filter_select_kernel(
+    temperature_ptr,  # [B] f32
+    top_k_ptr,  # [B] i32|i64
+    top_p_ptr,  # [B] f32 (read when HAS_TOP_P)
+    state_in_ptr,  # [B, STATE_WORDS] i64 as i32 words, from filter_row_kernel
+    list_ptr,  # [B, LIST] i32: filter_winner_sums_kernel's candidate keys
+    list_count_in_ptr,  # [B] i32: and their count
+    state_out_ptr,  # [B, STATE_WORDS] i64 as i32 words
+    list_count_out_ptr,  # [B] i32 counters: left zero
+    HAS_TOP_P: tl.constexpr,
+    KEY_SHIFT: tl.constexpr,
+    FP64: tl.constexpr,
+    LIST: tl.constexpr,  # the lists' length (a power of two)
+    SHORT_LIST: tl.constexpr,  # a power of two <= LIST: lists no longer than this sort only that many slots
+):
+    """Grid (B,), after filter_winner_sums_kernel with its LIST: top-k's threshold, and top-p's after
+    it, from the candidate list of each row whose top-k is active with k <= LIST.
+
+    The list holds every finite key >= lo, the row launch's lower bound of top-k's threshold
+    (_kth_largest_block_key: at least k keys reach it), so its k-th largest (with multiplicity) is
+    the threshold the top-k search finds: the largest t with at least k keys >= t (with fewer than
+    k finite keys, lo is below them all and the smallest keeps them all, as the search's does). Top-p
+    then keeps the keys >= the largest listed key t with mass(keys >= t) >= top_p * N, N the mass of
+    what top-k keeps: with the list sorted in decreasing order and its masses summed in that order,
+    t is the key at the first position where the sum reaches the limit (every larger key has less
+    mass at or above it). Same integer masses, same float64 comparison as the search (_narrow): the
+    same thresholds. The row's winner is then kept iff its key reaches them (STATUS_DONE), else its
+    kept set is sampled (STATUS_SETTLED). A list that overflowed sends the row to the search
+    (STATUS_FILTER: it took no winner's sums). Every row's count is reset to zero."""
+    b = tl.program_id(0)
+    b64 = b.to(tl.int64)
+    state = state_in_ptr.to(tl.pointer_type(tl.int64)) + b64 * _STATE_WORDS
+    key_max = tl.load(state)
+    key_min = tl.load(state + 1)
+    count = tl.load(state + 2)
+    lo = tl.load(state + 3)
+    hi = tl.load(state + 4)
+    normalizer = tl.load(state + 5)
+    key_w = tl.load(state + 6)
+    status = tl.load(state + 7)
+    listed_count = tl.load(list_count_in_ptr + b)
+    tl.store(list_count_out_ptr + b, 0)
+    k, _ = _top_k(top_k_ptr, b64, count)
+    if ((status == _CHECK) | (status == _FILTER)) & _listed(top_k_ptr, b64, count, lo, key_min, LIST):
+        if listed_count <= LIST:
+            if listed_count <= SHORT_LIST:  # most rows: a short sort
+                threshold = _list_threshold(list_ptr + b64 * LIST, listed_count, k, key_max, b, b64, temperature_ptr,
+                                            top_p_ptr, HAS_TOP_P, KEY_SHIFT, FP64, SHORT_LIST)
+            else:
+                threshold = _list_threshold(list_ptr + b64 * LIST, listed_count, k, key_max, b, b64, temperature_ptr,
+                                            top_p_ptr, HAS_TOP_P, KEY_SHIFT, FP64, LIST)
+            status = tl.where((status == _CHECK) & (key_w >= threshold), _DONE, _SETTLED).to(tl.int64)
+            lo = threshold
+            hi = threshold + 1
+        else:
+            status = (status * 0 + _FILTER).to(tl.int64)
+    _store_state(state_out_ptr, b64, key_max, key_min, count, lo, hi, normalizer, key_w, status)
+
+
+@triton.jit
+def _list_threshold(list_ptr, listed_count, k, key_max, b, b64, temperature_ptr, top_p_ptr, HAS_TOP_P: tl.constexpr,
+                    KEY_SHIFT: tl.constexpr, FP64: tl.constexpr, SLOTS: tl.constexpr):
+    """filter_select_kernel's threshold key of a row from the first `listed_count` (<= SLOTS) keys of its
+    candidate list: top-k's, then, with HAS_TOP_P, top-p's after it."""
+    slots = tl.arange(0, SLOTS)
+    keys = tl.sort(tl.load(list_ptr + slots, mask=slots < listed_count, other=-(2**31)), descending=True)
+    threshold = tl.sum(tl.where(slots == tl.minimum(k, listed_count) - 1, keys, 0), axis=0).to(tl.int64)
+    if HAS_TOP_P:
+        p = tl.load(top_p_ptr + b64)
+        kept = (slots < listed_count) & (keys >= threshold)
+        e = _relative_probability(_key_value(keys, KEY_SHIFT), load_temperature(temperature_ptr, b), key_max,
+                                  KEY_SHIFT, FP64)
+        mass = tl.where(kept, (e * _MASS_SCALE).to(tl.int32), 0).to(tl.int64)  # as _chunk_above's
+        limit = p.to(tl.float64) * tl.sum(mass, axis=0).to(tl.float64)
+        reached = kept & ~(tl.cumsum(mass, 0).to(tl.float64) < limit)
+        first = tl.min(tl.where(reached, slots, SLOTS), axis=0)
+        top_p_threshold = tl.sum(tl.where(slots == first, keys, 0), axis=0).to(tl.int64)
+        threshold = tl.where((p > 0) & (p < 1) & (first < SLOTS), top_p_threshold, threshold)
+        threshold = tl.where(p <= 0, key_max, threshold)  # p <= 0 keeps the largest logit only
+    return threshold
 
 
 @triton.jit
@@ -850,7 +1003,7 @@ def filtered_partial_kernel(
     items, statuses = _program_items(state_in_ptr, groups, batch * groups, ITEMS)
     for item_i in range(ITEMS):
         item, status = _item_status(items, statuses, item_i, ITEMS)
-        if status == _FILTER:
+        if (status == _FILTER) | (status == _SETTLED):
             b = item // groups
             b64 = b.to(tl.int64)
             temperature = load_temperature(temperature_ptr, b)
@@ -927,7 +1080,7 @@ def filtered_reduce_kernel(
     its token is the unfiltered winner."""
     row = tl.program_id(0)
     status = tl.load(state_ptr.to(tl.pointer_type(tl.int64)) + row.to(tl.int64) * _STATE_WORDS + 7)
-    if status == _FILTER:
+    if (status == _FILTER) | (status == _SETTLED):
         store_row_token(partial_score_ptr, partial_index_ptr, logits_ptr, V, row_stride, num_blocks, tokens_ptr, row,
                         FP64, REDUCE_BLOCK)
     else:
@@ -1263,6 +1416,9 @@ def plan_top_k_top_p_sample(logits: ArgSpec, seeds: ArgSpec, target: Target, *, 
     row_stride = logits.strides[0]
     config = filtered_launch_config(batch, vocab, row_stride, logits.dtype, fp64, fast_math=not target.interpreter,
                                     large_programs=target.large_programs)
+    top_k_list = TOP_K_LIST if has_top_k else 0
+    if top_k_list and config.ways < LISTED_WAYS:
+        config = _with_ways(config, LISTED_WAYS)
     gumbel = config.gumbel
     steps = filtered_plan(config, has_top_k, has_top_p)
     unused = "positions"  # stands in for absent filters, never read ([B], where temperature may be a number)
@@ -1297,7 +1453,9 @@ def plan_top_k_top_p_sample(logits: ArgSpec, seeds: ArgSpec, target: Target, *, 
     buffers += [Buffer(f"state_{i}", (batch, 2 * STATE_WORDS), "int32") for i in (0, 1)]
     buffers += [Buffer(f"partials_{i}", (batch, 2 * config.ways * config.num_chunks), "int32") for i in (0, 1)]
     buffers += [Buffer("partial_score", (batch, gumbel.num_blocks * words), "float32"),
-                Buffer("partial_index", (batch, gumbel.num_blocks), "int32"), tokens]
+                Buffer("partial_index", (batch, gumbel.num_blocks), "int32"), tokens,
+                Buffer("top_k_list", (batch, max(1, top_k_list)), "int32"),
+                Buffer("top_k_list_count", (batch,), "int32", counters=True)]
     seed_words = seed_word_count(seeds.shape)
     filters = dict(HAS_TOP_K=has_top_k, HAS_TOP_P=has_top_p)
     searches = dict(KEY_SHIFT=config.key_shift, FP64=fp64, THREADS=config.threads, VEC=config.vec,
@@ -1323,15 +1481,25 @@ def plan_top_k_top_p_sample(logits: ArgSpec, seeds: ArgSpec, target: Target, *, 
         launches.append(launch(
             filter_winner_sums_kernel, (batch * config.num_chunks,),
             ("logits", "temperature", top_k, "state_0", "block_stats", vocab, row_stride, batch, config.num_chunks,
-             config.chunk, gumbel.num_blocks), ("partials_0",), **filters, ITEMS=1, **searches, **tiles))
+             config.chunk, gumbel.num_blocks), ("partials_0", "top_k_list", "top_k_list_count"), **filters, ITEMS=1,
+            LIST=top_k_list, **searches, **tiles))
         partials = "partials_0"
+    if top_k_list:  # the thresholds of the rows whose candidates were listed
+        launches.append(launch(
+            filter_select_kernel, (batch,),
+            ("temperature", top_k, top_p, "state_0", "top_k_list", "top_k_list_count"),
+            ("state_1", "top_k_list_count"), HAS_TOP_P=has_top_p, KEY_SHIFT=config.key_shift, FP64=fp64,
+            LIST=top_k_list, SHORT_LIST=min(top_k_list, SHORT_TOP_K_LIST), num_warps=4, **options))
+        state = "state_1"
 
     def mixed(i):  # whether search launch i takes mixed pivots (the first of its search)
         return config.mixed_first_pivots and i >= 0 and i % config.search_steps == 0
 
     for i, step in enumerate(steps[1:-1]):
-        new_state, new_partials = f"state_{(i + 1) % 2}", f"partials_{(i + 1) % 2}"
-        late = i % config.search_steps >= config.search_steps // 2  # the second half of its search
+        new_state, new_partials = "state_1" if state == "state_0" else "state_0", f"partials_{(i + 1) % 2}"
+        # the second half of its search; with top-k's lists, all but its first launch (the lists leave
+        # few rows to search, and most launches only read statuses)
+        late = i % config.search_steps >= (1 if top_k_list else config.search_steps // 2)
         items = config.late_items if late else 1
         launches.append(launch(
             filter_step_kernel, (triton.cdiv(batch * config.num_chunks, items),),
