@@ -834,6 +834,9 @@ def filter_select_kernel(
     key_w = tl.load(state + 6)
     status = tl.load(state + 7)
     listed_count = tl.load(list_count_in_ptr + b)
+    # torch passes one counter as both pointers: every warp's load before any warp's reset (a warp that
+    # read the reset count would take another branch than the others)
+    tl.debug_barrier()
     tl.store(list_count_out_ptr + b, 0)
     k, _ = _top_k(top_k_ptr, b64, count)
     if ((status == _CHECK) | (status == _FILTER)) & _listed(top_k_ptr, b64, count, lo, key_min, LIST):
