@@ -39,24 +39,31 @@ frontends (filtered_plan lists them):
    from below: the search starts there, and a winner below it is dropped without sums.
 3. With top-k or top-p, `filter_winner_sums_kernel`, a row's chunk a work item: for STATUS_CHECK rows,
    the count (and mass) of the keys above the winner's; the first search launch decides from them.
+   With top-k, a row whose k is at most TOP_K_LIST (and at most its blocks with a finite logit)
+   takes no sums: its chunks list the row's keys at or above top-k's bound instead (one atomic a
+   tile), and `filter_select_kernel`, grid (B,), finds top-k's threshold and top-p's after it from
+   the sorted list (about k keys on language-model-like logits) and decides the winner: STATUS_DONE,
+   or STATUS_SETTLED (the kept set is sampled, no search). A list that overflows leaves the row to
+   the searches (STATUS_FILTER).
 4. `filter_step_kernel` PHASE_TOP_K, then PHASE_TOP_P, search_steps launches each: each program first
    replays the row's state from the previous launch (state + partials: the bracket [lo, hi) of the
    threshold key), then evaluates `ways` pivots of it on its chunk (count, or mass, of the keys >=
    each pivot). Each launch narrows the bracket `ways`-fold, so search_steps launches pin it down (at
    large batches a search's first launch narrows it `ways / 2`-fold in keys, its other pivots
    splitting the bracket's values, which is where a bracket across binades has its logits: _pivots).
-   Only STATUS_FILTER rows search; a search the winner's sums bound starts above (or, top-k keeping
+   Only STATUS_FILTER rows search (with top-k's lists, few: a plan with them takes 16 ways at large
+   batches, fewer launches); a search the winner's sums bound starts above (or, top-k keeping
    it, at or below) the winner's key, and tiles whose largest key (the block statistics) is below
    the bracket are skipped unread: the same thresholds, sooner and with less reading.
-5. `filtered_partial_kernel`, four blocks of a row a work item, STATUS_FILTER rows only: replays the
-   final state and writes gumbel_sample's block partials of the row with the logits below the
-   threshold (and, for min-p, e < min_p) masked, reusing the unfiltered partial of every block whose
-   best column is kept or that keeps none; `filtered_reduce_kernel` reduces each row's filtered, or
-   unfiltered, partials.
+5. `filtered_partial_kernel`, four blocks of a row a work item, STATUS_FILTER and STATUS_SETTLED rows
+   only: replays the final state and writes gumbel_sample's block partials of the row with the
+   logits below the threshold (and, for min-p, e < min_p) masked, reusing the unfiltered partial of
+   every block whose best column is kept or that keeps none; `filtered_reduce_kernel` reduces each
+   row's filtered, or unfiltered, partials.
 
 In launches 3-5 a program takes work items (_program_items), one, or at large batches in the second
-half of each search `late_items`: by then most programs would only read a status, and they cost
-their launch more than their work.
+half of each search (with top-k's lists, from its second launch on) `late_items`: by then most
+programs would only read a status, and they cost their launch more than their work.
 
 Where all B * num_chunks programs run at once (Target.resident_programs; in the interpreter, one
 program a row), `filtered_one_launch_kernel` does all of this in one launch: the steps meet at a
@@ -994,8 +1001,9 @@ def filtered_partial_kernel(
 ):
     """Grid (cdiv(B * groups, ITEMS),), groups = cdiv(num_blocks, BLOCKS_PER_PROGRAM) a row, a row's
     group of blocks an item (_program_items): the block partials of gumbel_partial_kernel
-    (stream 0) on each STATUS_FILTER row with the logits the filters drop set to -inf (the other rows'
-    token is their unfiltered winner: filtered_reduce_kernel reads their unfiltered partials). The
+    (stream 0) on each STATUS_FILTER or STATUS_SETTLED row with the logits the filters drop set to
+    -inf (the other rows' token is their unfiltered winner: filtered_reduce_kernel reads their
+    unfiltered partials). The
     unfiltered partials answer wherever they can: a block whose largest key is below the threshold
     keeps nothing (no candidate, and its logits are not read); a block whose unfiltered best column
     is kept, or that has no candidate, has the same best (the same scores, fewer candidates); a block
@@ -1069,7 +1077,7 @@ def filtered_reduce_kernel(
     state_ptr,  # the state filtered_partial_kernel read: the rows' status
     unfiltered_score_ptr,  # filter_stats_kernel's partials (STATUS_DONE rows)
     unfiltered_index_ptr,
-    partial_score_ptr,  # filtered_partial_kernel's (STATUS_FILTER rows)
+    partial_score_ptr,  # filtered_partial_kernel's (STATUS_FILTER and STATUS_SETTLED rows)
     partial_index_ptr,
     logits_ptr,  # [B, V]: read only for rows that overflow
     V,
