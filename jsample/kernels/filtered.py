@@ -503,15 +503,7 @@ def _row_state(b64, state_ptr, partial_ptr, num_chunks, temperature, top_k_ptr, 
     ways = tl.arange(0, WAYS)
     in_row = chunks < num_chunks
     partials = partial_ptr.to(tl.pointer_type(tl.int64)) + (b64 * num_chunks + chunks) * WAYS
-    state = state_ptr.to(tl.pointer_type(tl.int64)) + b64 * _STATE_WORDS
-    key_max = tl.load(state)
-    key_min = tl.load(state + 1)
-    count = tl.load(state + 2)
-    lo = tl.load(state + 3)
-    hi = tl.load(state + 4)
-    normalizer = tl.load(state + 5)
-    key_w = tl.load(state + 6)
-    status = tl.load(state + 7)
+    key_max, key_min, count, lo, hi, normalizer, key_w, status = _load_state(state_ptr, b64)
     checked = status == _CHECK  # the winner launch summed the counts above the winner
     above_winner = count * 0
     mass_all = count * 0
@@ -558,6 +550,15 @@ def _winner_bracket(PHASE: tl.constexpr, lo, hi, normalizer, key_w, above_winner
             lo = key_w + 1
             normalizer = mass_all
     return lo, hi, normalizer
+
+
+@triton.jit
+def _load_state(state_ptr, b64):
+    """Row b64's state (_store_state's words): (key max, key min, finite count, lo, hi, top-p
+    normaliser, winner key, status)."""
+    state = state_ptr.to(tl.pointer_type(tl.int64)) + b64 * _STATE_WORDS
+    return (tl.load(state), tl.load(state + 1), tl.load(state + 2), tl.load(state + 3), tl.load(state + 4),
+            tl.load(state + 5), tl.load(state + 6), tl.load(state + 7))
 
 
 @triton.jit
@@ -717,7 +718,7 @@ def filter_winner_sums_kernel(
     TILE_BLOCKS: tl.constexpr,
     WIDE_SUMS: tl.constexpr = False,
     ITEMS: tl.constexpr = 1,
-    LIST: tl.constexpr = 0,  # config's TOP_K_LIST with top-k (0: no lists)
+    LIST: tl.constexpr = 0,  # the plan's TOP_K_LIST with top-k (0: no lists)
 ):
     """Grid (cdiv(B * num_chunks, ITEMS),), a row's chunk an item (_program_items): for STATUS_CHECK rows,
     the chunk's counts (and, with HAS_TOP_P, masses) that decide whether top-k and top-p keep the
@@ -725,8 +726,8 @@ def filter_winner_sums_kernel(
     keys below the winner's, so tiles below it are skipped unread (lane 3 is then not all the mass);
     top-p alone needs all the mass, and reads every tile.
 
-    With LIST > 0, rows whose top-k is active with k <= LIST (STATUS_CHECK or STATUS_FILTER) take
-    no sums: their chunks append the keys at or above the row's lower bound of top-k's threshold to
+    With LIST > 0, rows whose top-k is active with k <= LIST and a bound above the floor (_listed;
+    STATUS_CHECK or STATUS_FILTER) take no sums: their chunks append the keys at or above the row's lower bound of top-k's threshold to
     the row's candidate list instead (_collect_candidates), from which filter_select_kernel finds the
     thresholds and decides the winner."""
     V = aligned(V, VOCAB_ALIGN)
@@ -819,9 +820,9 @@ def filter_select_kernel(
     it, from the candidate list of each row whose top-k is active with k <= LIST.
 
     The list holds every finite key >= lo, the row launch's lower bound of top-k's threshold
-    (_kth_largest_block_key: at least k keys reach it), so its k-th largest (with multiplicity) is
-    the threshold the top-k search finds: the largest t with at least k keys >= t (with fewer than
-    k finite keys, lo is below them all and the smallest keeps them all, as the search's does). Top-p
+    (_kth_largest_block_key: k blocks reach it, so at least k keys do; _listed), so its k-th largest
+    (with multiplicity) is the threshold the top-k search finds: the largest t with at least k keys
+    >= t. Top-p
     then keeps the keys >= the largest listed key t with mass(keys >= t) >= top_p * N, N the mass of
     what top-k keeps: with the list sorted in decreasing order and its masses summed in that order,
     t is the key at the first position where the sum reaches the limit (every larger key has less
@@ -831,15 +832,7 @@ def filter_select_kernel(
     (STATUS_FILTER: it took no winner's sums). Every row's count is reset to zero."""
     b = tl.program_id(0)
     b64 = b.to(tl.int64)
-    state = state_in_ptr.to(tl.pointer_type(tl.int64)) + b64 * _STATE_WORDS
-    key_max = tl.load(state)
-    key_min = tl.load(state + 1)
-    count = tl.load(state + 2)
-    lo = tl.load(state + 3)
-    hi = tl.load(state + 4)
-    normalizer = tl.load(state + 5)
-    key_w = tl.load(state + 6)
-    status = tl.load(state + 7)
+    key_max, key_min, count, lo, hi, normalizer, key_w, status = _load_state(state_in_ptr, b64)
     listed_count = tl.load(list_count_in_ptr + b)
     # torch passes one counter as both pointers: every warp's load before any warp's reset (a warp that
     # read the reset count would take another branch than the others)
