@@ -541,9 +541,10 @@ def test_filtered_launches_plan_winner_sums_skip_tiles_below_the_winner_only_und
 def test_filtered_launches_plan_top_k_lists_give_the_searches_thresholds(dtype, force_target, monkeypatch):
     """The launches' plan takes top-k's threshold, and top-p's after it, from a row's candidate list (its
     keys at or above the block maxima's bound) where k <= TOP_K_LIST and they fit, and searches
-    otherwise. Lists of 16 (rows that fit, rows that overflow, k above the length), of 1024, and none at
-    all (searches only) give the same tokens in both frontends, which are the reference's: ties at the
-    threshold, fewer finite logits than k, top-p of 0, NaN and 1 after top-k, min-p, greedy rows."""
+    otherwise. Lists of 16 (rows that fit, in a sort of 4 slots or of 16, rows that overflow, k above
+    the length), of 1024, and none at all (searches only) give the same tokens in both frontends, which
+    are the reference's: ties at the threshold, fewer finite logits than k, top-p of 0, NaN and 1 after
+    top-k, min-p, greedy rows."""
     from conftest import run_torch
 
     from jsample.kernels import filtered
@@ -568,18 +569,19 @@ def test_filtered_launches_plan_top_k_lists_give_the_searches_thresholds(dtype, 
     logits = logits.astype(getattr(ml_dtypes, dtype, dtype))
 
     # which rows lists of 16 cover: k <= 16 blocks (the bound: the k-th largest block maximum), and
-    # candidates (keys >= it) that fit
+    # candidates (keys >= it) that fit, sorted in 4 slots (SHORT_TOP_K_LIST) or in 16
     values = logits.astype(np.float32)
     block_max = np.where(np.isfinite(values), values, -np.inf).reshape(batch, -1, block).max(axis=2)
     bound = np.sort(block_max, axis=1)[:, ::-1][np.arange(batch), np.minimum(top_k, 16) - 1]
     candidates = (np.isfinite(values) & (values >= bound[:, None])).sum(axis=1)
     listed = (top_k <= 16) & np.isfinite(bound)
-    assert (listed & (candidates <= 16)).sum() >= 6 and (listed & (candidates > 16)).sum() >= 3, candidates
-    assert (~listed).sum() >= 3
+    assert (listed & (candidates <= 4)).sum() >= 2 and (listed & (candidates > 4) & (candidates <= 16)).sum() >= 3
+    assert (listed & (candidates > 16)).sum() >= 3 and (~listed).sum() >= 3, candidates
 
     results = []
     for length in (16, 1024, 0):
         monkeypatch.setattr(filtered, "TOP_K_LIST", length)
+        monkeypatch.setattr(filtered, "SHORT_TOP_K_LIST", 4 if length == 16 else 128)
         # a planning function of its own: neither its cache nor the executors' memo holds an older plan
         monkeypatch.setattr(kernels, "plan_top_k_top_p_sample",
                             functools.partial(filtered.plan_top_k_top_p_sample.__wrapped__))
@@ -587,7 +589,9 @@ def test_filtered_launches_plan_top_k_lists_give_the_searches_thresholds(dtype, 
                                                kernels.ArgSpec.contiguous(seeds.shape, "int64"),
                                                kernels.Target(interpreter=True), has_top_k=True, has_top_p=True,
                                                has_min_p=True, fp64=False)
-        assert (filtered.filter_select_kernel in [step.kernel for step in plan.launches]) == (length > 0)
+        select = [step for step in plan.launches if step.kernel is filtered.filter_select_kernel]
+        assert [dict(step.constexprs)["SHORT_LIST"] for step in select] == ([min(length, 4 if length == 16 else 128)]
+                                                                           if length else [])
         run = both_frontends if length == 16 else run_torch
         results.append(run(OP, logits, seeds, positions, temperature, top_k=top_k, top_p=top_p, min_p=min_p))
     for tokens in results[1:]:
