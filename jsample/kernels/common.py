@@ -339,11 +339,7 @@ def _fp64_near_best(row_ptr, first_col, V, seed, position, temperature, STREAM: 
     best = tl.max(tl.where(score < float("inf"), score, float("-inf")), axis=0)
     bound = 2.44140625e-04 + (tl.abs(best) + 12.0) * 3.814697265625e-06  # store_fp64_block_interval's c
     near = score >= tl.where(best > float("-inf"), best - 2.0 * bound, float("inf"))  # and every +inf (extreme)
-    if FAST_MATH:  # one reduction on a GPU
-        count, lowest, highest = tl.reduce((near.to(tl.int32), tl.where(near, offsets, BLOCK_V),
-                                            tl.where(near, offsets, -1)), 0, _sum_min_max)
-    else:
-        count, lowest, highest = _count_lowest_highest(near, offsets)
+    count, lowest, highest = _count_lowest_highest(near, offsets, FAST_MATH)
     inverse_t = inverse_temperature(temperature, True)
     # up to four near columns: the lowest and highest, then the lowest and highest between them (a
     # block with two extreme columns, one in ~4 calls at B = 64, V = 262144, would otherwise take
@@ -352,11 +348,7 @@ def _fp64_near_best(row_ptr, first_col, V, seed, position, temperature, STREAM: 
     columns = tl.where(slots == 0, tl.where(count > 0, lowest, -1), tl.where(slots == 1, highest, -1))
     if count > 2:
         inner = near & (offsets > lowest) & (offsets < highest)
-        if FAST_MATH:
-            _, second_lowest, second_highest = tl.reduce(
-                (inner.to(tl.int32), tl.where(inner, offsets, BLOCK_V), tl.where(inner, offsets, -1)), 0, _sum_min_max)
-        else:
-            _, second_lowest, second_highest = _count_lowest_highest(inner, offsets)
+        _, second_lowest, second_highest = _count_lowest_highest(inner, offsets, FAST_MATH)
         columns = tl.where(slots == 2, second_lowest, tl.where(slots == 3, tl.where(count > 3, second_highest, -1),
                                                                  columns))
     if count <= 4:
@@ -476,9 +468,13 @@ def reduce_fp64_intervals(partial_score_ptr, partial_bound_ptr, partial_index_pt
 
 
 @triton.jit
-def _count_lowest_highest(mask, offsets):
-    """_sum_min_max's reduction of (mask, its lowest offset, its highest) as three plain reductions: the
-    interpreter runs a custom reduction 8x slower (a GPU runs the one custom reduction, one shuffle chain)."""
+def _count_lowest_highest(mask, offsets, FAST_MATH: tl.constexpr):
+    """(how many of `mask` are set, the lowest offset set (offsets.shape[0]: none), the highest (-1: none)):
+    on a GPU (FAST_MATH) one custom reduction, one shuffle chain; in the interpreter, which runs a custom
+    reduction 8x slower, three plain ones."""
+    if FAST_MATH:
+        return tl.reduce((mask.to(tl.int32), tl.where(mask, offsets, offsets.shape[0]), tl.where(mask, offsets, -1)),
+                         0, _sum_min_max)
     return (tl.sum(mask.to(tl.int32), axis=0), tl.min(tl.where(mask, offsets, offsets.shape[0]), axis=0),
             tl.max(tl.where(mask, offsets, -1), axis=0))
 

@@ -741,7 +741,7 @@ def filter_winner_sums_kernel(
         listed = False
         if LIST > 0:
             if (status == _CHECK) | (status == _FILTER):
-                listed = _listed(top_k_ptr, b64, tl.load(state + 2), tl.load(state + 3), tl.load(state + 1), LIST)
+                _, listed = _listed(top_k_ptr, b64, tl.load(state + 2), tl.load(state + 3), tl.load(state + 1), LIST)
         if listed:
             _collect_candidates(logits_ptr + tl.multiple_of(b64 * row_stride, ROW_ALIGN), (item % num_chunks) * chunk,
                                 (item % num_chunks + 1) * chunk, V, tl.load(state + 3).to(tl.int32),
@@ -769,11 +769,11 @@ def filter_winner_sums_kernel(
 
 @triton.jit
 def _listed(top_k_ptr, b64, count, lo, key_min, LIST: tl.constexpr):
-    """Whether row b64 lists its top-k candidates: top-k filters it, k <= LIST, and its search starts
-    at a bound above the floor (lo > key_min: k blocks have a finite logit, _kth_largest_block_key),
-    without which every finite key would be a candidate."""
+    """(row b64's k, whether the row lists its top-k candidates: top-k filters it, k <= LIST, and its
+    search starts at a bound above the floor (lo > key_min: k blocks have a finite logit,
+    _kth_largest_block_key), without which every finite key would be a candidate)."""
     k, top_k_active = _top_k(top_k_ptr, b64, count)
-    return top_k_active & (k <= LIST) & (lo > key_min)
+    return k, top_k_active & (k <= LIST) & (lo > key_min)
 
 
 @triton.jit
@@ -838,8 +838,8 @@ def filter_select_kernel(
     # read the reset count would take another branch than the others)
     tl.debug_barrier()
     tl.store(list_count_out_ptr + b, 0)
-    k, _ = _top_k(top_k_ptr, b64, count)
-    if ((status == _CHECK) | (status == _FILTER)) & _listed(top_k_ptr, b64, count, lo, key_min, LIST):
+    k, listed = _listed(top_k_ptr, b64, count, lo, key_min, LIST)
+    if ((status == _CHECK) | (status == _FILTER)) & listed:
         if listed_count <= LIST:
             if listed_count <= SHORT_LIST:  # most rows: a short sort
                 threshold = _list_threshold(list_ptr + b64 * LIST, listed_count, k, key_max, b, b64, temperature_ptr,
