@@ -179,12 +179,13 @@ def test_filtered_tokens_do_not_depend_on_the_tiling(monkeypatch, force_target):
             # with top-k's candidate lists, 16 pivots (the lists leave the searches few rows); 8 without top-k
             assert dict(search.constexprs)["WAYS"] == filtered.LISTED_WAYS == 16 and search.num_warps == 2
             assert dict(sample.constexprs)["BLOCK_V"] == 512 and sample.num_warps == 1
-            # with top-k's lists, every launch of each search but its first takes late_items work items a
-            # program (without them, the second half of each search)
+            # with top-k's lists, every launch of each search from LISTED_LATE_FROM on takes late_items
+            # work items a program (without them, the second half of each search)
             items = [dict(step.constexprs)["ITEMS"] for step in plan.launches
                      if step.kernel is filtered.filter_step_kernel]
             steps = len(items) // 2  # two searches (top-k, top-p) of search_steps launches each
-            assert items == ([1] + [filtered.MANY_ROWS_LATE_ITEMS] * (steps - 1)) * 2, items
+            late_from = filtered.LISTED_LATE_FROM
+            assert items == ([1] * late_from + [filtered.MANY_ROWS_LATE_ITEMS] * (steps - late_from)) * 2, items
             # 16 ways leave float32's 8 steps no room for mixed first pivots (8 ways would: the next test)
             mixed = [(dict(step.constexprs)["MIXED_PIVOTS"], dict(step.constexprs)["NARROW_MIXED"])
                      for step in plan.launches if step.kernel is filtered.filter_step_kernel]
@@ -537,20 +538,25 @@ def test_filtered_launches_plan_winner_sums_skip_tiles_below_the_winner_only_und
     assert kinds == {(True, True), (True, False), (False, True), (False, False)}, kinds
 
 
+@pytest.mark.parametrize("plan_variant", ["launches", "one launch"])
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-def test_filtered_launches_plan_top_k_lists_give_the_searches_thresholds(dtype, force_target, monkeypatch):
-    """The launches' plan takes top-k's threshold, and top-p's after it, from a row's candidate list (its
-    keys at or above the block maxima's bound) where k <= TOP_K_LIST and they fit, and searches
-    otherwise. Lists of 16 (rows that fit, in a sort of 4 slots or of 16, rows that overflow, k above
-    the length), of 1024, and none at all (searches only) give the same tokens in both frontends, which
-    are the reference's: ties at the threshold, fewer finite logits than k, top-p of 0, NaN and 1 after
-    top-k, min-p, greedy rows."""
+def test_filtered_top_k_lists_give_the_searches_thresholds(dtype, plan_variant, force_target, monkeypatch):
+    """Both plans take top-k's threshold, and top-p's after it, from a row's candidate list (its keys at
+    or above the block maxima's bound) where k <= TOP_K_LIST and they fit, and search otherwise. Lists
+    of 16 (rows that fit, in a sort of 4 slots or of 16, rows that overflow, k above the length), of
+    1024, and none at all (searches only) give the same tokens in both frontends, which are the
+    reference's: ties at the threshold, fewer finite logits than k, top-p of 0, NaN and 1 after top-k,
+    min-p, greedy rows. (The one-launch plan runs here as the interpreter's: a program a row, in
+    blocks of 512 columns as the launches' plan's.)"""
     from conftest import run_torch
 
-    from jsample.kernels import filtered
+    from jsample.kernels import filtered, gumbel
 
-    monkeypatch.setattr(filtered, "MANY_ROWS_ELEMENTS", 0)  # the large-batch tiling: blocks of 512 columns
-    force_target(large_programs=False, resident_programs=0)  # the launches' plan
+    if plan_variant == "launches":
+        monkeypatch.setattr(filtered, "MANY_ROWS_ELEMENTS", 0)  # the large-batch tiling: blocks of 512 columns
+        force_target(large_programs=False, resident_programs=0)
+    else:
+        monkeypatch.setattr(gumbel, "_BLOCK_V_MAX_LARGE_PROGRAMS", 512)
     rng = np.random.default_rng(31)
     batch, vocab, block = 24, 8192, 512
     logits = (rng.standard_normal((batch, vocab)) * 2.0).astype(np.float32)
@@ -585,13 +591,19 @@ def test_filtered_launches_plan_top_k_lists_give_the_searches_thresholds(dtype, 
         # a planning function of its own: neither its cache nor the executors' memo holds an older plan
         monkeypatch.setattr(kernels, "plan_top_k_top_p_sample",
                             functools.partial(filtered.plan_top_k_top_p_sample.__wrapped__))
+        target = kernels.Target(interpreter=True, large_programs=plan_variant == "one launch")
         plan = kernels.plan_top_k_top_p_sample(kernels.ArgSpec.contiguous(logits.shape, dtype),
-                                               kernels.ArgSpec.contiguous(seeds.shape, "int64"),
-                                               kernels.Target(interpreter=True), has_top_k=True, has_top_p=True,
-                                               has_min_p=True, fp64=False)
-        select = [step for step in plan.launches if step.kernel is filtered.filter_select_kernel]
-        assert [dict(step.constexprs)["SHORT_LIST"] for step in select] == ([min(length, 4 if length == 16 else 128)]
-                                                                           if length else [])
+                                               kernels.ArgSpec.contiguous(seeds.shape, "int64"), target,
+                                               has_top_k=True, has_top_p=True, has_min_p=True, fp64=False)
+        assert plan.variant == ("one launch" if plan_variant == "one launch" else f"{len(plan.launches)} launches")
+        lists = [dict(step.constexprs) for step in plan.launches if step.kernel in (
+            filtered.filter_select_kernel, filtered.filtered_one_launch_kernel)]
+        expected = [(min(length, 4 if length == 16 else 128), length)] if length else []
+        if plan_variant == "one launch" and not length:
+            expected = [(1, 0)]
+        assert [(d["SHORT_LIST"], d.get("LIST", length)) for d in lists] == expected
+        if plan_variant == "one launch":
+            assert dict(plan.launches[0].constexprs)["BLOCK_V"] == block
         run = both_frontends if length == 16 else run_torch
         results.append(run(OP, logits, seeds, positions, temperature, top_k=top_k, top_p=top_p, min_p=min_p))
     for tokens in results[1:]:

@@ -46,3 +46,67 @@ def test_filtered_gpu_benchmark_size_torch_equals_jax(batch):
             assert row[kept[b]] >= torch.topk(row, k).values[-1]
         elif float(temperature[b]) == 0:
             assert row[kept[b]] == row.max()
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+@pytest.mark.parametrize("batch", [1, 3])
+def test_filtered_gpu_one_launch_lists_give_the_searches_tokens(batch, dtype):
+    """The one-launch plan (B = 1 and 3 at V = 151936: dozens of programs a row, meeting at barriers)
+    takes top-k's threshold, and top-p's after it, from the row's candidate list where k <= TOP_K_LIST
+    and it fits, and searches where it overflows (one block holds the top) or has no bound (k above
+    the blocks, all logits tied). Its tokens equal the same plan's without lists and the launches'
+    plan's, in both frontends, and the NumPy reference's."""
+    import dataclasses
+    import functools
+
+    import ml_dtypes
+    from conftest import both_frontends, run_torch
+    from test_filtered import assert_tokens_match_reference
+
+    from jsample import kernels
+    from jsample.kernels import filtered
+    from torch_backend import _execute
+
+    rng = np.random.default_rng(batch)
+    vocab = 151936
+    rows = 4 * batch  # the calls take `batch` rows of these at a time
+    logits = (rng.standard_normal((rows, vocab)) * 3).astype(np.float32)
+    logits[1] = np.round(logits[1] * 2) / 2  # ties, at the threshold too: longer lists
+    logits[2, 1000:6000] += 8.0  # one region holds the top: the list overflows
+    logits[3] = 1.0 if batch == 1 else logits[3]  # all tied: no bound
+    seeds = rng.integers(-(2**62), 2**62, size=rows)
+    positions = rng.integers(0, 2**40, size=rows)
+    temperature = rng.choice(np.float32([0.6, 1.0, 1.5]), size=rows)
+    top_k = rng.choice(np.int32([1, 5, 20, 30, 2000]), size=rows).astype(np.int32)
+    top_k[:4] = [30, 20, 20, 5]
+    top_p = rng.choice(np.float32([0.5, 0.9, 1.0]), size=rows).astype(np.float32)
+    min_p = rng.choice(np.float32([0.0, 0.02]), size=rows).astype(np.float32)
+    logits = logits.astype(getattr(ml_dtypes, dtype, dtype))
+    spec = kernels.ArgSpec.contiguous((batch, vocab), dtype)
+    plan = kernels.plan_top_k_top_p_sample(spec, kernels.ArgSpec.contiguous((batch,), "int64"),
+                                           _execute.target(torch.device("cuda")), has_top_k=True, has_top_p=True,
+                                           has_min_p=True, fp64=False)
+    assert plan.variant == "one launch" and dict(plan.launches[0].constexprs)["LIST"] == filtered.TOP_K_LIST
+    assert plan.launches[0].grid[1] >= 16, plan.launches[0].grid  # programs a row
+
+    def call(run, lists=True, launches_plan=False):
+        with pytest.MonkeyPatch.context() as m:
+            if not lists:
+                m.setattr(filtered, "TOP_K_LIST", 0)
+            if launches_plan:  # no program may wait for another
+                target = _execute.target
+                m.setattr(_execute, "target", lambda device: dataclasses.replace(target(device), resident_programs=0))
+            # a planning function of its own: neither its cache nor the executors' memo holds an older plan
+            m.setattr(kernels, "plan_top_k_top_p_sample",
+                      functools.partial(filtered.plan_top_k_top_p_sample.__wrapped__))
+            return np.concatenate([run(OP, logits[i:i + batch], seeds[i:i + batch], positions[i:i + batch],
+                                       temperature[i:i + batch], top_k=top_k[i:i + batch], top_p=top_p[i:i + batch],
+                                       min_p=min_p[i:i + batch]) for i in range(0, rows, batch)])
+
+    listed = call(both_frontends)
+    np.testing.assert_array_equal(call(run_torch, lists=False), listed)
+    np.testing.assert_array_equal(call(run_torch, launches_plan=True), listed)
+    assert_tokens_match_reference(listed, logits, seeds, positions, temperature, top_k, top_p, min_p)
+
+
+OP = "top_k_top_p_sample"

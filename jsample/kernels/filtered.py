@@ -62,13 +62,14 @@ frontends (filtered_plan lists them):
    row's filtered, or unfiltered, partials.
 
 In launches 3-5 a program takes work items (_program_items), one, or at large batches in the second
-half of each search (with top-k's lists, from its second launch on) `late_items`: by then most
+half of each search (with top-k's lists, in every launch of it: LISTED_LATE_FROM) `late_items`: by then most
 programs would only read a status, and they cost their launch more than their work.
 
 Where all B * num_chunks programs run at once (Target.resident_programs; in the interpreter, one
 program a row), `filtered_one_launch_kernel` does all of this in one launch: the steps meet at a
 barrier of the row's programs (an arrival counter) instead of at launch boundaries, and the last
-program to arrive reduces the row. Same integer sums, same searches, same scores: the same token.
+program to arrive reduces the row; top-k's lists there are the row's programs' too (its step 1 in
+place of the winner's sums). Same integer sums, same searches, same scores: the same token.
 
 The chunking and the number of pivots follow the batch size (more chunks per row for small batches,
 to fill the GPU; fewer pivots for large ones, whose launches are compute-bound); the kept set never
@@ -135,6 +136,9 @@ SHORT_TOP_K_LIST = 128  # lists no longer than this (most: about k) are sorted i
 # searches then run only for the few rows the lists leave, and most of their launches are idle, so take
 # fewer of them (16 ways: 4 launches a bfloat16 search, 8 a float32 one, against 6 and 11)
 LISTED_WAYS = 16
+# with the lists, the launch of each search from which it takes late items: all of them (0), since the
+# lists leave so few rows to search that even a search's first launch mostly reads statuses
+LISTED_LATE_FROM = 0
 KEY_SHIFTS = {"float32": 0, "bfloat16": 16, "float16": 13}  # low key bits that are zero for the dtype
 ALL_FINITE = 2**62  # the launches' plan's finite count of a row with a finite logit (filter_row_kernel)
 
@@ -843,10 +847,10 @@ def filter_select_kernel(
         if listed_count <= LIST:
             if listed_count <= SHORT_LIST:  # most rows: a short sort
                 threshold = _list_threshold(list_ptr + b64 * LIST, listed_count, k, key_max, b, b64, temperature_ptr,
-                                            top_p_ptr, HAS_TOP_P, KEY_SHIFT, FP64, SHORT_LIST)
+                                            top_p_ptr, HAS_TOP_P, KEY_SHIFT, FP64, SHORT_LIST, False)
             else:
                 threshold = _list_threshold(list_ptr + b64 * LIST, listed_count, k, key_max, b, b64, temperature_ptr,
-                                            top_p_ptr, HAS_TOP_P, KEY_SHIFT, FP64, LIST)
+                                            top_p_ptr, HAS_TOP_P, KEY_SHIFT, FP64, LIST, False)
             status = tl.where((status == _CHECK) & (key_w >= threshold), _DONE, _SETTLED).to(tl.int64)
             lo = threshold
             hi = threshold + 1
@@ -857,11 +861,16 @@ def filter_select_kernel(
 
 @triton.jit
 def _list_threshold(list_ptr, listed_count, k, key_max, b, b64, temperature_ptr, top_p_ptr, HAS_TOP_P: tl.constexpr,
-                    KEY_SHIFT: tl.constexpr, FP64: tl.constexpr, SLOTS: tl.constexpr):
+                    KEY_SHIFT: tl.constexpr, FP64: tl.constexpr, SLOTS: tl.constexpr, PAST_L1: tl.constexpr):
     """filter_select_kernel's threshold key of a row from the first `listed_count` (<= SLOTS) keys of its
-    candidate list: top-k's, then, with HAS_TOP_P, top-p's after it."""
+    candidate list: top-k's, then, with HAS_TOP_P, top-p's after it (PAST_L1: other programs of this
+    launch wrote the list)."""
     slots = tl.arange(0, SLOTS)
-    keys = tl.sort(tl.load(list_ptr + slots, mask=slots < listed_count, other=-(2**31)), descending=True)
+    if PAST_L1:
+        keys = tl.load(list_ptr + slots, mask=slots < listed_count, other=-(2**31), cache_modifier=".cg")
+    else:
+        keys = tl.load(list_ptr + slots, mask=slots < listed_count, other=-(2**31))
+    keys = tl.sort(keys, descending=True)
     threshold = tl.sum(tl.where(slots == tl.minimum(k, listed_count) - 1, keys, 0), axis=0).to(tl.int64)
     if HAS_TOP_P:
         p = tl.load(top_p_ptr + b64)
@@ -1193,7 +1202,9 @@ def filtered_one_launch_kernel(
     partial_ptr,  # scratch [B, MAX_STEPS, num_chunks, WAYS] i64 as i32 words: a slot per barrier
     partial_score_ptr,  # scratch [B, num_blocks] f32 (FP64: f64 as pairs of f32 words)
     partial_index_ptr,  # scratch [B, num_blocks] i32
-    arrivals_ptr,  # [B] i32, zero on entry, left zero
+    arrivals_ptr,  # [B] i32 counters, zero on entry, left zero (with LIST > 0 [2 * B]: then the rows' list counts)
+    block_max_ptr,  # scratch [B, num_blocks] i32 (LIST > 0): each block's largest finite key
+    list_ptr,  # scratch [B, LIST] i32 (LIST > 0): the row's top-k candidate keys, in no particular order
     tokens_ptr,  # [B] i32 output
     HAS_TOP_K: tl.constexpr,
     HAS_TOP_P: tl.constexpr,
@@ -1213,6 +1224,9 @@ def filtered_one_launch_kernel(
     REDUCE_BLOCK: tl.constexpr,  # a power of two >= num_blocks
     WIDE_SUMS: tl.constexpr = False,
     SEED_WORDS: tl.constexpr = 1,
+    LIST: tl.constexpr = 0,  # the plan's TOP_K_LIST with top-k (0: no lists)
+    SHORT_LIST: tl.constexpr = 1,  # filter_select_kernel's
+    TILE_BLOCKS: tl.constexpr = 1,  # blocks a search tile covers (1 when a tile is no wider than a block)
 ):
     """Every launch of the filtered plan in one, grid (B, num_chunks), for launches whose programs all
     run at once (the plan's condition; the interpreter: one program a row). The row's programs do the
@@ -1225,7 +1239,14 @@ def filtered_one_launch_kernel(
     Before searching, step 0 also writes the chunks' unfiltered Gumbel-max partials, and step 1 the
     counts and masses that say whether the filters keep the unfiltered winner (_keeps_winner): where
     they surely do, the winner is the token (the same scores, fewer candidates) and the row skips
-    the search and the second sampling pass."""
+    the search and the second sampling pass.
+
+    With LIST > 0, a row whose top-k is active with k <= LIST and whose k-th largest block maximum is
+    above its smallest key (_kth_largest_block_key: a lower bound of top-k's threshold) takes no
+    winner's sums: step 1 lists its keys at or above that bound, as filter_winner_sums_kernel does,
+    and every program then finds the thresholds from the sorted list, as filter_select_kernel does
+    (the same list, so the same thresholds), with no search. A list that overflows leaves the row to
+    the searches, from the bound."""
     V = aligned(V, VOCAB_ALIGN)
     b = tl.program_id(0)
     c = tl.program_id(1)
@@ -1234,6 +1255,7 @@ def filtered_one_launch_kernel(
     temperature = load_temperature(temperature_ptr, b)
     row_ptr = logits_ptr + tl.multiple_of(b64 * row_stride, ROW_ALIGN)
     arrivals = arrivals_ptr + b
+    list_count = arrivals_ptr + tl.num_programs(0) + b  # (LIST > 0) how many candidates the row listed
     partials = partial_ptr.to(tl.pointer_type(tl.int64)) + b64 * (MAX_STEPS * num_chunks * WAYS)
     first = c * CHUNK
     end = tl.minimum(first + CHUNK, V)
@@ -1251,6 +1273,9 @@ def filtered_one_launch_kernel(
                                 partial_score_ptr, partial_index_ptr, b64 * num_blocks + block, 0, BLOCK_V, ROW_ALIGN,
                                 FP64, FAST_MATH)
         block_largest, block_smallest, block_count = _finite_extremes(x)
+        if LIST > 0:
+            tl.store(block_max_ptr + b64 * num_blocks + block,
+                     _extreme_keys(block_largest, block_smallest, block_count, KEY_SHIFT)[0])
         largest = tl.maximum(largest, block_largest)
         smallest = tl.minimum(smallest, block_smallest)
         chunk_count += block_count
@@ -1274,15 +1299,51 @@ def filtered_one_launch_kernel(
     key_w = b * 0
     above_winner = count * 0  # the winner's sums (step 2 only): they also bound the searches
     mass_all = count * 0
+    summed = kept & False  # the winner's sums were taken
+    listed = kept & False  # the row listed its top-k candidates
+    settled = kept & False  # and found its thresholds from them
+    bound = key_min  # with a list: the lower bound of top-k's threshold
+    threshold = key_min
+    k = count * 0
     if run:
         x_w = tl.load(row_ptr + tl.maximum(winner, 0)).to(tl.float32)
         key_w = _key(x_w, KEY_SHIFT)
         if HAS_MIN_P:
             kept = _relative_probability(x_w, temperature, key_max, KEY_SHIFT, FP64) >= _min_p(min_p_ptr, b64)
-        if HAS_TOP_K or HAS_TOP_P:
+        if LIST > 0:
+            k, top_k_active = _top_k(top_k_ptr, b64, count)
+            if top_k_active & (k <= LIST) & (~kept | (key_w < key_max)):
+                blocks = tl.arange(0, REDUCE_BLOCK)
+                block_max = tl.load(block_max_ptr + b64 * num_blocks + blocks, mask=blocks < num_blocks,
+                                    other=-(2**31), cache_modifier=".cg")
+                bound = _kth_largest_block_key(block_max, k, key_min, key_max, KEY_SHIFT)
+                listed = bound > key_min  # (at key_min every finite key would be a candidate)
+        if listed:
+            if LIST > 0:  # (the compiler drops the lists without LIST)
+                # step 1: the keys >= bound, listed; then every program sorts the same list
+                _collect_candidates(row_ptr, first, end, V, bound.to(tl.int32), list_ptr + b64 * LIST,
+                                    list_count, KEY_SHIFT, THREADS, VEC, block_max_ptr + b64 * num_blocks,
+                                    num_blocks, BLOCK_V, TILE_BLOCKS, LIST)
+                _row_barrier(arrivals, 2 * num_chunks)
+                step = 2
+                listed_count = tl.atomic_add(list_count, 0, sem="relaxed", scope="gpu")
+                if listed_count <= LIST:
+                    if listed_count <= SHORT_LIST:
+                        threshold = _list_threshold(list_ptr + b64 * LIST, listed_count, k, key_max, b, b64,
+                                                    temperature_ptr, top_p_ptr, HAS_TOP_P, KEY_SHIFT, FP64, SHORT_LIST,
+                                                    True)
+                    else:
+                        threshold = _list_threshold(list_ptr + b64 * LIST, listed_count, k, key_max, b, b64,
+                                                    temperature_ptr, top_p_ptr, HAS_TOP_P, KEY_SHIFT, FP64, LIST, True)
+                    settled = listed
+                    kept = kept & (key_w >= threshold)
+                else:  # no sums were taken: the search decides, and the kept set is sampled
+                    kept = kept & False
+        elif HAS_TOP_K or HAS_TOP_P:
             # step 1: the counts and masses that decide whether top-k and top-p keep the winner (a winner at
             # the largest logit they always keep)
-            if kept & (key_w < key_max):
+            summed = kept & (key_w < key_max)
+            if summed:
                 sums = _chunk_winner_sums(row_ptr, first, end, V, key_w, temperature, key_max, KEY_SHIFT, FP64, THREADS,
                                           VEC, WAYS, WIDE_SUMS, HAS_TOP_P, HAS_TOP_K)
                 tl.store(partials + (num_chunks + c) * WAYS + ways, sums)
@@ -1294,27 +1355,30 @@ def filtered_one_launch_kernel(
                 above_winner = tl.sum(tl.where(ways == 0, sums, 0), axis=0)
                 mass_all = tl.sum(tl.where(ways == 3, sums, 0), axis=0)
     if run & ~kept:
-        lo = key_min
+        lo = threshold
         normalizer = count * 0
-        checked = step == 2
-        if HAS_TOP_K:
-            lo, hi = _start_search(_TOP_K, b64, lo, key_max, count, temperature, top_k_ptr, top_p_ptr)
-            if checked:
-                lo, hi, normalizer = _winner_bracket(_TOP_K, lo, hi, normalizer, key_w, above_winner, mass_all, b64,
-                                                     top_k_ptr, False)
-            lo, hi, normalizer, step = _search_in_step(_TOP_K, lo, hi, normalizer, step, row_ptr, first, end, V,
-                                                       temperature, key_max, b64, top_k_ptr, top_p_ptr, partials,
-                                                       arrivals, num_chunks, KEY_SHIFT, FP64, THREADS, VEC, WAYS,
-                                                       MAX_CHUNKS, WIDE_SUMS)
-        if HAS_TOP_P:
-            lo, hi = _start_search(_TOP_P, b64, lo, key_max, count, temperature, top_k_ptr, top_p_ptr)
-            if checked:
-                lo, hi, normalizer = _winner_bracket(_TOP_P, lo, hi, normalizer, key_w, above_winner, mass_all, b64,
-                                                     top_k_ptr, not HAS_TOP_K)
-            lo, hi, normalizer, step = _search_in_step(_TOP_P, lo, hi, normalizer, step, row_ptr, first, end, V,
-                                                       temperature, key_max, b64, top_k_ptr, top_p_ptr, partials,
-                                                       arrivals, num_chunks, KEY_SHIFT, FP64, THREADS, VEC, WAYS,
-                                                       MAX_CHUNKS, WIDE_SUMS)
+        if ~settled:
+            lo = key_min
+            if HAS_TOP_K:
+                lo, hi = _start_search(_TOP_K, b64, lo, key_max, count, temperature, top_k_ptr, top_p_ptr)
+                if summed:
+                    lo, hi, normalizer = _winner_bracket(_TOP_K, lo, hi, normalizer, key_w, above_winner, mass_all,
+                                                         b64, top_k_ptr, False)
+                if listed:  # its list overflowed: search from the bound
+                    lo = tl.maximum(lo, bound)
+                lo, hi, normalizer, step = _search_in_step(_TOP_K, lo, hi, normalizer, step, row_ptr, first, end, V,
+                                                           temperature, key_max, b64, top_k_ptr, top_p_ptr, partials,
+                                                           arrivals, num_chunks, KEY_SHIFT, FP64, THREADS, VEC, WAYS,
+                                                           MAX_CHUNKS, WIDE_SUMS)
+            if HAS_TOP_P:
+                lo, hi = _start_search(_TOP_P, b64, lo, key_max, count, temperature, top_k_ptr, top_p_ptr)
+                if summed:
+                    lo, hi, normalizer = _winner_bracket(_TOP_P, lo, hi, normalizer, key_w, above_winner, mass_all,
+                                                         b64, top_k_ptr, not HAS_TOP_K)
+                lo, hi, normalizer, step = _search_in_step(_TOP_P, lo, hi, normalizer, step, row_ptr, first, end, V,
+                                                           temperature, key_max, b64, top_k_ptr, top_p_ptr, partials,
+                                                           arrivals, num_chunks, KEY_SHIFT, FP64, THREADS, VEC, WAYS,
+                                                           MAX_CHUNKS, WIDE_SUMS)
         if step == 1:  # no barrier since the unfiltered partials were read: one before overwriting them
             _row_barrier(arrivals, 2 * num_chunks)
             step += 1
@@ -1334,6 +1398,8 @@ def filtered_one_launch_kernel(
             token = greedy_argmax_row(row_ptr, V, 1024)
         tl.store(tokens_ptr + b, token)
         tl.atomic_xchg(arrivals, 0, sem="relaxed", scope="gpu")
+        if LIST > 0:  # every program of the row has read it
+            tl.atomic_xchg(list_count, 0, sem="relaxed", scope="gpu")
 
 
 @triton.jit
@@ -1433,20 +1499,26 @@ def plan_top_k_top_p_sample(logits: ArgSpec, seeds: ArgSpec, target: Target, *, 
     if one is not None:
         max_steps = 2 + one.search_steps * (has_top_k + has_top_p)  # stats, the winner's sums, the searches
         words = 2 if fp64 else 1  # f64 partial scores are stored as two f32 words
+        listing = top_k_list > 0
         buffers = (Buffer("partials", (batch, 2 * max_steps * one.num_chunks * one.ways), "int32"),
                    Buffer("partial_score", (batch, one.gumbel.num_blocks * words), "float32"),
                    Buffer("partial_index", (batch, one.gumbel.num_blocks), "int32"),
-                   Buffer("arrivals", (batch,), "int32", counters=True), tokens)
+                   # the rows' arrival counters, and with lists their list counts
+                   Buffer("arrivals", ((1 + listing) * batch,), "int32", counters=True),
+                   Buffer("block_stats", (batch, one.gumbel.num_blocks) if listing else (1,), "int32"),
+                   Buffer("top_k_list", (batch, top_k_list) if listing else (1,), "int32"), tokens)
         launches = (launch(
             filtered_one_launch_kernel, (batch, one.num_chunks),
             ("logits", "seeds", "positions", "temperature", top_k, top_p, min_p, vocab, row_stride,
-             one.gumbel.num_blocks), ("partials", "partial_score", "partial_index", "arrivals", "tokens"),
+             one.gumbel.num_blocks),
+            ("partials", "partial_score", "partial_index", "arrivals", "block_stats", "top_k_list", "tokens"),
             HAS_TOP_K=has_top_k, HAS_TOP_P=has_top_p, HAS_MIN_P=has_min_p, KEY_SHIFT=one.key_shift, FP64=fp64,
             CHUNK=one.chunk, BLOCK_V=one.gumbel.block_v, THREADS=one.threads, VEC=one.vec,
             ROW_ALIGN=one.gumbel.row_align, VOCAB_ALIGN=one.gumbel.vocab_align, FAST_MATH=one.gumbel.fast_math,
             WAYS=one.ways, MAX_STEPS=max_steps, MAX_CHUNKS=triton.next_power_of_2(one.num_chunks),
             REDUCE_BLOCK=one.gumbel.reduce_block, WIDE_SUMS=one.wide_sums, SEED_WORDS=seed_word_count(seeds.shape),
-            num_warps=one.num_warps, **options),)
+            LIST=top_k_list, SHORT_LIST=min(max(1, top_k_list), SHORT_TOP_K_LIST),
+            TILE_BLOCKS=max(1, one.threads * one.vec // one.gumbel.block_v), num_warps=one.num_warps, **options),)
         return Plan(buffers, launches, ("tokens",), "one launch")
     # int64 state and partials as pairs of int32 words (no jax_enable_x64 needed); the search
     # launches alternate between two of each (each reads the one before's)
@@ -1501,9 +1573,9 @@ def plan_top_k_top_p_sample(logits: ArgSpec, seeds: ArgSpec, target: Target, *, 
 
     for i, step in enumerate(steps[1:-1]):
         new_state, new_partials = "state_1" if state == "state_0" else "state_0", f"partials_{(i + 1) % 2}"
-        # the second half of its search; with top-k's lists, all but its first launch (the lists leave
+        # the second half of its search; with top-k's lists, from LISTED_LATE_FROM on (the lists leave
         # few rows to search, and most launches only read statuses)
-        late = i % config.search_steps >= (1 if top_k_list else config.search_steps // 2)
+        late = i % config.search_steps >= (LISTED_LATE_FROM if top_k_list else config.search_steps // 2)
         items = config.late_items if late else 1
         launches.append(launch(
             filter_step_kernel, (triton.cdiv(batch * config.num_chunks, items),),
