@@ -64,6 +64,29 @@ def test_stream_uniforms_and_noise_match_reference(fp64, seed_dtype, fast_math):
         np.testing.assert_allclose(noise.cpu().numpy(), gumbel_noise(expected_u), rtol=0, atol=atol)
 
 
+@pytest.mark.parametrize("fast_math", [False, pytest.param(True, marks=pytest.mark.gpu)], ids=["exact", "fast_math"])
+@pytest.mark.parametrize("fp64", [False, True], ids=["fp32", "fp64"])
+def test_stream_uniforms_at_scattered_columns_are_the_stream_s(fp64, fast_math):
+    """uniform_at (filtered.py's candidate lists: a Philox call per column) gives the stream's uniform
+    of each column, bit for bit, in any order: every column residue mod 4 and mod 2, repeats, large
+    columns."""
+    rng = np.random.default_rng(7)
+    vocab, count = 300000, 100
+    seeds = np.array(SEEDS[:6], dtype=np.int64)
+    positions = np.array(POSITIONS[:6], dtype=np.int64)
+    cols = rng.integers(0, vocab, size=(len(seeds), count)).astype(np.int32)
+    cols[:, :8] = np.arange(8)  # every residue
+    cols[:, 8] = cols[:, 9]  # a repeat
+    cols[:, 10] = vocab - 1
+    for stream in STREAMS:
+        uniforms = torch.zeros(len(seeds), count, dtype=torch.float64 if fp64 else torch.float32, device=TORCH_DEVICE)
+        kernels.scattered_uniforms_kernel[(len(seeds),)](
+            *(torch.from_numpy(a).to(TORCH_DEVICE) for a in (seeds, positions, cols)), count, uniforms,
+            STREAM=stream, BLOCK=128, FP64=fp64, FAST_MATH=fast_math)
+        expected = stream_uniforms(seeds, positions, stream, vocab, fp64=fp64)
+        np.testing.assert_array_equal(uniforms.cpu().numpy(), np.take_along_axis(expected, cols, axis=1))
+
+
 def test_stream_uniform_extremes_are_clamped():
     from jsample.reference import uniforms_f32, uniforms_f64
 

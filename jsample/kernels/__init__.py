@@ -90,7 +90,12 @@ from jsample.kernels.rejection import (  # noqa: E402
     rejection_stats_kernel,
     synthetic_rejection_kernel,
 )
-from jsample.kernels.stream import fp64_noise_bound_kernel, philox_words_kernel, uniforms_kernel  # noqa: E402
+from jsample.kernels.stream import (  # noqa: E402
+    fp64_noise_bound_kernel,
+    philox_words_kernel,
+    scattered_uniforms_kernel,
+    uniforms_kernel,
+)
 
 __all__ = [
     "INTERPRETER",
@@ -129,6 +134,7 @@ __all__ = [
     "rejection_one_launch_kernel",
     "rejection_stats_kernel",
     "synthetic_rejection_kernel",
+    "scattered_uniforms_kernel",
     "uniforms_kernel",
     "triton",
 ]

@@ -40,11 +40,12 @@ frontends (filtered_plan lists them):
 3. With top-k or top-p, `filter_winner_sums_kernel`, a row's chunk a work item: for STATUS_CHECK rows,
    the count (and mass) of the keys above the winner's; the first search launch decides from them.
    With top-k, a row whose k is at most TOP_K_LIST (and at most its blocks with a finite logit)
-   takes no sums: its chunks list the row's keys at or above top-k's bound instead (one atomic a
-   tile), and `filter_select_kernel`, grid (B,), finds top-k's threshold and top-p's after it from
-   the sorted list (about k keys on language-model-like logits) and decides the winner: STATUS_DONE,
-   or STATUS_SETTLED (the kept set is sampled, no search). A list that overflows leaves the row to
-   the searches (STATUS_FILTER).
+   takes no sums: its chunks list the row's columns whose key is at or above top-k's bound instead
+   (one atomic a tile), and `filter_select_kernel`, grid (B,), finds top-k's threshold and top-p's
+   after it from the list's sorted keys (about k on language-model-like logits) and decides the
+   winner: STATUS_DONE, or STATUS_SAMPLED, its token the Gumbel-max of the listed columns the filters
+   keep (the noise of those columns only). A list that overflows leaves the row to the searches
+   (STATUS_FILTER).
 4. `filter_step_kernel` PHASE_TOP_K, then PHASE_TOP_P, search_steps launches each: each program first
    replays the row's state from the previous launch (state + partials: the bracket [lo, hi) of the
    threshold key), then evaluates `ways` pivots of it on its chunk (count, or mass, of the keys >=
@@ -55,8 +56,7 @@ frontends (filtered_plan lists them):
    batches, fewer launches); a search the winner's sums bound starts above (or, top-k keeping
    it, at or below) the winner's key, and tiles whose largest key (the block statistics) is below
    the bracket are skipped unread: the same thresholds, sooner and with less reading.
-5. `filtered_partial_kernel`, four blocks of a row a work item, STATUS_FILTER and STATUS_SETTLED rows
-   only: replays the final state and writes gumbel_sample's block partials of the row with the
+5. `filtered_partial_kernel`, four blocks of a row a work item, STATUS_FILTER rows only: replays the final state and writes gumbel_sample's block partials of the row with the
    logits below the threshold (and, for min-p, e < min_p) masked, reusing the unfiltered partial of
    every block whose best column is kept or that keeps none; `filtered_reduce_kernel` reduces each
    row's filtered, or unfiltered, partials.
@@ -101,7 +101,7 @@ from jsample.kernels.common import (
 )
 from jsample.kernels.gumbel import GumbelLaunchConfig, gumbel_launch_config, many_rows_config, store_row_token
 from jsample.kernels.plan import ArgSpec, Buffer, Plan, Target, launch
-from jsample.kernels.stream import load_seed, seed_word_count
+from jsample.kernels.stream import gumbel_noise, load_seed, seed_word_count, uniform_at
 
 MAX_CHUNKS = 64  # chunks per row in the search launches (a power of two)
 # blocks a program of the launches' plan's sampling launch takes: a row whose token is the unfiltered
@@ -126,7 +126,7 @@ STATE_WORDS = 8
 STATUS_DONE = 0  # it is (or the row is not filtered: greedy, overflowing, no finite logit)
 STATUS_CHECK = 1  # min-p keeps it; the first search launch decides top-k and top-p from the winner's sums
 STATUS_FILTER = 2  # the filters drop it (or may): search, then sample the kept set
-STATUS_SETTLED = 3  # its kept set's threshold is known (filter_select_kernel): sample the kept set, no search
+STATUS_SAMPLED = 3  # filter_select_kernel sampled its kept set from its candidate list: state word 6 is the token
 # the launches' plan's top-k candidate lists (filter_winner_sums_kernel, filter_select_kernel): rows whose
 # k is at most this (a power of two; 0: none) list their keys >= the search's lower bound, and where those
 # fit, their thresholds come from the list instead of the searches
@@ -149,7 +149,7 @@ _WINNER = tl.constexpr(PHASE_WINNER)
 _DONE = tl.constexpr(STATUS_DONE)
 _CHECK = tl.constexpr(STATUS_CHECK)
 _FILTER = tl.constexpr(STATUS_FILTER)
-_SETTLED = tl.constexpr(STATUS_SETTLED)
+_SAMPLED = tl.constexpr(STATUS_SAMPLED)
 _MASS_SCALE = tl.constexpr(MASS_SCALE)
 _STATE_WORDS = tl.constexpr(STATE_WORDS)
 _GREEDY_BELOW = tl.constexpr(GREEDY_BELOW)
@@ -784,10 +784,10 @@ def _listed(top_k_ptr, b64, count, lo, key_min, LIST: tl.constexpr):
 def _collect_candidates(row_ptr, first, end, V, lo, list_ptr, count_ptr, KEY_SHIFT: tl.constexpr,
                         THREADS: tl.constexpr, VEC: tl.constexpr, block_stats_ptr, num_blocks, BLOCK_V: tl.constexpr,
                         TILE_BLOCKS: tl.constexpr, LIST: tl.constexpr):
-    """Appends the keys >= lo of the finite logits in columns [first, end) to the row's candidate list
-    at `list_ptr`: a tile adds its count to the row's at `count_ptr` (one atomic), which gives its keys
-    their slots (slots from LIST on are counted, not stored). Tiles whose largest key is below lo hold
-    none and are skipped unread."""
+    """Appends the columns in [first, end) whose logit is finite with a key >= lo to the row's candidate
+    list at `list_ptr`: a tile adds its count to the row's at `count_ptr` (one atomic), which gives its
+    columns their slots (slots from LIST on are counted, not stored). Tiles whose largest key is below
+    lo hold none and are skipped unread."""
     lo_value = _key_value(lo, KEY_SHIFT)
     start = first
     while start < end:
@@ -799,40 +799,48 @@ def _collect_candidates(row_ptr, first, end, V, lo, list_ptr, count_ptr, KEY_SHI
                 base = tl.atomic_add(count_ptr, taken, sem="relaxed")
                 if base < LIST:
                     slots = base + tl.cumsum(take, 0) - take
-                    tl.store(list_ptr + slots, tl.reshape(_key(x, KEY_SHIFT), [VEC * THREADS]),
-                             mask=(take > 0) & (slots < LIST))
+                    cols = start + tl.arange(0, VEC)[:, None] + tl.arange(0, THREADS)[None, :] * VEC  # _tile_logits'
+                    tl.store(list_ptr + slots, tl.reshape(cols, [VEC * THREADS]), mask=(take > 0) & (slots < LIST))
         start += THREADS * VEC
 
 
 @triton.jit
 def filter_select_kernel(
+    logits_ptr,  # [B, V] f32|bf16|f16, rows `row_stride` elements apart, columns contiguous
+    seeds_ptr,  # [B] i32|u32|i64, or [B, 2] u32 words (SEED_WORDS = 2)
+    positions_ptr,  # [B] i32|i64
     temperature_ptr,  # [B] f32
     top_k_ptr,  # [B] i32|i64
     top_p_ptr,  # [B] f32 (read when HAS_TOP_P)
+    min_p_ptr,  # [B] f32 (read when HAS_MIN_P)
     state_in_ptr,  # [B, STATE_WORDS] i64 as i32 words, from filter_row_kernel
-    list_ptr,  # [B, LIST] i32: filter_winner_sums_kernel's candidate keys
+    list_ptr,  # [B, LIST] i32: filter_winner_sums_kernel's candidate columns
     list_count_in_ptr,  # [B] i32: and their count
+    row_stride,
     state_out_ptr,  # [B, STATE_WORDS] i64 as i32 words
     list_count_out_ptr,  # [B] i32 counters: left zero
     HAS_TOP_P: tl.constexpr,
+    HAS_MIN_P: tl.constexpr,
     KEY_SHIFT: tl.constexpr,
     FP64: tl.constexpr,
+    FAST_MATH: tl.constexpr,
     LIST: tl.constexpr,  # the lists' length (a power of two)
     SHORT_LIST: tl.constexpr,  # a power of two <= LIST: lists no longer than this sort only that many slots
+    SEED_WORDS: tl.constexpr = 1,
 ):
     """Grid (B,), after filter_winner_sums_kernel with its LIST: top-k's threshold, and top-p's after
-    it, from the candidate list of each row whose top-k is active with k <= LIST.
+    it, from the candidate list of each row whose top-k is active with k <= LIST, and the row's token.
 
-    The list holds every finite key >= lo, the row launch's lower bound of top-k's threshold
-    (_kth_largest_block_key: k blocks reach it, so at least k keys do; _listed), so its k-th largest
-    (with multiplicity) is the threshold the top-k search finds: the largest t with at least k keys
-    >= t. Top-p
-    then keeps the keys >= the largest listed key t with mass(keys >= t) >= top_p * N, N the mass of
-    what top-k keeps: with the list sorted in decreasing order and its masses summed in that order,
-    t is the key at the first position where the sum reaches the limit (every larger key has less
-    mass at or above it). Same integer masses, same float64 comparison as the search (_narrow): the
-    same thresholds. The row's winner is then kept iff its key reaches them (STATUS_DONE), else its
-    kept set is sampled (STATUS_SETTLED). A list that overflowed sends the row to the search
+    The list holds every column whose logit is finite with a key >= lo, the row launch's lower bound of
+    top-k's threshold (_kth_largest_block_key: k blocks reach it, so at least k keys do; _listed), so
+    its k-th largest key (with multiplicity) is the threshold the top-k search finds: the largest t
+    with at least k keys >= t. Top-p then keeps the keys >= the largest listed key t with mass(keys >=
+    t) >= top_p * N, N the mass of what top-k keeps: with the keys sorted in decreasing order and
+    their masses summed in that order, t is the key at the first position where the sum reaches the
+    limit (every larger key has less mass at or above it). Same integer masses, same float64
+    comparison as the search (_narrow): the same thresholds. The row's winner is then kept iff its key
+    reaches them (STATUS_DONE); else every column the filters keep is in the list, and the token is
+    their Gumbel-max (_list_token: STATUS_SAMPLED). A list that overflowed sends the row to the search
     (STATUS_FILTER: it took no winner's sums). Every row's count is reset to zero."""
     b = tl.program_id(0)
     b64 = b.to(tl.int64)
@@ -845,13 +853,21 @@ def filter_select_kernel(
     k, listed = _listed(top_k_ptr, b64, count, lo, key_min, LIST)
     if ((status == _CHECK) | (status == _FILTER)) & listed:
         if listed_count <= LIST:
+            row_ptr = logits_ptr + b64 * row_stride
+            temperature = load_temperature(temperature_ptr, b)
+            seed = load_seed(seeds_ptr, b, SEED_WORDS)
+            position = tl.load(positions_ptr + b).to(tl.int64)
             if listed_count <= SHORT_LIST:  # most rows: a short sort
-                threshold = _list_threshold(list_ptr + b64 * LIST, listed_count, k, key_max, b, b64, temperature_ptr,
-                                            top_p_ptr, HAS_TOP_P, KEY_SHIFT, FP64, SHORT_LIST, False)
+                threshold, token = _list_decision(row_ptr, list_ptr + b64 * LIST, listed_count, k, key_max, key_w,
+                                                  status == _CHECK, seed, position, temperature, top_p_ptr, min_p_ptr,
+                                                  b64, HAS_TOP_P, HAS_MIN_P, KEY_SHIFT, FP64, FAST_MATH, SHORT_LIST,
+                                                  False)
             else:
-                threshold = _list_threshold(list_ptr + b64 * LIST, listed_count, k, key_max, b, b64, temperature_ptr,
-                                            top_p_ptr, HAS_TOP_P, KEY_SHIFT, FP64, LIST, False)
-            status = tl.where((status == _CHECK) & (key_w >= threshold), _DONE, _SETTLED).to(tl.int64)
+                threshold, token = _list_decision(row_ptr, list_ptr + b64 * LIST, listed_count, k, key_max, key_w,
+                                                  status == _CHECK, seed, position, temperature, top_p_ptr, min_p_ptr,
+                                                  b64, HAS_TOP_P, HAS_MIN_P, KEY_SHIFT, FP64, FAST_MATH, LIST, False)
+            status = tl.where(token < 0, _DONE, _SAMPLED).to(tl.int64)
+            key_w = tl.where(token < 0, key_w, token.to(tl.int64))  # a sampled row's word 6: its token
             lo = threshold
             hi = threshold + 1
         else:
@@ -860,23 +876,27 @@ def filter_select_kernel(
 
 
 @triton.jit
-def _list_threshold(list_ptr, listed_count, k, key_max, b, b64, temperature_ptr, top_p_ptr, HAS_TOP_P: tl.constexpr,
-                    KEY_SHIFT: tl.constexpr, FP64: tl.constexpr, SLOTS: tl.constexpr, PAST_L1: tl.constexpr):
-    """filter_select_kernel's threshold key of a row from the first `listed_count` (<= SLOTS) keys of its
-    candidate list: top-k's, then, with HAS_TOP_P, top-p's after it (PAST_L1: other programs of this
-    launch wrote the list)."""
+def _list_decision(row_ptr, list_ptr, listed_count, k, key_max, key_w, winner_may_stay, seed, position, temperature,
+                   top_p_ptr, min_p_ptr, b64, HAS_TOP_P: tl.constexpr, HAS_MIN_P: tl.constexpr,
+                   KEY_SHIFT: tl.constexpr, FP64: tl.constexpr, FAST_MATH: tl.constexpr, SLOTS: tl.constexpr,
+                   PAST_L1: tl.constexpr):
+    """(threshold key, token) of a row from the first `listed_count` (<= SLOTS) columns of its candidate
+    list: the threshold is top-k's, then, with HAS_TOP_P, top-p's after it (filter_select_kernel); the
+    token is -1 where the unfiltered winner is kept (`winner_may_stay`: min-p keeps it, and its key
+    reaches the threshold), else _list_token's. PAST_L1: other programs of this launch wrote the list."""
     slots = tl.arange(0, SLOTS)
+    in_list = slots < listed_count
     if PAST_L1:
-        keys = tl.load(list_ptr + slots, mask=slots < listed_count, other=-(2**31), cache_modifier=".cg")
+        cols = tl.load(list_ptr + slots, mask=in_list, other=0, cache_modifier=".cg")
     else:
-        keys = tl.load(list_ptr + slots, mask=slots < listed_count, other=-(2**31))
-    keys = tl.sort(keys, descending=True)
+        cols = tl.load(list_ptr + slots, mask=in_list, other=0)
+    x32 = tl.load(row_ptr + cols, mask=in_list, other=float("-inf")).to(tl.float32)
+    keys = tl.sort(tl.where(in_list, _key(x32, KEY_SHIFT), -(2**31)), descending=True)
     threshold = tl.sum(tl.where(slots == tl.minimum(k, listed_count) - 1, keys, 0), axis=0).to(tl.int64)
     if HAS_TOP_P:
         p = tl.load(top_p_ptr + b64)
-        kept = (slots < listed_count) & (keys >= threshold)
-        e = _relative_probability(_key_value(keys, KEY_SHIFT), load_temperature(temperature_ptr, b), key_max,
-                                  KEY_SHIFT, FP64)
+        kept = in_list & (keys >= threshold)
+        e = _relative_probability(_key_value(keys, KEY_SHIFT), temperature, key_max, KEY_SHIFT, FP64)
         mass = tl.where(kept, (e * _MASS_SCALE).to(tl.int32), 0).to(tl.int64)  # as _chunk_above's
         limit = p.to(tl.float64) * tl.sum(mass, axis=0).to(tl.float64)
         reached = kept & ~(tl.cumsum(mass, 0).to(tl.float64) < limit)
@@ -884,7 +904,29 @@ def _list_threshold(list_ptr, listed_count, k, key_max, b, b64, temperature_ptr,
         top_p_threshold = tl.sum(tl.where(slots == first, keys, 0), axis=0).to(tl.int64)
         threshold = tl.where((p > 0) & (p < 1) & (first < SLOTS), top_p_threshold, threshold)
         threshold = tl.where(p <= 0, key_max, threshold)  # p <= 0 keeps the largest logit only
-    return threshold
+    token = (threshold * 0 - 1).to(tl.int32)
+    if ~(winner_may_stay & (key_w >= threshold)):
+        token = _list_token(cols, x32, in_list, threshold, seed, position, temperature, key_max, min_p_ptr, b64,
+                            HAS_MIN_P, KEY_SHIFT, FP64, FAST_MATH)
+    return threshold, token
+
+
+@triton.jit
+def _list_token(cols, x32, in_list, threshold, seed, position, temperature, key_max, min_p_ptr, b64,
+                HAS_MIN_P: tl.constexpr, KEY_SHIFT: tl.constexpr, FP64: tl.constexpr, FAST_MATH: tl.constexpr):
+    """The token of a filtered row (not greedy, not overflowing) whose kept set lies in its candidate list
+    (`cols`, their FP32 logits `x32`, where `in_list`): the Gumbel-max of the columns the filters keep
+    (_kept_columns), scored as store_filtered_block scores them (the same noise, uniform_at's, the same
+    noisy_scores), the lowest column on ties: the sampling launches' token, whose other columns the
+    filters drop, without reading the row."""
+    keep = in_list & _kept_columns(x32, threshold, temperature, key_max, min_p_ptr, b64, HAS_MIN_P, KEY_SHIFT, FP64)
+    x = x32
+    if FP64:
+        x = x32.to(tl.float64)
+    x = tl.where(keep, x, float("-inf"))
+    noise = gumbel_noise(uniform_at(seed, position, cols, 0, FP64, FAST_MATH), FP64, FAST_MATH)
+    score, best, _ = noisy_scores(x, noise, temperature, FP64, FAST_MATH, x, False)
+    return tl.min(tl.where(score == best, cols, 2**31 - 1), axis=0)
 
 
 @triton.jit
@@ -1003,9 +1045,9 @@ def filtered_partial_kernel(
 ):
     """Grid (cdiv(B * groups, ITEMS),), groups = cdiv(num_blocks, BLOCKS_PER_PROGRAM) a row, a row's
     group of blocks an item (_program_items): the block partials of gumbel_partial_kernel
-    (stream 0) on each STATUS_FILTER or STATUS_SETTLED row with the logits the filters drop set to
-    -inf (the other rows' token is their unfiltered winner: filtered_reduce_kernel reads their
-    unfiltered partials). The
+    (stream 0) on each STATUS_FILTER row with the logits the filters drop set to -inf (the other
+    rows' token is their unfiltered winner, whose unfiltered partials filtered_reduce_kernel reads, or
+    a STATUS_SAMPLED row's from its list). The
     unfiltered partials answer wherever they can: a block whose largest key is below the threshold
     keeps nothing (no candidate, and its logits are not read); a block whose unfiltered best column
     is kept, or that has no candidate, has the same best (the same scores, fewer candidates); a block
@@ -1016,7 +1058,7 @@ def filtered_partial_kernel(
     items, statuses = _program_items(state_in_ptr, groups, batch * groups, ITEMS)
     for item_i in range(ITEMS):
         item, status = _item_status(items, statuses, item_i, ITEMS)
-        if (status == _FILTER) | (status == _SETTLED):
+        if status == _FILTER:
             b = item // groups
             b64 = b.to(tl.int64)
             temperature = load_temperature(temperature_ptr, b)
@@ -1079,7 +1121,7 @@ def filtered_reduce_kernel(
     state_ptr,  # the state filtered_partial_kernel read: the rows' status
     unfiltered_score_ptr,  # filter_stats_kernel's partials (STATUS_DONE rows)
     unfiltered_index_ptr,
-    partial_score_ptr,  # filtered_partial_kernel's (STATUS_FILTER and STATUS_SETTLED rows)
+    partial_score_ptr,  # filtered_partial_kernel's (STATUS_FILTER rows)
     partial_index_ptr,
     logits_ptr,  # [B, V]: read only for rows that overflow
     V,
@@ -1090,10 +1132,13 @@ def filtered_reduce_kernel(
     REDUCE_BLOCK: tl.constexpr,  # next power of two >= num_blocks
 ):
     """Grid (B,): argmax_reduce_kernel on the row's filtered partials, or on its unfiltered ones where
-    its token is the unfiltered winner."""
+    its token is the unfiltered winner; a STATUS_SAMPLED row's token is in its state (word 6)."""
     row = tl.program_id(0)
-    status = tl.load(state_ptr.to(tl.pointer_type(tl.int64)) + row.to(tl.int64) * _STATE_WORDS + 7)
-    if (status == _FILTER) | (status == _SETTLED):
+    state = state_ptr.to(tl.pointer_type(tl.int64)) + row.to(tl.int64) * _STATE_WORDS
+    status = tl.load(state + 7)
+    if status == _SAMPLED:
+        tl.store(tokens_ptr + row, tl.load(state + 6).to(tl.int32))
+    elif status == _FILTER:
         store_row_token(partial_score_ptr, partial_index_ptr, logits_ptr, V, row_stride, num_blocks, tokens_ptr, row,
                         FP64, REDUCE_BLOCK)
     else:
@@ -1243,10 +1288,11 @@ def filtered_one_launch_kernel(
 
     With LIST > 0, a row whose top-k is active with k <= LIST and whose k-th largest block maximum is
     above its smallest key (_kth_largest_block_key: a lower bound of top-k's threshold) takes no
-    winner's sums: step 1 lists its keys at or above that bound, as filter_winner_sums_kernel does,
-    and every program then finds the thresholds from the sorted list, as filter_select_kernel does
-    (the same list, so the same thresholds), with no search. A list that overflows leaves the row to
-    the searches, from the bound."""
+    winner's sums: step 1 lists its columns whose key is at or above that bound, as
+    filter_winner_sums_kernel does, and every program then finds the thresholds, and where the winner
+    is dropped the token, from the list, as filter_select_kernel does (_list_decision: the same list,
+    the same thresholds and token), with no search and no sampling pass. A list that overflows leaves
+    the row to the searches, from the bound."""
     V = aligned(V, VOCAB_ALIGN)
     b = tl.program_id(0)
     c = tl.program_id(1)
@@ -1301,10 +1347,10 @@ def filtered_one_launch_kernel(
     mass_all = count * 0
     summed = kept & False  # the winner's sums were taken
     listed = kept & False  # the row listed its top-k candidates
-    settled = kept & False  # and found its thresholds from them
+    settled = kept & False  # and found its thresholds (and, the winner dropped, its token) from it
     bound = key_min  # with a list: the lower bound of top-k's threshold
-    threshold = key_min
     k = count * 0
+    listed_token = winner  # with a settled list and the winner dropped: the token (_list_decision)
     if run:
         x_w = tl.load(row_ptr + tl.maximum(winner, 0)).to(tl.float32)
         key_w = _key(x_w, KEY_SHIFT)
@@ -1329,14 +1375,17 @@ def filtered_one_launch_kernel(
                 listed_count = tl.atomic_add(list_count, 0, sem="relaxed", scope="gpu")
                 if listed_count <= LIST:
                     if listed_count <= SHORT_LIST:
-                        threshold = _list_threshold(list_ptr + b64 * LIST, listed_count, k, key_max, b, b64,
-                                                    temperature_ptr, top_p_ptr, HAS_TOP_P, KEY_SHIFT, FP64, SHORT_LIST,
-                                                    True)
+                        threshold, listed_token = _list_decision(
+                            row_ptr, list_ptr + b64 * LIST, listed_count, k, key_max, key_w, kept, seed, position,
+                            temperature, top_p_ptr, min_p_ptr, b64, HAS_TOP_P, HAS_MIN_P, KEY_SHIFT, FP64, FAST_MATH,
+                            SHORT_LIST, True)
                     else:
-                        threshold = _list_threshold(list_ptr + b64 * LIST, listed_count, k, key_max, b, b64,
-                                                    temperature_ptr, top_p_ptr, HAS_TOP_P, KEY_SHIFT, FP64, LIST, True)
+                        threshold, listed_token = _list_decision(
+                            row_ptr, list_ptr + b64 * LIST, listed_count, k, key_max, key_w, kept, seed, position,
+                            temperature, top_p_ptr, min_p_ptr, b64, HAS_TOP_P, HAS_MIN_P, KEY_SHIFT, FP64, FAST_MATH,
+                            LIST, True)
                     settled = listed
-                    kept = kept & (key_w >= threshold)
+                    kept = listed_token < 0
                 else:  # no sums were taken: the search decides, and the kept set is sampled
                     kept = kept & False
         elif HAS_TOP_K or HAS_TOP_P:
@@ -1354,31 +1403,29 @@ def filtered_one_launch_kernel(
                                      WAYS)
                 above_winner = tl.sum(tl.where(ways == 0, sums, 0), axis=0)
                 mass_all = tl.sum(tl.where(ways == 3, sums, 0), axis=0)
-    if run & ~kept:
-        lo = threshold
+    if run & ~kept & ~settled:  # (a settled row's token is its listed_token)
         normalizer = count * 0
-        if ~settled:
-            lo = key_min
-            if HAS_TOP_K:
-                lo, hi = _start_search(_TOP_K, b64, lo, key_max, count, temperature, top_k_ptr, top_p_ptr)
-                if summed:
-                    lo, hi, normalizer = _winner_bracket(_TOP_K, lo, hi, normalizer, key_w, above_winner, mass_all,
-                                                         b64, top_k_ptr, False)
-                if listed:  # its list overflowed: search from the bound
-                    lo = tl.maximum(lo, bound)
-                lo, hi, normalizer, step = _search_in_step(_TOP_K, lo, hi, normalizer, step, row_ptr, first, end, V,
-                                                           temperature, key_max, b64, top_k_ptr, top_p_ptr, partials,
-                                                           arrivals, num_chunks, KEY_SHIFT, FP64, THREADS, VEC, WAYS,
-                                                           MAX_CHUNKS, WIDE_SUMS)
-            if HAS_TOP_P:
-                lo, hi = _start_search(_TOP_P, b64, lo, key_max, count, temperature, top_k_ptr, top_p_ptr)
-                if summed:
-                    lo, hi, normalizer = _winner_bracket(_TOP_P, lo, hi, normalizer, key_w, above_winner, mass_all,
-                                                         b64, top_k_ptr, not HAS_TOP_K)
-                lo, hi, normalizer, step = _search_in_step(_TOP_P, lo, hi, normalizer, step, row_ptr, first, end, V,
-                                                           temperature, key_max, b64, top_k_ptr, top_p_ptr, partials,
-                                                           arrivals, num_chunks, KEY_SHIFT, FP64, THREADS, VEC, WAYS,
-                                                           MAX_CHUNKS, WIDE_SUMS)
+        lo = key_min
+        if HAS_TOP_K:
+            lo, hi = _start_search(_TOP_K, b64, lo, key_max, count, temperature, top_k_ptr, top_p_ptr)
+            if summed:
+                lo, hi, normalizer = _winner_bracket(_TOP_K, lo, hi, normalizer, key_w, above_winner, mass_all,
+                                                     b64, top_k_ptr, False)
+            if listed:  # its list overflowed: search from the bound
+                lo = tl.maximum(lo, bound)
+            lo, hi, normalizer, step = _search_in_step(_TOP_K, lo, hi, normalizer, step, row_ptr, first, end, V,
+                                                       temperature, key_max, b64, top_k_ptr, top_p_ptr, partials,
+                                                       arrivals, num_chunks, KEY_SHIFT, FP64, THREADS, VEC, WAYS,
+                                                       MAX_CHUNKS, WIDE_SUMS)
+        if HAS_TOP_P:
+            lo, hi = _start_search(_TOP_P, b64, lo, key_max, count, temperature, top_k_ptr, top_p_ptr)
+            if summed:
+                lo, hi, normalizer = _winner_bracket(_TOP_P, lo, hi, normalizer, key_w, above_winner, mass_all,
+                                                     b64, top_k_ptr, not HAS_TOP_K)
+            lo, hi, normalizer, step = _search_in_step(_TOP_P, lo, hi, normalizer, step, row_ptr, first, end, V,
+                                                       temperature, key_max, b64, top_k_ptr, top_p_ptr, partials,
+                                                       arrivals, num_chunks, KEY_SHIFT, FP64, THREADS, VEC, WAYS,
+                                                       MAX_CHUNKS, WIDE_SUMS)
         if step == 1:  # no barrier since the unfiltered partials were read: one before overwriting them
             _row_barrier(arrivals, 2 * num_chunks)
             step += 1
@@ -1392,8 +1439,11 @@ def filtered_one_launch_kernel(
     if tl.atomic_add(arrivals, 1, sem="acq_rel", scope="gpu") == (step + 1) * num_chunks - 1:
         token = winner
         if run & ~kept:
-            token, overflow = reduce_block_best_flagged(partial_score_ptr, partial_index_ptr, b, num_blocks, FP64,
-                                                        REDUCE_BLOCK, True)
+            if settled:
+                token = listed_token
+            else:
+                token, overflow = reduce_block_best_flagged(partial_score_ptr, partial_index_ptr, b, num_blocks, FP64,
+                                                            REDUCE_BLOCK, True)
         if overflow:
             token = greedy_argmax_row(row_ptr, V, 1024)
         tl.store(tokens_ptr + b, token)
@@ -1563,9 +1613,11 @@ def plan_top_k_top_p_sample(logits: ArgSpec, seeds: ArgSpec, target: Target, *, 
     if top_k_list:  # the thresholds of the rows whose candidates were listed
         launches.append(launch(
             filter_select_kernel, (batch,),
-            ("temperature", top_k, top_p, "state_0", "top_k_list", "top_k_list_count"),
-            ("state_1", "top_k_list_count"), HAS_TOP_P=has_top_p, KEY_SHIFT=config.key_shift, FP64=fp64,
-            LIST=top_k_list, SHORT_LIST=min(top_k_list, SHORT_TOP_K_LIST), num_warps=4, **options))
+            ("logits", "seeds", "positions", "temperature", top_k, top_p, min_p, "state_0", "top_k_list",
+             "top_k_list_count", row_stride), ("state_1", "top_k_list_count"), HAS_TOP_P=has_top_p,
+            HAS_MIN_P=has_min_p, KEY_SHIFT=config.key_shift, FP64=fp64, FAST_MATH=gumbel.fast_math,
+            LIST=top_k_list, SHORT_LIST=min(top_k_list, SHORT_TOP_K_LIST), SEED_WORDS=seed_words, num_warps=4,
+            **options))
         state = "state_1"
 
     def mixed(i):  # whether search launch i takes mixed pivots (the first of its search)

@@ -174,6 +174,20 @@ def fp64_words_block(seed, position, first_col, STREAM: tl.constexpr, BLOCK_V: t
 
 
 @triton.jit
+def uniform_at(seed, position, cols, STREAM: tl.constexpr, FP64: tl.constexpr, FAST_MATH: tl.constexpr = False):
+    """uniform_block's uniforms at the columns `cols` (a block of int32 columns >= 0, in any order): a
+    Philox call per column, for a few scattered columns (filtered.py's candidate lists)."""
+    if FP64:  # column 2i takes (lo, hi) = (w0, w1) of call i, column 2i + 1 takes (w2, w3)
+        w0, w1, w2, w3 = philox_block(seed, position, (cols // 2).to(tl.uint32), STREAM, FAST_MATH)
+        odd = cols % 2 == 1
+        return uniform_f64(tl.where(odd, w2, w0), tl.where(odd, w3, w1))
+    else:  # column 4i + j takes word j of call i
+        w0, w1, w2, w3 = philox_block(seed, position, (cols // 4).to(tl.uint32), STREAM, FAST_MATH)
+        j = cols % 4
+        return uniform_f32(tl.where(j == 0, w0, tl.where(j == 1, w1, tl.where(j == 2, w2, w3))))
+
+
+@triton.jit
 def uniform_block(seed, position, first_col, STREAM: tl.constexpr, BLOCK_V: tl.constexpr, FP64: tl.constexpr,
                   FAST_MATH: tl.constexpr = False):
     """Uniforms of columns first_col .. first_col + BLOCK_V - 1, in column order.
@@ -296,6 +310,28 @@ def uniforms_kernel(
     offsets = row.to(tl.int64) * V + cols
     tl.store(uniforms_ptr + offsets, u, mask=cols < V)
     tl.store(noise_ptr + offsets, noise, mask=cols < V)
+
+
+@triton.jit
+def scattered_uniforms_kernel(
+    seeds_ptr,  # [B] i64
+    positions_ptr,  # [B] i64
+    cols_ptr,  # [B, N] i32 columns, any order
+    N,
+    uniforms_ptr,  # [B, N] f32 (f64 when FP64) output: uniform_at's uniforms of those columns
+    STREAM: tl.constexpr,
+    BLOCK: tl.constexpr,  # a power of two >= N
+    FP64: tl.constexpr,
+    FAST_MATH: tl.constexpr = False,
+):
+    """Test kernel: uniform_at's uniforms of scattered columns (checked against the stream's)."""
+    row = tl.program_id(0)
+    offsets = row.to(tl.int64) * N + tl.arange(0, BLOCK)
+    inside = tl.arange(0, BLOCK) < N
+    cols = tl.load(cols_ptr + offsets, mask=inside, other=0)
+    u = uniform_at(tl.load(seeds_ptr + row).to(tl.int64), tl.load(positions_ptr + row).to(tl.int64), cols, STREAM,
+                   FP64, FAST_MATH)
+    tl.store(uniforms_ptr + offsets, u, mask=inside)
 
 
 @triton.jit
