@@ -227,6 +227,7 @@ def filtered_launch_config(batch: int, vocab_size: int, row_stride: int, dtype_n
 
 
 ONE_LAUNCH_MAX_CHUNK = 8192  # filtered_one_launch_kernel: at most this many columns a program on a GPU
+ONE_LAUNCH_COLLECT_TILE = 2048  # and at most this many in a tile of its top-k lists' step
 
 
 def filtered_one_launch_config(batch: int, vocab_size: int, row_stride: int, dtype_name: str, fp64: bool,
@@ -666,7 +667,7 @@ def filter_row_kernel(
     if HAS_TOP_K:
         k, top_k_active = _top_k(top_k_ptr, b64, count)
         if run & top_k_active:  # its search starts at the bound
-            lo = _kth_largest_block_key(block_max, k, lo, key_max, KEY_SHIFT)
+            lo = _kth_largest_block_key(block_max, k, lo)
             keeps = keeps & (key_w >= lo)
     status = tl.where(run & ~keeps, _FILTER, _CHECK if SEARCH else _DONE)
     # a winner at the largest logit is kept by every filter (top-k keeps ties at its boundary, top-p the
@@ -676,21 +677,16 @@ def filter_row_kernel(
 
 
 @triton.jit
-def _kth_largest_block_key(block_max, k, lo, key_max, KEY_SHIFT: tl.constexpr):
+def _kth_largest_block_key(block_max, k, lo):
     """The largest key t in [lo, key_max] that at least k of the blocks' largest keys `block_max`
     reach (lo if fewer do): a lower bound of top-k's threshold, since those blocks hold k keys >= t
-    (and its search skips the tiles below it). Bisection from the smallest block maximum (which all
-    the blocks with a finite logit reach), each step halving [lo, hi)."""
-    finite = block_max > -(2**31)
-    if tl.sum(finite.to(tl.int32), axis=0) >= k:
-        lo = tl.maximum(lo, tl.min(tl.where(finite, block_max, 2**31 - 1), axis=0).to(tl.int64))
-        hi = key_max + 1
-        while hi - lo > 1:
-            middle = lo + (hi - lo) // 2
-            enough = tl.sum((block_max >= middle).to(tl.int32), axis=0) >= k
-            lo = tl.where(enough, middle, lo)
-            hi = tl.where(enough, hi, middle)
-    return lo
+    (and its search skips the tiles below it). That t is the k-th largest block maximum (with
+    multiplicity), or lo above it: one sort, where a bisection over the keys took a reduction a
+    step (lab INDEX)."""
+    ranks = tl.arange(0, block_max.shape[0])
+    kth = tl.max(tl.where(ranks == k - 1, tl.sort(block_max, descending=True), -(2**31)), axis=0)
+    # -2**31: fewer than k blocks with a finite logit (or k beyond the blocks): lo
+    return tl.where(kth > -(2**31), tl.maximum(lo, kth.to(tl.int64)), lo)
 
 
 @triton.jit
@@ -899,10 +895,13 @@ def _list_decision(row_ptr, list_ptr, listed_count, k, key_max, key_w, winner_ma
         e = _relative_probability(_key_value(keys, KEY_SHIFT), temperature, key_max, KEY_SHIFT, FP64)
         mass = tl.where(kept, (e * _MASS_SCALE).to(tl.int32), 0).to(tl.int64)  # as _chunk_above's
         limit = p.to(tl.float64) * tl.sum(mass, axis=0).to(tl.float64)
-        reached = kept & ~(tl.cumsum(mass, 0).to(tl.float64) < limit)
-        first = tl.min(tl.where(reached, slots, SLOTS), axis=0)
-        top_p_threshold = tl.sum(tl.where(slots == first, keys, 0), axis=0).to(tl.int64)
-        threshold = tl.where((p > 0) & (p < 1) & (first < SLOTS), top_p_threshold, threshold)
+        # the kept keys (a prefix) up to the first whose running sum reaches the limit, which every
+        # kept key after it also reaches (masses >= 0; it exists for 0 < p < 1: the sum of them all
+        # is above the limit): the smallest of them is its key
+        before = tl.cumsum(mass, 0) - mass  # the mass of the keys ahead of each
+        short = kept & (before.to(tl.float64) < limit)
+        top_p_threshold = tl.min(tl.where(short, keys, 2**31 - 1), axis=0).to(tl.int64)
+        threshold = tl.where((p > 0) & (p < 1), top_p_threshold, threshold)
         threshold = tl.where(p <= 0, key_max, threshold)  # p <= 0 keeps the largest logit only
     token = (threshold * 0 - 1).to(tl.int32)
     if ~(winner_may_stay & (key_w >= threshold)):
@@ -1271,7 +1270,8 @@ def filtered_one_launch_kernel(
     SEED_WORDS: tl.constexpr = 1,
     LIST: tl.constexpr = 0,  # the plan's TOP_K_LIST with top-k (0: no lists)
     SHORT_LIST: tl.constexpr = 1,  # filter_select_kernel's
-    TILE_BLOCKS: tl.constexpr = 1,  # blocks a search tile covers (1 when a tile is no wider than a block)
+    COLLECT_VEC: tl.constexpr = 1,  # columns a thread lists at once: a program's chunk in one or a few tiles
+    TILE_BLOCKS: tl.constexpr = 1,  # blocks such a tile covers (1 when it is no wider than a block)
 ):
     """Every launch of the filtered plan in one, grid (B, num_chunks), for launches whose programs all
     run at once (the plan's condition; the interpreter: one program a row). The row's programs do the
@@ -1362,13 +1362,13 @@ def filtered_one_launch_kernel(
                 blocks = tl.arange(0, REDUCE_BLOCK)
                 block_max = tl.load(block_max_ptr + b64 * num_blocks + blocks, mask=blocks < num_blocks,
                                     other=-(2**31), cache_modifier=".cg")
-                bound = _kth_largest_block_key(block_max, k, key_min, key_max, KEY_SHIFT)
+                bound = _kth_largest_block_key(block_max, k, key_min)
                 listed = bound > key_min  # (at key_min every finite key would be a candidate)
         if listed:
             if LIST > 0:  # (the compiler drops the lists without LIST)
                 # step 1: the keys >= bound, listed; then every program sorts the same list
                 _collect_candidates(row_ptr, first, end, V, bound.to(tl.int32), list_ptr + b64 * LIST,
-                                    list_count, KEY_SHIFT, THREADS, VEC, block_max_ptr + b64 * num_blocks,
+                                    list_count, KEY_SHIFT, THREADS, COLLECT_VEC, block_max_ptr + b64 * num_blocks,
                                     num_blocks, BLOCK_V, TILE_BLOCKS, LIST)
                 _row_barrier(arrivals, 2 * num_chunks)
                 step = 2
@@ -1550,6 +1550,9 @@ def plan_top_k_top_p_sample(logits: ArgSpec, seeds: ArgSpec, target: Target, *, 
         max_steps = 2 + one.search_steps * (has_top_k + has_top_p)  # stats, the winner's sums, the searches
         words = 2 if fp64 else 1  # f64 partial scores are stored as two f32 words
         listing = top_k_list > 0
+        # step 1 lists a chunk in tiles of up to 2048 columns (at small batches, one: a tile's load and
+        # atomic are latency; chunk and tile are powers of two, the tile a multiple of threads * vec)
+        collect_tile = max(min(one.chunk, ONE_LAUNCH_COLLECT_TILE), one.threads * one.vec)
         buffers = (Buffer("partials", (batch, 2 * max_steps * one.num_chunks * one.ways), "int32"),
                    Buffer("partial_score", (batch, one.gumbel.num_blocks * words), "float32"),
                    Buffer("partial_index", (batch, one.gumbel.num_blocks), "int32"),
@@ -1568,7 +1571,8 @@ def plan_top_k_top_p_sample(logits: ArgSpec, seeds: ArgSpec, target: Target, *, 
             WAYS=one.ways, MAX_STEPS=max_steps, MAX_CHUNKS=triton.next_power_of_2(one.num_chunks),
             REDUCE_BLOCK=one.gumbel.reduce_block, WIDE_SUMS=one.wide_sums, SEED_WORDS=seed_word_count(seeds.shape),
             LIST=top_k_list, SHORT_LIST=min(max(1, top_k_list), SHORT_TOP_K_LIST),
-            TILE_BLOCKS=max(1, one.threads * one.vec // one.gumbel.block_v), num_warps=one.num_warps, **options),)
+            COLLECT_VEC=collect_tile // one.threads, TILE_BLOCKS=max(1, collect_tile // one.gumbel.block_v),
+            num_warps=one.num_warps, **options),)
         return Plan(buffers, launches, ("tokens",), "one launch")
     # int64 state and partials as pairs of int32 words (no jax_enable_x64 needed); the search
     # launches alternate between two of each (each reads the one before's)
