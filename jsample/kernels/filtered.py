@@ -703,7 +703,7 @@ def filter_winner_sums_kernel(
     chunk,  # columns per chunk
     num_blocks,
     partial_out_ptr,  # [B, num_chunks, WAYS] i64 as i32 words: the chunk's winner sums (STATUS_CHECK rows)
-    list_ptr,  # [B, LIST] i32: the row's candidate keys, in no particular order
+    list_ptr,  # [B, 2 * LIST] i32: the row's candidate columns, then their keys, in no particular order
     list_count_ptr,  # [B] i32 counters: how many candidates the row has (past LIST: not all stored)
     HAS_TOP_K: tl.constexpr,
     HAS_TOP_P: tl.constexpr,
@@ -745,7 +745,7 @@ def filter_winner_sums_kernel(
         if listed:
             _collect_candidates(logits_ptr + tl.multiple_of(b64 * row_stride, ROW_ALIGN), (item % num_chunks) * chunk,
                                 (item % num_chunks + 1) * chunk, V, tl.load(state + 3).to(tl.int32),
-                                list_ptr + b64 * LIST, list_count_ptr + b, KEY_SHIFT, THREADS, VEC,
+                                list_ptr + b64 * (2 * LIST), list_count_ptr + b, KEY_SHIFT, THREADS, VEC,
                                 block_stats_ptr + b64 * num_blocks, num_blocks, BLOCK_V, TILE_BLOCKS, LIST)
         elif status == _CHECK:
             c = item % num_chunks
@@ -781,9 +781,10 @@ def _collect_candidates(row_ptr, first, end, V, lo, list_ptr, count_ptr, KEY_SHI
                         THREADS: tl.constexpr, VEC: tl.constexpr, block_stats_ptr, num_blocks, BLOCK_V: tl.constexpr,
                         TILE_BLOCKS: tl.constexpr, LIST: tl.constexpr):
     """Appends the columns in [first, end) whose logit is finite with a key >= lo to the row's candidate
-    list at `list_ptr`: a tile adds its count to the row's at `count_ptr` (one atomic), which gives its
-    columns their slots (slots from LIST on are counted, not stored). Tiles whose largest key is below
-    lo hold none and are skipped unread."""
+    list at `list_ptr` (their keys LIST slots further: the list's readers need no load of the logits): a
+    tile adds its count to the row's at `count_ptr` (one atomic), which gives its columns their slots
+    (slots from LIST on are counted, not stored). Tiles whose largest key is below lo hold none and
+    are skipped unread."""
     lo_value = _key_value(lo, KEY_SHIFT)
     start = first
     while start < end:
@@ -796,13 +797,14 @@ def _collect_candidates(row_ptr, first, end, V, lo, list_ptr, count_ptr, KEY_SHI
                 if base < LIST:
                     slots = base + tl.cumsum(take, 0) - take
                     cols = start + tl.arange(0, VEC)[:, None] + tl.arange(0, THREADS)[None, :] * VEC  # _tile_logits'
-                    tl.store(list_ptr + slots, tl.reshape(cols, [VEC * THREADS]), mask=(take > 0) & (slots < LIST))
+                    stored = (take > 0) & (slots < LIST)
+                    tl.store(list_ptr + slots, tl.reshape(cols, [VEC * THREADS]), mask=stored)
+                    tl.store(list_ptr + LIST + slots, tl.reshape(_key(x, KEY_SHIFT), [VEC * THREADS]), mask=stored)
         start += THREADS * VEC
 
 
 @triton.jit
 def filter_select_kernel(
-    logits_ptr,  # [B, V] f32|bf16|f16, rows `row_stride` elements apart, columns contiguous
     seeds_ptr,  # [B] i32|u32|i64, or [B, 2] u32 words (SEED_WORDS = 2)
     positions_ptr,  # [B] i32|i64
     temperature_ptr,  # [B] f32
@@ -810,9 +812,8 @@ def filter_select_kernel(
     top_p_ptr,  # [B] f32 (read when HAS_TOP_P)
     min_p_ptr,  # [B] f32 (read when HAS_MIN_P)
     state_in_ptr,  # [B, STATE_WORDS] i64 as i32 words, from filter_row_kernel
-    list_ptr,  # [B, LIST] i32: filter_winner_sums_kernel's candidate columns
+    list_ptr,  # [B, 2 * LIST] i32: filter_winner_sums_kernel's candidate columns, then their keys
     list_count_in_ptr,  # [B] i32: and their count
-    row_stride,
     state_out_ptr,  # [B, STATE_WORDS] i64 as i32 words
     list_count_out_ptr,  # [B] i32 counters: left zero
     HAS_TOP_P: tl.constexpr,
@@ -849,19 +850,19 @@ def filter_select_kernel(
     k, listed = _listed(top_k_ptr, b64, count, lo, key_min, LIST)
     if ((status == _CHECK) | (status == _FILTER)) & listed:
         if listed_count <= LIST:
-            row_ptr = logits_ptr + b64 * row_stride
             temperature = load_temperature(temperature_ptr, b)
             seed = load_seed(seeds_ptr, b, SEED_WORDS)
             position = tl.load(positions_ptr + b).to(tl.int64)
             if listed_count <= SHORT_LIST:  # most rows: a short sort
-                threshold, token = _list_decision(row_ptr, list_ptr + b64 * LIST, listed_count, k, key_max, key_w,
+                threshold, token = _list_decision(list_ptr + b64 * (2 * LIST), listed_count, k, key_max, key_w,
                                                   status == _CHECK, seed, position, temperature, top_p_ptr, min_p_ptr,
                                                   b64, HAS_TOP_P, HAS_MIN_P, KEY_SHIFT, FP64, FAST_MATH, SHORT_LIST,
-                                                  False)
+                                                  LIST, False)
             else:
-                threshold, token = _list_decision(row_ptr, list_ptr + b64 * LIST, listed_count, k, key_max, key_w,
+                threshold, token = _list_decision(list_ptr + b64 * (2 * LIST), listed_count, k, key_max, key_w,
                                                   status == _CHECK, seed, position, temperature, top_p_ptr, min_p_ptr,
-                                                  b64, HAS_TOP_P, HAS_MIN_P, KEY_SHIFT, FP64, FAST_MATH, LIST, False)
+                                                  b64, HAS_TOP_P, HAS_MIN_P, KEY_SHIFT, FP64, FAST_MATH, LIST, LIST,
+                                                  False)
             status = tl.where(token < 0, _DONE, _SAMPLED).to(tl.int64)
             key_w = tl.where(token < 0, key_w, token.to(tl.int64))  # a sampled row's word 6: its token
             lo = threshold
@@ -872,22 +873,26 @@ def filter_select_kernel(
 
 
 @triton.jit
-def _list_decision(row_ptr, list_ptr, listed_count, k, key_max, key_w, winner_may_stay, seed, position, temperature,
+def _list_decision(list_ptr, listed_count, k, key_max, key_w, winner_may_stay, seed, position, temperature,
                    top_p_ptr, min_p_ptr, b64, HAS_TOP_P: tl.constexpr, HAS_MIN_P: tl.constexpr,
                    KEY_SHIFT: tl.constexpr, FP64: tl.constexpr, FAST_MATH: tl.constexpr, SLOTS: tl.constexpr,
-                   PAST_L1: tl.constexpr):
+                   LIST: tl.constexpr, PAST_L1: tl.constexpr):
     """(threshold key, token) of a row from the first `listed_count` (<= SLOTS) columns of its candidate
-    list: the threshold is top-k's, then, with HAS_TOP_P, top-p's after it (filter_select_kernel); the
+    list (and their keys, LIST slots further): the threshold is top-k's, then, with HAS_TOP_P, top-p's after it (filter_select_kernel); the
     token is -1 where the unfiltered winner is kept (`winner_may_stay`: min-p keeps it, and its key
     reaches the threshold), else _list_token's. PAST_L1: other programs of this launch wrote the list."""
     slots = tl.arange(0, SLOTS)
     in_list = slots < listed_count
     if PAST_L1:
         cols = tl.load(list_ptr + slots, mask=in_list, other=0, cache_modifier=".cg")
+        listed_keys = tl.load(list_ptr + LIST + slots, mask=in_list, other=-(2**31), cache_modifier=".cg")
     else:
         cols = tl.load(list_ptr + slots, mask=in_list, other=0)
-    x32 = tl.load(row_ptr + cols, mask=in_list, other=float("-inf")).to(tl.float32)
-    keys = tl.sort(tl.where(in_list, _key(x32, KEY_SHIFT), -(2**31)), descending=True)
+        listed_keys = tl.load(list_ptr + LIST + slots, mask=in_list, other=-(2**31))
+    # a listed logit is its key's value (_tile_logits: the only finite value of the dtype with that key;
+    # -0.0 comes back as +0.0, which scores the same)
+    x32 = tl.where(in_list, _key_value(listed_keys, KEY_SHIFT), float("-inf"))
+    keys = tl.sort(listed_keys, descending=True)
     threshold = tl.sum(tl.where(slots == tl.minimum(k, listed_count) - 1, keys, 0), axis=0).to(tl.int64)
     if HAS_TOP_P:
         p = tl.load(top_p_ptr + b64)
@@ -1248,7 +1253,7 @@ def filtered_one_launch_kernel(
     partial_index_ptr,  # scratch [B, num_blocks] i32
     arrivals_ptr,  # [B] i32 counters, zero on entry, left zero (with LIST > 0 [2 * B]: then the rows' list counts)
     block_max_ptr,  # scratch [B, num_blocks] i32 (LIST > 0): each block's largest finite key
-    list_ptr,  # scratch [B, LIST] i32 (LIST > 0): the row's top-k candidate keys, in no particular order
+    list_ptr,  # scratch [B, 2 * LIST] i32 (LIST > 0): the row's top-k candidate columns, then their keys
     tokens_ptr,  # [B] i32 output
     HAS_TOP_K: tl.constexpr,
     HAS_TOP_P: tl.constexpr,
@@ -1331,6 +1336,10 @@ def filtered_one_launch_kernel(
         ways == 1, chunk_min.to(tl.int64), chunk_count.to(tl.int64))), mask=ways < 3)
     _row_barrier(arrivals, num_chunks)
     stats = _gather_partials(partials, 0, num_chunks, MAX_CHUNKS, WAYS)
+    if LIST > 0:  # loaded with the stats, not after the winner's logit: one latency less
+        blocks = tl.arange(0, REDUCE_BLOCK)
+        block_max = tl.load(block_max_ptr + b64 * num_blocks + blocks, mask=blocks < num_blocks, other=-(2**31),
+                            cache_modifier=".cg")
     in_row = (tl.arange(0, MAX_CHUNKS) < num_chunks)[:, None]
     key_max = tl.max(tl.max(tl.where(in_row & (ways == 0)[None, :], stats, -(2**62)), axis=1), axis=0)
     count = tl.sum(tl.sum(tl.where((ways == 2)[None, :], stats, 0), axis=1), axis=0)
@@ -1359,15 +1368,12 @@ def filtered_one_launch_kernel(
         if LIST > 0:
             k, top_k_active = _top_k(top_k_ptr, b64, count)
             if top_k_active & (k <= LIST) & (~kept | (key_w < key_max)):
-                blocks = tl.arange(0, REDUCE_BLOCK)
-                block_max = tl.load(block_max_ptr + b64 * num_blocks + blocks, mask=blocks < num_blocks,
-                                    other=-(2**31), cache_modifier=".cg")
                 bound = _kth_largest_block_key(block_max, k, key_min)
                 listed = bound > key_min  # (at key_min every finite key would be a candidate)
         if listed:
             if LIST > 0:  # (the compiler drops the lists without LIST)
                 # step 1: the keys >= bound, listed; then every program sorts the same list
-                _collect_candidates(row_ptr, first, end, V, bound.to(tl.int32), list_ptr + b64 * LIST,
+                _collect_candidates(row_ptr, first, end, V, bound.to(tl.int32), list_ptr + b64 * (2 * LIST),
                                     list_count, KEY_SHIFT, THREADS, COLLECT_VEC, block_max_ptr + b64 * num_blocks,
                                     num_blocks, BLOCK_V, TILE_BLOCKS, LIST)
                 _row_barrier(arrivals, 2 * num_chunks)
@@ -1376,14 +1382,14 @@ def filtered_one_launch_kernel(
                 if listed_count <= LIST:
                     if listed_count <= SHORT_LIST:
                         threshold, listed_token = _list_decision(
-                            row_ptr, list_ptr + b64 * LIST, listed_count, k, key_max, key_w, kept, seed, position,
+                            list_ptr + b64 * (2 * LIST), listed_count, k, key_max, key_w, kept, seed, position,
                             temperature, top_p_ptr, min_p_ptr, b64, HAS_TOP_P, HAS_MIN_P, KEY_SHIFT, FP64, FAST_MATH,
-                            SHORT_LIST, True)
+                            SHORT_LIST, LIST, True)
                     else:
                         threshold, listed_token = _list_decision(
-                            row_ptr, list_ptr + b64 * LIST, listed_count, k, key_max, key_w, kept, seed, position,
+                            list_ptr + b64 * (2 * LIST), listed_count, k, key_max, key_w, kept, seed, position,
                             temperature, top_p_ptr, min_p_ptr, b64, HAS_TOP_P, HAS_MIN_P, KEY_SHIFT, FP64, FAST_MATH,
-                            LIST, True)
+                            LIST, LIST, True)
                     settled = listed
                     kept = listed_token < 0
                 else:  # no sums were taken: the search decides, and the kept set is sampled
@@ -1559,7 +1565,7 @@ def plan_top_k_top_p_sample(logits: ArgSpec, seeds: ArgSpec, target: Target, *, 
                    # the rows' arrival counters, and with lists their list counts
                    Buffer("arrivals", ((1 + listing) * batch,), "int32", counters=True),
                    Buffer("block_stats", (batch, one.gumbel.num_blocks) if listing else (1,), "int32"),
-                   Buffer("top_k_list", (batch, top_k_list) if listing else (1,), "int32"), tokens)
+                   Buffer("top_k_list", (batch, 2 * top_k_list) if listing else (1,), "int32"), tokens)
         launches = (launch(
             filtered_one_launch_kernel, (batch, one.num_chunks),
             ("logits", "seeds", "positions", "temperature", top_k, top_p, min_p, vocab, row_stride,
@@ -1584,7 +1590,7 @@ def plan_top_k_top_p_sample(logits: ArgSpec, seeds: ArgSpec, target: Target, *, 
     buffers += [Buffer(f"partials_{i}", (batch, 2 * config.ways * config.num_chunks), "int32") for i in (0, 1)]
     buffers += [Buffer("partial_score", (batch, gumbel.num_blocks * words), "float32"),
                 Buffer("partial_index", (batch, gumbel.num_blocks), "int32"), tokens,
-                Buffer("top_k_list", (batch, max(1, top_k_list)), "int32"),
+                Buffer("top_k_list", (batch, max(1, 2 * top_k_list)), "int32"),
                 Buffer("top_k_list_count", (batch,), "int32", counters=True)]
     seed_words = seed_word_count(seeds.shape)
     filters = dict(HAS_TOP_K=has_top_k, HAS_TOP_P=has_top_p)
@@ -1617,8 +1623,8 @@ def plan_top_k_top_p_sample(logits: ArgSpec, seeds: ArgSpec, target: Target, *, 
     if top_k_list:  # the thresholds of the rows whose candidates were listed
         launches.append(launch(
             filter_select_kernel, (batch,),
-            ("logits", "seeds", "positions", "temperature", top_k, top_p, min_p, "state_0", "top_k_list",
-             "top_k_list_count", row_stride), ("state_1", "top_k_list_count"), HAS_TOP_P=has_top_p,
+            ("seeds", "positions", "temperature", top_k, top_p, min_p, "state_0", "top_k_list", "top_k_list_count"),
+            ("state_1", "top_k_list_count"), HAS_TOP_P=has_top_p,
             HAS_MIN_P=has_min_p, KEY_SHIFT=config.key_shift, FP64=fp64, FAST_MATH=gumbel.fast_math,
             LIST=top_k_list, SHORT_LIST=min(top_k_list, SHORT_TOP_K_LIST), SEED_WORDS=seed_words, num_warps=4,
             **options))
