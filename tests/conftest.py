@@ -71,13 +71,25 @@ def run_torch(op_name, *args, **kwargs):
 _jitted = {}
 
 
+def _planning():
+    """What the JAX frontend plans with: the target and the planning functions (tests replace them to force
+    a plan; a jitted function keeps the plan it was traced with, so run_jax traces again when they change)."""
+    from jsample._jax import _execute
+
+    # the functions themselves, not their ids: the key keeps them alive, so no later function reuses an id
+    return (_execute.TARGET,) + tuple(getattr(jsample.kernels, name) for name in sorted(dir(jsample.kernels))
+                                      if name.startswith("plan_"))
+
+
 def run_jax(op_name, *args, **kwargs):
-    """Calls the JAX op under jax.jit: NumPy arrays are traced, everything else is static."""
+    """Calls the JAX op under jax.jit: NumPy arrays are traced, everything else is static; traced again
+    whenever the target or a planning function was replaced (_planning), so that a forced plan runs."""
     arg_is_array = tuple(isinstance(a, np.ndarray) for a in args)
     static_args = [a for a, is_array in zip(args, arg_is_array) if not is_array]
     static_kwargs = {k: v for k, v in kwargs.items() if not isinstance(v, np.ndarray)}
     array_kwarg_names = tuple(sorted(k for k in kwargs if k not in static_kwargs))
-    key = (op_name, arg_is_array, repr(static_args), repr(sorted(static_kwargs.items())), array_kwarg_names)
+    key = (op_name, arg_is_array, repr(static_args), repr(sorted(static_kwargs.items())), array_kwarg_names,
+           _planning())
     if key not in _jitted:
         op = getattr(jsample, op_name)
 
