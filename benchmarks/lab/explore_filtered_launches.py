@@ -1,7 +1,9 @@
 """Lab: device time of each launch of top_k_top_p_sample's launches' plan (torch profiler, CUDA
 kernels), B = 256, V = 151936, per logit family and filter.
 
-    python benchmarks/lab/explore_filtered_launches.py [--dtype bfloat16] [--batch 256]
+    python benchmarks/lab/explore_filtered_launches.py [--dtype bfloat16] [--batch 256] [--variant chunks_1024]
+
+`--variant`: a launch-plan variant of explore_filtered_variants.py (`+` joins several) instead of the shipped plan.
 """
 
 import argparse
@@ -9,6 +11,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import logit_families  # noqa: E402
 
@@ -22,7 +25,15 @@ def main():
     parser.add_argument("--batch", type=int, default=256)
     parser.add_argument("--families", default="flat,typical,peaked")
     parser.add_argument("--sequence", action="store_true", help="also each launch of a call, in order")
+    parser.add_argument("--variant", default="shipped", help="explore_filtered_variants.py's variant names")
     options = parser.parse_args()
+    import explore_filtered_variants
+
+    with explore_filtered_variants.variant(options.variant, explore_filtered_variants.variants())():
+        profile_launches(options)
+
+
+def profile_launches(options):
     import torch
     from torch.profiler import ProfilerActivity, profile
 
@@ -43,7 +54,7 @@ def main():
                 for _ in range(10):
                     torch_backend.top_k_top_p_sample(x, seeds, positions, temperature, **filters)
                 torch.cuda.synchronize()
-            print(f"--- {options.dtype} B={batch} {family} {name}")
+            print(f"--- {options.dtype} B={batch} {family} {name} ({options.variant})")
             for event in sorted(prof.key_averages(), key=lambda e: -e.device_time_total):
                 if event.count >= 10:
                     print(f"  {event.key[:60]:60s} x{event.count // 10:3d}  {event.device_time_total / 10:8.1f} us a call")
