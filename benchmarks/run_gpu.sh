@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Every GPU result in benchmarks/results/, in one command on a CUDA machine (the device image lacks
 # jax-triton: see benchmarks/results/README.md). Writes to $OUT (default benchmarks/results).
-#   bash benchmarks/run_gpu.sh [tests] [multi] [bench] [eager] [loop] [rejection] [filtered] [digest]   (default: tests bench)
+#   bash benchmarks/run_gpu.sh [tests] [multi] [bench] [eager] [loop] [rejection] [filtered] [variants] [digest]
+#   (default: tests bench)
 # `multi` needs two or more GPUs.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -41,6 +42,11 @@ for step in $steps; do
       export CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0}
       python3 benchmarks/bench_filtered.py --out "$OUT" --git-sha "$SHA" > "$OUT/bench_filtered_log.txt" 2>&1
       tail -n 5 "$OUT/bench_filtered_log.txt" ;;
+    variants)  # lab: top_k_top_p_sample's launch-plan variants against the shipped plan (issue 19, target 2)
+      export CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0}
+      python3 benchmarks/lab/explore_filtered_variants.py ${VARIANTS:+--variants "$VARIANTS"} \
+        > "$OUT/explore_filtered_variants.txt" 2>&1
+      tail -n 30 "$OUT/explore_filtered_variants.txt" ;;
     loop)  # a step of a jitted JAX decode loop at B = 1, default and recommended XLA flags
       export CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0}
       python3 benchmarks/bench_jitted_loop.py --out "$OUT" --git-sha "$SHA" > "$OUT/bench_jitted_loop_log.txt" 2>&1
