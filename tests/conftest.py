@@ -71,6 +71,14 @@ def run_torch(op_name, *args, **kwargs):
 _jitted = {}
 
 
+@pytest.fixture(autouse=True)
+def _fresh_jax_traces():
+    """Each test traces its JAX calls anew (run_jax): a jitted function keeps the plan of its first trace,
+    and a test may plan otherwise than the one before it with the same planning function and target (a
+    fixture that patches a planning constant and clears the plan cache, for one)."""
+    _jitted.clear()
+
+
 def _planning():
     """What the JAX frontend plans with: the target and the planning functions (tests replace them to force
     a plan; a jitted function keeps the plan it was traced with, so run_jax traces again when they change)."""
