@@ -2,6 +2,7 @@
 # Every GPU result in benchmarks/results/, in one command on a CUDA machine (the device image lacks
 # jax-triton: see benchmarks/results/README.md). Writes to $OUT (default benchmarks/results).
 #   bash benchmarks/run_gpu.sh [tests] [multi] [bench] [eager] [loop] [rejection] [filtered] [variants] [digest]
+#                              [digest_filtered]
 #   (default: tests bench)
 # `multi` needs two or more GPUs.
 set -uo pipefail
@@ -51,6 +52,13 @@ for step in $steps; do
       export CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0}
       python3 benchmarks/bench_jitted_loop.py --out "$OUT" --git-sha "$SHA" > "$OUT/bench_jitted_loop_log.txt" 2>&1
       tail -n 8 "$OUT/bench_jitted_loop_log.txt" ;;
+    digest_filtered)  # top_k_top_p_sample's GPU tokens at V = 151936 and 32000 against the digests recorded before
+      for V in 151936 32000; do
+        timeout -s INT 280 python3 benchmarks/token_digest.py --size gpu --only "top_k_top_p_sample V=$V" \
+          --compare benchmarks/results/digest/token_digest_gpu_V${V}_filtered_winner.json \
+          > "$OUT/compare_gpu_V${V}_filtered.txt" 2>&1
+        tail -n 2 "$OUT/compare_gpu_V${V}_filtered.txt"
+      done ;;
     digest)  # every op's tokens over benchmarks/token_digest.py's grid: compare with results/digest/
       python3 benchmarks/token_digest.py --size gpu --out "$OUT/token_digest_gpu.json" > "$OUT/token_digest_gpu_log.txt" 2>&1
       tail -n 1 "$OUT/token_digest_gpu_log.txt" ;;
