@@ -43,9 +43,9 @@ for step in $steps; do
       export CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0}
       python3 benchmarks/bench_filtered.py --out "$OUT" --git-sha "$SHA" > "$OUT/bench_filtered_log.txt" 2>&1
       tail -n 5 "$OUT/bench_filtered_log.txt" ;;
-    variants)  # lab: top_k_top_p_sample's launch-plan variants against the shipped plan (issue 19, target 2)
+    variants)  # lab: top_k_top_p_sample's plan variants against the shipped plan (issue 19, target 2; VARIANTS=, VARIANT_ARGS=)
       export CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0}
-      python3 benchmarks/lab/explore_filtered_variants.py ${VARIANTS:+--variants "$VARIANTS"} \
+      python3 benchmarks/lab/explore_filtered_variants.py ${VARIANTS:+--variants "$VARIANTS"} ${VARIANT_ARGS:-} \
         > "$OUT/explore_filtered_variants.txt" 2>&1
       tail -n 30 "$OUT/explore_filtered_variants.txt" ;;
     loop)  # a step of a jitted JAX decode loop at B = 1, default and recommended XLA flags

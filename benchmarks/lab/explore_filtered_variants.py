@@ -10,6 +10,9 @@ column, and at B = 1 each figure is the mean over bench_filtered's 64 draws (who
 keep or drop as they happen to); `--one-draw` times a single draw instead (explore_filtered_ratios.py's).
 
     PYTHONPATH=. python3 benchmarks/lab/explore_filtered_variants.py [--variants shipped,resident_x2,...]
+        [--batches 256,1] [--families flat,typical] [--filters top_p,top_k+top_p]
+    (each variant compiles the kernels it changes on first use: a few variants a command; every cell of
+    every variant may not fit one 10-minute device command)
     python benchmarks/lab/explore_filtered_variants.py --cpu-check    # no GPU: tokens of each variant's
         tiling through the interpreter equal the shipped tiling's (resident_x2 needs a GPU)
     TRITON_INTERPRET=0 python benchmarks/lab/explore_filtered_variants.py --sm90-check   # no GPU: two of
@@ -247,7 +250,7 @@ def _target_of_torch():
     return _execute.target(torch.device("cuda"))
 
 
-def gpu_main(names, one_draw):
+def gpu_main(names, one_draw, batches=(256, 1), families=None, filter_names=None):
     import torch
 
     import harness
@@ -258,8 +261,8 @@ def gpu_main(names, one_draw):
     if any("resident_x2" in name.split("+") for name in names):  # its programs wait for each other: they
         with table["resident_x2"]():  # must all fit at once, or the launch hangs
             check_resident_x2(_target_of_torch())
-    for batch in (256, 1):
-        for family in logit_families.FAMILIES:
+    for batch in batches:
+        for family in families or logit_families.FAMILIES:
             generator = torch.Generator(device="cuda").manual_seed(batch + (len(family) if one_draw else 0))
             rotate = 1 if one_draw else harness.copies_needed(batch * VOCAB * 2)
             logits = [logit_families.make_logits(family, batch, VOCAB, generator).to(torch.bfloat16)
@@ -271,6 +274,8 @@ def gpu_main(names, one_draw):
                 lambda i: torch_backend.gumbel_sample(logits[i], seeds, positions, temperature), rotate)
             print(f"{family:8s} B={batch:4d} gumbel_sample {gumbel_us:6.1f} us", flush=True)
             for filter_name, filters in FILTERS.items():
+                if filter_names and filter_name not in filter_names:
+                    continue
                 per_row = {k: torch.full((batch,), v, device="cuda",
                                          dtype=torch.int32 if k == "top_k" else torch.float32)
                            for k, v in filters.items()}
@@ -371,6 +376,9 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--variants", default=",".join(variants()))
     parser.add_argument("--one-draw", action="store_true", help="B = 1: one draw (explore_filtered_ratios.py's)")
+    parser.add_argument("--batches", default="256,1")
+    parser.add_argument("--families", default="", help="comma-separated (default: all three)")
+    parser.add_argument("--filters", default="", help=f"comma-separated, of {', '.join(FILTERS)} (default: all)")
     parser.add_argument("--cpu-check", action="store_true")
     parser.add_argument("--sm90-check", action="store_true",
                         help="no GPU: resident_x2's one-launch programs, compiled for sm_90, fit twice an SM")
@@ -387,7 +395,8 @@ def main():
     elif args.cpu_check:
         cpu_check(names)
     else:
-        gpu_main(names, args.one_draw)
+        gpu_main(names, args.one_draw, tuple(int(b) for b in args.batches.split(",")),
+                 [f for f in args.families.split(",") if f], [f for f in args.filters.split(",") if f])
 
 
 if __name__ == "__main__":
