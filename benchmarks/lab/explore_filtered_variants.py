@@ -78,7 +78,8 @@ def _constant(name, value):
 
 
 def _config(change):
-    """A variant whose launches' plan takes change(config) (filtered_launch_config's), where it applies."""
+    """A variant whose launches' plan takes change(config, vocab) in its large-batch tiling (filtered_launch_config's
+    for B * V >= MANY_ROWS_ELEMENTS)."""
     from jsample.kernels import filtered
 
     @contextlib.contextmanager
@@ -86,16 +87,14 @@ def _config(change):
         shipped = filtered.filtered_launch_config  # (what another variant entered before installed)
 
         def config(batch, vocab_size, *args, **kwargs):
-            return change(shipped(batch, vocab_size, *args, **kwargs), vocab_size)
+            found = shipped(batch, vocab_size, *args, **kwargs)
+            # filtered_launch_config's large-batch tiling (the launches' plan at many rows): what the variants change
+            many_rows = batch * vocab_size >= filtered.MANY_ROWS_ELEMENTS and not kwargs.get("large_programs", False)
+            return change(found, vocab_size) if many_rows else found
 
         with _patched(filtered, "filtered_launch_config", config), _with_plan_change(lambda plan: plan)():
             yield
     return context
-
-
-def _large_batch(config):
-    """Whether the config is the launches' plan's large-batch tiling (late items: MANY_ROWS_LATE_ITEMS)."""
-    return config.late_items > 1
 
 
 def _smaller_chunks(config, vocab, columns=2048):
@@ -103,8 +102,6 @@ def _smaller_chunks(config, vocab, columns=2048):
     the few rows the searches have left (a program reads its chunk one tile after another)."""
     from jsample.kernels import filtered
 
-    if not _large_batch(config):
-        return config
     tile = config.threads * config.vec
     tiles = -(-vocab // tile)
     chunks = min(filtered.MAX_CHUNKS, -(-tiles * tile // columns))
@@ -118,7 +115,7 @@ def _sixteen_ways(config, vocab):
     (4 a bfloat16 search, against 6), each comparing every column with twice the pivots."""
     from jsample.kernels import filtered
 
-    return filtered._with_ways(config, 16) if _large_batch(config) else config
+    return filtered._with_ways(config, 16)
 
 
 def _items(plan, kernel_name, items=4):
