@@ -15,8 +15,8 @@ keep or drop as they happen to); `--one-draw` times a single draw instead (explo
     every variant may not fit one 10-minute device command)
     python benchmarks/lab/explore_filtered_variants.py --cpu-check    # no GPU: tokens of each variant's
         tiling through the interpreter equal the shipped tiling's (resident_x2 needs a GPU)
-    TRITON_INTERPRET=0 python benchmarks/lab/explore_filtered_variants.py --sm90-check   # no GPU: two of
-        resident_x2's one-launch programs fit an H200 SM (the GPU run checks that too before it runs them)
+    TRITON_INTERPRET=0 python benchmarks/lab/explore_filtered_variants.py --sm90-check   # no GPU: N of a
+        resident_xN variant's one-launch programs fit an H200 SM (the GPU run checks that too before it runs them)
 """
 
 import argparse
@@ -77,9 +77,10 @@ def _constant(name, value):
     return context
 
 
-def _config(change):
-    """A variant whose launches' plan takes change(config, vocab) in its large-batch tiling (filtered_launch_config's
-    for B * V >= MANY_ROWS_ELEMENTS)."""
+def _config(change, many_rows=True):
+    """A variant whose plans take change(config, vocab) in the large-batch tiling (filtered_launch_config's for
+    B * V >= MANY_ROWS_ELEMENTS), or with many_rows=False in the others (small batches: the one-launch plan's
+    base), but not the interpreter's (large programs)."""
     from jsample.kernels import filtered
 
     @contextlib.contextmanager
@@ -89,8 +90,9 @@ def _config(change):
         def config(batch, vocab_size, *args, **kwargs):
             found = shipped(batch, vocab_size, *args, **kwargs)
             # filtered_launch_config's large-batch tiling (the launches' plan at many rows): what the variants change
-            many_rows = batch * vocab_size >= filtered.MANY_ROWS_ELEMENTS and not kwargs.get("large_programs", False)
-            return change(found, vocab_size) if many_rows else found
+            if kwargs.get("large_programs", False):
+                return found
+            return change(found, vocab_size) if (batch * vocab_size >= filtered.MANY_ROWS_ELEMENTS) == many_rows else found
 
         with _patched(filtered, "filtered_launch_config", config), _with_plan_change(lambda plan: plan)():
             yield
@@ -132,23 +134,35 @@ def _items(plan, kernel_name, items=4):
     return dataclasses.replace(plan, launches=tuple(launches))
 
 
-def _resident_x2():
-    """The one-launch plan counting on two programs an SM (four-warp programs of at most 255 registers fit
-    twice in an SM's 64K registers; gpu_main checks the compiled kernel first): at B = 1, chunks of half the
-    columns, twice the programs."""
+def _resident(factor):
+    """The one-launch plan counting on `factor` programs an SM instead of one (four-warp programs of at most 255
+    registers fit twice in an SM's 64K registers, two-warp ones four times; gpu_main checks the compiled kernel
+    first): at B = 1, chunks of 1 / factor the columns (down to one tile), more programs."""
     from torch_backend import _execute
-
-    shipped = _execute.target
 
     @contextlib.contextmanager
     def context():
+        shipped = _execute.target
+
         def target(device):
             found = shipped(device)
-            return dataclasses.replace(found, resident_programs=2 * found.resident_programs)
+            return dataclasses.replace(found, resident_programs=factor * found.resident_programs)
 
         with _patched(_execute, "target", target), _with_plan_change(lambda plan: plan)():
             yield
     return context
+
+
+def _two_warps(config, vocab):
+    """Two-warp programs (tiles of 64 threads) where the config has more: with _resident(4), the one-launch
+    plan at B = 1 in 297 programs of one 512-column tile (gumbel_sample's B = 1 plan: 297 one-warp programs);
+    compiled for sm_90 it takes 255 registers and spills (--sm90-check)."""
+    from jsample.kernels import filtered
+
+    if config.num_warps <= 2:
+        return config
+    return dataclasses.replace(config, num_warps=2, threads=64,
+                               wide_sums=config.chunk > filtered.MAX_COLUMNS_PER_THREAD * 64)
 
 
 def programs_per_sm(step, plan, logits_dtype):
@@ -203,7 +217,8 @@ def variants():
     """{name: a context manager factory}: the shipped plan, then each change on its own."""
     return {
         "shipped": _with_plan_change(lambda plan: plan),
-        "resident_x2": _resident_x2(),
+        "resident_x2": _resident(2),
+        "warps_2_resident_x4": _composed(_config(_two_warps, many_rows=False), _resident(4)),
         "chunks_2048": _config(_smaller_chunks),
         "chunks_1024": _composed(_constant("MAX_CHUNKS", 128),
                                  _config(functools.partial(_smaller_chunks, columns=1024))),
@@ -221,25 +236,34 @@ def variants():
     }
 
 
-def check_resident_x2(target):
-    """Exits unless every one-launch plan of the B = 1 cells under `target` (resident_x2's) has programs of
-    which two fit an SM (programs_per_sm)."""
+def resident_factor(name):
+    """The programs an SM a variant name counts on (its resident_xN or ..._resident_xN part; 1: none)."""
+    found = re.search(r"resident_x(\d+)", name)
+    return int(found.group(1)) if found else 1
+
+
+def check_resident(name, target):
+    """Exits unless every one-launch plan of the B = 1 cells under variant `name` has programs of which as many
+    fit an SM as the variant counts on (programs_per_sm): otherwise its programs could wait forever."""
     from jsample import kernels
     from jsample.kernels import plan as plans
 
-    for filters in FILTERS.values():
-        flags = dict(has_top_k="top_k" in filters, has_top_p="top_p" in filters, has_min_p="min_p" in filters,
-                     fp64=False)
-        plan = kernels.plan_top_k_top_p_sample(plans.ArgSpec.contiguous((1, VOCAB), "bfloat16"),
-                                               plans.ArgSpec.contiguous((1,), "int64"), target, **flags)
-        fits, registers, shared = programs_per_sm(plan.launches[0], plan, "bfloat16")
-        print(f"resident_x2 {'+'.join(filters)}: {plan.variant}, grid {plan.launches[0].grid}, {registers} registers, "
-              f"{shared} B shared: {fits} programs an SM", flush=True)
-        if plan.variant == "one launch" and fits < 2:
-            raise SystemExit("resident_x2: two programs of the one-launch plan do not fit an SM")
+    factor = resident_factor(name)
+    with variant(name, variants())():
+        for filters in FILTERS.values():
+            flags = dict(has_top_k="top_k" in filters, has_top_p="top_p" in filters, has_min_p="min_p" in filters,
+                         fp64=False)
+            plan = kernels.plan_top_k_top_p_sample(plans.ArgSpec.contiguous((1, VOCAB), "bfloat16"),
+                                                   plans.ArgSpec.contiguous((1,), "int64"), target(), **flags)
+            fits, registers, shared = programs_per_sm(plan.launches[0], plan, "bfloat16")
+            print(f"{name} {'+'.join(filters)}: {plan.variant}, grid {plan.launches[0].grid}, "
+                  f"{plan.launches[0].num_warps} warps, {registers} registers, {shared} B shared: {fits} programs an "
+                  f"SM", flush=True)
+            if plan.variant == "one launch" and fits < factor:
+                raise SystemExit(f"{name}: {factor} programs of the one-launch plan do not fit an SM")
 
 
-def _target_of_torch():
+def _target_of_torch():  # (the executor's target, as the variant in force changes it)
     import torch
 
     from torch_backend import _execute
@@ -255,9 +279,9 @@ def gpu_main(names, one_draw, batches=(256, 1), families=None, filter_names=None
     import torch_backend
 
     table = variants()
-    if any("resident_x2" in name.split("+") for name in names):  # its programs wait for each other: they
-        with table["resident_x2"]():  # must all fit at once, or the launch hangs
-            check_resident_x2(_target_of_torch())
+    for name in names:  # the one-launch plan's programs wait for each other: they must all fit at once
+        if resident_factor(name) > 1:
+            check_resident(name, _target_of_torch)
     for batch in batches:
         for family in families or logit_families.FAMILIES:
             generator = torch.Generator(device="cuda").manual_seed(batch + (len(family) if one_draw else 0))
@@ -344,7 +368,7 @@ def cpu_check(names):
                 flags = dict(has_top_k="top_k" in filters, has_top_p="top_p" in filters, has_min_p="min_p" in filters,
                              fp64=False)
                 for name in names:
-                    if "resident_x2" in name.split("+"):
+                    if resident_factor(name) > 1:
                         continue  # the one-launch plan: its programs wait for each other (a GPU only)
                     with variant(name, table)():  # JAX called eagerly: a jitted function keeps its first plan
                         tokens = run_torch("top_k_top_p_sample", logits, seeds, positions, temperature, **filters)
@@ -378,7 +402,7 @@ def main():
     parser.add_argument("--filters", default="", help=f"comma-separated, of {', '.join(FILTERS)} (default: all)")
     parser.add_argument("--cpu-check", action="store_true")
     parser.add_argument("--sm90-check", action="store_true",
-                        help="no GPU: resident_x2's one-launch programs, compiled for sm_90, fit twice an SM")
+                        help="no GPU: the resident_xN variants' one-launch programs, compiled for sm_90, fit N an SM")
     args = parser.parse_args()
     names = args.variants.split(",")
     if names[0] != "shipped":
@@ -386,9 +410,14 @@ def main():
     if args.sm90_check:
         os.environ["TRITON_INTERPRET"] = "0"
         from jsample.kernels.plan import Target
+        from torch_backend import _execute
 
-        with variants()["resident_x2"]():
-            check_resident_x2(Target(interpreter=False, arrival_counters=True, resident_programs=2 * 132))
+        # the executor's target as on an H200 (132 SMs), which the variants then change
+        with _patched(_execute, "target", lambda device: Target(interpreter=False, arrival_counters=True,
+                                                                resident_programs=132)):
+            for name in names:
+                if resident_factor(name) > 1:
+                    check_resident(name, lambda: _execute.target(None))
     elif args.cpu_check:
         cpu_check(names)
     else:
