@@ -39,6 +39,25 @@ def compile_for_sm90(kernel, arg_types, constexprs, num_warps):
                           options=dict(num_warps=num_warps, num_stages=1, enable_fp_fusion=False))
 
 
+POINTER_TYPES = {"float32": "*fp32", "bfloat16": "*bf16", "float16": "*fp16", "int32": "*i32", "int64": "*i64"}
+
+
+def launch_arg_types(step, plan, logits_dtype):
+    """compile_for_sm90's arg_types for a launch of a plan (kernels.plan.Launch, Plan): the op's inputs as the
+    frontends pass them (logits of `logits_dtype`, int64 seeds and positions, f32 temperature, top_p, min_p,
+    int32 top_k), the plan's buffers by their dtype, integers as i32 (both sides of a comparison alike)."""
+    inputs = {"logits": POINTER_TYPES[logits_dtype], "seeds": "*i64", "positions": "*i64", "temperature": "*fp32",
+              "top_k": "*i32", "top_p": "*fp32", "min_p": "*fp32"}
+    names = [name for name in step.kernel.arg_names if name not in dict(step.constexprs)]
+    types = {}
+    for name, value in zip(names, list(step.args) + list(step.outputs)):
+        if isinstance(value, str):
+            types[name] = inputs.get(value) or POINTER_TYPES[plan.buffer(value).dtype]
+        else:
+            types[name] = "i1" if isinstance(value, bool) else "i32"
+    return types
+
+
 def global_loads(compiled):
     """{load instruction: count} in the PTX."""
     return dict(collections.Counter(re.findall(r"ld\.global[\w.]*", compiled.asm["ptx"])))

@@ -171,18 +171,9 @@ def programs_per_sm(step, plan, logits_dtype):
     64K an SM), shared memory (228 KB an SM, 1 KB of it reserved a program), 2048 threads and 32 programs."""
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests"))
     import triton
-    from compiled_kernels import compile_for_sm90
+    from compiled_kernels import compile_for_sm90, launch_arg_types
 
-    pointer = {"float32": "*fp32", "bfloat16": "*bf16", "float16": "*fp16", "int32": "*i32", "int64": "*i64"}
-    inputs = {"logits": pointer[logits_dtype], "seeds": "*i64", "positions": "*i64", "temperature": "*fp32",
-              "top_k": "*i32", "top_p": "*fp32", "min_p": "*fp32"}
-    names = [n for n in step.kernel.arg_names if n not in dict(step.constexprs)]
-    types = {}
-    for name, value in zip(names, list(step.args) + list(step.outputs)):
-        if isinstance(value, str):
-            types[name] = inputs.get(value) or pointer[plan.buffer(value).dtype]
-        else:
-            types[name] = "i32"
+    types = launch_arg_types(step, plan, logits_dtype)
     compiled = compile_for_sm90(step.kernel, types, dict(step.constexprs), step.num_warps)
     cuobjdump = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
     with tempfile.NamedTemporaryFile(suffix=".cubin") as cubin:

@@ -17,13 +17,12 @@ ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
 sys.path.insert(0, os.path.join(ROOT, "tests"))
 sys.path.insert(0, ROOT)
 import triton  # noqa: E402
-from compiled_kernels import compile_for_sm90  # noqa: E402
+from compiled_kernels import compile_for_sm90, launch_arg_types  # noqa: E402
 
 from jsample.kernels import filtered  # noqa: E402
 from jsample.kernels.plan import ArgSpec, Target  # noqa: E402
 
 cu = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
-TY = {"float32": "*fp32", "bfloat16": "*bf16", "float16": "*fp16", "int32": "*i32", "int64": "*i64"}
 for batch in (256, 4):
     for dtype in ("bfloat16", "float32"):
         for flags in ((True, True, False), (True, False, False), (False, True, True)):
@@ -32,20 +31,9 @@ for batch in (256, 4):
             target = Target(interpreter=False, arrival_counters=True, resident_programs=132)
             plan = filtered.plan_top_k_top_p_sample.__wrapped__(logits, seeds, target, has_top_k=flags[0], has_top_p=flags[1],
                                                     has_min_p=flags[2], fp64=False)
-            inputs = {"logits": TY[dtype], "seeds": "*i64", "positions": "*i64", "temperature": "*fp32",
-                      "top_k": "*i32", "top_p": "*fp32", "min_p": "*fp32"}
             seen = set()
             for step in plan.launches:
-                names = [n for n in step.kernel.arg_names if n not in dict(step.constexprs)]
-                values = list(step.args) + list(step.outputs)
-                types = {}
-                for name, v in zip(names, values):
-                    if isinstance(v, str):
-                        types[name] = inputs.get(v) or TY[plan.buffer(v).dtype]
-                    elif isinstance(v, bool):
-                        types[name] = "i1"
-                    else:
-                        types[name] = "i32"
+                types = launch_arg_types(step, plan, dtype)
                 key = (step.kernel.__name__, step.constexprs)
                 if key in seen: continue
                 seen.add(key)
