@@ -331,3 +331,28 @@ def test_a_replay_calls_the_launchers_entry_point_with_what_tritons_launcher_pas
     scratch = make()
     scratch.global_scratch_size = 128  # an address per launch: Triton's launcher allocates it
     assert torch_execute._entry_point(SimpleNamespace(run=scratch, function=1, packed_metadata=()), 2) is None
+
+
+def test_run_jax_runs_the_plan_a_test_forces(monkeypatch):
+    """The tests' JAX calls (conftest.run_jax, jitted) plan again when a test replaces a planning function or
+    the target: a jitted function keeps the plan of its first trace, and the plan comparisons in both
+    frontends would otherwise compare torch's forced plans with JAX's first one."""
+    import dataclasses
+
+    from conftest import run_jax
+
+    shipped = kernels.plan_gumbel_sample.__wrapped__
+    planned = []
+    args = (np.zeros((2, 40), np.float32), np.int64([1, 2]), np.int64([3, 4]), np.float32([1.0, 1.0]))
+    for forced in range(3):
+        def planner(*specs, forced=forced, **flags):
+            planned.append(forced)
+            return shipped(*specs, **flags)
+        monkeypatch.setattr(kernels, "plan_gumbel_sample", planner)
+        run_jax("gumbel_sample", *args)
+        run_jax("gumbel_sample", *args)  # the same plan: the trace is kept
+    monkeypatch.setattr(jax_execute, "TARGET", dataclasses.replace(jax_execute.TARGET, large_programs=False))
+    run_jax("gumbel_sample", *args)
+    traces = [planned.count(forced) for forced in range(3)]  # planner calls (a trace may call it more than once)
+    # every forced planner traced once (its second call kept the trace), the last again for the new target
+    assert traces[0] == traces[1] > 0 and traces[2] == 2 * traces[0], planned
