@@ -179,16 +179,22 @@ def test_filtered_tokens_do_not_depend_on_the_tiling(monkeypatch, force_target):
             # with top-k's candidate lists, 16 pivots (the lists leave the searches few rows); 8 without top-k
             assert dict(search.constexprs)["WAYS"] == filtered.LISTED_WAYS == 16 and search.num_warps == 2
             assert dict(sample.constexprs)["BLOCK_V"] == 512 and sample.num_warps == 1
-            # with top-k's lists, every launch of each search from LISTED_LATE_FROM on takes late_items
-            # work items a program (without them, the second half of each search)
-            items = [dict(step.constexprs)["ITEMS"] for step in plan.launches
-                     if step.kernel is filtered.filter_step_kernel]
-            steps = len(items) // 2  # two searches (top-k, top-p) of search_steps launches each
-            late_from = filtered.LISTED_LATE_FROM
-            assert items == ([1] * late_from + [filtered.MANY_ROWS_LATE_ITEMS] * (steps - late_from)) * 2, items
+            # the first search launch takes every row's items (with top-k's lists, late_items a program from
+            # LISTED_LATE_FROM = 0 on) and lists the rows that search on; the later ones and the sampling
+            # launch take those rows' items only, on COMPACT_PROGRAMS programs at most
+            searches = [step for step in plan.launches
+                        if step.kernel in (filtered.filter_step_kernel, filtered.filter_compact_step_kernel)]
+            steps = len(searches) // 2  # two searches (top-k, top-p) of search_steps launches each
+            assert [step.kernel for step in searches] == [filtered.filter_step_kernel] + [
+                filtered.filter_compact_step_kernel] * (2 * steps - 1)
+            assert filtered.LISTED_LATE_FROM == 0 and dict(search.constexprs)["ITEMS"] == filtered.MANY_ROWS_LATE_ITEMS
+            assert search.outputs[2:] == ("active_rows", "active_count")
+            items = BATCH * dict(search.constexprs)["MAX_CHUNKS"]  # (an upper bound of the items)
+            assert all(step.grid[0] <= min(items, filtered.COMPACT_PROGRAMS) for step in searches[1:])
+            assert dict(sample.constexprs)["COMPACT"] is True and sample.grid[0] <= filtered.COMPACT_PROGRAMS
             # 16 ways leave float32's 8 steps no room for mixed first pivots (8 ways would: the next test)
             mixed = [(dict(step.constexprs)["MIXED_PIVOTS"], dict(step.constexprs)["NARROW_MIXED"])
-                     for step in plan.launches if step.kernel is filtered.filter_step_kernel]
+                     for step in searches]
             assert steps == 8 and mixed == [(False, False)] * steps * 2, mixed
             assert dict(sample.constexprs)["NARROW_MIXED"] is False
     assert len(tilings) == 6  # every run had a tiling of its own

@@ -25,15 +25,18 @@ def main():
     parser.add_argument("--batch", type=int, default=256)
     parser.add_argument("--families", default="flat,typical,peaked")
     parser.add_argument("--sequence", action="store_true", help="also each launch of a call, in order")
-    parser.add_argument("--variant", default="shipped", help="explore_filtered_variants.py's variant names")
+    parser.add_argument("--variant", default="shipped",
+                        help="explore_filtered_variants.py's variant names (comma-separated: each in turn)")
+    parser.add_argument("--filters", default=",".join(FILTERS), help=f"comma-separated, of {', '.join(FILTERS)}")
     options = parser.parse_args()
     import explore_filtered_variants
 
-    with explore_filtered_variants.variant(options.variant, explore_filtered_variants.variants())():
-        profile_launches(options)
+    for name in options.variant.split(","):
+        with explore_filtered_variants.variant(name, explore_filtered_variants.variants())():
+            profile_launches(options, name)
 
 
-def profile_launches(options):
+def profile_launches(options, variant):
     import torch
     from torch.profiler import ProfilerActivity, profile
 
@@ -46,7 +49,8 @@ def profile_launches(options):
     for family in options.families.split(","):
         x = logit_families.make_logits(family, batch, vocab, torch.Generator(device="cuda").manual_seed(1))
         x = x.to(getattr(torch, options.dtype))
-        for name, filters in FILTERS.items():
+        for name in options.filters.split(","):
+            filters = FILTERS[name]
             for _ in range(3):
                 torch_backend.top_k_top_p_sample(x, seeds, positions, temperature, **filters)
             torch.cuda.synchronize()
@@ -54,7 +58,7 @@ def profile_launches(options):
                 for _ in range(10):
                     torch_backend.top_k_top_p_sample(x, seeds, positions, temperature, **filters)
                 torch.cuda.synchronize()
-            print(f"--- {options.dtype} B={batch} {family} {name} ({options.variant})")
+            print(f"--- {options.dtype} B={batch} {family} {name} ({variant})")
             for event in sorted(prof.key_averages(), key=lambda e: -e.device_time_total):
                 if event.count >= 10:
                     print(f"  {event.key[:60]:60s} x{event.count // 10:3d}  {event.device_time_total / 10:8.1f} us a call")

@@ -46,7 +46,8 @@ frontends (filtered_plan lists them):
    winner: STATUS_DONE, or STATUS_SAMPLED, its token the Gumbel-max of the listed columns the filters
    keep (the noise of those columns only). A list that overflows leaves the row to the searches
    (STATUS_FILTER).
-4. `filter_step_kernel` PHASE_TOP_K, then PHASE_TOP_P, search_steps launches each: each program first
+4. `filter_step_kernel` (the first; then `filter_compact_step_kernel`) PHASE_TOP_K, then PHASE_TOP_P,
+   search_steps launches each: each program first
    replays the row's state from the previous launch (state + partials: the bracket [lo, hi) of the
    threshold key), then evaluates `ways` pivots of it on its chunk (count, or mass, of the keys >=
    each pivot). Each launch narrows the bracket `ways`-fold, so search_steps launches pin it down (at
@@ -61,9 +62,14 @@ frontends (filtered_plan lists them):
    every block whose best column is kept or that keeps none; `filtered_reduce_kernel` reduces each
    row's filtered, or unfiltered, partials.
 
-In launches 3-5 a program takes work items (_program_items), one, or at large batches in the second
-half of each search (with top-k's lists, in every launch of it: LISTED_LATE_FROM) `late_items`: by then most
-programs would only read a status, and they cost their launch more than their work.
+In launch 3 and the first search launch a program takes work items (_program_items), one (with top-k's
+lists at large batches, `late_items`: LISTED_LATE_FROM): a row's chunk, every row's. The first search
+launch has every row's status final (STATUS_FILTER rows search on and are sampled, the others are done)
+and lists the STATUS_FILTER rows (an atomic counter); every later search launch
+(`filter_compact_step_kernel`) and the sampling launch take those rows' items only, on at most
+COMPACT_PROGRAMS programs that stride over them. Most rows' token is the unfiltered winner or comes from
+top-k's lists, so most of those launches have few items or none: a program then reads a counter and
+stops (some 2 us a launch, against 5-7 us for a grid of every row's items that read their statuses).
 
 Where all B * num_chunks programs run at once (Target.resident_programs; in the interpreter, one
 program a row), `filtered_one_launch_kernel` does all of this in one launch: the steps meet at a
@@ -108,9 +114,8 @@ MAX_CHUNKS = 64  # chunks per row in the search launches (a power of two)
 # winner costs its programs one state load, and fewer programs make fewer waves of them
 SAMPLE_BLOCKS_PER_PROGRAM = 4
 MANY_ROWS_ELEMENTS = 2**22  # B * V from which the launches' plan takes its large-batch tiling
-# work items a program takes in the second half of each search at large batches: by then the
-# brackets are narrow and their tiles mostly skipped (and most rows' token is the unfiltered winner),
-# so programs cost more to launch than their work; earlier launches read, and want every program
+# work items a program of the first search launch takes at large batches with top-k's lists: the lists
+# leave few rows to search, so programs cost more to launch than their work
 MANY_ROWS_LATE_ITEMS = 4
 MASS_SCALE = 2.0**24  # fixed-point unit of the top-p masses, relative to the largest token's
 MAX_COLUMNS_PER_THREAD = 64  # per chunk: int32 mass sums stay below 64 * 2**24 = 2**30 (int64 beyond)
@@ -136,9 +141,15 @@ SHORT_TOP_K_LIST = 128  # lists no longer than this (most: about k) are sorted i
 # searches then run only for the few rows the lists leave, and most of their launches are idle, so take
 # fewer of them (16 ways: 4 launches a bfloat16 search, 8 a float32 one, against 6 and 11)
 LISTED_WAYS = 16
-# with the lists, the launch of each search from which it takes late items: all of them (0), since the
-# lists leave so few rows to search that even a search's first launch mostly reads statuses
+# with the lists, the first search launch takes late items where this is 0 (the lists leave so few rows
+# to search that it mostly reads statuses; the later search launches take the listed rows' items only)
 LISTED_LATE_FROM = 0
+# programs of the search launches after the first and of the sampling launch in the launches' plan: they
+# take the items of the rows the first search launch lists (a load a program where none is listed)
+COMPACT_PROGRAMS = 1024
+# threads a program of those search launches spreads a tile over (at most; the chunk must be a multiple of
+# the tile): they have few rows' items, each a chain of tile loads, so wider tiles and programs shorten it
+COMPACT_THREADS = 64
 KEY_SHIFTS = {"float32": 0, "bfloat16": 16, "float16": 13}  # low key bits that are zero for the dtype
 ALL_FINITE = 2**62  # the launches' plan's finite count of a row with a finite logit (filter_row_kernel)
 
@@ -169,7 +180,7 @@ class FilteredLaunchConfig:
     vec: int  # contiguous columns a thread loads at once: 16 bytes
     threads: int  # the tiles' second dimension: 32 * num_warps (more: large_programs; float32 at many rows)
     wide_sums: bool  # chunk > MAX_COLUMNS_PER_THREAD per thread (V > 524288): int64 per-thread mass sums
-    late_items: int = 1  # work items a program takes in a search's second half (_program_items)
+    late_items: int = 1  # work items a program of the first search launch takes with top-k's lists (_program_items)
     mixed_first_pivots: bool = False  # a search's first launch takes _pivots' mixed pivots
     num_warps: int = 4
     num_stages: int = 1
@@ -950,6 +961,8 @@ def filter_step_kernel(
     num_blocks,  # of block_stats
     state_out_ptr,  # [B, STATE_WORDS] i64 as i32 words: this launch's state (written by chunk 0)
     partial_out_ptr,  # [B, num_chunks, WAYS] i64 as i32 words
+    active_rows_ptr,  # [B] i32: the rows that search on, in no particular order (the first active_count)
+    active_count_ptr,  # [1] i32 counter, zero on entry (filtered_reduce_kernel leaves it zero)
     PHASE: tl.constexpr,
     PREV_PHASE: tl.constexpr,
     CAPTURE_NORMALIZER: tl.constexpr,
@@ -970,12 +983,14 @@ def filter_step_kernel(
     MIXED_PIVOTS: tl.constexpr = False,  # this launch's pivots are _pivots' mixed ones (a search's first launch)
     NARROW_MIXED: tl.constexpr = False,  # the previous launch's were
 ):
-    """Grid (cdiv(B * num_chunks, ITEMS),), a row's chunk an item (_program_items). PHASE_TOP_K /
-    PHASE_TOP_P: per chunk, the count / the fixed-point mass of the keys >= each of the row's WAYS
-    pivots, while the row's bracket is unsettled. Only STATUS_FILTER rows (and, after the winner
-    launch, STATUS_CHECK rows, which it decides) search; the others' token is the unfiltered winner,
-    and their chunk 0 only copies their state (every launch writes every row's state: in JAX a
-    launch's outputs are new arrays)."""
+    """The first search launch, grid (cdiv(B * num_chunks, ITEMS),), a row's chunk an item
+    (_program_items). PHASE_TOP_K / PHASE_TOP_P: per chunk, the count / the fixed-point mass of the
+    keys >= each of the row's WAYS pivots, while the row's bracket is unsettled (_search_item). Only
+    STATUS_FILTER rows (and, after the winner launch, STATUS_CHECK rows, which it decides) search; the
+    others' token is the unfiltered winner, and their chunk 0 only copies their state (every launch
+    writes every row's state: in JAX a launch's outputs are new arrays). The rows whose status is then
+    STATUS_FILTER (no later launch changes it) are listed for the later launches, which take only
+    their items (filter_compact_step_kernel, filtered_partial_kernel with COMPACT)."""
     V = aligned(V, VOCAB_ALIGN)
     chunk = aligned(chunk, THREADS * VEC)
     items, statuses = _program_items(state_in_ptr, num_chunks, batch * num_chunks, ITEMS)
@@ -987,25 +1002,103 @@ def filter_step_kernel(
         if active:
             b = item // num_chunks
             c = item % num_chunks
-            b64 = b.to(tl.int64)
-            temperature = load_temperature(temperature_ptr, b)
-            row_ptr = logits_ptr + tl.multiple_of(b64 * row_stride, ROW_ALIGN)
-            first = c * chunk
-            key_max, key_min, count, lo, hi, normalizer, key_w, status = _row_state(
-                b64, state_in_ptr, partial_in_ptr, num_chunks, temperature, top_k_ptr, top_p_ptr,
-                PHASE, PREV_PHASE, CAPTURE_NORMALIZER, HAS_TOP_K, HAS_TOP_P, WAYS, MAX_CHUNKS, KEY_SHIFT, NARROW_MIXED)
-            if c == 0:
-                _store_state(state_out_ptr, b64, key_max, key_min, count, lo, hi, normalizer, key_w, status)
-            if hi - lo > 1:
-                above = _chunk_above(row_ptr, first, first + chunk, V, lo, hi, temperature, key_max, PHASE, KEY_SHIFT,
-                                     FP64, THREADS, VEC, WAYS, WIDE_SUMS, block_stats_ptr + b64 * num_blocks,
-                                     num_blocks, BLOCK_V, TILE_BLOCKS, MIXED_PIVOTS)
-                tl.store(partial_out_ptr.to(tl.pointer_type(tl.int64)) + (b64 * num_chunks + c) * WAYS
-                         + tl.arange(0, WAYS), above)
+            status = _search_item(b, c, logits_ptr, temperature_ptr, top_k_ptr, top_p_ptr, state_in_ptr,
+                                  partial_in_ptr, block_stats_ptr, V, row_stride, num_chunks, chunk, num_blocks,
+                                  state_out_ptr, partial_out_ptr, PHASE, PREV_PHASE, CAPTURE_NORMALIZER, HAS_TOP_K,
+                                  HAS_TOP_P, KEY_SHIFT, FP64, THREADS, VEC, ROW_ALIGN, WAYS, MAX_CHUNKS, BLOCK_V,
+                                  TILE_BLOCKS, WIDE_SUMS, MIXED_PIVOTS, NARROW_MIXED)
+            if (c == 0) & (status == _FILTER):  # the row searches on (and is sampled): the later launches' list
+                tl.store(active_rows_ptr + tl.atomic_add(active_count_ptr, 1, sem="relaxed"), b)
         elif (item % num_chunks == 0) & (item < batch * num_chunks):
             words = (item // num_chunks).to(tl.int64) * _STATE_WORDS + tl.arange(0, _STATE_WORDS)
             tl.store(state_out_ptr.to(tl.pointer_type(tl.int64)) + words,
                      tl.load(state_in_ptr.to(tl.pointer_type(tl.int64)) + words))
+
+
+@triton.jit
+def _search_item(b, c, logits_ptr, temperature_ptr, top_k_ptr, top_p_ptr, state_in_ptr, partial_in_ptr,
+                 block_stats_ptr, V, row_stride, num_chunks, chunk, num_blocks, state_out_ptr, partial_out_ptr,
+                 PHASE: tl.constexpr, PREV_PHASE: tl.constexpr, CAPTURE_NORMALIZER: tl.constexpr,
+                 HAS_TOP_K: tl.constexpr, HAS_TOP_P: tl.constexpr, KEY_SHIFT: tl.constexpr, FP64: tl.constexpr,
+                 THREADS: tl.constexpr, VEC: tl.constexpr, ROW_ALIGN: tl.constexpr, WAYS: tl.constexpr,
+                 MAX_CHUNKS: tl.constexpr, BLOCK_V: tl.constexpr, TILE_BLOCKS: tl.constexpr, WIDE_SUMS: tl.constexpr,
+                 MIXED_PIVOTS: tl.constexpr, NARROW_MIXED: tl.constexpr):
+    """A search launch's work on chunk c of row b: the row's state replayed (_row_state: the previous
+    launch's partials narrow its bracket), stored by chunk 0, and while the bracket is unsettled the
+    chunk's count or mass of the keys >= each pivot. Returns the row's status."""
+    b64 = b.to(tl.int64)
+    temperature = load_temperature(temperature_ptr, b)
+    row_ptr = logits_ptr + tl.multiple_of(b64 * row_stride, ROW_ALIGN)
+    first = c * chunk
+    key_max, key_min, count, lo, hi, normalizer, key_w, status = _row_state(
+        b64, state_in_ptr, partial_in_ptr, num_chunks, temperature, top_k_ptr, top_p_ptr,
+        PHASE, PREV_PHASE, CAPTURE_NORMALIZER, HAS_TOP_K, HAS_TOP_P, WAYS, MAX_CHUNKS, KEY_SHIFT, NARROW_MIXED)
+    if c == 0:
+        _store_state(state_out_ptr, b64, key_max, key_min, count, lo, hi, normalizer, key_w, status)
+    if hi - lo > 1:
+        above = _chunk_above(row_ptr, first, first + chunk, V, lo, hi, temperature, key_max, PHASE, KEY_SHIFT,
+                             FP64, THREADS, VEC, WAYS, WIDE_SUMS, block_stats_ptr + b64 * num_blocks,
+                             num_blocks, BLOCK_V, TILE_BLOCKS, MIXED_PIVOTS)
+        tl.store(partial_out_ptr.to(tl.pointer_type(tl.int64)) + (b64 * num_chunks + c) * WAYS
+                 + tl.arange(0, WAYS), above)
+    return status
+
+
+@triton.jit
+def filter_compact_step_kernel(
+    logits_ptr,  # [B, V] f32|bf16|f16, rows `row_stride` elements apart, columns contiguous
+    temperature_ptr,  # [B] f32
+    top_k_ptr,  # [B] i32 (read by top-k launches only)
+    top_p_ptr,  # [B] f32 (read by top-p launches only)
+    state_in_ptr,  # [B, STATE_WORDS] i64 as i32 words, from the previous launch (its listed rows)
+    partial_in_ptr,  # [B, num_chunks, WAYS] i64 as i32 words, from the previous launch
+    block_stats_ptr,  # filter_stats_kernel's: tiles below the bracket are skipped unread
+    active_rows_ptr,  # filter_step_kernel's list of the rows that search on
+    active_count_ptr,  # and their number
+    V,
+    row_stride,
+    num_chunks,
+    chunk,  # columns per chunk
+    num_blocks,  # of block_stats
+    state_out_ptr,  # [B, STATE_WORDS] i64 as i32 words: the listed rows' state (written by chunk 0)
+    partial_out_ptr,  # [B, num_chunks, WAYS] i64 as i32 words
+    PHASE: tl.constexpr,
+    PREV_PHASE: tl.constexpr,
+    CAPTURE_NORMALIZER: tl.constexpr,
+    HAS_TOP_K: tl.constexpr,
+    HAS_TOP_P: tl.constexpr,
+    KEY_SHIFT: tl.constexpr,
+    FP64: tl.constexpr,
+    THREADS: tl.constexpr,
+    VEC: tl.constexpr,
+    ROW_ALIGN: tl.constexpr,
+    VOCAB_ALIGN: tl.constexpr,
+    WAYS: tl.constexpr,
+    MAX_CHUNKS: tl.constexpr,
+    BLOCK_V: tl.constexpr,
+    TILE_BLOCKS: tl.constexpr,
+    WIDE_SUMS: tl.constexpr = False,
+    MIXED_PIVOTS: tl.constexpr = False,
+    NARROW_MIXED: tl.constexpr = False,
+):
+    """A search launch after the first, grid (P,): filter_step_kernel's work (_search_item) on the
+    chunks of the rows the first launch listed, item j (row active_rows[j // num_chunks], its chunk
+    j % num_chunks) on program j % P. Rows that do not search have no item: once the filters' searches
+    are settled (most launches, with the winner's sums and top-k's lists) a launch costs a load a
+    program. Only the listed rows' state is written: the later launches read no other (filtered_reduce_kernel
+    reads every row's status from the first search launch's state)."""
+    V = aligned(V, VOCAB_ALIGN)
+    chunk = aligned(chunk, THREADS * VEC)
+    total = tl.load(active_count_ptr) * num_chunks
+    item = tl.program_id(0)
+    while item < total:
+        b = tl.load(active_rows_ptr + item // num_chunks)
+        _search_item(b, item % num_chunks, logits_ptr, temperature_ptr, top_k_ptr, top_p_ptr, state_in_ptr,
+                     partial_in_ptr, block_stats_ptr, V, row_stride, num_chunks, chunk, num_blocks, state_out_ptr,
+                     partial_out_ptr, PHASE, PREV_PHASE, CAPTURE_NORMALIZER, HAS_TOP_K, HAS_TOP_P, KEY_SHIFT, FP64,
+                     THREADS, VEC, ROW_ALIGN, WAYS, MAX_CHUNKS, BLOCK_V, TILE_BLOCKS, WIDE_SUMS, MIXED_PIVOTS,
+                     NARROW_MIXED)
+        item += tl.num_programs(0)
 
 
 @triton.jit
@@ -1022,6 +1115,8 @@ def filtered_partial_kernel(
     unfiltered_score_ptr,  # filter_stats_kernel's partials
     unfiltered_index_ptr,
     block_stats_ptr,  # and block statistics
+    active_rows_ptr,  # with COMPACT: filter_step_kernel's list of the rows that search on (STATUS_FILTER)
+    active_count_ptr,  # and their number
     V,
     row_stride,
     batch,
@@ -1046,9 +1141,12 @@ def filtered_partial_kernel(
     SEED_WORDS: tl.constexpr = 1,
     ITEMS: tl.constexpr = 1,
     NARROW_MIXED: tl.constexpr = False,  # the previous launch's pivots were _pivots' mixed ones
+    COMPACT: tl.constexpr = False,  # items of the listed rows only (a plan with search launches)
 ):
     """Grid (cdiv(B * groups, ITEMS),), groups = cdiv(num_blocks, BLOCKS_PER_PROGRAM) a row, a row's
-    group of blocks an item (_program_items): the block partials of gumbel_partial_kernel
+    group of blocks an item (_program_items); with COMPACT, grid (P,) and only the listed rows' items,
+    item j (row active_rows[j // groups], its group j % groups) on program j % P (as
+    filter_compact_step_kernel takes them): the block partials of gumbel_partial_kernel
     (stream 0) on each STATUS_FILTER row with the logits the filters drop set to -inf (the other
     rows' token is their unfiltered winner, whose unfiltered partials filtered_reduce_kernel reads, or
     a STATUS_SAMPLED row's from its list). The
@@ -1059,28 +1157,57 @@ def filtered_partial_kernel(
     (store_filtered_block)."""
     V = aligned(V, VOCAB_ALIGN)
     groups = tl.cdiv(num_blocks, BLOCKS_PER_PROGRAM)
-    items, statuses = _program_items(state_in_ptr, groups, batch * groups, ITEMS)
-    for item_i in range(ITEMS):
-        item, status = _item_status(items, statuses, item_i, ITEMS)
-        if status == _FILTER:
-            b = item // groups
-            b64 = b.to(tl.int64)
-            temperature = load_temperature(temperature_ptr, b)
-            key_max, key_min, count, threshold, hi, normalizer, key_w, status = _row_state(
-                b64, state_in_ptr, partial_in_ptr, num_chunks, temperature, top_k_ptr, top_p_ptr,
-                _SAMPLE, PREV_PHASE, CAPTURE_NORMALIZER, HAS_TOP_K, HAS_TOP_P, WAYS, MAX_CHUNKS, KEY_SHIFT, NARROW_MIXED)
-            for i in range(BLOCKS_PER_PROGRAM):
-                block = (item % groups) * BLOCKS_PER_PROGRAM + i
-                if block < num_blocks:
-                    out = b64 * num_blocks + block
-                    first_col = block * BLOCK_V
-                    if tl.load(block_stats_ptr + out) < threshold:  # no kept column: no candidate, unread
-                        _store_partial(partial_score_ptr, partial_index_ptr, out, float("-inf"), first_col, FP64)
-                    else:
-                        _filtered_block_partial(logits_ptr, seeds_ptr, positions_ptr, min_p_ptr, unfiltered_score_ptr,
-                                                unfiltered_index_ptr, partial_score_ptr, partial_index_ptr, b, b64,
-                                                out, first_col, V, row_stride, temperature, key_max, count, threshold,
-                                                HAS_MIN_P, KEY_SHIFT, FP64, BLOCK_V, ROW_ALIGN, FAST_MATH, SEED_WORDS)
+    if COMPACT:
+        total = tl.load(active_count_ptr) * groups
+        item = tl.program_id(0)
+        while item < total:
+            _partial_item(tl.load(active_rows_ptr + item // groups), item % groups, logits_ptr, seeds_ptr,
+                          positions_ptr, temperature_ptr, top_k_ptr, top_p_ptr, min_p_ptr, state_in_ptr,
+                          partial_in_ptr, unfiltered_score_ptr, unfiltered_index_ptr, block_stats_ptr, V, row_stride,
+                          num_chunks, num_blocks, partial_score_ptr, partial_index_ptr, PREV_PHASE,
+                          CAPTURE_NORMALIZER, HAS_TOP_K, HAS_TOP_P, HAS_MIN_P, KEY_SHIFT, FP64, BLOCK_V,
+                          BLOCKS_PER_PROGRAM, ROW_ALIGN, FAST_MATH, WAYS, MAX_CHUNKS, SEED_WORDS, NARROW_MIXED)
+            item += tl.num_programs(0)
+    else:
+        items, statuses = _program_items(state_in_ptr, groups, batch * groups, ITEMS)
+        for item_i in range(ITEMS):
+            item, status = _item_status(items, statuses, item_i, ITEMS)
+            if status == _FILTER:
+                _partial_item(item // groups, item % groups, logits_ptr, seeds_ptr, positions_ptr, temperature_ptr,
+                              top_k_ptr, top_p_ptr, min_p_ptr, state_in_ptr, partial_in_ptr, unfiltered_score_ptr,
+                              unfiltered_index_ptr, block_stats_ptr, V, row_stride, num_chunks, num_blocks,
+                              partial_score_ptr, partial_index_ptr, PREV_PHASE, CAPTURE_NORMALIZER, HAS_TOP_K,
+                              HAS_TOP_P, HAS_MIN_P, KEY_SHIFT, FP64, BLOCK_V, BLOCKS_PER_PROGRAM, ROW_ALIGN,
+                              FAST_MATH, WAYS, MAX_CHUNKS, SEED_WORDS, NARROW_MIXED)
+
+
+@triton.jit
+def _partial_item(b, group, logits_ptr, seeds_ptr, positions_ptr, temperature_ptr, top_k_ptr, top_p_ptr, min_p_ptr,
+                  state_in_ptr, partial_in_ptr, unfiltered_score_ptr, unfiltered_index_ptr, block_stats_ptr, V,
+                  row_stride, num_chunks, num_blocks, partial_score_ptr, partial_index_ptr, PREV_PHASE: tl.constexpr,
+                  CAPTURE_NORMALIZER: tl.constexpr, HAS_TOP_K: tl.constexpr, HAS_TOP_P: tl.constexpr,
+                  HAS_MIN_P: tl.constexpr, KEY_SHIFT: tl.constexpr, FP64: tl.constexpr, BLOCK_V: tl.constexpr,
+                  BLOCKS_PER_PROGRAM: tl.constexpr, ROW_ALIGN: tl.constexpr, FAST_MATH: tl.constexpr,
+                  WAYS: tl.constexpr, MAX_CHUNKS: tl.constexpr, SEED_WORDS: tl.constexpr, NARROW_MIXED: tl.constexpr):
+    """filtered_partial_kernel's work on a group of blocks of STATUS_FILTER row b: its final state
+    replayed, then each block's filtered partial."""
+    b64 = b.to(tl.int64)
+    temperature = load_temperature(temperature_ptr, b)
+    key_max, key_min, count, threshold, hi, normalizer, key_w, status = _row_state(
+        b64, state_in_ptr, partial_in_ptr, num_chunks, temperature, top_k_ptr, top_p_ptr,
+        _SAMPLE, PREV_PHASE, CAPTURE_NORMALIZER, HAS_TOP_K, HAS_TOP_P, WAYS, MAX_CHUNKS, KEY_SHIFT, NARROW_MIXED)
+    for i in range(BLOCKS_PER_PROGRAM):
+        block = group * BLOCKS_PER_PROGRAM + i
+        if block < num_blocks:
+            out = b64 * num_blocks + block
+            first_col = block * BLOCK_V
+            if tl.load(block_stats_ptr + out) < threshold:  # no kept column: no candidate, unread
+                _store_partial(partial_score_ptr, partial_index_ptr, out, float("-inf"), first_col, FP64)
+            else:
+                _filtered_block_partial(logits_ptr, seeds_ptr, positions_ptr, min_p_ptr, unfiltered_score_ptr,
+                                        unfiltered_index_ptr, partial_score_ptr, partial_index_ptr, b, b64,
+                                        out, first_col, V, row_stride, temperature, key_max, count, threshold,
+                                        HAS_MIN_P, KEY_SHIFT, FP64, BLOCK_V, ROW_ALIGN, FAST_MATH, SEED_WORDS)
 
 
 @triton.jit
@@ -1122,7 +1249,7 @@ def _store_partial(partial_score_ptr, partial_index_ptr, out, score, column, FP6
 
 @triton.jit
 def filtered_reduce_kernel(
-    state_ptr,  # the state filtered_partial_kernel read: the rows' status
+    state_ptr,  # the rows' statuses (with search launches, the first's state)
     unfiltered_score_ptr,  # filter_stats_kernel's partials (STATUS_DONE rows)
     unfiltered_index_ptr,
     partial_score_ptr,  # filtered_partial_kernel's (STATUS_FILTER rows)
@@ -1132,12 +1259,16 @@ def filtered_reduce_kernel(
     row_stride,
     num_blocks,
     tokens_ptr,  # [B] i32 output
+    active_count_ptr,  # [1] i32: filter_step_kernel's counter of listed rows, left zero here
     FP64: tl.constexpr,
     REDUCE_BLOCK: tl.constexpr,  # next power of two >= num_blocks
 ):
     """Grid (B,): argmax_reduce_kernel on the row's filtered partials, or on its unfiltered ones where
-    its token is the unfiltered winner; a STATUS_SAMPLED row's token is in its state (word 6)."""
+    its token is the unfiltered winner; a STATUS_SAMPLED row's token is in its state (word 6). Row 0
+    resets the launches' counter of listed rows (every launch that reads it has run)."""
     row = tl.program_id(0)
+    if row == 0:
+        tl.store(active_count_ptr, 0)
     state = state_ptr.to(tl.pointer_type(tl.int64)) + row.to(tl.int64) * _STATE_WORDS
     status = tl.load(state + 7)
     if status == _SAMPLED:
@@ -1586,12 +1717,14 @@ def plan_top_k_top_p_sample(logits: ArgSpec, seeds: ArgSpec, target: Target, *, 
     buffers = [Buffer("block_stats", (batch, gumbel.num_blocks), "int32"),
                Buffer("unfiltered_score", (batch, gumbel.num_blocks * words), "float32"),
                Buffer("unfiltered_index", (batch, gumbel.num_blocks), "int32")]
-    buffers += [Buffer(f"state_{i}", (batch, 2 * STATE_WORDS), "int32") for i in (0, 1)]
+    buffers += [Buffer(f"state_{i}", (batch, 2 * STATE_WORDS), "int32") for i in (0, 1, "decided")]
     buffers += [Buffer(f"partials_{i}", (batch, 2 * config.ways * config.num_chunks), "int32") for i in (0, 1)]
     buffers += [Buffer("partial_score", (batch, gumbel.num_blocks * words), "float32"),
                 Buffer("partial_index", (batch, gumbel.num_blocks), "int32"), tokens,
                 Buffer("top_k_list", (batch, max(1, 2 * top_k_list)), "int32"),
-                Buffer("top_k_list_count", (batch,), "int32", counters=True)]
+                Buffer("top_k_list_count", (batch,), "int32", counters=True),
+                # the rows the first search launch leaves searching, for the launches after it
+                Buffer("active_rows", (batch,), "int32"), Buffer("active_count", (1,), "int32", counters=True)]
     seed_words = seed_word_count(seeds.shape)
     filters = dict(HAS_TOP_K=has_top_k, HAS_TOP_P=has_top_p)
     searches = dict(KEY_SHIFT=config.key_shift, FP64=fp64, THREADS=config.threads, VEC=config.vec,
@@ -1633,36 +1766,54 @@ def plan_top_k_top_p_sample(logits: ArgSpec, seeds: ArgSpec, target: Target, *, 
     def mixed(i):  # whether search launch i takes mixed pivots (the first of its search)
         return config.mixed_first_pivots and i >= 0 and i % config.search_steps == 0
 
+    statuses = state  # the state whose statuses are final (the first search launch's, with searches)
+    compact_programs = min(batch * config.num_chunks, COMPACT_PROGRAMS)
+    compact_threads = config.threads  # the widest tile of at most COMPACT_THREADS threads that divides the chunk
+    while compact_threads * 2 <= COMPACT_THREADS and config.chunk % (compact_threads * 2 * config.vec) == 0:
+        compact_threads *= 2
+    compact_tiles = dict(THREADS=compact_threads, num_warps=max(config.num_warps, compact_threads // 32),
+                         TILE_BLOCKS=max(1, compact_threads * config.vec // gumbel.block_v))
     for i, step in enumerate(steps[1:-1]):
-        new_state, new_partials = "state_1" if state == "state_0" else "state_0", f"partials_{(i + 1) % 2}"
-        # the second half of its search; with top-k's lists, from LISTED_LATE_FROM on (the lists leave
-        # few rows to search, and most launches only read statuses)
-        late = i % config.search_steps >= (LISTED_LATE_FROM if top_k_list else config.search_steps // 2)
-        items = config.late_items if late else 1
-        launches.append(launch(
-            filter_step_kernel, (triton.cdiv(batch * config.num_chunks, items),),
-            ("logits", "temperature", top_k, top_p, state, partials, "block_stats", vocab, row_stride, batch,
-             config.num_chunks, config.chunk, gumbel.num_blocks), (new_state, new_partials),
-            PHASE=step.phase, PREV_PHASE=step.prev_phase, CAPTURE_NORMALIZER=step.capture_normalizer, **filters,
-            MAX_CHUNKS=MAX_CHUNKS, ITEMS=items, MIXED_PIVOTS=mixed(i), NARROW_MIXED=mixed(i - 1), **searches,
-            **tiles))
-        state, partials = new_state, new_partials
+        step_args = dict(PHASE=step.phase, PREV_PHASE=step.prev_phase, CAPTURE_NORMALIZER=step.capture_normalizer,
+                      **filters, MAX_CHUNKS=MAX_CHUNKS, MIXED_PIVOTS=mixed(i), NARROW_MIXED=mixed(i - 1), **searches,
+                      **tiles)
+        new_partials = f"partials_{(i + 1) % 2}"
+        if i == 0:  # every row's items: it decides the winner's sums, and lists the rows that search on
+            # with top-k's lists, late items from LISTED_LATE_FROM on (the lists leave few rows to search)
+            items = config.late_items if top_k_list and LISTED_LATE_FROM == 0 else 1
+            launches.append(launch(
+                filter_step_kernel, (triton.cdiv(batch * config.num_chunks, items),),
+                ("logits", "temperature", top_k, top_p, state, partials, "block_stats", vocab, row_stride, batch,
+                 config.num_chunks, config.chunk, gumbel.num_blocks),
+                ("state_decided", new_partials, "active_rows", "active_count"), ITEMS=items, **step_args))
+            state = statuses = "state_decided"
+        else:  # the listed rows' items only, in wider tiles
+            new_state = "state_1" if state == "state_0" else "state_0"
+            launches.append(launch(
+                filter_compact_step_kernel, (compact_programs,),
+                ("logits", "temperature", top_k, top_p, state, partials, "block_stats", "active_rows", "active_count",
+                 vocab, row_stride, config.num_chunks, config.chunk, gumbel.num_blocks), (new_state, new_partials),
+                **dict(step_args, **compact_tiles)))
+            state = new_state
+        partials = new_partials
     sample = steps[-1]
     blocks_per_program = SAMPLE_BLOCKS_PER_PROGRAM
+    sample_items = batch * triton.cdiv(gumbel.num_blocks, blocks_per_program)
     launches.append(launch(
-        filtered_partial_kernel, (batch * triton.cdiv(gumbel.num_blocks, blocks_per_program),),
+        filtered_partial_kernel, (min(sample_items, COMPACT_PROGRAMS) if search else sample_items,),
         ("logits", "seeds", "positions", "temperature", top_k, top_p, min_p, state, partials) + unfiltered
-        + ("block_stats", vocab, row_stride, batch, config.num_chunks, gumbel.num_blocks),
+        + ("block_stats",) + (("active_rows", "active_count") if search else (unused, unused))
+        + (vocab, row_stride, batch, config.num_chunks, gumbel.num_blocks),
         ("partial_score", "partial_index"),
         PREV_PHASE=sample.prev_phase, CAPTURE_NORMALIZER=sample.capture_normalizer, **filters, HAS_MIN_P=has_min_p,
         KEY_SHIFT=config.key_shift, FP64=fp64, BLOCK_V=gumbel.block_v, BLOCKS_PER_PROGRAM=blocks_per_program,
         ROW_ALIGN=gumbel.row_align, VOCAB_ALIGN=gumbel.vocab_align, FAST_MATH=gumbel.fast_math, WAYS=config.ways,
-        MAX_CHUNKS=MAX_CHUNKS, SEED_WORDS=seed_words, ITEMS=1, NARROW_MIXED=mixed(len(steps) - 3),
+        MAX_CHUNKS=MAX_CHUNKS, SEED_WORDS=seed_words, ITEMS=1, NARROW_MIXED=mixed(len(steps) - 3), COMPACT=search,
         num_warps=gumbel.num_warps, **options))
     launches.append(launch(
         filtered_reduce_kernel, (batch,),
-        (state,) + unfiltered + ("partial_score", "partial_index", "logits", vocab, row_stride, gumbel.num_blocks),
-        ("tokens",), FP64=fp64, REDUCE_BLOCK=gumbel.reduce_block, num_warps=1, **options))
+        (statuses,) + unfiltered + ("partial_score", "partial_index", "logits", vocab, row_stride, gumbel.num_blocks),
+        ("tokens", "active_count"), FP64=fp64, REDUCE_BLOCK=gumbel.reduce_block, num_warps=1, **options))
     used = {name for step in launches for name in step.args + step.outputs}
     return Plan(tuple(b for b in buffers if b.name in used), tuple(launches), ("tokens",),
                 f"{len(launches)} launches")
