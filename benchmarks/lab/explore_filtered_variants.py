@@ -224,9 +224,7 @@ def variants():
         "listed_ways_64": _constant("LISTED_WAYS", 64),
         "late_items_8": _constant("MANY_ROWS_LATE_ITEMS", 8),
         "ways_16": _config(_sixteen_ways),
-        # the search launches after the first (filter_compact_step_kernel) in tiles of 64 or 128 threads (shipped: up to 256)
-        "compact_threads_64": _constant("COMPACT_THREADS", 64),
-        "compact_threads_128": _constant("COMPACT_THREADS", 128),
+        # the compacted launches (filter_compact_step_kernel, the sampling launch) on up to 2048 programs
         "compact_programs_2048": _constant("COMPACT_PROGRAMS", 2048),
     }
 

@@ -147,9 +147,6 @@ LISTED_LATE_FROM = 0
 # programs of the search launches after the first and of the sampling launch in the launches' plan: they
 # take the items of the rows the first search launch lists (a load a program where none is listed)
 COMPACT_PROGRAMS = 1024
-# threads a program of those search launches spreads a tile over (at most; the chunk must be a multiple of
-# the tile): they have few rows' items, each a chain of tile loads, so wider tiles and programs shorten it
-COMPACT_THREADS = 64
 KEY_SHIFTS = {"float32": 0, "bfloat16": 16, "float16": 13}  # low key bits that are zero for the dtype
 ALL_FINITE = 2**62  # the launches' plan's finite count of a row with a finite logit (filter_row_kernel)
 
@@ -1768,11 +1765,6 @@ def plan_top_k_top_p_sample(logits: ArgSpec, seeds: ArgSpec, target: Target, *, 
 
     statuses = state  # the state whose statuses are final (the first search launch's, with searches)
     compact_programs = min(batch * config.num_chunks, COMPACT_PROGRAMS)
-    compact_threads = config.threads  # the widest tile of at most COMPACT_THREADS threads that divides the chunk
-    while compact_threads * 2 <= COMPACT_THREADS and config.chunk % (compact_threads * 2 * config.vec) == 0:
-        compact_threads *= 2
-    compact_tiles = dict(THREADS=compact_threads, num_warps=max(config.num_warps, compact_threads // 32),
-                         TILE_BLOCKS=max(1, compact_threads * config.vec // gumbel.block_v))
     for i, step in enumerate(steps[1:-1]):
         step_args = dict(PHASE=step.phase, PREV_PHASE=step.prev_phase, CAPTURE_NORMALIZER=step.capture_normalizer,
                       **filters, MAX_CHUNKS=MAX_CHUNKS, MIXED_PIVOTS=mixed(i), NARROW_MIXED=mixed(i - 1), **searches,
@@ -1787,13 +1779,13 @@ def plan_top_k_top_p_sample(logits: ArgSpec, seeds: ArgSpec, target: Target, *, 
                  config.num_chunks, config.chunk, gumbel.num_blocks),
                 ("state_decided", new_partials, "active_rows", "active_count"), ITEMS=items, **step_args))
             state = statuses = "state_decided"
-        else:  # the listed rows' items only, in wider tiles
+        else:  # the listed rows' items only
             new_state = "state_1" if state == "state_0" else "state_0"
             launches.append(launch(
                 filter_compact_step_kernel, (compact_programs,),
                 ("logits", "temperature", top_k, top_p, state, partials, "block_stats", "active_rows", "active_count",
                  vocab, row_stride, config.num_chunks, config.chunk, gumbel.num_blocks), (new_state, new_partials),
-                **dict(step_args, **compact_tiles)))
+                **step_args))
             state = new_state
         partials = new_partials
     sample = steps[-1]
