@@ -351,7 +351,9 @@ def test_run_jax_runs_the_plan_a_test_forces(monkeypatch):
         monkeypatch.setattr(kernels, "plan_gumbel_sample", planner)
         run_jax("gumbel_sample", *args)
         run_jax("gumbel_sample", *args)  # the same plan: the trace is kept
-    monkeypatch.setattr(jax_execute, "TARGET", dataclasses.replace(jax_execute.TARGET, large_programs=False))
+    # another target (the interpreter's has large programs, a GPU's not)
+    monkeypatch.setattr(jax_execute, "TARGET", dataclasses.replace(
+        jax_execute.TARGET, large_programs=not jax_execute.TARGET.large_programs))
     run_jax("gumbel_sample", *args)
     traces = [planned.count(forced) for forced in range(3)]  # planner calls (a trace may call it more than once)
     # every forced planner traced once (its second call kept the trace), the last again for the new target
