@@ -202,6 +202,39 @@ def test_filtered_tokens_do_not_depend_on_the_tiling(monkeypatch, force_target):
         np.testing.assert_array_equal(tokens, results[0])
 
 
+@pytest.mark.parametrize("programs", [1, 3])
+def test_filtered_compact_launches_take_every_listed_item_on_few_programs(programs, monkeypatch, force_target):
+    """The launches' plan's search launches after the first and its sampling launch take the listed rows'
+    items on at most COMPACT_PROGRAMS programs, each striding over those it gets: on one or three programs
+    (many items each) the tokens equal those of the shipped count (an item a program here), in both
+    frontends, on rows that search (the same filters as the tiling test)."""
+    from jsample.kernels import filtered
+
+    rng = np.random.default_rng(8)
+    logits, seeds, positions, temperature = _problem(rng, 6, VOCAB, "float32")
+    top_k, top_p, min_p = np.int32([50, 0, 7, 1000, 3, 0]), np.float32([0.9, 0.5, 1.0, 0.95, 0.2, 0.99]), 0.001
+    shipped_plan = filtered.plan_top_k_top_p_sample.__wrapped__
+    monkeypatch.setattr(filtered, "MANY_ROWS_ELEMENTS", 0)  # the large-batch tiling
+    force_target(large_programs=False, resident_programs=0)  # the launches' plan
+    results = []
+    for count in (filtered.COMPACT_PROGRAMS, programs):
+        monkeypatch.setattr(filtered, "COMPACT_PROGRAMS", count)
+        # a planning function of its own: neither its cache nor the executors' memo holds the other's plan
+        monkeypatch.setattr(kernels, "plan_top_k_top_p_sample", functools.partial(shipped_plan))
+        plan = kernels.plan_top_k_top_p_sample(kernels.ArgSpec.contiguous(logits.shape, "float32"),
+                                               kernels.ArgSpec.contiguous(seeds.shape, "int64"),
+                                               kernels.Target(interpreter=True, large_programs=False),
+                                               has_top_k=True, has_top_p=True, has_min_p=True, fp64=False)
+        compact = [step for step in plan.launches if step.kernel is filtered.filter_compact_step_kernel
+                   or step.kernel is filtered.filtered_partial_kernel]
+        chunks = dict(compact[0].constexprs)["MAX_CHUNKS"]
+        assert len(compact) > 1 and all(step.grid[0] <= count for step in compact)
+        assert count >= 6 * chunks or all(step.grid[0] == count for step in compact)
+        results.append(both_frontends(OP, logits, seeds, positions, temperature, top_k=top_k, top_p=top_p,
+                                      min_p=min_p))
+    np.testing.assert_array_equal(results[1], results[0])
+
+
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
 def test_filtered_mixed_first_pivots_only_where_the_search_steps_have_room(dtype):
     """A search's first launch with mixed pivots narrows its bracket only ways / 2-fold in keys: the
