@@ -122,10 +122,11 @@ def _sixteen_ways(config, vocab):
 
 def _items(plan, kernel_name, items=4):
     """The launches of `kernel_name` with `items` work items a program (_program_items: program p takes items
-    p, p + P, p + 2P...), a grid of cdiv(items before, `items`) programs."""
+    p, p + P, p + 2P...), a grid of cdiv(items before, `items`) programs. Compacted launches (COMPACT: the
+    listed rows' items, striding over COMPACT_PROGRAMS programs; ITEMS unread) stay as they are."""
     launches = []
     for step in plan.launches:
-        if step.kernel.__name__ == kernel_name:
+        if step.kernel.__name__ == kernel_name and not dict(step.constexprs).get("COMPACT", False):
             constexprs = dict(step.constexprs)
             total = step.grid[0] * constexprs["ITEMS"]  # (cdiv: at most ITEMS - 1 past the end)
             constexprs["ITEMS"] = items
@@ -213,13 +214,13 @@ def variants():
         "chunks_2048": _config(_smaller_chunks),
         "chunks_1024": _composed(_constant("MAX_CHUNKS", 128),
                                  _config(functools.partial(_smaller_chunks, columns=1024))),
-        # filtered_partial_kernel with 4 items a program: with top-k's lists most rows' tokens are decided
-        # before it, and its 19200 programs at B = 256 mostly read a status
+        # filtered_partial_kernel with 4 items a program where it is not compacted (plans without a search:
+        # min-p alone; at B = 256 its 19200 programs mostly read a status)
         "partial_items_4": _with_plan_change(functools.partial(_items, kernel_name="filtered_partial_kernel")),
         # and a block a work item (4 before): the rows the filters search sample their blocks side by side
         "sample_blocks_1": _composed(_constant("SAMPLE_BLOCKS_PER_PROGRAM", 1), _with_plan_change(
             functools.partial(_items, kernel_name="filtered_partial_kernel"))),
-        # every search launch with 4 items a program (before: the second half of each search, or with lists all)
+        # the first search launch (the only one over every row's items) with 4 items a program
         "step_items_4": _with_plan_change(functools.partial(_items, kernel_name="filter_step_kernel")),
         "listed_ways_64": _constant("LISTED_WAYS", 64),
         "late_items_8": _constant("MANY_ROWS_LATE_ITEMS", 8),
