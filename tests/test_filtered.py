@@ -174,23 +174,25 @@ def test_filtered_tokens_do_not_depend_on_the_tiling(monkeypatch, force_target):
                                                has_top_k=True, has_top_p=True, has_min_p=True, fp64=False)
         tilings.add(tuple((step.grid, step.constexprs) for step in plan.launches))
         if chunks == "many rows":
-            search = next(step for step in plan.launches if step.kernel is filtered.filter_step_kernel)
+            search = next(step for step in plan.launches if step.kernel is filtered.filter_compact_step_kernel)
             sample = next(step for step in plan.launches if step.kernel is filtered.filtered_partial_kernel)
+            decide = next(step for step in plan.launches if step.kernel is filtered.filter_decide_kernel)
             # with top-k's candidate lists, 16 pivots (the lists leave the searches few rows); 8 without top-k
             assert dict(search.constexprs)["WAYS"] == filtered.LISTED_WAYS == 16 and search.num_warps == 2
             assert dict(sample.constexprs)["BLOCK_V"] == 512 and sample.num_warps == 1
-            # the first search launch takes every row's items (with top-k's lists, late_items a program from
-            # LISTED_LATE_FROM = 0 on) and lists the rows that search on; the later ones and the sampling
-            # launch take those rows' items only, on COMPACT_PROGRAMS programs at most
-            searches = [step for step in plan.launches
-                        if step.kernel in (filtered.filter_step_kernel, filtered.filter_compact_step_kernel)]
+            # the decide launch (grid (B,)) lists the rows that search on; every search launch and the
+            # sampling launch take those rows' items only, on COMPACT_PROGRAMS programs at most
+            assert decide.grid == (logits.shape[0],) and decide.outputs == ("state_decided", "top_k_list_count", "active_rows",
+                                                                  "active_count")
+            searches = [step for step in plan.launches if step.kernel.__name__.startswith("filter_")
+                        and "step" in step.kernel.__name__]
             steps = len(searches) // 2  # two searches (top-k, top-p) of search_steps launches each
-            assert [step.kernel for step in searches] == [filtered.filter_step_kernel] + [
-                filtered.filter_compact_step_kernel] * (2 * steps - 1)
-            assert filtered.LISTED_LATE_FROM == 0 and dict(search.constexprs)["ITEMS"] == filtered.MANY_ROWS_LATE_ITEMS
-            assert search.outputs[2:] == ("active_rows", "active_count")
+            assert [step.kernel for step in searches] == [filtered.filter_compact_step_kernel] * (2 * steps)
+            assert [dict(step.constexprs)["PREV_PHASE"] for step in searches[:2]] == [
+                filtered.PREV_PHASE_DECIDED, filtered.PHASE_TOP_K]
+            assert "state_decided" in search.args and search.outputs[0] != "state_decided"
             items = BATCH * dict(search.constexprs)["MAX_CHUNKS"]  # (an upper bound of the items)
-            assert all(step.grid[0] <= min(items, filtered.COMPACT_PROGRAMS) for step in searches[1:])
+            assert all(step.grid[0] <= min(items, filtered.COMPACT_PROGRAMS) for step in searches)
             assert dict(sample.constexprs)["COMPACT"] is True and sample.grid[0] <= filtered.COMPACT_PROGRAMS
             # 16 ways leave float32's 8 steps no room for mixed first pivots (8 ways would: the next test)
             mixed = [(dict(step.constexprs)["MIXED_PIVOTS"], dict(step.constexprs)["NARROW_MIXED"])
@@ -204,7 +206,7 @@ def test_filtered_tokens_do_not_depend_on_the_tiling(monkeypatch, force_target):
 
 @pytest.mark.parametrize("programs", [1, 3])
 def test_filtered_compact_launches_take_every_listed_item_on_few_programs(programs, monkeypatch, force_target):
-    """The launches' plan's search launches after the first and its sampling launch take the listed rows'
+    """The launches' plan's search launches and its sampling launch take the listed rows'
     items on at most COMPACT_PROGRAMS programs, each striding over those it gets: on one or three programs
     (many items each) the tokens equal those of the shipped count (an item a program here), in both
     frontends, on rows that search (the same filters as the tiling test)."""
@@ -636,10 +638,8 @@ def test_filtered_top_k_lists_give_the_searches_thresholds(dtype, plan_variant, 
                                                has_top_k=True, has_top_p=True, has_min_p=True, fp64=False)
         assert plan.variant == ("one launch" if plan_variant == "one launch" else f"{len(plan.launches)} launches")
         lists = [dict(step.constexprs) for step in plan.launches if step.kernel in (
-            filtered.filter_select_kernel, filtered.filtered_one_launch_kernel)]
-        expected = [(min(length, 4 if length == 16 else 128), length)] if length else []
-        if plan_variant == "one launch" and not length:
-            expected = [(1, 0)]
+            filtered.filter_decide_kernel, filtered.filtered_one_launch_kernel)]
+        expected = [(min(length, 4 if length == 16 else 128), length)] if length else [(1, 0)]
         assert [(d["SHORT_LIST"], d.get("LIST", length)) for d in lists] == expected
         if plan_variant == "one launch":
             assert dict(plan.launches[0].constexprs)["BLOCK_V"] == block

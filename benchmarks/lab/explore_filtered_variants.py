@@ -135,6 +135,24 @@ def _items(plan, kernel_name, items=4):
     return dataclasses.replace(plan, launches=tuple(launches))
 
 
+def _sampling_launch(plan, num_warps=None, programs=None):
+    """The compacted sampling launch (filtered_partial_kernel with COMPACT) with `num_warps` warps a program
+    and `programs` programs (at most its items), where given."""
+    launches = []
+    for step in plan.launches:
+        constexprs = dict(step.constexprs)
+        if step.kernel.__name__ == "filtered_partial_kernel" and constexprs.get("COMPACT", False):
+            if programs is not None:
+                # items: every row's groups of BLOCKS_PER_PROGRAM blocks (the grid's bound before the cap)
+                groups = plan.buffer("partial_index").shape
+                items = groups[0] * -(-groups[1] // constexprs["BLOCKS_PER_PROGRAM"])
+                step = dataclasses.replace(step, grid=(min(items, programs),))
+            if num_warps is not None:
+                step = dataclasses.replace(step, num_warps=num_warps)
+        launches.append(step)
+    return dataclasses.replace(plan, launches=tuple(launches))
+
+
 def _resident(factor):
     """The one-launch plan counting on `factor` programs an SM instead of one (four-warp programs of at most 255
     registers fit twice in an SM's 64K registers, two-warp ones four times; gpu_main checks the compiled kernel
@@ -220,13 +238,16 @@ def variants():
         # and a block a work item (4 before): the rows the filters search sample their blocks side by side
         "sample_blocks_1": _composed(_constant("SAMPLE_BLOCKS_PER_PROGRAM", 1), _with_plan_change(
             functools.partial(_items, kernel_name="filtered_partial_kernel"))),
-        # the first search launch (the only one over every row's items) with 4 items a program
-        "step_items_4": _with_plan_change(functools.partial(_items, kernel_name="filter_step_kernel")),
         "listed_ways_64": _constant("LISTED_WAYS", 64),
-        "late_items_8": _constant("MANY_ROWS_LATE_ITEMS", 8),
         "ways_16": _config(_sixteen_ways),
         # the compacted launches (filter_compact_step_kernel, the sampling launch) on up to 2048 programs
         "compact_programs_2048": _constant("COMPACT_PROGRAMS", 2048),
+        # the compacted sampling launch alone: more warps a program (its blocks' work is a chain of latencies:
+        # loads, the kept test, Philox and logs for the blocks whose best column is dropped), more programs
+        "partial_warps_2": _with_plan_change(functools.partial(_sampling_launch, num_warps=2)),
+        "partial_warps_4": _with_plan_change(functools.partial(_sampling_launch, num_warps=4)),
+        "partial_programs_2048": _with_plan_change(functools.partial(_sampling_launch, programs=2048)),
+        "partial_programs_4096": _with_plan_change(functools.partial(_sampling_launch, programs=4096)),
     }
 
 

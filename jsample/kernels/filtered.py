@@ -38,38 +38,36 @@ frontends (filtered_plan lists them):
    (STATUS_FILTER). With top-k, the k-th largest of the blocks' largest keys bounds its threshold
    from below: the search starts there, and a winner below it is dropped without sums.
 3. With top-k or top-p, `filter_winner_sums_kernel`, a row's chunk a work item: for STATUS_CHECK rows,
-   the count (and mass) of the keys above the winner's; the first search launch decides from them.
-   With top-k, a row whose k is at most TOP_K_LIST (and at most its blocks with a finite logit)
-   takes no sums: its chunks list the row's columns whose key is at or above top-k's bound instead
-   (one atomic a tile), and `filter_select_kernel`, grid (B,), finds top-k's threshold and top-p's
-   after it from the list's sorted keys (about k on language-model-like logits) and decides the
-   winner: STATUS_DONE, or STATUS_SAMPLED, its token the Gumbel-max of the listed columns the filters
-   keep (the noise of those columns only). A list that overflows leaves the row to the searches
-   (STATUS_FILTER).
-4. `filter_step_kernel` (the first; then `filter_compact_step_kernel`) PHASE_TOP_K, then PHASE_TOP_P,
-   search_steps launches each: each program first
-   replays the row's state from the previous launch (state + partials: the bracket [lo, hi) of the
-   threshold key), then evaluates `ways` pivots of it on its chunk (count, or mass, of the keys >=
-   each pivot). Each launch narrows the bracket `ways`-fold, so search_steps launches pin it down (at
-   large batches a search's first launch narrows it `ways / 2`-fold in keys, its other pivots
-   splitting the bracket's values, which is where a bracket across binades has its logits: _pivots).
-   Only STATUS_FILTER rows search (with top-k's lists, few: a plan with them takes 16 ways at large
-   batches, fewer launches); a search the winner's sums bound starts above (or, top-k keeping
-   it, at or below) the winner's key, and tiles whose largest key (the block statistics) is below
-   the bracket are skipped unread: the same thresholds, sooner and with less reading.
-5. `filtered_partial_kernel`, four blocks of a row a work item, STATUS_FILTER rows only: replays the final state and writes gumbel_sample's block partials of the row with the
-   logits below the threshold (and, for min-p, e < min_p) masked, reusing the unfiltered partial of
-   every block whose best column is kept or that keeps none; `filtered_reduce_kernel` reduces each
-   row's filtered, or unfiltered, partials.
+   the count (and mass) of the keys above the winner's. With top-k, a row whose k is at most
+   TOP_K_LIST (and at most its blocks with a finite logit) takes no sums: its chunks list the row's
+   columns whose key is at or above top-k's bound instead (one atomic a tile).
+4. `filter_decide_kernel`, grid (B,): every row's status, final from here on. A listed row's
+   thresholds (top-k's, then top-p's) come from its list's sorted keys (about k on language-model-like
+   logits), and its winner is STATUS_DONE, or STATUS_SAMPLED, its token the Gumbel-max of the listed
+   columns the filters keep (the noise of those columns only); a list that overflows leaves the row
+   to the searches (STATUS_FILTER). A STATUS_CHECK row is decided from its winner's sums. Each
+   STATUS_FILTER row's first search bracket is set, and the row is listed (an atomic counter) for the
+   launches after it, which take only the listed rows' items.
+5. `filter_compact_step_kernel` PHASE_TOP_K, then PHASE_TOP_P, search_steps launches each: each
+   program first replays the row's state from the previous launch (state + partials: the bracket
+   [lo, hi) of the threshold key), then evaluates `ways` pivots of it on its chunk (count, or mass,
+   of the keys >= each pivot). Each launch narrows the bracket `ways`-fold, so search_steps launches
+   pin it down (at large batches a search's first launch narrows it `ways / 2`-fold in keys, its
+   other pivots splitting the bracket's values, which is where a bracket across binades has its
+   logits: _pivots). A search the winner's sums bound starts above (or, top-k keeping it, at or
+   below) the winner's key, and tiles whose largest key (the block statistics) is below the bracket
+   are skipped unread: the same thresholds, sooner and with less reading.
+6. `filtered_partial_kernel`, four blocks of a row a work item: replays the final state and writes
+   gumbel_sample's block partials of the row with the logits below the threshold (and, for min-p,
+   e < min_p) masked, reusing the unfiltered partial of every block whose best column is kept or that
+   keeps none; `filtered_reduce_kernel` reduces each row's filtered, or unfiltered, partials.
 
-In launch 3 and the first search launch a program takes work items (_program_items), one (with top-k's
-lists at large batches, `late_items`: LISTED_LATE_FROM): a row's chunk, every row's. The first search
-launch has every row's status final (STATUS_FILTER rows search on and are sampled, the others are done)
-and lists the STATUS_FILTER rows (an atomic counter); every later search launch
-(`filter_compact_step_kernel`) and the sampling launch take those rows' items only, on at most
-COMPACT_PROGRAMS programs that stride over them. Most rows' token is the unfiltered winner or comes from
-top-k's lists, so most of those launches have few items or none: a program then reads a counter and
-stops (some 2 us a launch, against 5-7 us for a grid of every row's items that read their statuses).
+The search launches and the sampling launch run at most COMPACT_PROGRAMS programs, which stride over
+the listed rows' items (item j: row active_rows[j // items a row], on program j % P). Most rows' token
+is the unfiltered winner or comes from top-k's lists, so most of those launches have few items or
+none: a program then reads a counter and stops (some 2 us a launch, against 5-7 us for a grid of every
+row's items that read their statuses). Without a search (min-p alone) the sampling launch takes every
+row's items, and skips those of rows that are done (_program_items).
 
 Where all B * num_chunks programs run at once (Target.resident_programs; in the interpreter, one
 program a row), `filtered_one_launch_kernel` does all of this in one launch: the steps meet at a
@@ -114,9 +112,6 @@ MAX_CHUNKS = 64  # chunks per row in the search launches (a power of two)
 # winner costs its programs one state load, and fewer programs make fewer waves of them
 SAMPLE_BLOCKS_PER_PROGRAM = 4
 MANY_ROWS_ELEMENTS = 2**22  # B * V from which the launches' plan takes its large-batch tiling
-# work items a program of the first search launch takes at large batches with top-k's lists: the lists
-# leave few rows to search, so programs cost more to launch than their work
-MANY_ROWS_LATE_ITEMS = 4
 MASS_SCALE = 2.0**24  # fixed-point unit of the top-p masses, relative to the largest token's
 MAX_COLUMNS_PER_THREAD = 64  # per chunk: int32 mass sums stay below 64 * 2**24 = 2**30 (int64 beyond)
 PHASE_STATS = 0
@@ -124,15 +119,16 @@ PHASE_TOP_K = 1
 PHASE_TOP_P = 2
 PHASE_SAMPLE = 3
 PHASE_WINNER = 4
+PREV_PHASE_DECIDED = 5  # the first search launch's PREV_PHASE: filter_decide_kernel set its bracket
 # int64 per row: key max, key min, finite count, lo, hi, top-p normaliser, winner key, status (the launches'
 # plan keeps a search floor below every finite key as key min, and ALL_FINITE or 0 as the count)
 STATE_WORDS = 8
 # a row's status in the launches' plan (state word 7): whether the unfiltered winner is the token
 STATUS_DONE = 0  # it is (or the row is not filtered: greedy, overflowing, no finite logit)
-STATUS_CHECK = 1  # min-p keeps it; the first search launch decides top-k and top-p from the winner's sums
+STATUS_CHECK = 1  # min-p keeps it; filter_decide_kernel decides top-k and top-p from the winner's sums
 STATUS_FILTER = 2  # the filters drop it (or may): search, then sample the kept set
-STATUS_SAMPLED = 3  # filter_select_kernel sampled its kept set from its candidate list: state word 6 is the token
-# the launches' plan's top-k candidate lists (filter_winner_sums_kernel, filter_select_kernel): rows whose
+STATUS_SAMPLED = 3  # filter_decide_kernel sampled its kept set from its candidate list: state word 6 is the token
+# the launches' plan's top-k candidate lists (filter_winner_sums_kernel, filter_decide_kernel): rows whose
 # k is at most this (a power of two; 0: none) list their keys >= the search's lower bound, and where those
 # fit, their thresholds come from the list instead of the searches
 TOP_K_LIST = 1024
@@ -141,11 +137,8 @@ SHORT_TOP_K_LIST = 128  # lists no longer than this (most: about k) are sorted i
 # searches then run only for the few rows the lists leave, and most of their launches are idle, so take
 # fewer of them (16 ways: 4 launches a bfloat16 search, 8 a float32 one, against 6 and 11)
 LISTED_WAYS = 16
-# with the lists, the first search launch takes late items where this is 0 (the lists leave so few rows
-# to search that it mostly reads statuses; the later search launches take the listed rows' items only)
-LISTED_LATE_FROM = 0
-# programs of the search launches after the first and of the sampling launch in the launches' plan: they
-# take the items of the rows the first search launch lists (a load a program where none is listed)
+# programs of the search launches and of the sampling launch in the launches' plan: they take the items
+# of the rows filter_decide_kernel lists (a load a program where none is listed)
 COMPACT_PROGRAMS = 1024
 KEY_SHIFTS = {"float32": 0, "bfloat16": 16, "float16": 13}  # low key bits that are zero for the dtype
 ALL_FINITE = 2**62  # the launches' plan's finite count of a row with a finite logit (filter_row_kernel)
@@ -154,6 +147,7 @@ _TOP_K = tl.constexpr(PHASE_TOP_K)
 _TOP_P = tl.constexpr(PHASE_TOP_P)
 _SAMPLE = tl.constexpr(PHASE_SAMPLE)
 _WINNER = tl.constexpr(PHASE_WINNER)
+_DECIDED = tl.constexpr(PREV_PHASE_DECIDED)
 _DONE = tl.constexpr(STATUS_DONE)
 _CHECK = tl.constexpr(STATUS_CHECK)
 _FILTER = tl.constexpr(STATUS_FILTER)
@@ -177,7 +171,6 @@ class FilteredLaunchConfig:
     vec: int  # contiguous columns a thread loads at once: 16 bytes
     threads: int  # the tiles' second dimension: 32 * num_warps (more: large_programs; float32 at many rows)
     wide_sums: bool  # chunk > MAX_COLUMNS_PER_THREAD per thread (V > 524288): int64 per-thread mass sums
-    late_items: int = 1  # work items a program of the first search launch takes with top-k's lists (_program_items)
     mixed_first_pivots: bool = False  # a search's first launch takes _pivots' mixed pivots
     num_warps: int = 4
     num_stages: int = 1
@@ -226,7 +219,6 @@ def filtered_launch_config(batch: int, vocab_size: int, row_stride: int, dtype_n
         vec=vec,
         threads=threads,
         wide_sums=chunk > MAX_COLUMNS_PER_THREAD * threads,
-        late_items=MANY_ROWS_LATE_ITEMS if many_rows else 1,
         # where the steps have room for a first one that narrows only ways / 2-fold in keys (8 ways: every
         # dtype; the one-launch plan's 16 have none for bfloat16 and float32)
         mixed_first_pivots=many_rows and (ways // 2) * ways ** (search_steps - 1) >= 2 ** (32 - key_shift),
@@ -273,8 +265,8 @@ def filtered_one_launch_config(batch: int, vocab_size: int, row_stride: int, dty
 
 @dataclass(frozen=True)
 class FilterStep:
-    """The row and winner-sums launches (PHASE_WINNER), a launch of filter_step_kernel or, PHASE_SAMPLE,
-    filtered_partial_kernel."""
+    """The row, winner-sums and decide launches (PHASE_WINNER), a search launch (filter_compact_step_kernel)
+    or, PHASE_SAMPLE, filtered_partial_kernel."""
 
     phase: int
     prev_phase: int  # the phase of the launch before (PHASE_STATS before the winner launch)
@@ -509,14 +501,31 @@ def _row_state(b64, state_ptr, partial_ptr, num_chunks, temperature, top_k_ptr, 
                HAS_TOP_K: tl.constexpr, HAS_TOP_P: tl.constexpr, WAYS: tl.constexpr, MAX_CHUNKS: tl.constexpr,
                KEY_SHIFT: tl.constexpr = 0, NARROW_MIXED: tl.constexpr = False):
     """The row's state for a PHASE launch (NARROW_MIXED: the previous launch's pivots were _pivots'
-    mixed ones): the previous launch's state advanced by its partials (after
-    the winner launch: whether top-k and top-p keep the unfiltered winner, from its sums). Returns
-    (key max, key min, finite count, lo, hi, top-p normaliser, winner key, status)."""
+    mixed ones): the previous launch's state advanced by its partials (_advance_state), or after the
+    decide launch (PREV_PHASE_DECIDED) its state as it is. Returns (key max, key min, finite count, lo,
+    hi, top-p normaliser, winner key, status)."""
+    key_max, key_min, count, lo, hi, normalizer, key_w, status = _load_state(state_ptr, b64)
+    if PREV_PHASE != _DECIDED:
+        key_max, key_min, count, lo, hi, normalizer, key_w, status = _advance_state(
+            b64, key_max, key_min, count, lo, hi, normalizer, key_w, status, partial_ptr, num_chunks, temperature,
+            top_k_ptr, top_p_ptr, PHASE, PREV_PHASE, CAPTURE_NORMALIZER, HAS_TOP_K, HAS_TOP_P, WAYS, MAX_CHUNKS,
+            KEY_SHIFT, NARROW_MIXED)
+    return key_max, key_min, count, lo, hi, normalizer, key_w, status
+
+
+@triton.jit
+def _advance_state(b64, key_max, key_min, count, lo, hi, normalizer, key_w, status, partial_ptr, num_chunks,
+                   temperature, top_k_ptr, top_p_ptr, PHASE: tl.constexpr, PREV_PHASE: tl.constexpr,
+                   CAPTURE_NORMALIZER: tl.constexpr, HAS_TOP_K: tl.constexpr, HAS_TOP_P: tl.constexpr,
+                   WAYS: tl.constexpr, MAX_CHUNKS: tl.constexpr, KEY_SHIFT: tl.constexpr,
+                   NARROW_MIXED: tl.constexpr):
+    """A row's state (key max, ..., status) for a PHASE launch, advanced by the partials of the PREV_PHASE
+    launch before it: after the winner's sums, whether top-k and top-p keep the unfiltered winner (and
+    the first search's bracket); after a search launch, its bracket narrowed by its pivots' sums."""
     chunks = tl.arange(0, MAX_CHUNKS)
     ways = tl.arange(0, WAYS)
     in_row = chunks < num_chunks
     partials = partial_ptr.to(tl.pointer_type(tl.int64)) + (b64 * num_chunks + chunks) * WAYS
-    key_max, key_min, count, lo, hi, normalizer, key_w, status = _load_state(state_ptr, b64)
     checked = status == _CHECK  # the winner launch summed the counts above the winner
     above_winner = count * 0
     mass_all = count * 0
@@ -736,7 +745,7 @@ def filter_winner_sums_kernel(
 
     With LIST > 0, rows whose top-k is active with k <= LIST and a bound above the floor (_listed;
     STATUS_CHECK or STATUS_FILTER) take no sums: their chunks append the keys at or above the row's lower bound of top-k's threshold to
-    the row's candidate list instead (_collect_candidates), from which filter_select_kernel finds the
+    the row's candidate list instead (_collect_candidates), from which filter_decide_kernel finds the
     thresholds and decides the winner."""
     V = aligned(V, VOCAB_ALIGN)
     chunk = aligned(chunk, THREADS * VEC)
@@ -812,72 +821,93 @@ def _collect_candidates(row_ptr, first, end, V, lo, list_ptr, count_ptr, KEY_SHI
 
 
 @triton.jit
-def filter_select_kernel(
+def filter_decide_kernel(
     seeds_ptr,  # [B] i32|u32|i64, or [B, 2] u32 words (SEED_WORDS = 2)
     positions_ptr,  # [B] i32|i64
     temperature_ptr,  # [B] f32
-    top_k_ptr,  # [B] i32|i64
+    top_k_ptr,  # [B] i32|i64 (read when HAS_TOP_K)
     top_p_ptr,  # [B] f32 (read when HAS_TOP_P)
     min_p_ptr,  # [B] f32 (read when HAS_MIN_P)
     state_in_ptr,  # [B, STATE_WORDS] i64 as i32 words, from filter_row_kernel
+    partial_in_ptr,  # [B, num_chunks, WAYS] i64 as i32 words: filter_winner_sums_kernel's sums
     list_ptr,  # [B, 2 * LIST] i32: filter_winner_sums_kernel's candidate columns, then their keys
     list_count_in_ptr,  # [B] i32: and their count
-    state_out_ptr,  # [B, STATE_WORDS] i64 as i32 words
+    num_chunks,
+    state_out_ptr,  # [B, STATE_WORDS] i64 as i32 words: every row's decided state
     list_count_out_ptr,  # [B] i32 counters: left zero
+    active_rows_ptr,  # [B] i32: the rows that search on, in no particular order (the first active_count)
+    active_count_ptr,  # [1] i32 counter, zero on entry (filtered_reduce_kernel leaves it zero)
+    PHASE: tl.constexpr,  # the first search launch's
+    HAS_TOP_K: tl.constexpr,
     HAS_TOP_P: tl.constexpr,
     HAS_MIN_P: tl.constexpr,
     KEY_SHIFT: tl.constexpr,
     FP64: tl.constexpr,
     FAST_MATH: tl.constexpr,
-    LIST: tl.constexpr,  # the lists' length (a power of two)
+    WAYS: tl.constexpr,
+    MAX_CHUNKS: tl.constexpr,
+    LIST: tl.constexpr,  # the lists' length (a power of two; 0: the plan lists no candidates)
     SHORT_LIST: tl.constexpr,  # a power of two <= LIST: lists no longer than this sort only that many slots
     SEED_WORDS: tl.constexpr = 1,
 ):
-    """Grid (B,), after filter_winner_sums_kernel with its LIST: top-k's threshold, and top-p's after
-    it, from the candidate list of each row whose top-k is active with k <= LIST, and the row's token.
+    """Grid (B,), after filter_winner_sums_kernel: every row's status, final from here on, and where the
+    row is searched the first search launch's bracket; the rows searched are listed for the search and
+    sampling launches, which take only their items.
 
-    The list holds every column whose logit is finite with a key >= lo, the row launch's lower bound of
-    top-k's threshold (_kth_largest_block_key: k blocks reach it, so at least k keys do; _listed), so
-    its k-th largest key (with multiplicity) is the threshold the top-k search finds: the largest t
-    with at least k keys >= t. Top-p then keeps the keys >= the largest listed key t with mass(keys >=
-    t) >= top_p * N, N the mass of what top-k keeps: with the keys sorted in decreasing order and
-    their masses summed in that order, t is the key at the first position where the sum reaches the
-    limit (every larger key has less mass at or above it). Same integer masses, same float64
-    comparison as the search (_narrow): the same thresholds. The row's winner is then kept iff its key
-    reaches them (STATUS_DONE); else every column the filters keep is in the list, and the token is
-    their Gumbel-max (_list_token: STATUS_SAMPLED). A list that overflowed sends the row to the search
-    (STATUS_FILTER: it took no winner's sums). Every row's count is reset to zero."""
+    With LIST > 0, first top-k's threshold, and top-p's after it, from the candidate list of each row
+    whose top-k is active with k <= LIST, and the row's token. The list holds every column whose logit
+    is finite with a key >= lo, the row launch's lower bound of top-k's threshold
+    (_kth_largest_block_key: k blocks reach it, so at least k keys do; _listed), so its k-th largest key
+    (with multiplicity) is the threshold the top-k search finds: the largest t with at least k keys >=
+    t. Top-p then keeps the keys >= the largest listed key t with mass(keys >= t) >= top_p * N, N the
+    mass of what top-k keeps: with the keys sorted in decreasing order and their masses summed in that
+    order, t is the key at the first position where the sum reaches the limit (every larger key has
+    less mass at or above it). Same integer masses, same float64 comparison as the search (_narrow):
+    the same thresholds. The row's winner is then kept iff its key reaches them (STATUS_DONE); else
+    every column the filters keep is in the list, and the token is their Gumbel-max (_list_token:
+    STATUS_SAMPLED). A list that overflowed sends the row to the search (STATUS_FILTER: it took no
+    winner's sums). Every row's count is reset to zero.
+
+    Then every other STATUS_CHECK row is decided from its winner's sums (_advance_state), and each
+    STATUS_FILTER row's search starts."""
     b = tl.program_id(0)
     b64 = b.to(tl.int64)
     key_max, key_min, count, lo, hi, normalizer, key_w, status = _load_state(state_in_ptr, b64)
-    listed_count = tl.load(list_count_in_ptr + b)
-    # torch passes one counter as both pointers: every warp's load before any warp's reset (a warp that
-    # read the reset count would take another branch than the others)
-    tl.debug_barrier()
-    tl.store(list_count_out_ptr + b, 0)
-    k, listed = _listed(top_k_ptr, b64, count, lo, key_min, LIST)
-    if ((status == _CHECK) | (status == _FILTER)) & listed:
-        if listed_count <= LIST:
-            temperature = load_temperature(temperature_ptr, b)
-            seed = load_seed(seeds_ptr, b, SEED_WORDS)
-            position = tl.load(positions_ptr + b).to(tl.int64)
-            if listed_count <= SHORT_LIST:  # most rows: a short sort
-                threshold, token = _list_decision(list_ptr + b64 * (2 * LIST), listed_count, k, key_max, key_w,
-                                                  status == _CHECK, seed, position, temperature, top_p_ptr, min_p_ptr,
-                                                  b64, HAS_TOP_P, HAS_MIN_P, KEY_SHIFT, FP64, FAST_MATH, SHORT_LIST,
-                                                  LIST, False)
+    if LIST > 0:
+        listed_count = tl.load(list_count_in_ptr + b)
+        # torch passes one counter as both pointers: every warp's load before any warp's reset (a warp that
+        # read the reset count would take another branch than the others)
+        tl.debug_barrier()
+        tl.store(list_count_out_ptr + b, 0)
+        k, listed = _listed(top_k_ptr, b64, count, lo, key_min, LIST)
+        if ((status == _CHECK) | (status == _FILTER)) & listed:
+            if listed_count <= LIST:
+                temperature = load_temperature(temperature_ptr, b)
+                seed = load_seed(seeds_ptr, b, SEED_WORDS)
+                position = tl.load(positions_ptr + b).to(tl.int64)
+                if listed_count <= SHORT_LIST:  # most rows: a short sort
+                    threshold, token = _list_decision(list_ptr + b64 * (2 * LIST), listed_count, k, key_max, key_w,
+                                                      status == _CHECK, seed, position, temperature, top_p_ptr,
+                                                      min_p_ptr, b64, HAS_TOP_P, HAS_MIN_P, KEY_SHIFT, FP64,
+                                                      FAST_MATH, SHORT_LIST, LIST, False)
+                else:
+                    threshold, token = _list_decision(list_ptr + b64 * (2 * LIST), listed_count, k, key_max, key_w,
+                                                      status == _CHECK, seed, position, temperature, top_p_ptr,
+                                                      min_p_ptr, b64, HAS_TOP_P, HAS_MIN_P, KEY_SHIFT, FP64,
+                                                      FAST_MATH, LIST, LIST, False)
+                status = tl.where(token < 0, _DONE, _SAMPLED).to(tl.int64)
+                key_w = tl.where(token < 0, key_w, token.to(tl.int64))  # a sampled row's word 6: its token
+                lo = threshold
+                hi = threshold + 1
             else:
-                threshold, token = _list_decision(list_ptr + b64 * (2 * LIST), listed_count, k, key_max, key_w,
-                                                  status == _CHECK, seed, position, temperature, top_p_ptr, min_p_ptr,
-                                                  b64, HAS_TOP_P, HAS_MIN_P, KEY_SHIFT, FP64, FAST_MATH, LIST, LIST,
-                                                  False)
-            status = tl.where(token < 0, _DONE, _SAMPLED).to(tl.int64)
-            key_w = tl.where(token < 0, key_w, token.to(tl.int64))  # a sampled row's word 6: its token
-            lo = threshold
-            hi = threshold + 1
-        else:
-            status = (status * 0 + _FILTER).to(tl.int64)
+                status = (status * 0 + _FILTER).to(tl.int64)
+    key_max, key_min, count, lo, hi, normalizer, key_w, status = _advance_state(
+        b64, key_max, key_min, count, lo, hi, normalizer, key_w, status, partial_in_ptr, num_chunks,
+        load_temperature(temperature_ptr, b), top_k_ptr, top_p_ptr, PHASE, _WINNER, False, HAS_TOP_K, HAS_TOP_P,
+        WAYS, MAX_CHUNKS, KEY_SHIFT, False)
     _store_state(state_out_ptr, b64, key_max, key_min, count, lo, hi, normalizer, key_w, status)
+    if status == _FILTER:  # the row searches on (and is sampled): the later launches' list
+        tl.store(active_rows_ptr + tl.atomic_add(active_count_ptr, 1, sem="relaxed"), b)
 
 
 @triton.jit
@@ -886,7 +916,7 @@ def _list_decision(list_ptr, listed_count, k, key_max, key_w, winner_may_stay, s
                    KEY_SHIFT: tl.constexpr, FP64: tl.constexpr, FAST_MATH: tl.constexpr, SLOTS: tl.constexpr,
                    LIST: tl.constexpr, PAST_L1: tl.constexpr):
     """(threshold key, token) of a row from the first `listed_count` (<= SLOTS) columns of its candidate
-    list (and their keys, LIST slots further): the threshold is top-k's, then, with HAS_TOP_P, top-p's after it (filter_select_kernel); the
+    list (and their keys, LIST slots further): the threshold is top-k's, then, with HAS_TOP_P, top-p's after it (filter_decide_kernel); the
     token is -1 where the unfiltered winner is kept (`winner_may_stay`: min-p keeps it, and its key
     reaches the threshold), else _list_token's. PAST_L1: other programs of this launch wrote the list."""
     slots = tl.arange(0, SLOTS)
@@ -942,77 +972,6 @@ def _list_token(cols, x32, in_list, threshold, seed, position, temperature, key_
 
 
 @triton.jit
-def filter_step_kernel(
-    logits_ptr,  # [B, V] f32|bf16|f16, rows `row_stride` elements apart, columns contiguous
-    temperature_ptr,  # [B] f32
-    top_k_ptr,  # [B] i32 (read by top-k launches only)
-    top_p_ptr,  # [B] f32 (read by top-p launches only)
-    state_in_ptr,  # [B, STATE_WORDS] i64 as i32 words, from the previous launch
-    partial_in_ptr,  # [B, num_chunks, WAYS] i64 as i32 words, from the previous launch
-    block_stats_ptr,  # filter_stats_kernel's: tiles below the bracket are skipped unread
-    V,
-    row_stride,
-    batch,
-    num_chunks,
-    chunk,  # columns per chunk
-    num_blocks,  # of block_stats
-    state_out_ptr,  # [B, STATE_WORDS] i64 as i32 words: this launch's state (written by chunk 0)
-    partial_out_ptr,  # [B, num_chunks, WAYS] i64 as i32 words
-    active_rows_ptr,  # [B] i32: the rows that search on, in no particular order (the first active_count)
-    active_count_ptr,  # [1] i32 counter, zero on entry (filtered_reduce_kernel leaves it zero)
-    PHASE: tl.constexpr,
-    PREV_PHASE: tl.constexpr,
-    CAPTURE_NORMALIZER: tl.constexpr,
-    HAS_TOP_K: tl.constexpr,
-    HAS_TOP_P: tl.constexpr,
-    KEY_SHIFT: tl.constexpr,
-    FP64: tl.constexpr,
-    THREADS: tl.constexpr,  # 32 * num_warps
-    VEC: tl.constexpr,  # config.vec
-    ROW_ALIGN: tl.constexpr,
-    VOCAB_ALIGN: tl.constexpr,  # gumbel.aligned: the row's masked loads stay vectorised
-    WAYS: tl.constexpr,
-    MAX_CHUNKS: tl.constexpr,
-    BLOCK_V: tl.constexpr,  # columns of a block of block_stats
-    TILE_BLOCKS: tl.constexpr,  # blocks a tile covers (1 when a tile is no wider than a block)
-    WIDE_SUMS: tl.constexpr = False,  # config.wide_sums
-    ITEMS: tl.constexpr = 1,  # 1, or config.late_items
-    MIXED_PIVOTS: tl.constexpr = False,  # this launch's pivots are _pivots' mixed ones (a search's first launch)
-    NARROW_MIXED: tl.constexpr = False,  # the previous launch's were
-):
-    """The first search launch, grid (cdiv(B * num_chunks, ITEMS),), a row's chunk an item
-    (_program_items). PHASE_TOP_K / PHASE_TOP_P: per chunk, the count / the fixed-point mass of the
-    keys >= each of the row's WAYS pivots, while the row's bracket is unsettled (_search_item). Only
-    STATUS_FILTER rows (and, after the winner launch, STATUS_CHECK rows, which it decides) search; the
-    others' token is the unfiltered winner, and their chunk 0 only copies their state (every launch
-    writes every row's state: in JAX a launch's outputs are new arrays). The rows whose status is then
-    STATUS_FILTER (no later launch changes it) are listed for the later launches, which take only
-    their items (filter_compact_step_kernel, filtered_partial_kernel with COMPACT)."""
-    V = aligned(V, VOCAB_ALIGN)
-    chunk = aligned(chunk, THREADS * VEC)
-    items, statuses = _program_items(state_in_ptr, num_chunks, batch * num_chunks, ITEMS)
-    for i in range(ITEMS):
-        item, status = _item_status(items, statuses, i, ITEMS)
-        active = status == _FILTER
-        if PREV_PHASE == _WINNER:
-            active = active | (status == _CHECK)
-        if active:
-            b = item // num_chunks
-            c = item % num_chunks
-            status = _search_item(b, c, logits_ptr, temperature_ptr, top_k_ptr, top_p_ptr, state_in_ptr,
-                                  partial_in_ptr, block_stats_ptr, V, row_stride, num_chunks, chunk, num_blocks,
-                                  state_out_ptr, partial_out_ptr, PHASE, PREV_PHASE, CAPTURE_NORMALIZER, HAS_TOP_K,
-                                  HAS_TOP_P, KEY_SHIFT, FP64, THREADS, VEC, ROW_ALIGN, WAYS, MAX_CHUNKS, BLOCK_V,
-                                  TILE_BLOCKS, WIDE_SUMS, MIXED_PIVOTS, NARROW_MIXED)
-            if (c == 0) & (status == _FILTER):  # the row searches on (and is sampled): the later launches' list
-                tl.store(active_rows_ptr + tl.atomic_add(active_count_ptr, 1, sem="relaxed"), b)
-        elif (item % num_chunks == 0) & (item < batch * num_chunks):
-            words = (item // num_chunks).to(tl.int64) * _STATE_WORDS + tl.arange(0, _STATE_WORDS)
-            tl.store(state_out_ptr.to(tl.pointer_type(tl.int64)) + words,
-                     tl.load(state_in_ptr.to(tl.pointer_type(tl.int64)) + words))
-
-
-@triton.jit
 def _search_item(b, c, logits_ptr, temperature_ptr, top_k_ptr, top_p_ptr, state_in_ptr, partial_in_ptr,
                  block_stats_ptr, V, row_stride, num_chunks, chunk, num_blocks, state_out_ptr, partial_out_ptr,
                  PHASE: tl.constexpr, PREV_PHASE: tl.constexpr, CAPTURE_NORMALIZER: tl.constexpr,
@@ -1050,7 +1009,7 @@ def filter_compact_step_kernel(
     state_in_ptr,  # [B, STATE_WORDS] i64 as i32 words, from the previous launch (its listed rows)
     partial_in_ptr,  # [B, num_chunks, WAYS] i64 as i32 words, from the previous launch
     block_stats_ptr,  # filter_stats_kernel's: tiles below the bracket are skipped unread
-    active_rows_ptr,  # filter_step_kernel's list of the rows that search on
+    active_rows_ptr,  # filter_decide_kernel's list of the rows that search on
     active_count_ptr,  # and their number
     V,
     row_stride,
@@ -1078,12 +1037,12 @@ def filter_compact_step_kernel(
     MIXED_PIVOTS: tl.constexpr = False,
     NARROW_MIXED: tl.constexpr = False,
 ):
-    """A search launch after the first, grid (P,): filter_step_kernel's work (_search_item) on the
-    chunks of the rows the first launch listed, item j (row active_rows[j // num_chunks], its chunk
-    j % num_chunks) on program j % P. Rows that do not search have no item: once the filters' searches
-    are settled (most launches, with the winner's sums and top-k's lists) a launch costs a load a
-    program. Only the listed rows' state is written: the later launches read no other (filtered_reduce_kernel
-    reads every row's status from the first search launch's state)."""
+    """A search launch, grid (P,): the search's work (_search_item) on the chunks of the rows
+    filter_decide_kernel listed, item j (row active_rows[j // num_chunks], its chunk j % num_chunks) on
+    program j % P. Rows that do not search have no item: once the filters' searches are settled (most
+    launches, with the winner's sums and top-k's lists) a launch costs a load a program. Only the listed
+    rows' state is written: the later launches read no other (filtered_reduce_kernel reads every row's
+    status from the decide launch's state)."""
     V = aligned(V, VOCAB_ALIGN)
     chunk = aligned(chunk, THREADS * VEC)
     total = tl.load(active_count_ptr) * num_chunks
@@ -1107,12 +1066,12 @@ def filtered_partial_kernel(
     top_k_ptr,  # [B] i32|i64
     top_p_ptr,  # [B] f32
     min_p_ptr,  # [B] f32 (read when HAS_MIN_P)
-    state_in_ptr,  # from the last filter_step_kernel (or filter_row_kernel) launch
+    state_in_ptr,  # from the last search launch (or filter_row_kernel: no search)
     partial_in_ptr,
     unfiltered_score_ptr,  # filter_stats_kernel's partials
     unfiltered_index_ptr,
     block_stats_ptr,  # and block statistics
-    active_rows_ptr,  # with COMPACT: filter_step_kernel's list of the rows that search on (STATUS_FILTER)
+    active_rows_ptr,  # with COMPACT: filter_decide_kernel's list of the rows that search on (STATUS_FILTER)
     active_count_ptr,  # and their number
     V,
     row_stride,
@@ -1256,7 +1215,7 @@ def filtered_reduce_kernel(
     row_stride,
     num_blocks,
     tokens_ptr,  # [B] i32 output
-    active_count_ptr,  # [1] i32: filter_step_kernel's counter of listed rows, left zero here
+    active_count_ptr,  # [1] i32: filter_decide_kernel's counter of listed rows, left zero here
     FP64: tl.constexpr,
     REDUCE_BLOCK: tl.constexpr,  # next power of two >= num_blocks
 ):
@@ -1348,7 +1307,7 @@ def _search_in_step(PHASE: tl.constexpr, lo, hi, normalizer, step, row_ptr, firs
                     FP64: tl.constexpr, THREADS: tl.constexpr, VEC: tl.constexpr, WAYS: tl.constexpr,
                     MAX_CHUNKS: tl.constexpr, WIDE_SUMS: tl.constexpr):
     """One search of filtered_one_launch_kernel (PHASE_TOP_K or PHASE_TOP_P) from the bracket [lo, hi):
-    the steps of filter_step_kernel's launches, each ending at a barrier. Returns (threshold key, hi,
+    the steps of the search launches, each ending at a barrier. Returns (threshold key, hi,
     normaliser, slots used)."""
     ways = tl.arange(0, WAYS)
     first_step = step
@@ -1402,7 +1361,7 @@ def filtered_one_launch_kernel(
     WIDE_SUMS: tl.constexpr = False,
     SEED_WORDS: tl.constexpr = 1,
     LIST: tl.constexpr = 0,  # the plan's TOP_K_LIST with top-k (0: no lists)
-    SHORT_LIST: tl.constexpr = 1,  # filter_select_kernel's
+    SHORT_LIST: tl.constexpr = 1,  # filter_decide_kernel's
     COLLECT_VEC: tl.constexpr = 1,  # columns a thread lists at once: a program's chunk in one or a few tiles
     TILE_BLOCKS: tl.constexpr = 1,  # blocks such a tile covers (1 when it is no wider than a block)
 ):
@@ -1423,7 +1382,7 @@ def filtered_one_launch_kernel(
     above its smallest key (_kth_largest_block_key: a lower bound of top-k's threshold) takes no
     winner's sums: step 1 lists its columns whose key is at or above that bound, as
     filter_winner_sums_kernel does, and every program then finds the thresholds, and where the winner
-    is dropped the token, from the list, as filter_select_kernel does (_list_decision: the same list,
+    is dropped the token, from the list, as filter_decide_kernel does (_list_decision: the same list,
     the same thresholds and token), with no search and no sampling pass. A list that overflows leaves
     the row to the searches, from the bound."""
     V = aligned(V, VOCAB_ALIGN)
@@ -1720,7 +1679,7 @@ def plan_top_k_top_p_sample(logits: ArgSpec, seeds: ArgSpec, target: Target, *, 
                 Buffer("partial_index", (batch, gumbel.num_blocks), "int32"), tokens,
                 Buffer("top_k_list", (batch, max(1, 2 * top_k_list)), "int32"),
                 Buffer("top_k_list_count", (batch,), "int32", counters=True),
-                # the rows the first search launch leaves searching, for the launches after it
+                # the rows filter_decide_kernel leaves searching, for the launches after it
                 Buffer("active_rows", (batch,), "int32"), Buffer("active_count", (1,), "int32", counters=True)]
     seed_words = seed_word_count(seeds.shape)
     filters = dict(HAS_TOP_K=has_top_k, HAS_TOP_P=has_top_p)
@@ -1750,44 +1709,33 @@ def plan_top_k_top_p_sample(logits: ArgSpec, seeds: ArgSpec, target: Target, *, 
              config.chunk, gumbel.num_blocks), ("partials_0", "top_k_list", "top_k_list_count"), **filters, ITEMS=1,
             LIST=top_k_list, **searches, **tiles))
         partials = "partials_0"
-    if top_k_list:  # the thresholds of the rows whose candidates were listed
+        # every row's status, final from here on, and the list of the rows searched
         launches.append(launch(
-            filter_select_kernel, (batch,),
-            ("seeds", "positions", "temperature", top_k, top_p, min_p, "state_0", "top_k_list", "top_k_list_count"),
-            ("state_1", "top_k_list_count"), HAS_TOP_P=has_top_p,
-            HAS_MIN_P=has_min_p, KEY_SHIFT=config.key_shift, FP64=fp64, FAST_MATH=gumbel.fast_math,
-            LIST=top_k_list, SHORT_LIST=min(top_k_list, SHORT_TOP_K_LIST), SEED_WORDS=seed_words, num_warps=4,
-            **options))
-        state = "state_1"
+            filter_decide_kernel, (batch,),
+            ("seeds", "positions", "temperature", top_k, top_p, min_p, "state_0", "partials_0", "top_k_list",
+             "top_k_list_count", config.num_chunks), ("state_decided", "top_k_list_count", "active_rows",
+                                                      "active_count"),
+            PHASE=steps[1].phase, **filters, HAS_MIN_P=has_min_p, KEY_SHIFT=config.key_shift, FP64=fp64,
+            FAST_MATH=gumbel.fast_math, WAYS=config.ways, MAX_CHUNKS=MAX_CHUNKS, LIST=top_k_list,
+            SHORT_LIST=min(max(1, top_k_list), SHORT_TOP_K_LIST), SEED_WORDS=seed_words, num_warps=4, **options))
+        state = "state_decided"
 
     def mixed(i):  # whether search launch i takes mixed pivots (the first of its search)
         return config.mixed_first_pivots and i >= 0 and i % config.search_steps == 0
 
-    statuses = state  # the state whose statuses are final (the first search launch's, with searches)
+    statuses = state  # the state whose statuses are final (the decide launch's, with searches)
     compact_programs = min(batch * config.num_chunks, COMPACT_PROGRAMS)
-    for i, step in enumerate(steps[1:-1]):
-        step_args = dict(PHASE=step.phase, PREV_PHASE=step.prev_phase, CAPTURE_NORMALIZER=step.capture_normalizer,
-                      **filters, MAX_CHUNKS=MAX_CHUNKS, MIXED_PIVOTS=mixed(i), NARROW_MIXED=mixed(i - 1), **searches,
-                      **tiles)
+    for i, step in enumerate(steps[1:-1]):  # the listed rows' items only
         new_partials = f"partials_{(i + 1) % 2}"
-        if i == 0:  # every row's items: it decides the winner's sums, and lists the rows that search on
-            # with top-k's lists, late items from LISTED_LATE_FROM on (the lists leave few rows to search)
-            items = config.late_items if top_k_list and LISTED_LATE_FROM == 0 else 1
-            launches.append(launch(
-                filter_step_kernel, (triton.cdiv(batch * config.num_chunks, items),),
-                ("logits", "temperature", top_k, top_p, state, partials, "block_stats", vocab, row_stride, batch,
-                 config.num_chunks, config.chunk, gumbel.num_blocks),
-                ("state_decided", new_partials, "active_rows", "active_count"), ITEMS=items, **step_args))
-            state = statuses = "state_decided"
-        else:  # the listed rows' items only
-            new_state = "state_1" if state == "state_0" else "state_0"
-            launches.append(launch(
-                filter_compact_step_kernel, (compact_programs,),
-                ("logits", "temperature", top_k, top_p, state, partials, "block_stats", "active_rows", "active_count",
-                 vocab, row_stride, config.num_chunks, config.chunk, gumbel.num_blocks), (new_state, new_partials),
-                **step_args))
-            state = new_state
-        partials = new_partials
+        new_state = "state_1" if state == "state_0" else "state_0"
+        launches.append(launch(
+            filter_compact_step_kernel, (compact_programs,),
+            ("logits", "temperature", top_k, top_p, state, partials, "block_stats", "active_rows", "active_count",
+             vocab, row_stride, config.num_chunks, config.chunk, gumbel.num_blocks), (new_state, new_partials),
+            PHASE=step.phase, PREV_PHASE=PREV_PHASE_DECIDED if i == 0 else step.prev_phase,
+            CAPTURE_NORMALIZER=step.capture_normalizer, **filters, MAX_CHUNKS=MAX_CHUNKS, MIXED_PIVOTS=mixed(i),
+            NARROW_MIXED=mixed(i - 1), **searches, **tiles))
+        state, partials = new_state, new_partials
     sample = steps[-1]
     blocks_per_program = SAMPLE_BLOCKS_PER_PROGRAM
     sample_items = batch * triton.cdiv(gumbel.num_blocks, blocks_per_program)
