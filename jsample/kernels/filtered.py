@@ -26,7 +26,7 @@ Greedy rows (T < 1e-5 or NaN, and rows whose scaled logits overflow: gumbel.py) 
 Every filter keeps the tokens whose logit is >= a threshold (e is non-decreasing in x), so each
 threshold is found by searching an order-preserving integer key of the logits: 32 bits for float32,
 the 16 significant bits of bfloat16 and 19 of float16 (key_shift). Launches, all shared by both
-frontends (filtered_plan lists them):
+frontends (plan_top_k_top_p_sample lists them):
 
 1. `filter_stats_kernel`, grid (B, num_blocks) in the sampling tiling: per block, the largest key of
    the finite logits, and gumbel_sample's block partials of the unfiltered row (stream 0).
@@ -140,6 +140,9 @@ LISTED_WAYS = 16
 # programs of the search launches and of the sampling launch in the launches' plan: they take the items
 # of the rows filter_decide_kernel lists (a load a program where none is listed)
 COMPACT_PROGRAMS = 1024
+# keys filter_histogram_step_kernel counts, the top ones of a top-p search's first bracket (a power of two:
+# bfloat16 logits between the winner and the largest span a few hundred keys)
+HISTOGRAM_BINS = 1024
 KEY_SHIFTS = {"float32": 0, "bfloat16": 16, "float16": 13}  # low key bits that are zero for the dtype
 ALL_FINITE = 2**62  # the launches' plan's finite count of a row with a finite logit (filter_row_kernel)
 
@@ -261,25 +264,6 @@ def filtered_one_launch_config(batch: int, vocab_size: int, row_stride: int, dty
                                search_steps=math.ceil((32 - config.key_shift) / math.log2(ways)),
                                num_chunks=triton.cdiv(vocab_size, chunk), chunk=chunk,
                                wide_sums=chunk > MAX_COLUMNS_PER_THREAD * config.threads)
-
-
-@dataclass(frozen=True)
-class FilterStep:
-    """The row, winner-sums and decide launches (PHASE_WINNER), a search launch (filter_compact_step_kernel)
-    or, PHASE_SAMPLE, filtered_partial_kernel."""
-
-    phase: int
-    prev_phase: int  # the phase of the launch before (PHASE_STATS before the winner launch)
-    capture_normalizer: bool  # the launch before was the first top-p launch: its pivot 0 holds the top-p mass
-
-
-def filtered_plan(config: FilteredLaunchConfig, has_top_k: bool, has_top_p: bool) -> list:
-    """The launches after filter_stats_kernel's, in order; both frontends run exactly this list."""
-    phases = [PHASE_WINNER] + [PHASE_TOP_K] * (config.search_steps if has_top_k else 0)
-    phases += [PHASE_TOP_P] * (config.search_steps if has_top_p else 0) + [PHASE_SAMPLE]
-    first_top_p = phases.index(PHASE_TOP_P) if has_top_p else -1
-    return [FilterStep(phase, phases[i - 1] if i else PHASE_STATS, i - 1 == first_top_p)
-            for i, phase in enumerate(phases)]
 
 
 def _with_ways(config: FilteredLaunchConfig, ways: int) -> FilteredLaunchConfig:
@@ -497,9 +481,9 @@ def _narrow(PHASE: tl.constexpr, lo, hi, above, normalizer, capture_normalizer, 
 
 @triton.jit
 def _row_state(b64, state_ptr, partial_ptr, num_chunks, temperature, top_k_ptr, top_p_ptr,
-               PHASE: tl.constexpr, PREV_PHASE: tl.constexpr, CAPTURE_NORMALIZER: tl.constexpr,
-               HAS_TOP_K: tl.constexpr, HAS_TOP_P: tl.constexpr, WAYS: tl.constexpr, MAX_CHUNKS: tl.constexpr,
-               KEY_SHIFT: tl.constexpr = 0, NARROW_MIXED: tl.constexpr = False):
+               PHASE: tl.constexpr, PREV_PHASE: tl.constexpr, HAS_TOP_K: tl.constexpr, HAS_TOP_P: tl.constexpr,
+               WAYS: tl.constexpr, MAX_CHUNKS: tl.constexpr, KEY_SHIFT: tl.constexpr = 0,
+               NARROW_MIXED: tl.constexpr = False):
     """The row's state for a PHASE launch (NARROW_MIXED: the previous launch's pivots were _pivots'
     mixed ones): the previous launch's state advanced by its partials (_advance_state), or after the
     decide launch (PREV_PHASE_DECIDED) its state as it is. Returns (key max, key min, finite count, lo,
@@ -508,17 +492,15 @@ def _row_state(b64, state_ptr, partial_ptr, num_chunks, temperature, top_k_ptr, 
     if PREV_PHASE != _DECIDED:
         key_max, key_min, count, lo, hi, normalizer, key_w, status = _advance_state(
             b64, key_max, key_min, count, lo, hi, normalizer, key_w, status, partial_ptr, num_chunks, temperature,
-            top_k_ptr, top_p_ptr, PHASE, PREV_PHASE, CAPTURE_NORMALIZER, HAS_TOP_K, HAS_TOP_P, WAYS, MAX_CHUNKS,
-            KEY_SHIFT, NARROW_MIXED)
+            top_k_ptr, top_p_ptr, PHASE, PREV_PHASE, HAS_TOP_K, HAS_TOP_P, WAYS, MAX_CHUNKS, KEY_SHIFT, NARROW_MIXED)
     return key_max, key_min, count, lo, hi, normalizer, key_w, status
 
 
 @triton.jit
 def _advance_state(b64, key_max, key_min, count, lo, hi, normalizer, key_w, status, partial_ptr, num_chunks,
                    temperature, top_k_ptr, top_p_ptr, PHASE: tl.constexpr, PREV_PHASE: tl.constexpr,
-                   CAPTURE_NORMALIZER: tl.constexpr, HAS_TOP_K: tl.constexpr, HAS_TOP_P: tl.constexpr,
-                   WAYS: tl.constexpr, MAX_CHUNKS: tl.constexpr, KEY_SHIFT: tl.constexpr,
-                   NARROW_MIXED: tl.constexpr):
+                   HAS_TOP_K: tl.constexpr, HAS_TOP_P: tl.constexpr, WAYS: tl.constexpr, MAX_CHUNKS: tl.constexpr,
+                   KEY_SHIFT: tl.constexpr, NARROW_MIXED: tl.constexpr):
     """A row's state (key max, ..., status) for a PHASE launch, advanced by the partials of the PREV_PHASE
     launch before it: after the winner's sums, whether top-k and top-p keep the unfiltered winner (and
     the first search's bracket); after a search launch, its bracket narrowed by its pivots' sums."""
@@ -538,8 +520,9 @@ def _advance_state(b64, key_max, key_min, count, lo, hi, normalizer, key_w, stat
             mass_all = tl.sum(tl.where(ways == 3, sums, 0), axis=0)
     elif hi - lo > 1:  # the previous launch evaluated its pivots: narrow the bracket
         above = tl.sum(tl.load(partials[:, None] + ways[None, :], mask=in_row[:, None], other=0), axis=0)
-        lo, hi, normalizer = _narrow(PREV_PHASE, lo, hi, above, normalizer, CAPTURE_NORMALIZER, b64, top_k_ptr,
-                                     top_p_ptr, WAYS, KEY_SHIFT, NARROW_MIXED)
+        # (a top-p search's normaliser is known by now: the winner's sums or filter_histogram_step_kernel's)
+        lo, hi, normalizer = _narrow(PREV_PHASE, lo, hi, above, normalizer, False, b64, top_k_ptr, top_p_ptr, WAYS,
+                                     KEY_SHIFT, NARROW_MIXED)
     if PHASE != PREV_PHASE:
         if PHASE != _SAMPLE:
             if status == _FILTER:
@@ -903,8 +886,8 @@ def filter_decide_kernel(
                 status = (status * 0 + _FILTER).to(tl.int64)
     key_max, key_min, count, lo, hi, normalizer, key_w, status = _advance_state(
         b64, key_max, key_min, count, lo, hi, normalizer, key_w, status, partial_in_ptr, num_chunks,
-        load_temperature(temperature_ptr, b), top_k_ptr, top_p_ptr, PHASE, _WINNER, False, HAS_TOP_K, HAS_TOP_P,
-        WAYS, MAX_CHUNKS, KEY_SHIFT, False)
+        load_temperature(temperature_ptr, b), top_k_ptr, top_p_ptr, PHASE, _WINNER, HAS_TOP_K, HAS_TOP_P, WAYS,
+        MAX_CHUNKS, KEY_SHIFT, False)
     _store_state(state_out_ptr, b64, key_max, key_min, count, lo, hi, normalizer, key_w, status)
     if status == _FILTER:  # the row searches on (and is sampled): the later launches' list
         tl.store(active_rows_ptr + tl.atomic_add(active_count_ptr, 1, sem="relaxed"), b)
@@ -974,7 +957,7 @@ def _list_token(cols, x32, in_list, threshold, seed, position, temperature, key_
 @triton.jit
 def _search_item(b, c, logits_ptr, temperature_ptr, top_k_ptr, top_p_ptr, state_in_ptr, partial_in_ptr,
                  block_stats_ptr, V, row_stride, num_chunks, chunk, num_blocks, state_out_ptr, partial_out_ptr,
-                 PHASE: tl.constexpr, PREV_PHASE: tl.constexpr, CAPTURE_NORMALIZER: tl.constexpr,
+                 PHASE: tl.constexpr, PREV_PHASE: tl.constexpr,
                  HAS_TOP_K: tl.constexpr, HAS_TOP_P: tl.constexpr, KEY_SHIFT: tl.constexpr, FP64: tl.constexpr,
                  THREADS: tl.constexpr, VEC: tl.constexpr, ROW_ALIGN: tl.constexpr, WAYS: tl.constexpr,
                  MAX_CHUNKS: tl.constexpr, BLOCK_V: tl.constexpr, TILE_BLOCKS: tl.constexpr, WIDE_SUMS: tl.constexpr,
@@ -988,7 +971,7 @@ def _search_item(b, c, logits_ptr, temperature_ptr, top_k_ptr, top_p_ptr, state_
     first = c * chunk
     key_max, key_min, count, lo, hi, normalizer, key_w, status = _row_state(
         b64, state_in_ptr, partial_in_ptr, num_chunks, temperature, top_k_ptr, top_p_ptr,
-        PHASE, PREV_PHASE, CAPTURE_NORMALIZER, HAS_TOP_K, HAS_TOP_P, WAYS, MAX_CHUNKS, KEY_SHIFT, NARROW_MIXED)
+        PHASE, PREV_PHASE, HAS_TOP_K, HAS_TOP_P, WAYS, MAX_CHUNKS, KEY_SHIFT, NARROW_MIXED)
     if c == 0:
         _store_state(state_out_ptr, b64, key_max, key_min, count, lo, hi, normalizer, key_w, status)
     if hi - lo > 1:
@@ -1020,7 +1003,6 @@ def filter_compact_step_kernel(
     partial_out_ptr,  # [B, num_chunks, WAYS] i64 as i32 words
     PHASE: tl.constexpr,
     PREV_PHASE: tl.constexpr,
-    CAPTURE_NORMALIZER: tl.constexpr,
     HAS_TOP_K: tl.constexpr,
     HAS_TOP_P: tl.constexpr,
     KEY_SHIFT: tl.constexpr,
@@ -1051,10 +1033,149 @@ def filter_compact_step_kernel(
         b = tl.load(active_rows_ptr + item // num_chunks)
         _search_item(b, item % num_chunks, logits_ptr, temperature_ptr, top_k_ptr, top_p_ptr, state_in_ptr,
                      partial_in_ptr, block_stats_ptr, V, row_stride, num_chunks, chunk, num_blocks, state_out_ptr,
-                     partial_out_ptr, PHASE, PREV_PHASE, CAPTURE_NORMALIZER, HAS_TOP_K, HAS_TOP_P, KEY_SHIFT, FP64,
+                     partial_out_ptr, PHASE, PREV_PHASE, HAS_TOP_K, HAS_TOP_P, KEY_SHIFT, FP64,
                      THREADS, VEC, ROW_ALIGN, WAYS, MAX_CHUNKS, BLOCK_V, TILE_BLOCKS, WIDE_SUMS, MIXED_PIVOTS,
                      NARROW_MIXED)
         item += tl.num_programs(0)
+
+
+@triton.jit
+def filter_histogram_step_kernel(
+    logits_ptr,  # [B, V] f32|bf16|f16, rows `row_stride` elements apart, columns contiguous
+    temperature_ptr,  # [B] f32
+    top_k_ptr,  # [B] i32|i64 (read where the previous launch was top-k's)
+    top_p_ptr,  # [B] f32
+    state_in_ptr,  # [B, STATE_WORDS] i64 as i32 words, from the previous launch (its listed rows)
+    partial_in_ptr,  # [B, num_chunks, WAYS] i64 as i32 words, from the previous launch
+    block_stats_ptr,  # filter_stats_kernel's: tiles below the bracket are skipped unread
+    active_rows_ptr,  # filter_decide_kernel's list of the rows that search on
+    active_count_ptr,  # and their number
+    V,
+    row_stride,
+    num_chunks,
+    chunk,  # columns per chunk
+    num_blocks,  # of block_stats
+    state_out_ptr,  # [B, STATE_WORDS] i64 as i32 words: the listed rows' state
+    partial_out_ptr,  # [B, num_chunks, WAYS] i64 as i32 words: lane 0, the chunk's mass below the histogram
+    histogram_ptr,  # [B, BINS] i32 counters: zero on entry, left zero
+    arrivals_ptr,  # [B] i32 counters: zero on entry, left zero
+    PREV_PHASE: tl.constexpr,
+    HAS_TOP_K: tl.constexpr,
+    HAS_TOP_P: tl.constexpr,
+    KEY_SHIFT: tl.constexpr,
+    FP64: tl.constexpr,
+    THREADS: tl.constexpr,
+    VEC: tl.constexpr,
+    ROW_ALIGN: tl.constexpr,
+    VOCAB_ALIGN: tl.constexpr,
+    WAYS: tl.constexpr,
+    MAX_CHUNKS: tl.constexpr,
+    BLOCK_V: tl.constexpr,
+    TILE_BLOCKS: tl.constexpr,
+    BINS: tl.constexpr,  # a power of two
+    WIDE_SUMS: tl.constexpr = False,
+    NARROW_MIXED: tl.constexpr = False,
+):
+    """The top-p search's first launch, grid (P,) over the listed rows' chunks (as filter_compact_step_kernel
+    takes them): the row's bracket [lo, hi) (_row_state: the search starts, hi = key_max + 1) evaluated
+    at every key of its top BINS, [base, hi) with base = max(lo, hi - BINS), in one pass. A key is one
+    value of the dtype, so all its logits have the same fixed-point mass (_chunk_above's): a count of
+    each key (one atomic add a logit in range) gives the mass of the keys >= each of them exactly. Where
+    the normaliser (the mass of the keys >= lo) is not yet known, each chunk also sums the masses of its
+    keys in [lo, base). The row's last chunk to arrive (an arrival counter) reads the counts and
+    finishes the step (_histogram_bracket): the largest key whose mass at or above it reaches top_p
+    times the normaliser is the threshold (the same integer sums and float64 comparison as _narrow's
+    pivots), or, where no key of the histogram does, the bracket narrows to [lo, base) for the pivot
+    launches after it. On language-model-like logits the bracket from the winner's sums spans a few
+    hundred bfloat16 keys: one pass settles it, where pivot launches took three."""
+    V = aligned(V, VOCAB_ALIGN)
+    chunk = aligned(chunk, THREADS * VEC)
+    total = tl.load(active_count_ptr) * num_chunks
+    item = tl.program_id(0)
+    while item < total:
+        b = tl.load(active_rows_ptr + item // num_chunks)
+        c = item % num_chunks
+        b64 = b.to(tl.int64)
+        temperature = load_temperature(temperature_ptr, b)
+        key_max, key_min, count, lo, hi, normalizer, key_w, status = _row_state(
+            b64, state_in_ptr, partial_in_ptr, num_chunks, temperature, top_k_ptr, top_p_ptr, _TOP_P, PREV_PHASE,
+            HAS_TOP_K, HAS_TOP_P, WAYS, MAX_CHUNKS, KEY_SHIFT, NARROW_MIXED)
+        if hi - lo > 1:
+            base = tl.maximum(lo, hi - BINS)
+            first = c * chunk
+            below = _chunk_histogram(logits_ptr + tl.multiple_of(b64 * row_stride, ROW_ALIGN), first, first + chunk,
+                                     V, lo, base, hi, normalizer == 0, temperature, key_max,
+                                     histogram_ptr + b64 * BINS, KEY_SHIFT, FP64, THREADS, VEC, WIDE_SUMS,
+                                     block_stats_ptr + b64 * num_blocks, num_blocks, BLOCK_V, TILE_BLOCKS)
+            partials = partial_out_ptr.to(tl.pointer_type(tl.int64))
+            tl.store(partials + (b64 * num_chunks + c) * WAYS, below)
+            tl.debug_barrier()  # every thread's adds and stores before the one release
+            if tl.atomic_add(arrivals_ptr + b, 1, sem="acq_rel", scope="gpu") == num_chunks - 1:
+                lo, hi, normalizer = _histogram_bracket(histogram_ptr + b64 * BINS, partials + b64 * num_chunks * WAYS,
+                                                        num_chunks, lo, hi, normalizer, temperature, key_max,
+                                                        tl.load(top_p_ptr + b64), KEY_SHIFT, FP64, BINS, WAYS,
+                                                        MAX_CHUNKS)
+                tl.store(arrivals_ptr + b, 0)
+                _store_state(state_out_ptr, b64, key_max, key_min, count, lo, hi, normalizer, key_w, status)
+        elif c == 0:
+            _store_state(state_out_ptr, b64, key_max, key_min, count, lo, hi, normalizer, key_w, status)
+        item += tl.num_programs(0)
+
+
+@triton.jit
+def _chunk_histogram(row_ptr, first, end, V, lo, base, hi, with_below, temperature, key_max, histogram_ptr,
+                     KEY_SHIFT: tl.constexpr, FP64: tl.constexpr, THREADS: tl.constexpr, VEC: tl.constexpr,
+                     WIDE_SUMS: tl.constexpr, block_stats_ptr, num_blocks, BLOCK_V: tl.constexpr,
+                     TILE_BLOCKS: tl.constexpr):
+    """Adds the count of each finite key in [base, hi) of columns [first, end) to histogram_ptr[key - base];
+    returns, where `with_below`, the fixed-point mass of the keys in [lo, base) (else 0). Tiles whose
+    largest key is below lo hold none and are skipped unread."""
+    below = tl.zeros([VEC, THREADS], tl.int64 if WIDE_SUMS else tl.int32)
+    start = first
+    while start < end:
+        if _tile_max_key(block_stats_ptr, start, num_blocks, BLOCK_V, TILE_BLOCKS) >= lo:
+            x = _tile_logits(row_ptr, start, V, THREADS, VEC)
+            key = _key(x, KEY_SHIFT)
+            finite = tl.abs(x) < float("inf")
+            tl.atomic_add(histogram_ptr + (key - base), 1, mask=finite & (key >= base) & (key < hi), sem="relaxed")
+            if with_below:
+                mass = (_relative_probability(x, temperature, key_max, KEY_SHIFT, FP64) * _MASS_SCALE).to(tl.int32)
+                below += tl.where(finite & (key >= lo) & (key < base), mass, 0).to(below.dtype)
+        start += THREADS * VEC
+    return tl.sum(tl.sum(below.to(tl.int64), axis=1), axis=0)
+
+
+@triton.jit
+def _histogram_bracket(histogram_ptr, partial_ptr, num_chunks, lo, hi, normalizer, temperature, key_max, p,
+                       KEY_SHIFT: tl.constexpr, FP64: tl.constexpr, BINS: tl.constexpr, WAYS: tl.constexpr,
+                       MAX_CHUNKS: tl.constexpr):
+    """(lo, hi, normaliser) of a top-p bracket [lo, hi) from the row's key counts in [base, hi) (base =
+    max(lo, hi - BINS)) and its chunks' masses below base (lane 0 of their partials, where the normaliser
+    was unknown), read past L1 (other programs added them); the counts are reset to zero. hi is
+    key_max + 1 (a search's first launch): the mass of the keys >= t is that of the keys in [t, hi).
+    As _narrow with a pivot at lo and at every key of [base, hi): the largest key whose mass at or above
+    it is not below the limit (lo is not, by construction)."""
+    bins = tl.arange(0, BINS)
+    base = tl.maximum(lo, hi - BINS)
+    keys = base + bins
+    in_bracket = keys < hi
+    counts = tl.load(histogram_ptr + bins, cache_modifier=".cg")
+    tl.debug_barrier()  # every thread's read before any reset (each resets what it read: the same layout)
+    tl.store(histogram_ptr + bins, tl.zeros_like(counts))
+    x = _key_value(tl.where(in_bracket, keys, lo), KEY_SHIFT)
+    mass = (_relative_probability(x, temperature, key_max, KEY_SHIFT, FP64) * _MASS_SCALE).to(tl.int32)  # _chunk_above's
+    weight = tl.where(in_bracket, counts.to(tl.int64) * mass.to(tl.int64), 0)
+    in_histogram = tl.sum(weight, axis=0)
+    chunks = tl.arange(0, MAX_CHUNKS)
+    below = tl.sum(tl.load(partial_ptr + chunks * WAYS, mask=chunks < num_chunks, other=0, cache_modifier=".cg"),
+                   axis=0)
+    normalizer = tl.where(normalizer == 0, below + in_histogram, normalizer)
+    limit = p.to(tl.float64) * normalizer.to(tl.float64)
+    at_or_above = in_histogram - tl.cumsum(weight, 0) + weight  # the mass of the keys >= each
+    reaches = in_bracket & ~(at_or_above.to(tl.float64) < limit)
+    threshold = tl.max(tl.where(reaches, keys, lo - 1), axis=0)
+    settled = threshold >= base
+    return tl.where(settled, threshold, lo), tl.where(settled, threshold + 1, base), normalizer
 
 
 @triton.jit
@@ -1081,7 +1202,6 @@ def filtered_partial_kernel(
     partial_score_ptr,  # [B, num_blocks] f32; with FP64, f64 as [B, 2 * num_blocks] f32 words
     partial_index_ptr,  # [B, num_blocks] i32
     PREV_PHASE: tl.constexpr,
-    CAPTURE_NORMALIZER: tl.constexpr,
     HAS_TOP_K: tl.constexpr,
     HAS_TOP_P: tl.constexpr,
     HAS_MIN_P: tl.constexpr,
@@ -1121,7 +1241,7 @@ def filtered_partial_kernel(
                           positions_ptr, temperature_ptr, top_k_ptr, top_p_ptr, min_p_ptr, state_in_ptr,
                           partial_in_ptr, unfiltered_score_ptr, unfiltered_index_ptr, block_stats_ptr, V, row_stride,
                           num_chunks, num_blocks, partial_score_ptr, partial_index_ptr, PREV_PHASE,
-                          CAPTURE_NORMALIZER, HAS_TOP_K, HAS_TOP_P, HAS_MIN_P, KEY_SHIFT, FP64, BLOCK_V,
+                          HAS_TOP_K, HAS_TOP_P, HAS_MIN_P, KEY_SHIFT, FP64, BLOCK_V,
                           BLOCKS_PER_PROGRAM, ROW_ALIGN, FAST_MATH, WAYS, MAX_CHUNKS, SEED_WORDS, NARROW_MIXED)
             item += tl.num_programs(0)
     else:
@@ -1132,7 +1252,7 @@ def filtered_partial_kernel(
                 _partial_item(item // groups, item % groups, logits_ptr, seeds_ptr, positions_ptr, temperature_ptr,
                               top_k_ptr, top_p_ptr, min_p_ptr, state_in_ptr, partial_in_ptr, unfiltered_score_ptr,
                               unfiltered_index_ptr, block_stats_ptr, V, row_stride, num_chunks, num_blocks,
-                              partial_score_ptr, partial_index_ptr, PREV_PHASE, CAPTURE_NORMALIZER, HAS_TOP_K,
+                              partial_score_ptr, partial_index_ptr, PREV_PHASE, HAS_TOP_K,
                               HAS_TOP_P, HAS_MIN_P, KEY_SHIFT, FP64, BLOCK_V, BLOCKS_PER_PROGRAM, ROW_ALIGN,
                               FAST_MATH, WAYS, MAX_CHUNKS, SEED_WORDS, NARROW_MIXED)
 
@@ -1141,7 +1261,7 @@ def filtered_partial_kernel(
 def _partial_item(b, group, logits_ptr, seeds_ptr, positions_ptr, temperature_ptr, top_k_ptr, top_p_ptr, min_p_ptr,
                   state_in_ptr, partial_in_ptr, unfiltered_score_ptr, unfiltered_index_ptr, block_stats_ptr, V,
                   row_stride, num_chunks, num_blocks, partial_score_ptr, partial_index_ptr, PREV_PHASE: tl.constexpr,
-                  CAPTURE_NORMALIZER: tl.constexpr, HAS_TOP_K: tl.constexpr, HAS_TOP_P: tl.constexpr,
+                  HAS_TOP_K: tl.constexpr, HAS_TOP_P: tl.constexpr,
                   HAS_MIN_P: tl.constexpr, KEY_SHIFT: tl.constexpr, FP64: tl.constexpr, BLOCK_V: tl.constexpr,
                   BLOCKS_PER_PROGRAM: tl.constexpr, ROW_ALIGN: tl.constexpr, FAST_MATH: tl.constexpr,
                   WAYS: tl.constexpr, MAX_CHUNKS: tl.constexpr, SEED_WORDS: tl.constexpr, NARROW_MIXED: tl.constexpr):
@@ -1151,7 +1271,7 @@ def _partial_item(b, group, logits_ptr, seeds_ptr, positions_ptr, temperature_pt
     temperature = load_temperature(temperature_ptr, b)
     key_max, key_min, count, threshold, hi, normalizer, key_w, status = _row_state(
         b64, state_in_ptr, partial_in_ptr, num_chunks, temperature, top_k_ptr, top_p_ptr,
-        _SAMPLE, PREV_PHASE, CAPTURE_NORMALIZER, HAS_TOP_K, HAS_TOP_P, WAYS, MAX_CHUNKS, KEY_SHIFT, NARROW_MIXED)
+        _SAMPLE, PREV_PHASE, HAS_TOP_K, HAS_TOP_P, WAYS, MAX_CHUNKS, KEY_SHIFT, NARROW_MIXED)
     for i in range(BLOCKS_PER_PROGRAM):
         block = group * BLOCKS_PER_PROGRAM + i
         if block < num_blocks:
@@ -1633,7 +1753,6 @@ def plan_top_k_top_p_sample(logits: ArgSpec, seeds: ArgSpec, target: Target, *, 
     if top_k_list and config.ways < LISTED_WAYS:
         config = _with_ways(config, LISTED_WAYS)
     gumbel = config.gumbel
-    steps = filtered_plan(config, has_top_k, has_top_p)
     unused = "positions"  # stands in for absent filters, never read ([B], where temperature may be a number)
     top_k, top_p, min_p = (name if given else unused for name, given in
                            (("top_k", has_top_k), ("top_p", has_top_p), ("min_p", has_min_p)))
@@ -1680,7 +1799,10 @@ def plan_top_k_top_p_sample(logits: ArgSpec, seeds: ArgSpec, target: Target, *, 
                 Buffer("top_k_list", (batch, max(1, 2 * top_k_list)), "int32"),
                 Buffer("top_k_list_count", (batch,), "int32", counters=True),
                 # the rows filter_decide_kernel leaves searching, for the launches after it
-                Buffer("active_rows", (batch,), "int32"), Buffer("active_count", (1,), "int32", counters=True)]
+                Buffer("active_rows", (batch,), "int32"), Buffer("active_count", (1,), "int32", counters=True),
+                # filter_histogram_step_kernel's key counts, and its rows' arrival counters
+                Buffer("histogram", (batch, HISTOGRAM_BINS), "int32", counters=True),
+                Buffer("arrivals", (batch,), "int32", counters=True)]
     seed_words = seed_word_count(seeds.shape)
     filters = dict(HAS_TOP_K=has_top_k, HAS_TOP_P=has_top_p)
     searches = dict(KEY_SHIFT=config.key_shift, FP64=fp64, THREADS=config.threads, VEC=config.vec,
@@ -1715,28 +1837,37 @@ def plan_top_k_top_p_sample(logits: ArgSpec, seeds: ArgSpec, target: Target, *, 
             ("seeds", "positions", "temperature", top_k, top_p, min_p, "state_0", "partials_0", "top_k_list",
              "top_k_list_count", config.num_chunks), ("state_decided", "top_k_list_count", "active_rows",
                                                       "active_count"),
-            PHASE=steps[1].phase, **filters, HAS_MIN_P=has_min_p, KEY_SHIFT=config.key_shift, FP64=fp64,
+            PHASE=PHASE_TOP_K if has_top_k else PHASE_TOP_P, **filters, HAS_MIN_P=has_min_p, KEY_SHIFT=config.key_shift, FP64=fp64,
             FAST_MATH=gumbel.fast_math, WAYS=config.ways, MAX_CHUNKS=MAX_CHUNKS, LIST=top_k_list,
             SHORT_LIST=min(max(1, top_k_list), SHORT_TOP_K_LIST), SEED_WORDS=seed_words, num_warps=4, **options))
         state = "state_decided"
 
-    def mixed(i):  # whether search launch i takes mixed pivots (the first of its search)
-        return config.mixed_first_pivots and i >= 0 and i % config.search_steps == 0
-
     statuses = state  # the state whose statuses are final (the decide launch's, with searches)
     compact_programs = min(batch * config.num_chunks, COMPACT_PROGRAMS)
-    for i, step in enumerate(steps[1:-1]):  # the listed rows' items only
-        new_partials = f"partials_{(i + 1) % 2}"
-        new_state = "state_1" if state == "state_0" else "state_0"
-        launches.append(launch(
-            filter_compact_step_kernel, (compact_programs,),
-            ("logits", "temperature", top_k, top_p, state, partials, "block_stats", "active_rows", "active_count",
-             vocab, row_stride, config.num_chunks, config.chunk, gumbel.num_blocks), (new_state, new_partials),
-            PHASE=step.phase, PREV_PHASE=PREV_PHASE_DECIDED if i == 0 else step.prev_phase,
-            CAPTURE_NORMALIZER=step.capture_normalizer, **filters, MAX_CHUNKS=MAX_CHUNKS, MIXED_PIVOTS=mixed(i),
-            NARROW_MIXED=mixed(i - 1), **searches, **tiles))
-        state, partials = new_state, new_partials
-    sample = steps[-1]
+    compact = ("active_rows", "active_count", vocab, row_stride, config.num_chunks, config.chunk, gumbel.num_blocks)
+    # the listed rows' items only: each search's pivot launches, top-p's after a histogram launch; a launch
+    # after filter_decide_kernel or the histogram launch starts from their state (PREV_PHASE_DECIDED)
+    prev_phase, prev_mixed, launched = PREV_PHASE_DECIDED, False, 0
+    for phase in [PHASE_TOP_K] * has_top_k + [PHASE_TOP_P] * has_top_p:
+        kinds = ["histogram"] * (phase == PHASE_TOP_P) + ["pivots"] * config.search_steps
+        for j, kind in enumerate(kinds):
+            launched += 1
+            new_state, new_partials = "state_1" if state == "state_0" else "state_0", f"partials_{launched % 2}"
+            args = ("logits", "temperature", top_k, top_p, state, partials, "block_stats") + compact
+            if kind == "histogram":
+                launches.append(launch(
+                    filter_histogram_step_kernel, (compact_programs,), args,
+                    (new_state, new_partials, "histogram", "arrivals"), PREV_PHASE=prev_phase, **filters,
+                    MAX_CHUNKS=MAX_CHUNKS, BINS=HISTOGRAM_BINS, NARROW_MIXED=prev_mixed, **searches, **tiles))
+                prev_phase, prev_mixed = PREV_PHASE_DECIDED, False
+            else:
+                mixed = config.mixed_first_pivots and kinds[j - 1:j] != ["pivots"]  # a first pivot launch
+                launches.append(launch(
+                    filter_compact_step_kernel, (compact_programs,), args, (new_state, new_partials), PHASE=phase,
+                    PREV_PHASE=prev_phase, **filters, MAX_CHUNKS=MAX_CHUNKS, MIXED_PIVOTS=mixed,
+                    NARROW_MIXED=prev_mixed, **searches, **tiles))
+                prev_phase, prev_mixed = phase, mixed
+            state, partials = new_state, new_partials
     blocks_per_program = SAMPLE_BLOCKS_PER_PROGRAM
     sample_items = batch * triton.cdiv(gumbel.num_blocks, blocks_per_program)
     launches.append(launch(
@@ -1745,10 +1876,10 @@ def plan_top_k_top_p_sample(logits: ArgSpec, seeds: ArgSpec, target: Target, *, 
         + ("block_stats",) + (("active_rows", "active_count") if search else (unused, unused))
         + (vocab, row_stride, batch, config.num_chunks, gumbel.num_blocks),
         ("partial_score", "partial_index"),
-        PREV_PHASE=sample.prev_phase, CAPTURE_NORMALIZER=sample.capture_normalizer, **filters, HAS_MIN_P=has_min_p,
+        PREV_PHASE=prev_phase if search else PHASE_WINNER, **filters, HAS_MIN_P=has_min_p,
         KEY_SHIFT=config.key_shift, FP64=fp64, BLOCK_V=gumbel.block_v, BLOCKS_PER_PROGRAM=blocks_per_program,
         ROW_ALIGN=gumbel.row_align, VOCAB_ALIGN=gumbel.vocab_align, FAST_MATH=gumbel.fast_math, WAYS=config.ways,
-        MAX_CHUNKS=MAX_CHUNKS, SEED_WORDS=seed_words, ITEMS=1, NARROW_MIXED=mixed(len(steps) - 3), COMPACT=search,
+        MAX_CHUNKS=MAX_CHUNKS, SEED_WORDS=seed_words, ITEMS=1, NARROW_MIXED=prev_mixed, COMPACT=search,
         num_warps=gumbel.num_warps, **options))
     launches.append(launch(
         filtered_reduce_kernel, (batch,),
