@@ -185,25 +185,31 @@ def test_filtered_tokens_do_not_depend_on_the_tiling(monkeypatch, force_target):
             assert decide.grid == (logits.shape[0],) and decide.outputs == ("state_decided", "top_k_list_count", "active_rows",
                                                                   "active_count")
             searches = [step for step in plan.launches if step.kernel.__name__.startswith("filter_")
-                        and "step" in step.kernel.__name__]
-            steps = (len(searches) - 1) // 2  # two searches (top-k, top-p) of search_steps pivot launches each
-            # top-p's search starts with a histogram launch, which leaves its pivot launches a state to start from
+                        and ("step" in step.kernel.__name__ or "bracket" in step.kernel.__name__)]
+            steps = (len(searches) - 2) // 2  # two searches (top-k, top-p) of search_steps pivot launches each
+            # top-p's search starts with a histogram launch and the bracket launch after it, whose state its
+            # pivot launches start from
             assert [step.kernel for step in searches] == [filtered.filter_compact_step_kernel] * steps + [
-                filtered.filter_histogram_step_kernel] + [filtered.filter_compact_step_kernel] * steps
-            histogram = searches[steps]
-            assert histogram.outputs[2:] == ("histogram", "arrivals")
-            assert dict(histogram.constexprs)["BINS"] == filtered.HISTOGRAM_BINS
-            assert [dict(step.constexprs)["PREV_PHASE"] for step in searches] == (
-                [filtered.PREV_PHASE_DECIDED] + [filtered.PHASE_TOP_K] * steps + [filtered.PREV_PHASE_DECIDED]
+                filtered.filter_histogram_step_kernel, filtered.filter_histogram_bracket_kernel] + [
+                filtered.filter_compact_step_kernel] * steps
+            histogram, bracket = searches[steps:steps + 2]
+            assert histogram.outputs[2:] == ("histogram",)
+            assert "histogram" in bracket.args and bracket.outputs[1:] == ("histogram",)
+            assert bracket.args[2] == histogram.outputs[0] and bracket.outputs[0] != histogram.outputs[0]
+            assert dict(histogram.constexprs)["BINS"] == dict(bracket.constexprs)["BINS"] == filtered.HISTOGRAM_BINS
+            pivots = [step for step in searches if step.kernel is filtered.filter_compact_step_kernel]
+            assert [dict(step.constexprs)["PREV_PHASE"] for step in pivots] == (
+                [filtered.PREV_PHASE_DECIDED] + [filtered.PHASE_TOP_K] * (steps - 1) + [filtered.PREV_PHASE_DECIDED]
                 + [filtered.PHASE_TOP_P] * (steps - 1))
+            assert pivots[steps].args[4] == bracket.outputs[0]
             assert "state_decided" in search.args and search.outputs[0] != "state_decided"
             items = BATCH * dict(search.constexprs)["MAX_CHUNKS"]  # (an upper bound of the items)
             assert all(step.grid[0] <= min(items, filtered.COMPACT_PROGRAMS) for step in searches)
             assert dict(sample.constexprs)["COMPACT"] is True and sample.grid[0] <= filtered.COMPACT_PROGRAMS
             # 16 ways leave float32's 8 steps no room for mixed first pivots (8 ways would: the next test)
-            mixed = [(dict(step.constexprs).get("MIXED_PIVOTS", False), dict(step.constexprs)["NARROW_MIXED"])
+            mixed = [(dict(step.constexprs).get("MIXED_PIVOTS", False), dict(step.constexprs).get("NARROW_MIXED", False))
                      for step in searches]
-            assert steps == 8 and mixed == [(False, False)] * (steps * 2 + 1), mixed
+            assert steps == 8 and mixed == [(False, False)] * (steps * 2 + 2), mixed
             assert dict(sample.constexprs)["NARROW_MIXED"] is False
     assert len(tilings) == 6  # every run had a tiling of its own
     for tokens in results[1:]:

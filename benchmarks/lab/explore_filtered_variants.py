@@ -248,6 +248,9 @@ def variants():
         "partial_warps_4": _with_plan_change(functools.partial(_sampling_launch, num_warps=4)),
         "partial_programs_2048": _with_plan_change(functools.partial(_sampling_launch, programs=2048)),
         "partial_programs_4096": _with_plan_change(functools.partial(_sampling_launch, programs=4096)),
+        # top-p's histogram launch over fewer or more of the bracket's top keys
+        "histogram_bins_256": _constant("HISTOGRAM_BINS", 256),
+        "histogram_bins_4096": _constant("HISTOGRAM_BINS", 4096),
     }
 
 
