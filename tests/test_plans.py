@@ -98,6 +98,21 @@ def test_every_plan_names_only_inputs_and_buffers_and_reads_what_was_written(tar
         assert set(plan.outputs) <= written | {b for b in buffers if b not in ever_written}, name
 
 
+@pytest.mark.parametrize("target", TARGETS, ids=["interpreter", "gpu, PDL, counters", "gpu, launch-bound"])
+def test_the_torch_executor_gives_every_counters_buffer_all_its_elements(target):
+    """Counters buffers live in one int32 region per place (torch_backend/_execute.py): each gets every
+    element of its shape (a [B, bins] histogram too), and no two overlap."""
+    for name, plan, _ in _every_plan(target):
+        recipe = torch_execute._Recipe(plan)
+        sizes = {b.name: int(np.prod(b.shape)) for b in plan.buffers if b.counters}
+        assert {counter for counter, _ in recipe.counters} == set(sizes), name
+        end = 0
+        for counter, offset in sorted(recipe.counters, key=lambda c: c[1]):
+            assert offset >= end, f"{name} {plan.variant}: {counter} overlaps the counters before it"
+            end = offset + sizes[counter]
+        assert recipe.counter_count >= end, f"{name} {plan.variant}: {recipe.counter_count} counters, {end} used"
+
+
 def test_plans_are_cached_values_and_torch_and_jax_get_the_same_plan():
     """A contiguous tensor and a JAX array of the same shape and dtype give the same specs, hence the
     very same plan object (planning functions are cached); the torch frontend's only other input is

@@ -30,6 +30,7 @@ Outputs are fresh tensors every call. Nothing else is shared between calls but t
 threads and streams may call at once.
 """
 
+import math
 import threading
 from operator import itemgetter
 
@@ -400,9 +401,9 @@ class _Recipe:
         self.fresh, self.counters, self.scratch, total, self.counter_count = [], [], [], 0, 0
         for buffer in plan.buffers:
             dtype = _DTYPES[buffer.dtype]
-            if buffer.counters:  # (name, offset among the place's counters)
+            if buffer.counters:  # (name, offset among the place's counters: every element of its shape)
                 self.counters.append((buffer.name, self.counter_count))
-                self.counter_count += buffer.shape[0]
+                self.counter_count += math.prod(buffer.shape)
             elif buffer.name in plan.outputs or buffer.zeroed:
                 self.fresh.append((buffer.name, buffer.shape, dtype, buffer.zeroed))
             else:
