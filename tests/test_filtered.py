@@ -184,36 +184,150 @@ def test_filtered_tokens_do_not_depend_on_the_tiling(monkeypatch, force_target):
             # sampling launch take those rows' items only, on COMPACT_PROGRAMS programs at most
             assert decide.grid == (logits.shape[0],) and decide.outputs == ("state_decided", "top_k_list_count", "active_rows",
                                                                   "active_count")
-            searches = [step for step in plan.launches if step.kernel.__name__.startswith("filter_")
+            def searches_of(plan):
+                return [step for step in plan.launches if step.kernel.__name__.startswith("filter_")
                         and ("step" in step.kernel.__name__ or "bracket" in step.kernel.__name__)]
-            steps = (len(searches) - 2) // 2  # two searches (top-k, top-p) of search_steps pivot launches each
-            # top-p's search starts with a histogram launch and the bracket launch after it, whose state its
-            # pivot launches start from
-            assert [step.kernel for step in searches] == [filtered.filter_compact_step_kernel] * steps + [
-                filtered.filter_histogram_step_kernel, filtered.filter_histogram_bracket_kernel] + [
-                filtered.filter_compact_step_kernel] * steps
-            histogram, bracket = searches[steps:steps + 2]
-            assert histogram.outputs[2:] == ("histogram",)
-            assert "histogram" in bracket.args and bracket.outputs[1:] == ("histogram",)
-            assert bracket.args[2] == histogram.outputs[0] and bracket.outputs[0] != histogram.outputs[0]
-            assert dict(histogram.constexprs)["BINS"] == dict(bracket.constexprs)["BINS"] == filtered.HISTOGRAM_BINS
-            pivots = [step for step in searches if step.kernel is filtered.filter_compact_step_kernel]
-            assert [dict(step.constexprs)["PREV_PHASE"] for step in pivots] == (
-                [filtered.PREV_PHASE_DECIDED] + [filtered.PHASE_TOP_K] * (steps - 1) + [filtered.PREV_PHASE_DECIDED]
-                + [filtered.PHASE_TOP_P] * (steps - 1))
-            assert pivots[steps].args[4] == bracket.outputs[0]
+
+            def prev_phases(pivots):
+                return [dict(step.constexprs)["PREV_PHASE"] for step in pivots]
+
+            # float32: top-k's pivot launches, then top-p's (no histogram: float32's top keys are a sliver of
+            # any bracket), the first after filter_decide_kernel's state
+            searches = searches_of(plan)
+            steps = len(searches) // 2  # two searches (top-k, top-p) of search_steps launches each
+            assert [step.kernel for step in searches] == [filtered.filter_compact_step_kernel] * (2 * steps)
+            assert prev_phases(searches) == [filtered.PREV_PHASE_DECIDED] + [filtered.PHASE_TOP_K] * steps + [
+                filtered.PHASE_TOP_P] * (steps - 1)
             assert "state_decided" in search.args and search.outputs[0] != "state_decided"
             items = BATCH * dict(search.constexprs)["MAX_CHUNKS"]  # (an upper bound of the items)
             assert all(step.grid[0] <= min(items, filtered.COMPACT_PROGRAMS) for step in searches)
             assert dict(sample.constexprs)["COMPACT"] is True and sample.grid[0] <= filtered.COMPACT_PROGRAMS
             # 16 ways leave float32's 8 steps no room for mixed first pivots (8 ways would: the next test)
-            mixed = [(dict(step.constexprs).get("MIXED_PIVOTS", False), dict(step.constexprs).get("NARROW_MIXED", False))
+            mixed = [(dict(step.constexprs)["MIXED_PIVOTS"], dict(step.constexprs)["NARROW_MIXED"])
                      for step in searches]
-            assert steps == 8 and mixed == [(False, False)] * (steps * 2 + 2), mixed
+            assert steps == 8 and mixed == [(False, False)] * steps * 2, mixed
             assert dict(sample.constexprs)["NARROW_MIXED"] is False
+            # bfloat16: top-p's search starts with a histogram launch and the bracket launch after it, whose
+            # state its pivot launches start from
+            plan = kernels.plan_top_k_top_p_sample(kernels.ArgSpec.contiguous(logits.shape, "bfloat16"),
+                                                   kernels.ArgSpec.contiguous(seeds.shape, "int64"),
+                                                   kernels.Target(interpreter=True), has_top_k=True,
+                                                   has_top_p=True, has_min_p=True, fp64=False)
+            searches = searches_of(plan)
+            steps = (len(searches) - 2) // 2
+            assert [step.kernel for step in searches] == [filtered.filter_compact_step_kernel] * steps + [
+                filtered.filter_histogram_step_kernel, filtered.filter_histogram_bracket_kernel] + [
+                filtered.filter_compact_step_kernel] * steps
+            histogram, bracket = searches[steps:steps + 2]
+            assert histogram.outputs[2:] == ("histogram",) and bracket.outputs[1:] == ("histogram",)
+            assert bracket.args[2] == histogram.outputs[0] and bracket.outputs[0] != histogram.outputs[0]
+            assert dict(histogram.constexprs)["BINS"] == dict(bracket.constexprs)["BINS"] == filtered.HISTOGRAM_BINS
+            assert plan.buffer("histogram").counters
+            pivots = [step for step in searches if step.kernel is filtered.filter_compact_step_kernel]
+            assert prev_phases(pivots) == [filtered.PREV_PHASE_DECIDED] + [filtered.PHASE_TOP_K] * (steps - 1) + [
+                filtered.PREV_PHASE_DECIDED] + [filtered.PHASE_TOP_P] * (steps - 1)
+            assert pivots[steps].args[4] == bracket.outputs[0]
     assert len(tilings) == 6  # every run had a tiling of its own
     for tokens in results[1:]:
         np.testing.assert_array_equal(tokens, results[0])
+
+
+def _launches_plan(monkeypatch, force_target, config_change=lambda config: config, **constants):
+    """Both frontends plan top_k_top_p_sample with the launches' plan in the GPU's large-batch tiling
+    (through the interpreter), its config passed through `config_change` and filtered's `constants` set."""
+    from jsample.kernels import filtered
+
+    shipped = getattr(filtered.filtered_launch_config, "shipped", filtered.filtered_launch_config)  # (not a change's)
+
+    def config(*args, **options):
+        return config_change(shipped(*args, **options))
+
+    config.shipped = shipped
+    monkeypatch.setattr(filtered, "filtered_launch_config", config)
+    monkeypatch.setattr(filtered, "MANY_ROWS_ELEMENTS", 0)
+    for name, value in constants.items():
+        monkeypatch.setattr(filtered, name, value)
+    # a planning function of its own: neither its cache nor the executors' memo holds an older plan
+    monkeypatch.setattr(kernels, "plan_top_k_top_p_sample", functools.partial(filtered.plan_top_k_top_p_sample.__wrapped__))
+    force_target(large_programs=False, resident_programs=0)
+
+
+def test_filtered_top_p_histogram_settles_the_brackets_it_covers(monkeypatch, force_target):
+    """Top-p's histogram launch counts the top HISTOGRAM_BINS keys of each searched row's bracket; the
+    bracket launch after it settles the threshold where they hold it. In a plan without pivot launches
+    after it, every searched row's bracket is settled (hi = lo + 1) with 1024 bins, which cover these
+    brackets of a few hundred bfloat16 keys, at the very threshold key the pivot launches find (1 bin, the
+    shipped pivot launches), and the tokens are the reference's; with 2 bins, rows are left unsettled
+    (the pivot launches' work)."""
+    import torch
+
+    from jsample.kernels import filtered
+    from torch_backend import _execute as torch_execute
+
+    rng = np.random.default_rng(21)
+    batch = 8
+    logits = (rng.standard_normal((batch, VOCAB)) * 3).astype(ml_dtypes.bfloat16)
+    seeds, positions = make_requests(rng, batch)
+    temperature = np.full(batch, 0.8, np.float32)
+    top_p = np.float32([0.9, 0.5, 0.3, 0.3, 0.7, 0.4, 0.2, 0.6])
+    no_pivot_launch = lambda config: dataclasses.replace(config, ways=16, search_steps=0,  # noqa: E731
+                                                         mixed_first_pivots=False)
+    inputs = dict(logits=torch.from_numpy(logits.view(np.uint16).astype(np.int16)).view(torch.bfloat16),
+                  seeds=torch.from_numpy(seeds), positions=torch.from_numpy(positions),
+                  temperature=torch.from_numpy(temperature), top_p=torch.from_numpy(top_p))
+    states = {}
+    for bins, change in ((1024, no_pivot_launch), (2, no_pivot_launch), (1, lambda config: config)):
+        _launches_plan(monkeypatch, force_target, change, HISTOGRAM_BINS=bins)
+        plan = kernels.plan_top_k_top_p_sample(kernels.ArgSpec.contiguous(logits.shape, "bfloat16"),
+                                               kernels.ArgSpec.contiguous(seeds.shape, "int64"),
+                                               kernels.Target(interpreter=True), has_top_k=False, has_top_p=True,
+                                               has_min_p=False, fp64=False)
+        names = [step.kernel.__name__ for step in plan.launches]
+        assert names.count("filter_histogram_step_kernel") == 1
+        assert ("filter_compact_step_kernel" in names) == (bins == 1)
+        final_state = next(step for step in plan.launches if step.kernel is filtered.filtered_partial_kernel).args[7]
+        tokens, decided, state = torch_execute.run(
+            dataclasses.replace(plan, outputs=("tokens", "state_decided", final_state)), torch.device("cpu"), inputs)
+        # words: 3 lo, 4 hi, 7 status (the final state's of the rows searched only, which state_decided lists)
+        searched = decided.view(torch.int64).numpy()[:, 7] == filtered.STATUS_FILTER
+        states[bins] = np.where(searched[:, None], state.view(torch.int64).numpy(), -1)
+        if bins == 1024:
+            assert_tokens_match_reference(tokens.numpy(), logits, seeds, positions, temperature, None, top_p, None)
+            np.testing.assert_array_equal(both_frontends(OP, logits, seeds, positions, temperature, top_p=top_p),
+                                          tokens.numpy())
+    searched = states[1024][:, 7] == filtered.STATUS_FILTER
+    assert searched.sum() >= 3 and (states[1][:, 7] == states[1024][:, 7]).all(), states[1024][:, 7]
+    lo, hi = states[1024][searched, 3], states[1024][searched, 4]
+    assert (hi - lo == 1).all() and (lo == states[1][searched, 3]).all(), (states[1024], states[1])
+    assert (states[2][searched, 4] - states[2][searched, 3] > 1).sum() >= 3, states[2]
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_filtered_top_p_histogram_of_any_width_gives_the_reference_tokens(dtype, monkeypatch, force_target):
+    """With 1, 16 or 1024 bins the histogram covers all, some or none of the brackets (float16's span
+    thousands of keys); the pivot launches find the thresholds it leaves below its bins. The normaliser
+    comes from the winner's sums (top-p alone), or from the histogram launch's own sums (min-p dropped
+    the winner: no sums; top-p after top-k). Tokens: the reference's, in both frontends, for every width."""
+    rng = np.random.default_rng(22)
+    batch = 8
+    logits = (rng.standard_normal((batch, VOCAB)) * rng.uniform(1.0, 4.0, (batch, 1))).astype(np.float32)
+    logits[3] = np.round(logits[3] * 2) / 2  # ties, at the thresholds too
+    logits = logits.astype(getattr(ml_dtypes, dtype, dtype))
+    seeds, positions = make_requests(rng, batch)
+    temperature = np.float32([0.8, 1.0, 0.6, 1.3, 0.7, 1.0, 0.9, 0.5])
+    top_p = np.float32([0.9, 0.5, 0.95, 0.3, 0.7, 0.99, 0.2, 0.6])
+    top_k = np.int32([3000, 50, 2000, 0, 1500, 100, 0, 2500])  # over TOP_K_LIST: searched, not listed
+    min_p = np.float32([0.0, 0.3, 0.0, 0.2, 0.0, 0.0, 0.1, 0.0])
+    results = []
+    for bins in (1, 16, 1024):
+        _launches_plan(monkeypatch, force_target, HISTOGRAM_BINS=bins, TOP_K_LIST=16)
+        for filters in (dict(top_p=top_p), dict(top_p=top_p, min_p=min_p), dict(top_k=top_k, top_p=top_p)):
+            tokens = both_frontends(OP, logits, seeds, positions, temperature, **filters)
+            assert_tokens_match_reference(tokens, logits, seeds, positions, temperature, filters.get("top_k"),
+                                          top_p, filters.get("min_p"))
+            results.append(tokens)
+    for i in range(3, len(results)):  # every width, the same tokens
+        np.testing.assert_array_equal(results[i], results[i % 3])
 
 
 @pytest.mark.parametrize("programs", [1, 3])

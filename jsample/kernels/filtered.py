@@ -133,9 +133,10 @@ STATUS_SAMPLED = 3  # filter_decide_kernel sampled its kept set from its candida
 # fit, their thresholds come from the list instead of the searches
 TOP_K_LIST = 1024
 SHORT_TOP_K_LIST = 128  # lists no longer than this (most: about k) are sorted in this many slots
-# pivots a search launch of the large-batch tiling takes when the plan lists top-k's candidates: its
-# searches then run only for the few rows the lists leave, and most of their launches are idle, so take
-# fewer of them (16 ways: 4 launches a bfloat16 search, 8 a float32 one, against 6 and 11)
+# pivots a search launch of the large-batch tiling takes when the plan lists top-k's candidates or starts
+# top-p's search with a histogram: its searches then run only for the few rows (or brackets) those leave,
+# and most of their launches are idle, so take fewer of them (16 ways: 4 launches a bfloat16 search, 8 a
+# float32 one, against 6 and 11)
 LISTED_WAYS = 16
 # programs of the search launches and of the sampling launch in the launches' plan: they take the items
 # of the rows filter_decide_kernel lists (a load a program where none is listed)
@@ -143,6 +144,9 @@ COMPACT_PROGRAMS = 1024
 # keys filter_histogram_step_kernel counts, the top ones of a top-p search's first bracket (a power of two:
 # bfloat16 logits between the winner and the largest span a few hundred keys)
 HISTOGRAM_BINS = 1024
+# int32 words from one bin's count to the next's: a row's atomics then spread over more 16-byte pieces of
+# the L2, which serialises adds to one piece (a bin a word: 22.9 us on flat logits, 4 words: 13.0; lab INDEX)
+HISTOGRAM_BIN_STRIDE = 4
 HISTOGRAM_BRACKET_WARPS = 4  # filter_histogram_bracket_kernel's: a program a row, BINS keys at once
 KEY_SHIFTS = {"float32": 0, "bfloat16": 16, "float16": 13}  # low key bits that are zero for the dtype
 ALL_FINITE = 2**62  # the launches' plan's finite count of a row with a finite logit (filter_row_kernel)
@@ -521,8 +525,9 @@ def _advance_state(b64, key_max, key_min, count, lo, hi, normalizer, key_w, stat
             mass_all = tl.sum(tl.where(ways == 3, sums, 0), axis=0)
     elif hi - lo > 1:  # the previous launch evaluated its pivots: narrow the bracket
         above = tl.sum(tl.load(partials[:, None] + ways[None, :], mask=in_row[:, None], other=0), axis=0)
-        # (a top-p search's normaliser is known by now: the winner's sums or filter_histogram_step_kernel's)
-        lo, hi, normalizer = _narrow(PREV_PHASE, lo, hi, above, normalizer, False, b64, top_k_ptr, top_p_ptr, WAYS,
+        # a top-p normaliser still unknown (0: no winner's sums, no histogram) is the first top-p launch's
+        # pivot 0, the search's start; a known one (>= 2**24, the largest key's mass) stays
+        lo, hi, normalizer = _narrow(PREV_PHASE, lo, hi, above, normalizer, True, b64, top_k_ptr, top_p_ptr, WAYS,
                                      KEY_SHIFT, NARROW_MIXED)
     if PHASE != PREV_PHASE:
         if PHASE != _SAMPLE:
@@ -1058,7 +1063,7 @@ def filter_histogram_step_kernel(
     num_blocks,  # of block_stats
     state_out_ptr,  # [B, STATE_WORDS] i64 as i32 words: the listed rows' state (written by chunk 0)
     partial_out_ptr,  # [B, num_chunks, WAYS] i64 as i32 words: lane 0, the chunk's mass below the histogram
-    histogram_ptr,  # [B, BINS] i32 counters, zero on entry: the count of each key of the histogram
+    histogram_ptr,  # [B, BINS * BIN_STRIDE] i32 counters, zero on entry: the count of each key of the histogram
     PREV_PHASE: tl.constexpr,
     HAS_TOP_K: tl.constexpr,
     HAS_TOP_P: tl.constexpr,
@@ -1073,6 +1078,7 @@ def filter_histogram_step_kernel(
     BLOCK_V: tl.constexpr,
     TILE_BLOCKS: tl.constexpr,
     BINS: tl.constexpr,  # a power of two
+    BIN_STRIDE: tl.constexpr,  # words from a bin's count to the next's
     WIDE_SUMS: tl.constexpr = False,
     NARROW_MIXED: tl.constexpr = False,
 ):
@@ -1103,8 +1109,9 @@ def filter_histogram_step_kernel(
             first = c * chunk
             below = _chunk_histogram(logits_ptr + tl.multiple_of(b64 * row_stride, ROW_ALIGN), first, first + chunk,
                                      V, lo, tl.maximum(lo, hi - BINS), hi, normalizer == 0, temperature, key_max,
-                                     histogram_ptr + b64 * BINS, KEY_SHIFT, FP64, THREADS, VEC, WIDE_SUMS,
-                                     block_stats_ptr + b64 * num_blocks, num_blocks, BLOCK_V, TILE_BLOCKS)
+                                     histogram_ptr + b64 * (BINS * BIN_STRIDE), KEY_SHIFT, FP64, THREADS, VEC,
+                                     WIDE_SUMS, block_stats_ptr + b64 * num_blocks, num_blocks, BLOCK_V, TILE_BLOCKS,
+                                     BIN_STRIDE)
             tl.store(partial_out_ptr.to(tl.pointer_type(tl.int64)) + (b64 * num_chunks + c) * WAYS, below)
         item += tl.num_programs(0)
 
@@ -1115,17 +1122,18 @@ def filter_histogram_bracket_kernel(
     top_p_ptr,  # [B] f32
     state_in_ptr,  # [B, STATE_WORDS] i64 as i32 words, from filter_histogram_step_kernel (its listed rows)
     partial_in_ptr,  # [B, num_chunks, WAYS] i64 as i32 words: lane 0, the chunks' masses below the histogram
-    histogram_in_ptr,  # [B, BINS] i32: the histogram's key counts
+    histogram_in_ptr,  # [B, BINS * BIN_STRIDE] i32: the histogram's key counts
     active_rows_ptr,  # filter_decide_kernel's list of the rows that search on
     active_count_ptr,  # and their number
     num_chunks,
     state_out_ptr,  # [B, STATE_WORDS] i64 as i32 words: the listed rows' state
-    histogram_out_ptr,  # [B, BINS] i32 counters: left zero
+    histogram_out_ptr,  # [B, BINS * BIN_STRIDE] i32 counters: left zero
     KEY_SHIFT: tl.constexpr,
     FP64: tl.constexpr,
     WAYS: tl.constexpr,
     MAX_CHUNKS: tl.constexpr,
     BINS: tl.constexpr,
+    BIN_STRIDE: tl.constexpr,
 ):
     """Grid (P,), listed row j on program j % P: the top-p bracket after filter_histogram_step_kernel
     (_histogram_bracket), and the row's counts reset to zero."""
@@ -1135,11 +1143,11 @@ def filter_histogram_bracket_kernel(
         b64 = b.to(tl.int64)
         key_max, key_min, count, lo, hi, normalizer, key_w, status = _load_state(state_in_ptr, b64)
         if hi - lo > 1:
-            bins = tl.arange(0, BINS)
-            counts = tl.load(histogram_in_ptr + b64 * BINS + bins)
+            bins = b64 * (BINS * BIN_STRIDE) + tl.arange(0, BINS) * BIN_STRIDE
+            counts = tl.load(histogram_in_ptr + bins)
             # torch passes one buffer as both pointers: every warp's load before any warp's reset
             tl.debug_barrier()
-            tl.store(histogram_out_ptr + b64 * BINS + bins, tl.zeros_like(counts))
+            tl.store(histogram_out_ptr + bins, tl.zeros_like(counts))
             chunks = tl.arange(0, MAX_CHUNKS)
             below = tl.sum(tl.load(partial_in_ptr.to(tl.pointer_type(tl.int64)) + (b64 * num_chunks + chunks) * WAYS,
                                    mask=chunks < num_chunks, other=0), axis=0)
@@ -1153,8 +1161,9 @@ def filter_histogram_bracket_kernel(
 def _chunk_histogram(row_ptr, first, end, V, lo, base, hi, with_below, temperature, key_max, histogram_ptr,
                      KEY_SHIFT: tl.constexpr, FP64: tl.constexpr, THREADS: tl.constexpr, VEC: tl.constexpr,
                      WIDE_SUMS: tl.constexpr, block_stats_ptr, num_blocks, BLOCK_V: tl.constexpr,
-                     TILE_BLOCKS: tl.constexpr):
-    """Adds the count of each finite key in [base, hi) of columns [first, end) to histogram_ptr[key - base];
+                     TILE_BLOCKS: tl.constexpr, BIN_STRIDE: tl.constexpr):
+    """Adds the count of each finite key in [base, hi) of columns [first, end) to histogram_ptr[(key - base) *
+    BIN_STRIDE];
     returns, where `with_below`, the fixed-point mass of the keys in [lo, base) (else 0). Tiles whose
     largest key is below lo hold none and are skipped unread."""
     below = tl.zeros([VEC, THREADS], tl.int64 if WIDE_SUMS else tl.int32)
@@ -1164,7 +1173,8 @@ def _chunk_histogram(row_ptr, first, end, V, lo, base, hi, with_below, temperatu
             x = _tile_logits(row_ptr, start, V, THREADS, VEC)
             key = _key(x, KEY_SHIFT)
             finite = tl.abs(x) < float("inf")
-            tl.atomic_add(histogram_ptr + (key - base), 1, mask=finite & (key >= base) & (key < hi), sem="relaxed")
+            tl.atomic_add(histogram_ptr + (key - base) * BIN_STRIDE, 1, mask=finite & (key >= base) & (key < hi),
+                          sem="relaxed")
             if with_below:
                 mass = (_relative_probability(x, temperature, key_max, KEY_SHIFT, FP64) * _MASS_SCALE).to(tl.int32)
                 below += tl.where(finite & (key >= lo) & (key < base), mass, 0).to(below.dtype)
@@ -1769,7 +1779,10 @@ def plan_top_k_top_p_sample(logits: ArgSpec, seeds: ArgSpec, target: Target, *, 
     config = filtered_launch_config(batch, vocab, row_stride, logits.dtype, fp64, fast_math=not target.interpreter,
                                     large_programs=target.large_programs)
     top_k_list = TOP_K_LIST if has_top_k else 0
-    if top_k_list and config.ways < LISTED_WAYS:
+    # top-p's search starts with a histogram of the bracket's top keys where keys are coarse (16-bit floats:
+    # float32's top HISTOGRAM_BINS keys are a sliver of any bracket)
+    histogram = has_top_p and config.key_shift > 0
+    if (top_k_list or histogram) and config.ways < LISTED_WAYS:
         config = _with_ways(config, LISTED_WAYS)
     gumbel = config.gumbel
     unused = "positions"  # stands in for absent filters, never read ([B], where temperature may be a number)
@@ -1820,7 +1833,7 @@ def plan_top_k_top_p_sample(logits: ArgSpec, seeds: ArgSpec, target: Target, *, 
                 # the rows filter_decide_kernel leaves searching, for the launches after it
                 Buffer("active_rows", (batch,), "int32"), Buffer("active_count", (1,), "int32", counters=True),
                 # filter_histogram_step_kernel's key counts (filter_histogram_bracket_kernel leaves them zero)
-                Buffer("histogram", (batch, HISTOGRAM_BINS), "int32", counters=True)]
+                Buffer("histogram", (batch, HISTOGRAM_BINS * HISTOGRAM_BIN_STRIDE), "int32", counters=True)]
     seed_words = seed_word_count(seeds.shape)
     filters = dict(HAS_TOP_K=has_top_k, HAS_TOP_P=has_top_p)
     searches = dict(KEY_SHIFT=config.key_shift, FP64=fp64, THREADS=config.threads, VEC=config.vec,
@@ -1867,7 +1880,7 @@ def plan_top_k_top_p_sample(logits: ArgSpec, seeds: ArgSpec, target: Target, *, 
     # after filter_decide_kernel or the histogram launch starts from their state (PREV_PHASE_DECIDED)
     prev_phase, prev_mixed, launched = PREV_PHASE_DECIDED, False, 0
     for phase in [PHASE_TOP_K] * has_top_k + [PHASE_TOP_P] * has_top_p:
-        kinds = ["histogram"] * (phase == PHASE_TOP_P) + ["pivots"] * config.search_steps
+        kinds = ["histogram"] * (phase == PHASE_TOP_P and histogram) + ["pivots"] * config.search_steps
         for j, kind in enumerate(kinds):
             launched += 1
             new_state, new_partials = "state_1" if state == "state_0" else "state_0", f"partials_{launched % 2}"
@@ -1876,14 +1889,15 @@ def plan_top_k_top_p_sample(logits: ArgSpec, seeds: ArgSpec, target: Target, *, 
                 launches.append(launch(
                     filter_histogram_step_kernel, (compact_programs,), args, (new_state, new_partials, "histogram"),
                     PREV_PHASE=prev_phase, **filters, MAX_CHUNKS=MAX_CHUNKS, BINS=HISTOGRAM_BINS,
-                    NARROW_MIXED=prev_mixed, **searches, **tiles))
+                    BIN_STRIDE=HISTOGRAM_BIN_STRIDE, NARROW_MIXED=prev_mixed, **searches, **tiles))
                 state, partials = new_state, new_partials
                 new_state = "state_1" if state == "state_0" else "state_0"
                 launches.append(launch(
                     filter_histogram_bracket_kernel, (min(batch, COMPACT_PROGRAMS),),
                     ("temperature", top_p, state, partials, "histogram", "active_rows", "active_count",
                      config.num_chunks), (new_state, "histogram"), KEY_SHIFT=config.key_shift, FP64=fp64,
-                    WAYS=config.ways, MAX_CHUNKS=MAX_CHUNKS, BINS=HISTOGRAM_BINS, num_warps=HISTOGRAM_BRACKET_WARPS,
+                    WAYS=config.ways, MAX_CHUNKS=MAX_CHUNKS, BINS=HISTOGRAM_BINS, BIN_STRIDE=HISTOGRAM_BIN_STRIDE,
+                    num_warps=HISTOGRAM_BRACKET_WARPS,
                     **options))
                 new_partials = partials  # (unread by the launch after: it starts from the bracket's state)
                 prev_phase, prev_mixed = PREV_PHASE_DECIDED, False
