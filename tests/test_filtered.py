@@ -181,7 +181,7 @@ def test_filtered_tokens_do_not_depend_on_the_tiling(monkeypatch, force_target):
             assert dict(search.constexprs)["WAYS"] == filtered.LISTED_WAYS == 16 and search.num_warps == 2
             assert dict(sample.constexprs)["BLOCK_V"] == 512 and sample.num_warps == 1
             # the decide launch (grid (B,)) lists the rows that search on; every search launch and the
-            # sampling launch take those rows' items only, on COMPACT_PROGRAMS programs at most
+            # sampling launch take those rows' items only, on COMPACT_PROGRAMS (COMPACT_SAMPLE_PROGRAMS) programs at most
             assert decide.grid == (logits.shape[0],) and decide.outputs == ("state_decided", "top_k_list_count", "active_rows",
                                                                   "active_count")
             def searches_of(plan):
@@ -201,7 +201,7 @@ def test_filtered_tokens_do_not_depend_on_the_tiling(monkeypatch, force_target):
             assert "state_decided" in search.args and search.outputs[0] != "state_decided"
             items = BATCH * dict(search.constexprs)["MAX_CHUNKS"]  # (an upper bound of the items)
             assert all(step.grid[0] <= min(items, filtered.COMPACT_PROGRAMS) for step in searches)
-            assert dict(sample.constexprs)["COMPACT"] is True and sample.grid[0] <= filtered.COMPACT_PROGRAMS
+            assert dict(sample.constexprs)["COMPACT"] is True and sample.grid[0] <= filtered.COMPACT_SAMPLE_PROGRAMS
             # 16 ways leave float32's 8 steps no room for mixed first pivots (8 ways would: the next test)
             mixed = [(dict(step.constexprs)["MIXED_PIVOTS"], dict(step.constexprs)["NARROW_MIXED"])
                      for step in searches]
@@ -330,16 +330,18 @@ def test_filtered_top_p_histogram_of_any_width_gives_the_reference_tokens(dtype,
         np.testing.assert_array_equal(results[i], results[i % 3])
 
 
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize("programs", [1, 3])
-def test_filtered_compact_launches_take_every_listed_item_on_few_programs(programs, monkeypatch, force_target):
-    """The launches' plan's search launches and its sampling launch take the listed rows'
-    items on at most COMPACT_PROGRAMS programs, each striding over those it gets: on one or three programs
-    (many items each) the tokens equal those of the shipped count (an item a program here), in both
-    frontends, on rows that search (the same filters as the tiling test)."""
+def test_filtered_compact_launches_take_every_listed_item_on_few_programs(programs, dtype, monkeypatch, force_target):
+    """The launches' plan's search launches (bfloat16: the histogram and bracket launches too) and its
+    sampling launch take the listed rows' items on at most COMPACT_PROGRAMS (COMPACT_SAMPLE_PROGRAMS)
+    programs, each striding over those it gets: on one or three programs (many items each) the tokens
+    equal those of the shipped counts (an item a program here), in both frontends, on rows that search
+    (the same filters as the tiling test)."""
     from jsample.kernels import filtered
 
     rng = np.random.default_rng(8)
-    logits, seeds, positions, temperature = _problem(rng, 6, VOCAB, "float32")
+    logits, seeds, positions, temperature = _problem(rng, 6, VOCAB, dtype)
     top_k, top_p, min_p = np.int32([50, 0, 7, 1000, 3, 0]), np.float32([0.9, 0.5, 1.0, 0.95, 0.2, 0.99]), 0.001
     shipped_plan = filtered.plan_top_k_top_p_sample.__wrapped__
     monkeypatch.setattr(filtered, "MANY_ROWS_ELEMENTS", 0)  # the large-batch tiling
@@ -347,14 +349,17 @@ def test_filtered_compact_launches_take_every_listed_item_on_few_programs(progra
     results = []
     for count in (filtered.COMPACT_PROGRAMS, programs):
         monkeypatch.setattr(filtered, "COMPACT_PROGRAMS", count)
+        monkeypatch.setattr(filtered, "COMPACT_SAMPLE_PROGRAMS", count)
         # a planning function of its own: neither its cache nor the executors' memo holds the other's plan
         monkeypatch.setattr(kernels, "plan_top_k_top_p_sample", functools.partial(shipped_plan))
-        plan = kernels.plan_top_k_top_p_sample(kernels.ArgSpec.contiguous(logits.shape, "float32"),
+        plan = kernels.plan_top_k_top_p_sample(kernels.ArgSpec.contiguous(logits.shape, dtype),
                                                kernels.ArgSpec.contiguous(seeds.shape, "int64"),
                                                kernels.Target(interpreter=True, large_programs=False),
                                                has_top_k=True, has_top_p=True, has_min_p=True, fp64=False)
-        compact = [step for step in plan.launches if step.kernel is filtered.filter_compact_step_kernel
-                   or step.kernel is filtered.filtered_partial_kernel]
+        compact = [step for step in plan.launches if step.kernel in (
+            filtered.filter_compact_step_kernel, filtered.filter_histogram_step_kernel,
+            filtered.filter_histogram_bracket_kernel, filtered.filtered_partial_kernel)]
+        assert (filtered.filter_histogram_bracket_kernel in [step.kernel for step in compact]) == (dtype != "float32")
         chunks = dict(compact[0].constexprs)["MAX_CHUNKS"]
         assert len(compact) > 1 and all(step.grid[0] <= count for step in compact)
         assert count >= 6 * chunks or all(step.grid[0] == count for step in compact)
