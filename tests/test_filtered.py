@@ -207,24 +207,26 @@ def test_filtered_tokens_do_not_depend_on_the_tiling(monkeypatch, force_target):
                      for step in searches]
             assert steps == 8 and mixed == [(False, False)] * steps * 2, mixed
             assert dict(sample.constexprs)["NARROW_MIXED"] is False
-            # bfloat16: top-p's search starts with a histogram launch (its last chunk a row sets the bracket), whose
+            # bfloat16: top-p's search starts with a histogram launch and the bracket launch after it, whose
             # state its pivot launches start from
             plan = kernels.plan_top_k_top_p_sample(kernels.ArgSpec.contiguous(logits.shape, "bfloat16"),
                                                    kernels.ArgSpec.contiguous(seeds.shape, "int64"),
                                                    kernels.Target(interpreter=True), has_top_k=True,
                                                    has_top_p=True, has_min_p=True, fp64=False)
             searches = searches_of(plan)
-            steps = (len(searches) - 1) // 2
+            steps = (len(searches) - 2) // 2
             assert [step.kernel for step in searches] == [filtered.filter_compact_step_kernel] * steps + [
-                filtered.filter_histogram_step_kernel] + [filtered.filter_compact_step_kernel] * steps
-            histogram = searches[steps]
-            assert histogram.outputs[2:] == ("histogram", "arrivals") and dict(histogram.constexprs)["BINS"] == (
-                filtered.HISTOGRAM_BINS)
-            assert plan.buffer("histogram").counters and plan.buffer("arrivals").counters
+                filtered.filter_histogram_step_kernel, filtered.filter_histogram_bracket_kernel] + [
+                filtered.filter_compact_step_kernel] * steps
+            histogram, bracket = searches[steps:steps + 2]
+            assert histogram.outputs[2:] == ("histogram",) and bracket.outputs[1:] == ("histogram",)
+            assert bracket.args[2] == histogram.outputs[0] and bracket.outputs[0] != histogram.outputs[0]
+            assert dict(histogram.constexprs)["BINS"] == dict(bracket.constexprs)["BINS"] == filtered.HISTOGRAM_BINS
+            assert plan.buffer("histogram").counters
             pivots = [step for step in searches if step.kernel is filtered.filter_compact_step_kernel]
             assert prev_phases(pivots) == [filtered.PREV_PHASE_DECIDED] + [filtered.PHASE_TOP_K] * (steps - 1) + [
                 filtered.PREV_PHASE_DECIDED] + [filtered.PHASE_TOP_P] * (steps - 1)
-            assert pivots[steps].args[4] == histogram.outputs[0]
+            assert pivots[steps].args[4] == bracket.outputs[0]
     assert len(tilings) == 6  # every run had a tiling of its own
     for tokens in results[1:]:
         np.testing.assert_array_equal(tokens, results[0])
@@ -252,7 +254,7 @@ def _launches_plan(monkeypatch, force_target, config_change=lambda config: confi
 
 def test_filtered_top_p_histogram_settles_the_brackets_it_covers(monkeypatch, force_target):
     """Top-p's histogram launch counts the top HISTOGRAM_BINS keys of each searched row's bracket; the
-    row's last chunk settles the threshold where they hold it. In a plan without pivot launches
+    bracket launch after it settles the threshold where they hold it. In a plan without pivot launches
     after it, every searched row's bracket is settled (hi = lo + 1) with 1024 bins, which cover these
     brackets of a few hundred bfloat16 keys, at the very threshold key the pivot launches find (1 bin, the
     shipped pivot launches), and the tokens are the reference's; with 2 bins, rows are left unsettled
@@ -331,7 +333,7 @@ def test_filtered_top_p_histogram_of_any_width_gives_the_reference_tokens(dtype,
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize("programs", [1, 3])
 def test_filtered_compact_launches_take_every_listed_item_on_few_programs(programs, dtype, monkeypatch, force_target):
-    """The launches' plan's search launches (bfloat16: the histogram launch too) and its
+    """The launches' plan's search launches (bfloat16: the histogram and bracket launches too) and its
     sampling launch take the listed rows' items on at most COMPACT_PROGRAMS (COMPACT_SAMPLE_PROGRAMS)
     programs, each striding over those it gets: on one or three programs (many items each) the tokens
     equal those of the shipped counts (an item a program here), in both frontends, on rows that search
@@ -356,8 +358,8 @@ def test_filtered_compact_launches_take_every_listed_item_on_few_programs(progra
                                                has_top_k=True, has_top_p=True, has_min_p=True, fp64=False)
         compact = [step for step in plan.launches if step.kernel in (
             filtered.filter_compact_step_kernel, filtered.filter_histogram_step_kernel,
-            filtered.filtered_partial_kernel)]
-        assert (filtered.filter_histogram_step_kernel in [step.kernel for step in compact]) == (dtype != "float32")
+            filtered.filter_histogram_bracket_kernel, filtered.filtered_partial_kernel)]
+        assert (filtered.filter_histogram_bracket_kernel in [step.kernel for step in compact]) == (dtype != "float32")
         chunks = dict(compact[0].constexprs)["MAX_CHUNKS"]
         assert len(compact) > 1 and all(step.grid[0] <= count for step in compact)
         assert count >= 6 * chunks or all(step.grid[0] == count for step in compact)

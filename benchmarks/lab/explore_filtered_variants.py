@@ -251,6 +251,8 @@ def variants():
         # top-p's histogram launch over fewer or more of the bracket's top keys
         "histogram_bins_256": _constant("HISTOGRAM_BINS", 256),
         "histogram_bins_4096": _constant("HISTOGRAM_BINS", 4096),
+        "bracket_warps_2": _constant("HISTOGRAM_BRACKET_WARPS", 2),
+        "bracket_warps_8": _constant("HISTOGRAM_BRACKET_WARPS", 8),
         "sample_blocks_2": _constant("SAMPLE_BLOCKS_PER_PROGRAM", 2),
     }
 

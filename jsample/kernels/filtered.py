@@ -152,6 +152,7 @@ HISTOGRAM_BINS = 1024
 # int32 words from one bin's count to the next's: a row's atomics then spread over more 16-byte pieces of
 # the L2, which serialises adds to one piece (a bin a word: 22.9 us on flat logits, 4 words: 13.0; lab INDEX)
 HISTOGRAM_BIN_STRIDE = 4
+HISTOGRAM_BRACKET_WARPS = 4  # filter_histogram_bracket_kernel's: a program a row, BINS keys at once
 KEY_SHIFTS = {"float32": 0, "bfloat16": 16, "float16": 13}  # low key bits that are zero for the dtype
 ALL_FINITE = 2**62  # the launches' plan's finite count of a row with a finite logit (filter_row_kernel)
 
@@ -1067,8 +1068,7 @@ def filter_histogram_step_kernel(
     num_blocks,  # of block_stats
     state_out_ptr,  # [B, STATE_WORDS] i64 as i32 words: the listed rows' state (written by chunk 0)
     partial_out_ptr,  # [B, num_chunks, WAYS] i64 as i32 words: lane 0, the chunk's mass below the histogram
-    histogram_ptr,  # [B, BINS * BIN_STRIDE] i32 counters: the count of each key of the histogram (left zero)
-    arrivals_ptr,  # [B] i32 counters: the row's chunks done (left zero)
+    histogram_ptr,  # [B, BINS * BIN_STRIDE] i32 counters, zero on entry: the count of each key of the histogram
     PREV_PHASE: tl.constexpr,
     HAS_TOP_K: tl.constexpr,
     HAS_TOP_P: tl.constexpr,
@@ -1084,7 +1084,6 @@ def filter_histogram_step_kernel(
     TILE_BLOCKS: tl.constexpr,
     BINS: tl.constexpr,  # a power of two
     BIN_STRIDE: tl.constexpr,  # words from a bin's count to the next's
-    BRACKET_BLOCK: tl.constexpr,  # bins _histogram_bracket takes at a time (a power of two dividing BINS)
     WIDE_SUMS: tl.constexpr = False,
     NARROW_MIXED: tl.constexpr = False,
 ):
@@ -1092,12 +1091,11 @@ def filter_histogram_step_kernel(
     takes them): the row's bracket [lo, hi) (_row_state: the search starts, hi = key_max + 1), stored by
     chunk 0, counted at every key of its top BINS, [base, hi) with base = max(lo, hi - BINS), in one
     pass: one atomic add a logit in range. A key is one value of the dtype, so all its logits have the
-    same fixed-point mass (_chunk_above's): the mass of the keys >= each of them is exact. Where the
-    normaliser (the mass of the keys >= lo) is not yet known, each chunk also sums the masses of its keys
-    in [lo, base). The row's last chunk to arrive (an arrival counter) finds the bracket from the counts
-    (_histogram_bracket), stores the row's state and leaves the counts zero. On language-model-like logits
-    the bracket from the winner's sums spans a few hundred bfloat16 keys: one pass settles it, where pivot
-    launches took three."""
+    same fixed-point mass (_chunk_above's): filter_histogram_bracket_kernel then has the mass of the keys
+    >= each of them exactly. Where the normaliser (the mass of the keys >= lo) is not yet known, each
+    chunk also sums the masses of its keys in [lo, base). On language-model-like logits the bracket from
+    the winner's sums spans a few hundred bfloat16 keys: one pass settles it, where pivot launches
+    took three."""
     V = aligned(V, VOCAB_ALIGN)
     chunk = aligned(chunk, THREADS * VEC)
     total = tl.load(active_count_ptr) * num_chunks
@@ -1110,25 +1108,58 @@ def filter_histogram_step_kernel(
         key_max, key_min, count, lo, hi, normalizer, key_w, status = _row_state(
             b64, state_in_ptr, partial_in_ptr, num_chunks, temperature, top_k_ptr, top_p_ptr, _TOP_P, PREV_PHASE,
             HAS_TOP_K, HAS_TOP_P, WAYS, MAX_CHUNKS, KEY_SHIFT, NARROW_MIXED)
+        if c == 0:
+            _store_state(state_out_ptr, b64, key_max, key_min, count, lo, hi, normalizer, key_w, status)
         if hi - lo > 1:
             first = c * chunk
-            histogram = histogram_ptr + b64 * (BINS * BIN_STRIDE)
             below = _chunk_histogram(logits_ptr + tl.multiple_of(b64 * row_stride, ROW_ALIGN), first, first + chunk,
                                      V, lo, tl.maximum(lo, hi - BINS), hi, normalizer == 0, temperature, key_max,
-                                     histogram, KEY_SHIFT, FP64, THREADS, VEC, WIDE_SUMS,
-                                     block_stats_ptr + b64 * num_blocks, num_blocks, BLOCK_V, TILE_BLOCKS, BIN_STRIDE)
-            partials = partial_out_ptr.to(tl.pointer_type(tl.int64)) + b64 * num_chunks * WAYS
-            tl.store(partials + c * WAYS, below)
-            tl.debug_barrier()  # every thread's adds and store before the one release
-            if tl.atomic_add(arrivals_ptr + b, 1, sem="acq_rel", scope="gpu") == num_chunks - 1:  # the last chunk
-                lo, hi, normalizer = _histogram_bracket(histogram, partials, num_chunks, lo, hi, normalizer,
-                                                        temperature, key_max, tl.load(top_p_ptr + b64), KEY_SHIFT,
-                                                        FP64, BINS, BIN_STRIDE, WAYS, MAX_CHUNKS, BRACKET_BLOCK)
-                tl.store(arrivals_ptr + b, 0)
-                _store_state(state_out_ptr, b64, key_max, key_min, count, lo, hi, normalizer, key_w, status)
-        elif c == 0:
-            _store_state(state_out_ptr, b64, key_max, key_min, count, lo, hi, normalizer, key_w, status)
+                                     histogram_ptr + b64 * (BINS * BIN_STRIDE), KEY_SHIFT, FP64, THREADS, VEC,
+                                     WIDE_SUMS, block_stats_ptr + b64 * num_blocks, num_blocks, BLOCK_V, TILE_BLOCKS,
+                                     BIN_STRIDE)
+            tl.store(partial_out_ptr.to(tl.pointer_type(tl.int64)) + (b64 * num_chunks + c) * WAYS, below)
         item += tl.num_programs(0)
+
+
+@triton.jit
+def filter_histogram_bracket_kernel(
+    temperature_ptr,  # [B] f32
+    top_p_ptr,  # [B] f32
+    state_in_ptr,  # [B, STATE_WORDS] i64 as i32 words, from filter_histogram_step_kernel (its listed rows)
+    partial_in_ptr,  # [B, num_chunks, WAYS] i64 as i32 words: lane 0, the chunks' masses below the histogram
+    histogram_in_ptr,  # [B, BINS * BIN_STRIDE] i32: the histogram's key counts
+    active_rows_ptr,  # filter_decide_kernel's list of the rows that search on
+    active_count_ptr,  # and their number
+    num_chunks,
+    state_out_ptr,  # [B, STATE_WORDS] i64 as i32 words: the listed rows' state
+    histogram_out_ptr,  # [B, BINS * BIN_STRIDE] i32 counters: left zero
+    KEY_SHIFT: tl.constexpr,
+    FP64: tl.constexpr,
+    WAYS: tl.constexpr,
+    MAX_CHUNKS: tl.constexpr,
+    BINS: tl.constexpr,
+    BIN_STRIDE: tl.constexpr,
+):
+    """Grid (P,), listed row j on program j % P: the top-p bracket after filter_histogram_step_kernel
+    (_histogram_bracket), and the row's counts reset to zero."""
+    j = tl.program_id(0)
+    while j < tl.load(active_count_ptr):
+        b = tl.load(active_rows_ptr + j)
+        b64 = b.to(tl.int64)
+        key_max, key_min, count, lo, hi, normalizer, key_w, status = _load_state(state_in_ptr, b64)
+        if hi - lo > 1:
+            bins = b64 * (BINS * BIN_STRIDE) + tl.arange(0, BINS) * BIN_STRIDE
+            counts = tl.load(histogram_in_ptr + bins)
+            # torch passes one buffer as both pointers: every warp's load before any warp's reset
+            tl.debug_barrier()
+            tl.store(histogram_out_ptr + bins, tl.zeros_like(counts))
+            chunks = tl.arange(0, MAX_CHUNKS)
+            below = tl.sum(tl.load(partial_in_ptr.to(tl.pointer_type(tl.int64)) + (b64 * num_chunks + chunks) * WAYS,
+                                   mask=chunks < num_chunks, other=0), axis=0)
+            lo, hi, normalizer = _histogram_bracket(counts, below, lo, hi, normalizer, load_temperature(temperature_ptr, b),
+                                                    key_max, tl.load(top_p_ptr + b64), KEY_SHIFT, FP64, BINS)
+        _store_state(state_out_ptr, b64, key_max, key_min, count, lo, hi, normalizer, key_w, status)
+        j += tl.num_programs(0)
 
 
 @triton.jit
@@ -1157,56 +1188,28 @@ def _chunk_histogram(row_ptr, first, end, V, lo, base, hi, with_below, temperatu
 
 
 @triton.jit
-def _histogram_bracket(histogram_ptr, partial_ptr, num_chunks, lo, hi, normalizer, temperature, key_max, p,
-                       KEY_SHIFT: tl.constexpr, FP64: tl.constexpr, BINS: tl.constexpr, BIN_STRIDE: tl.constexpr,
-                       WAYS: tl.constexpr, MAX_CHUNKS: tl.constexpr, BLOCK: tl.constexpr):
-    """(lo, hi, normaliser) of a top-p bracket [lo, hi) from the row's counts of each key in [base, hi)
-    (base = max(lo, hi - BINS)) and its chunks' masses of the keys in [lo, base) (lane 0 of their
-    partials, summed where the normaliser was unknown), both read past L1 (other programs wrote them);
-    the counts are left zero. hi is key_max + 1 (a search's first launch): the mass of the keys >= t is
+def _histogram_bracket(counts, below, lo, hi, normalizer, temperature, key_max, p, KEY_SHIFT: tl.constexpr,
+                       FP64: tl.constexpr, BINS: tl.constexpr):
+    """(lo, hi, normaliser) of a top-p bracket [lo, hi) from the row's `counts` of each key in [base, hi)
+    (base = max(lo, hi - BINS)) and the mass of its keys in [lo, base) (`below`, counted where the
+    normaliser was unknown). hi is key_max + 1 (a search's first launch): the mass of the keys >= t is
     that of the keys in [t, hi). As _narrow with a pivot at lo and at every key of [base, hi): the
-    largest key whose mass at or above it is not below the limit is the threshold (lo is not below it,
-    by construction); where no key of the histogram is, the bracket narrows to [lo, base). The keys are
-    taken BLOCK at a time, from the top, the mass above each block carried."""
+    largest key whose mass at or above it is not below the limit (lo is not, by construction) is the
+    threshold; where no key of the histogram is, the bracket narrows to [lo, base)."""
     base = tl.maximum(lo, hi - BINS)
-    if normalizer == 0:
-        chunks = tl.arange(0, MAX_CHUNKS)
-        normalizer = tl.sum(tl.load(partial_ptr + chunks * WAYS, mask=chunks < num_chunks, other=0,
-                                    cache_modifier=".cg"), axis=0)
-        for i in range(BINS // BLOCK):
-            _, _, weight = _histogram_block(histogram_ptr, i * BLOCK, base, hi, lo, temperature, key_max, KEY_SHIFT,
-                                            FP64, BIN_STRIDE, BLOCK)
-            normalizer += tl.sum(weight, axis=0)
-    limit = p.to(tl.float64) * normalizer.to(tl.float64)
-    above = normalizer * 0  # the mass of the keys above the block
-    threshold = lo - 1
-    for i in range(BINS // BLOCK):
-        keys, in_bracket, weight = _histogram_block(histogram_ptr, BINS - (i + 1) * BLOCK, base, hi, lo, temperature,
-                                                    key_max, KEY_SHIFT, FP64, BIN_STRIDE, BLOCK)
-        in_block = tl.sum(weight, axis=0)
-        at_or_above = above + in_block - tl.cumsum(weight, 0) + weight  # the mass of the keys >= each
-        reaches = in_bracket & ~(at_or_above.to(tl.float64) < limit)
-        threshold = tl.maximum(threshold, tl.max(tl.where(reaches, keys, lo - 1), axis=0))
-        above += in_block
-    tl.debug_barrier()  # every thread's reads before the reset
-    for i in range(BINS // BLOCK):
-        bins = i * BLOCK + tl.arange(0, BLOCK)
-        tl.store(histogram_ptr + bins * BIN_STRIDE, tl.zeros([BLOCK], tl.int32))
-    settled = threshold >= base
-    return tl.where(settled, threshold, lo), tl.where(settled, threshold + 1, base), normalizer
-
-
-@triton.jit
-def _histogram_block(histogram_ptr, first, base, hi, lo, temperature, key_max, KEY_SHIFT: tl.constexpr,
-                     FP64: tl.constexpr, BIN_STRIDE: tl.constexpr, BLOCK: tl.constexpr):
-    """(keys, in bracket, count * fixed-point mass) [BLOCK] of bins first .. first + BLOCK - 1."""
-    bins = first + tl.arange(0, BLOCK)
-    keys = base + bins
+    keys = base + tl.arange(0, BINS)
     in_bracket = keys < hi
-    counts = tl.load(histogram_ptr + bins * BIN_STRIDE, cache_modifier=".cg")
     x = _key_value(tl.where(in_bracket, keys, lo), KEY_SHIFT)
     mass = (_relative_probability(x, temperature, key_max, KEY_SHIFT, FP64) * _MASS_SCALE).to(tl.int32)  # _chunk_above's
-    return keys, in_bracket, tl.where(in_bracket, counts.to(tl.int64) * mass.to(tl.int64), 0)
+    weight = tl.where(in_bracket, counts.to(tl.int64) * mass.to(tl.int64), 0)
+    in_histogram = tl.sum(weight, axis=0)
+    normalizer = tl.where(normalizer == 0, below + in_histogram, normalizer)
+    limit = p.to(tl.float64) * normalizer.to(tl.float64)
+    at_or_above = in_histogram - tl.cumsum(weight, 0) + weight  # the mass of the keys >= each
+    reaches = in_bracket & ~(at_or_above.to(tl.float64) < limit)
+    threshold = tl.max(tl.where(reaches, keys, lo - 1), axis=0)
+    settled = threshold >= base
+    return tl.where(settled, threshold, lo), tl.where(settled, threshold + 1, base), normalizer
 
 
 @triton.jit
@@ -1834,9 +1837,8 @@ def plan_top_k_top_p_sample(logits: ArgSpec, seeds: ArgSpec, target: Target, *, 
                 Buffer("top_k_list_count", (batch,), "int32", counters=True),
                 # the rows filter_decide_kernel leaves searching, for the launches after it
                 Buffer("active_rows", (batch,), "int32"), Buffer("active_count", (1,), "int32", counters=True),
-                # filter_histogram_step_kernel's key counts, and its rows' arrival counters
-                Buffer("histogram", (batch, HISTOGRAM_BINS * HISTOGRAM_BIN_STRIDE), "int32", counters=True),
-                Buffer("arrivals", (batch,), "int32", counters=True)]
+                # filter_histogram_step_kernel's key counts (filter_histogram_bracket_kernel leaves them zero)
+                Buffer("histogram", (batch, HISTOGRAM_BINS * HISTOGRAM_BIN_STRIDE), "int32", counters=True)]
     seed_words = seed_word_count(seeds.shape)
     filters = dict(HAS_TOP_K=has_top_k, HAS_TOP_P=has_top_p)
     searches = dict(KEY_SHIFT=config.key_shift, FP64=fp64, THREADS=config.threads, VEC=config.vec,
@@ -1888,12 +1890,21 @@ def plan_top_k_top_p_sample(logits: ArgSpec, seeds: ArgSpec, target: Target, *, 
             launched += 1
             new_state, new_partials = "state_1" if state == "state_0" else "state_0", f"partials_{launched % 2}"
             args = ("logits", "temperature", top_k, top_p, state, partials, "block_stats") + compact
-            if kind == "histogram":  # the counts, and the bracket from them (the listed rows' state)
+            if kind == "histogram":  # the counts, then the bracket from them (the listed rows' state)
                 launches.append(launch(
-                    filter_histogram_step_kernel, (compact_programs,), args,
-                    (new_state, new_partials, "histogram", "arrivals"), PREV_PHASE=prev_phase, **filters,
-                    MAX_CHUNKS=MAX_CHUNKS, BINS=HISTOGRAM_BINS, BIN_STRIDE=HISTOGRAM_BIN_STRIDE,
-                    BRACKET_BLOCK=min(HISTOGRAM_BINS, 256), NARROW_MIXED=prev_mixed, **searches, **tiles))
+                    filter_histogram_step_kernel, (compact_programs,), args, (new_state, new_partials, "histogram"),
+                    PREV_PHASE=prev_phase, **filters, MAX_CHUNKS=MAX_CHUNKS, BINS=HISTOGRAM_BINS,
+                    BIN_STRIDE=HISTOGRAM_BIN_STRIDE, NARROW_MIXED=prev_mixed, **searches, **tiles))
+                state, partials = new_state, new_partials
+                new_state = "state_1" if state == "state_0" else "state_0"
+                launches.append(launch(
+                    filter_histogram_bracket_kernel, (min(batch, COMPACT_PROGRAMS),),
+                    ("temperature", top_p, state, partials, "histogram", "active_rows", "active_count",
+                     config.num_chunks), (new_state, "histogram"), KEY_SHIFT=config.key_shift, FP64=fp64,
+                    WAYS=config.ways, MAX_CHUNKS=MAX_CHUNKS, BINS=HISTOGRAM_BINS, BIN_STRIDE=HISTOGRAM_BIN_STRIDE,
+                    num_warps=HISTOGRAM_BRACKET_WARPS,
+                    **options))
+                new_partials = partials  # (unread by the launch after: it starts from the bracket's state)
                 prev_phase, prev_mixed = PREV_PHASE_DECIDED, False
             else:
                 mixed = config.mixed_first_pivots and kinds[j - 1:j] != ["pivots"]  # a first pivot launch
