@@ -272,27 +272,31 @@ def test_filtered_top_p_histogram_settles_the_brackets_it_covers(monkeypatch, fo
     top_p = np.float32([0.9, 0.5, 0.3, 0.3, 0.7, 0.4, 0.2, 0.6])
     no_pivot_launch = lambda config: dataclasses.replace(config, ways=16, search_steps=0,  # noqa: E731
                                                          mixed_first_pivots=False)
-    inputs = dict(logits=torch.from_numpy(logits.view(np.uint16).astype(np.int16)).view(torch.bfloat16),
-                  seeds=torch.from_numpy(seeds), positions=torch.from_numpy(positions),
-                  temperature=torch.from_numpy(temperature), top_p=torch.from_numpy(top_p))
+    device = torch.device("cuda" if ON_GPU else "cpu")
+    inputs = {name: torch.from_numpy(value).to(device) for name, value in (
+        ("logits", logits.view(np.int16)), ("seeds", seeds), ("positions", positions), ("temperature", temperature),
+        ("top_p", top_p))}
+    inputs["logits"] = inputs["logits"].view(torch.bfloat16)
     states = {}
     for bins, change in ((1024, no_pivot_launch), (2, no_pivot_launch), (1, lambda config: config)):
         _launches_plan(monkeypatch, force_target, change, HISTOGRAM_BINS=bins)
         plan = kernels.plan_top_k_top_p_sample(kernels.ArgSpec.contiguous(logits.shape, "bfloat16"),
                                                kernels.ArgSpec.contiguous(seeds.shape, "int64"),
-                                               kernels.Target(interpreter=True), has_top_k=False, has_top_p=True,
+                                               torch_execute.target(device), has_top_k=False, has_top_p=True,
                                                has_min_p=False, fp64=False)
         names = [step.kernel.__name__ for step in plan.launches]
         assert names.count("filter_histogram_step_kernel") == 1
         assert ("filter_compact_step_kernel" in names) == (bins == 1)
         final_state = next(step for step in plan.launches if step.kernel is filtered.filtered_partial_kernel).args[7]
         tokens, decided, state = torch_execute.run(
-            dataclasses.replace(plan, outputs=("tokens", "state_decided", final_state)), torch.device("cpu"), inputs)
+            dataclasses.replace(plan, outputs=("tokens", "state_decided", final_state)), device, inputs)
+        tokens, decided, state = tokens.cpu(), decided.cpu(), state.cpu()
         # words: 3 lo, 4 hi, 7 status (the final state's of the rows searched only, which state_decided lists)
         searched = decided.view(torch.int64).numpy()[:, 7] == filtered.STATUS_FILTER
         states[bins] = np.where(searched[:, None], state.view(torch.int64).numpy(), -1)
         if bins == 1024:
-            assert_tokens_match_reference(tokens.numpy(), logits, seeds, positions, temperature, None, top_p, None)
+            assert_tokens_match_reference(tokens.numpy(), logits, seeds, positions, temperature,
+                                          np.zeros(batch, np.int32), top_p, np.zeros(batch, np.float32))
             np.testing.assert_array_equal(both_frontends(OP, logits, seeds, positions, temperature, top_p=top_p),
                                           tokens.numpy())
     searched = states[1024][:, 7] == filtered.STATUS_FILTER
@@ -323,8 +327,9 @@ def test_filtered_top_p_histogram_of_any_width_gives_the_reference_tokens(dtype,
         _launches_plan(monkeypatch, force_target, HISTOGRAM_BINS=bins, TOP_K_LIST=16)
         for filters in (dict(top_p=top_p), dict(top_p=top_p, min_p=min_p), dict(top_k=top_k, top_p=top_p)):
             tokens = both_frontends(OP, logits, seeds, positions, temperature, **filters)
-            assert_tokens_match_reference(tokens, logits, seeds, positions, temperature, filters.get("top_k"),
-                                          top_p, filters.get("min_p"))
+            assert_tokens_match_reference(tokens, logits, seeds, positions, temperature,
+                                          filters.get("top_k", np.zeros(batch, np.int32)), top_p,
+                                          filters.get("min_p", np.zeros(batch, np.float32)))
             results.append(tokens)
     for i in range(3, len(results)):  # every width, the same tokens
         np.testing.assert_array_equal(results[i], results[i % 3])
