@@ -56,14 +56,20 @@ frontends (plan_top_k_top_p_sample lists them):
    other pivots splitting the bracket's values, which is where a bracket across binades has its
    logits: _pivots). A search the winner's sums bound starts above (or, top-k keeping it, at or
    below) the winner's key, and tiles whose largest key (the block statistics) is below the bracket
-   are skipped unread: the same thresholds, sooner and with less reading.
-6. `filtered_partial_kernel`, four blocks of a row a work item: replays the final state and writes
+   are skipped unread: the same thresholds, sooner and with less reading. On 16-bit logits top-p's
+   search starts with `filter_histogram_step_kernel`: the count of each of the bracket's top
+   HISTOGRAM_BINS keys (a key is one value there, so count x mass is exact), from which
+   `filter_histogram_bracket_kernel` (a program a listed row) takes the threshold, or, where it lies
+   below those keys, the bracket left to the pivot launches. The bracket from the winner's sums spans a
+   few hundred bfloat16 keys on language-model-like logits: one pass, where pivot launches took three.
+6. `filtered_partial_kernel`, COMPACT_SAMPLE_BLOCKS blocks of a row a work item (SAMPLE_BLOCKS_PER_PROGRAM
+   without a search): replays the final state and writes
    gumbel_sample's block partials of the row with the logits below the threshold (and, for min-p,
    e < min_p) masked, reusing the unfiltered partial of every block whose best column is kept or that
    keeps none; `filtered_reduce_kernel` reduces each row's filtered, or unfiltered, partials.
 
-The search launches and the sampling launch run at most COMPACT_PROGRAMS programs, which stride over
-the listed rows' items (item j: row active_rows[j // items a row], on program j % P). Most rows' token
+The search launches and the sampling launch run at most COMPACT_PROGRAMS (COMPACT_SAMPLE_PROGRAMS)
+programs, which stride over the listed rows' items (item j: row active_rows[j // items a row], on program j % P). Most rows' token
 is the unfiltered winner or comes from top-k's lists, so most of those launches have few items or
 none: a program then reads a counter and stops (some 2 us a launch, against 5-7 us for a grid of every
 row's items that read their statuses). Without a search (min-p alone) the sampling launch takes every
@@ -1156,8 +1162,9 @@ def filter_histogram_bracket_kernel(
             chunks = tl.arange(0, MAX_CHUNKS)
             below = tl.sum(tl.load(partial_in_ptr.to(tl.pointer_type(tl.int64)) + (b64 * num_chunks + chunks) * WAYS,
                                    mask=chunks < num_chunks, other=0), axis=0)
-            lo, hi, normalizer = _histogram_bracket(counts, below, lo, hi, normalizer, load_temperature(temperature_ptr, b),
-                                                    key_max, tl.load(top_p_ptr + b64), KEY_SHIFT, FP64, BINS)
+            lo, hi, normalizer = _histogram_bracket(counts, below, lo, hi, normalizer,
+                                                    load_temperature(temperature_ptr, b), key_max,
+                                                    tl.load(top_p_ptr + b64), KEY_SHIFT, FP64, BINS)
         _store_state(state_out_ptr, b64, key_max, key_min, count, lo, hi, normalizer, key_w, status)
         j += tl.num_programs(0)
 
@@ -1200,7 +1207,8 @@ def _histogram_bracket(counts, below, lo, hi, normalizer, temperature, key_max, 
     keys = base + tl.arange(0, BINS)
     in_bracket = keys < hi
     x = _key_value(tl.where(in_bracket, keys, lo), KEY_SHIFT)
-    mass = (_relative_probability(x, temperature, key_max, KEY_SHIFT, FP64) * _MASS_SCALE).to(tl.int32)  # _chunk_above's
+    # each key's fixed-point mass, as _chunk_above computes it for its logits
+    mass = (_relative_probability(x, temperature, key_max, KEY_SHIFT, FP64) * _MASS_SCALE).to(tl.int32)
     weight = tl.where(in_bracket, counts.to(tl.int64) * mass.to(tl.int64), 0)
     in_histogram = tl.sum(weight, axis=0)
     normalizer = tl.where(normalizer == 0, below + in_histogram, normalizer)
@@ -1873,7 +1881,8 @@ def plan_top_k_top_p_sample(logits: ArgSpec, seeds: ArgSpec, target: Target, *, 
             ("seeds", "positions", "temperature", top_k, top_p, min_p, "state_0", "partials_0", "top_k_list",
              "top_k_list_count", config.num_chunks), ("state_decided", "top_k_list_count", "active_rows",
                                                       "active_count"),
-            PHASE=PHASE_TOP_K if has_top_k else PHASE_TOP_P, **filters, HAS_MIN_P=has_min_p, KEY_SHIFT=config.key_shift, FP64=fp64,
+            PHASE=PHASE_TOP_K if has_top_k else PHASE_TOP_P, **filters, HAS_MIN_P=has_min_p,
+            KEY_SHIFT=config.key_shift, FP64=fp64,
             FAST_MATH=gumbel.fast_math, WAYS=config.ways, MAX_CHUNKS=MAX_CHUNKS, LIST=top_k_list,
             SHORT_LIST=min(max(1, top_k_list), SHORT_TOP_K_LIST), SEED_WORDS=seed_words, num_warps=4, **options))
         state = "state_decided"
