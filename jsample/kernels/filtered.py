@@ -69,10 +69,10 @@ frontends (plan_top_k_top_p_sample lists them):
    keeps none; `filtered_reduce_kernel` reduces each row's filtered, or unfiltered, partials.
 
 The search launches and the sampling launch run at most COMPACT_PROGRAMS (COMPACT_SAMPLE_PROGRAMS)
-programs, which stride over the listed rows' items (item j: row active_rows[j // items a row], on program j % P). Most rows' token
-is the unfiltered winner or comes from top-k's lists, so most of those launches have few items or
-none: a program then reads a counter and stops (some 2 us a launch, against 5-7 us for a grid of every
-row's items that read their statuses). Without a search (min-p alone) the sampling launch takes every
+programs, which stride over the listed rows' items (item j: row active_rows[j // items a row], on
+program j % P). Most rows' token is the unfiltered winner or comes from top-k's lists, so most of those
+launches have few items or none: a program then reads a counter and stops (some 2 us a launch, against
+5-7 us for a grid of every row's items that read their statuses). Without a search (min-p alone) the sampling launch takes every
 row's items, and skips those of rows that are done (_program_items).
 
 Where all B * num_chunks programs run at once (Target.resident_programs; in the interpreter, one
@@ -130,7 +130,8 @@ PHASE_TOP_K = 1
 PHASE_TOP_P = 2
 PHASE_SAMPLE = 3
 PHASE_WINNER = 4
-PREV_PHASE_DECIDED = 5  # the first search launch's PREV_PHASE: filter_decide_kernel set its bracket
+# a search launch's PREV_PHASE after filter_decide_kernel or filter_histogram_bracket_kernel: they set its bracket
+PREV_PHASE_DECIDED = 5
 # int64 per row: key max, key min, finite count, lo, hi, top-p normaliser, winner key, status (the launches'
 # plan keeps a search floor below every finite key as key min, and ALL_FINITE or 0 as the count)
 STATE_WORDS = 8
@@ -501,8 +502,9 @@ def _row_state(b64, state_ptr, partial_ptr, num_chunks, temperature, top_k_ptr, 
                WAYS: tl.constexpr, MAX_CHUNKS: tl.constexpr, KEY_SHIFT: tl.constexpr = 0,
                NARROW_MIXED: tl.constexpr = False):
     """The row's state for a PHASE launch (NARROW_MIXED: the previous launch's pivots were _pivots'
-    mixed ones): the previous launch's state advanced by its partials (_advance_state), or after the
-    decide launch (PREV_PHASE_DECIDED) its state as it is. Returns (key max, key min, finite count, lo,
+    mixed ones): the previous launch's state advanced by its partials (_advance_state), or after a
+    launch that set the bracket (PREV_PHASE_DECIDED: the decide and histogram-bracket launches) its
+    state as it is. Returns (key max, key min, finite count, lo,
     hi, top-p normaliser, winner key, status)."""
     key_max, key_min, count, lo, hi, normalizer, key_w, status = _load_state(state_ptr, b64)
     if PREV_PHASE != _DECIDED:
