@@ -72,8 +72,8 @@ The search launches and the sampling launch run at most COMPACT_PROGRAMS (COMPAC
 programs, which stride over the listed rows' items (item j: row active_rows[j // items a row], on
 program j % P). Most rows' token is the unfiltered winner or comes from top-k's lists, so most of those
 launches have few items or none: a program then reads a counter and stops (some 2 us a launch, against
-5-7 us for a grid of every row's items that read their statuses). Without a search (min-p alone) the sampling launch takes every
-row's items, and skips those of rows that are done (_program_items).
+5-7 us for a grid of every row's items that read their statuses). Without a search (min-p alone) the
+sampling launch takes every row's items, and skips those of rows that are done (_program_items).
 
 Where all B * num_chunks programs run at once (Target.resident_programs; in the interpreter, one
 program a row), `filtered_one_launch_kernel` does all of this in one launch: the steps meet at a
@@ -321,6 +321,13 @@ def _relative_probability(x, temperature, key_max, KEY_SHIFT: tl.constexpr, FP64
 
 
 @triton.jit
+def _fixed_point_mass(x, temperature, key_max, KEY_SHIFT: tl.constexpr, FP64: tl.constexpr):
+    """int32 floor(e * MASS_SCALE) of logits x (e: _relative_probability, 0 for non-finite x), the
+    fixed-point mass every top-p sum adds, whichever launch adds it."""
+    return (_relative_probability(x, temperature, key_max, KEY_SHIFT, FP64) * _MASS_SCALE).to(tl.int32)
+
+
+@triton.jit
 def _tile_logits(row_ptr, start, V, THREADS: tl.constexpr, VEC: tl.constexpr):
     """The [VEC, THREADS] logits from column `start` (VEC contiguous columns a thread: 16-byte loads),
     widened to FP32 (-inf past V). Threads run along the last dimension: the compiler gives the lanes
@@ -394,8 +401,7 @@ def _chunk_above(row_ptr, first, end, V, lo, hi, temperature, key_max, PHASE: tl
             if PHASE == _TOP_K:
                 above += tl.sum(is_above.to(tl.int32), axis=1)
             else:
-                e = _relative_probability(x, temperature, key_max, KEY_SHIFT, FP64)
-                mass = (e * _MASS_SCALE).to(tl.int32)  # floor: e >= 0
+                mass = _fixed_point_mass(x, temperature, key_max, KEY_SHIFT, FP64)
                 above += tl.sum(tl.where(is_above, mass[None, :, :], 0), axis=1).to(above.dtype)
         start += THREADS * VEC
     return tl.sum(above.to(tl.int64), axis=1)
@@ -504,8 +510,8 @@ def _row_state(b64, state_ptr, partial_ptr, num_chunks, temperature, top_k_ptr, 
     """The row's state for a PHASE launch (NARROW_MIXED: the previous launch's pivots were _pivots'
     mixed ones): the previous launch's state advanced by its partials (_advance_state), or after a
     launch that set the bracket (PREV_PHASE_DECIDED: the decide and histogram-bracket launches) its
-    state as it is. Returns (key max, key min, finite count, lo,
-    hi, top-p normaliser, winner key, status)."""
+    state as it is. Returns (key max, key min, finite count, lo, hi, top-p normaliser, winner key,
+    status)."""
     key_max, key_min, count, lo, hi, normalizer, key_w, status = _load_state(state_ptr, b64)
     if PREV_PHASE != _DECIDED:
         key_max, key_min, count, lo, hi, normalizer, key_w, status = _advance_state(
@@ -937,8 +943,8 @@ def _list_decision(list_ptr, listed_count, k, key_max, key_w, winner_may_stay, s
     if HAS_TOP_P:
         p = tl.load(top_p_ptr + b64)
         kept = in_list & (keys >= threshold)
-        e = _relative_probability(_key_value(keys, KEY_SHIFT), temperature, key_max, KEY_SHIFT, FP64)
-        mass = tl.where(kept, (e * _MASS_SCALE).to(tl.int32), 0).to(tl.int64)  # as _chunk_above's
+        mass = tl.where(kept, _fixed_point_mass(_key_value(keys, KEY_SHIFT), temperature, key_max, KEY_SHIFT, FP64),
+                        0).to(tl.int64)
         limit = p.to(tl.float64) * tl.sum(mass, axis=0).to(tl.float64)
         # the kept keys (a prefix) up to the first whose running sum reaches the limit, which every
         # kept key after it also reaches (masses >= 0; it exists for 0 < p < 1: the sum of them all
@@ -1095,8 +1101,8 @@ def filter_histogram_step_kernel(
     WIDE_SUMS: tl.constexpr = False,
     NARROW_MIXED: tl.constexpr = False,
 ):
-    """The top-p search's first launch, grid (P,) over the listed rows' chunks (as filter_compact_step_kernel
-    takes them): the row's bracket [lo, hi) (_row_state: the search starts, hi = key_max + 1), stored by
+    """The top-p search's first launch, grid (P,) over the listed rows' chunks (as
+    filter_compact_step_kernel takes them): the row's bracket [lo, hi) (_row_state: the search starts, hi = key_max + 1), stored by
     chunk 0, counted at every key of its top BINS, [base, hi) with base = max(lo, hi - BINS), in one
     pass: one atomic add a logit in range. A key is one value of the dtype, so all its logits have the
     same fixed-point mass (_chunk_above's): filter_histogram_bracket_kernel then has the mass of the keys
@@ -1190,7 +1196,7 @@ def _chunk_histogram(row_ptr, first, end, V, lo, base, hi, with_below, temperatu
             tl.atomic_add(histogram_ptr + (key - base) * BIN_STRIDE, 1, mask=finite & (key >= base) & (key < hi),
                           sem="relaxed")
             if with_below:
-                mass = (_relative_probability(x, temperature, key_max, KEY_SHIFT, FP64) * _MASS_SCALE).to(tl.int32)
+                mass = _fixed_point_mass(x, temperature, key_max, KEY_SHIFT, FP64)
                 below += tl.where(finite & (key >= lo) & (key < base), mass, 0).to(below.dtype)
         start += THREADS * VEC
     return tl.sum(tl.sum(below.to(tl.int64), axis=1), axis=0)
@@ -1209,8 +1215,7 @@ def _histogram_bracket(counts, below, lo, hi, normalizer, temperature, key_max, 
     keys = base + tl.arange(0, BINS)
     in_bracket = keys < hi
     x = _key_value(tl.where(in_bracket, keys, lo), KEY_SHIFT)
-    # each key's fixed-point mass, as _chunk_above computes it for its logits
-    mass = (_relative_probability(x, temperature, key_max, KEY_SHIFT, FP64) * _MASS_SCALE).to(tl.int32)
+    mass = _fixed_point_mass(x, temperature, key_max, KEY_SHIFT, FP64)  # each key's, as its logits have
     weight = tl.where(in_bracket, counts.to(tl.int64) * mass.to(tl.int64), 0)
     in_histogram = tl.sum(weight, axis=0)
     normalizer = tl.where(normalizer == 0, below + in_histogram, normalizer)
@@ -1369,7 +1374,7 @@ def _store_partial(partial_score_ptr, partial_index_ptr, out, score, column, FP6
 
 @triton.jit
 def filtered_reduce_kernel(
-    state_ptr,  # the rows' statuses (with search launches, the first's state)
+    state_ptr,  # the rows' statuses (with a search, filter_decide_kernel's state)
     unfiltered_score_ptr,  # filter_stats_kernel's partials (STATUS_DONE rows)
     unfiltered_index_ptr,
     partial_score_ptr,  # filtered_partial_kernel's (STATUS_FILTER rows)
@@ -1738,7 +1743,7 @@ def _chunk_winner_sums(row_ptr, first, end, V, key_w, temperature, key_max, KEY_
             if COUNTS:
                 above += ((x >= above_w) & (x < float("inf"))).to(tl.int32)  # +inf is not counted
             if MASSES:  # (non-finite logits have no mass)
-                mass = (_relative_probability(x, temperature, key_max, KEY_SHIFT, FP64) * _MASS_SCALE).to(tl.int32)
+                mass = _fixed_point_mass(x, temperature, key_max, KEY_SHIFT, FP64)
                 mass_above += tl.where(x >= above_w, mass, 0).to(mass_above.dtype)
                 if COUNTS:
                     mass_from += tl.where(x >= from_w, mass, 0).to(mass_above.dtype)
