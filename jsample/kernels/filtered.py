@@ -321,10 +321,27 @@ def _relative_probability(x, temperature, key_max, KEY_SHIFT: tl.constexpr, FP64
 
 
 @triton.jit
-def _fixed_point_mass(x, temperature, key_max, KEY_SHIFT: tl.constexpr, FP64: tl.constexpr):
+def _exp_flushing_subnormals(z):
+    """tl.exp(z) of FP32 z on a GPU (ex2.approx of z * log2(e) rounded to FP32, as Triton lowers it), with
+    subnormal results flushed to zero: one instruction, where tl.exp's guard of the subnormal range
+    takes four."""
+    return tl.inline_asm_elementwise("ex2.approx.ftz.f32 $0, $1;", "=f,f", [z * 1.4426950408889634],
+                                     dtype=tl.float32, is_pure=True, pack=1)
+
+
+@triton.jit
+def _fixed_point_mass(x, temperature, key_max, KEY_SHIFT: tl.constexpr, FP64: tl.constexpr,
+                      FAST_MATH: tl.constexpr = False):
     """int32 floor(e * MASS_SCALE) of logits x (e: _relative_probability, 0 for non-finite x), the
-    fixed-point mass every top-p sum adds, whichever launch adds it."""
-    return (_relative_probability(x, temperature, key_max, KEY_SHIFT, FP64) * _MASS_SCALE).to(tl.int32)
+    fixed-point mass every top-p sum adds, whichever launch adds it. FAST_MATH (a GPU) takes FP32's e
+    with subnormals flushed (_exp_flushing_subnormals): the same mass, since e < 2**-126 gives 0."""
+    if FAST_MATH and not FP64:
+        inverse_t = inverse_temperature(temperature, False)
+        e = _exp_flushing_subnormals(x * inverse_t - _key_value(key_max, KEY_SHIFT) * inverse_t)
+        e = tl.where(tl.abs(x) < float("inf"), e, 0.0)
+    else:
+        e = _relative_probability(x, temperature, key_max, KEY_SHIFT, FP64)
+    return (e * _MASS_SCALE).to(tl.int32)
 
 
 @triton.jit
@@ -377,7 +394,7 @@ def _tile_max_key(block_stats_ptr, start, num_blocks, BLOCK_V: tl.constexpr, TIL
 def _chunk_above(row_ptr, first, end, V, lo, hi, temperature, key_max, PHASE: tl.constexpr, KEY_SHIFT: tl.constexpr,
                  FP64: tl.constexpr, THREADS: tl.constexpr, VEC: tl.constexpr, WAYS: tl.constexpr,
                  WIDE_SUMS: tl.constexpr, block_stats_ptr=None, num_blocks=0, BLOCK_V: tl.constexpr = 0,
-                 TILE_BLOCKS: tl.constexpr = 1, MIXED: tl.constexpr = False):
+                 TILE_BLOCKS: tl.constexpr = 1, MIXED: tl.constexpr = False, FAST_MATH: tl.constexpr = False):
     """[WAYS] int64: the count (PHASE_TOP_K) or fixed-point mass (PHASE_TOP_P) of the keys in columns
     [first, end) that are >= each pivot (_pivots). With BLOCK_V (the launches' plan:
     filter_stats_kernel's block statistics of the row at `block_stats_ptr`), tiles whose largest key is
@@ -401,7 +418,7 @@ def _chunk_above(row_ptr, first, end, V, lo, hi, temperature, key_max, PHASE: tl
             if PHASE == _TOP_K:
                 above += tl.sum(is_above.to(tl.int32), axis=1)
             else:
-                mass = _fixed_point_mass(x, temperature, key_max, KEY_SHIFT, FP64)
+                mass = _fixed_point_mass(x, temperature, key_max, KEY_SHIFT, FP64, FAST_MATH)
                 above += tl.sum(tl.where(is_above, mass[None, :, :], 0), axis=1).to(above.dtype)
         start += THREADS * VEC
     return tl.sum(above.to(tl.int64), axis=1)
@@ -744,6 +761,7 @@ def filter_winner_sums_kernel(
     WIDE_SUMS: tl.constexpr = False,
     ITEMS: tl.constexpr = 1,
     LIST: tl.constexpr = 0,  # the plan's TOP_K_LIST with top-k (0: no lists)
+    FAST_MATH: tl.constexpr = False,
 ):
     """Grid (cdiv(B * num_chunks, ITEMS),), a row's chunk an item (_program_items): for STATUS_CHECK rows,
     the chunk's counts (and, with HAS_TOP_P, masses) that decide whether top-k and top-p keep the
@@ -787,7 +805,7 @@ def filter_winner_sums_kernel(
             sums = _chunk_winner_sums(logits_ptr + tl.multiple_of(b64 * row_stride, ROW_ALIGN), first, first + chunk,
                                       V, key_w, temperature, tl.load(state), KEY_SHIFT, FP64, THREADS, VEC, WAYS,
                                       WIDE_SUMS, HAS_TOP_P, HAS_TOP_K, tiles_from, block_stats_ptr + b64 * num_blocks,
-                                      num_blocks, BLOCK_V, TILE_BLOCKS)
+                                      num_blocks, BLOCK_V, TILE_BLOCKS, FAST_MATH)
             tl.store(partial_out_ptr.to(tl.pointer_type(tl.int64)) + (b64 * num_chunks + c) * WAYS
                      + tl.arange(0, WAYS), sums)
 
@@ -943,8 +961,8 @@ def _list_decision(list_ptr, listed_count, k, key_max, key_w, winner_may_stay, s
     if HAS_TOP_P:
         p = tl.load(top_p_ptr + b64)
         kept = in_list & (keys >= threshold)
-        mass = tl.where(kept, _fixed_point_mass(_key_value(keys, KEY_SHIFT), temperature, key_max, KEY_SHIFT, FP64),
-                        0).to(tl.int64)
+        mass = tl.where(kept, _fixed_point_mass(_key_value(keys, KEY_SHIFT), temperature, key_max, KEY_SHIFT, FP64,
+                                                FAST_MATH), 0).to(tl.int64)
         limit = p.to(tl.float64) * tl.sum(mass, axis=0).to(tl.float64)
         # the kept keys (a prefix) up to the first whose running sum reaches the limit, which every
         # kept key after it also reaches (masses >= 0; it exists for 0 < p < 1: the sum of them all
@@ -986,7 +1004,7 @@ def _search_item(b, c, logits_ptr, temperature_ptr, top_k_ptr, top_p_ptr, state_
                  HAS_TOP_K: tl.constexpr, HAS_TOP_P: tl.constexpr, KEY_SHIFT: tl.constexpr, FP64: tl.constexpr,
                  THREADS: tl.constexpr, VEC: tl.constexpr, ROW_ALIGN: tl.constexpr, WAYS: tl.constexpr,
                  MAX_CHUNKS: tl.constexpr, BLOCK_V: tl.constexpr, TILE_BLOCKS: tl.constexpr, WIDE_SUMS: tl.constexpr,
-                 MIXED_PIVOTS: tl.constexpr, NARROW_MIXED: tl.constexpr):
+                 MIXED_PIVOTS: tl.constexpr, NARROW_MIXED: tl.constexpr, FAST_MATH: tl.constexpr):
     """A search launch's work on chunk c of row b: the row's state replayed (_row_state: the previous
     launch's partials narrow its bracket), stored by chunk 0, and while the bracket is unsettled the
     chunk's count or mass of the keys >= each pivot. Returns the row's status."""
@@ -1002,7 +1020,7 @@ def _search_item(b, c, logits_ptr, temperature_ptr, top_k_ptr, top_p_ptr, state_
     if hi - lo > 1:
         above = _chunk_above(row_ptr, first, first + chunk, V, lo, hi, temperature, key_max, PHASE, KEY_SHIFT,
                              FP64, THREADS, VEC, WAYS, WIDE_SUMS, block_stats_ptr + b64 * num_blocks,
-                             num_blocks, BLOCK_V, TILE_BLOCKS, MIXED_PIVOTS)
+                             num_blocks, BLOCK_V, TILE_BLOCKS, MIXED_PIVOTS, FAST_MATH)
         tl.store(partial_out_ptr.to(tl.pointer_type(tl.int64)) + (b64 * num_chunks + c) * WAYS
                  + tl.arange(0, WAYS), above)
     return status
@@ -1043,6 +1061,7 @@ def filter_compact_step_kernel(
     WIDE_SUMS: tl.constexpr = False,
     MIXED_PIVOTS: tl.constexpr = False,
     NARROW_MIXED: tl.constexpr = False,
+    FAST_MATH: tl.constexpr = False,
 ):
     """A search launch, grid (P,): the search's work (_search_item) on the chunks of the rows
     filter_decide_kernel listed, item j (row active_rows[j // num_chunks], its chunk j % num_chunks) on
@@ -1060,7 +1079,7 @@ def filter_compact_step_kernel(
                      partial_in_ptr, block_stats_ptr, V, row_stride, num_chunks, chunk, num_blocks, state_out_ptr,
                      partial_out_ptr, PHASE, PREV_PHASE, HAS_TOP_K, HAS_TOP_P, KEY_SHIFT, FP64,
                      THREADS, VEC, ROW_ALIGN, WAYS, MAX_CHUNKS, BLOCK_V, TILE_BLOCKS, WIDE_SUMS, MIXED_PIVOTS,
-                     NARROW_MIXED)
+                     NARROW_MIXED, FAST_MATH)
         item += tl.num_programs(0)
 
 
@@ -1100,6 +1119,7 @@ def filter_histogram_step_kernel(
     BIN_STRIDE: tl.constexpr,  # words from a bin's count to the next's
     WIDE_SUMS: tl.constexpr = False,
     NARROW_MIXED: tl.constexpr = False,
+    FAST_MATH: tl.constexpr = False,
 ):
     """The top-p search's first launch, grid (P,) over the listed rows' chunks (as
     filter_compact_step_kernel takes them): the row's bracket [lo, hi) (_row_state: the search starts, hi = key_max + 1), stored by
@@ -1130,7 +1150,7 @@ def filter_histogram_step_kernel(
                                      V, lo, tl.maximum(lo, hi - BINS), hi, normalizer == 0, temperature, key_max,
                                      histogram_ptr + b64 * (BINS * BIN_STRIDE), KEY_SHIFT, FP64, THREADS, VEC,
                                      WIDE_SUMS, block_stats_ptr + b64 * num_blocks, num_blocks, BLOCK_V, TILE_BLOCKS,
-                                     BIN_STRIDE)
+                                     BIN_STRIDE, FAST_MATH)
             tl.store(partial_out_ptr.to(tl.pointer_type(tl.int64)) + (b64 * num_chunks + c) * WAYS, below)
         item += tl.num_programs(0)
 
@@ -1153,6 +1173,7 @@ def filter_histogram_bracket_kernel(
     MAX_CHUNKS: tl.constexpr,
     BINS: tl.constexpr,
     BIN_STRIDE: tl.constexpr,
+    FAST_MATH: tl.constexpr = False,
 ):
     """Grid (P,), listed row j on program j % P: the top-p bracket after filter_histogram_step_kernel
     (_histogram_bracket), and the row's counts reset to zero."""
@@ -1172,7 +1193,8 @@ def filter_histogram_bracket_kernel(
                                    mask=chunks < num_chunks, other=0), axis=0)
             lo, hi, normalizer = _histogram_bracket(counts, below, lo, hi, normalizer,
                                                     load_temperature(temperature_ptr, b), key_max,
-                                                    tl.load(top_p_ptr + b64), KEY_SHIFT, FP64, BINS)
+                                                    tl.load(top_p_ptr + b64), KEY_SHIFT, FP64, BINS,
+                                                    FAST_MATH)
         _store_state(state_out_ptr, b64, key_max, key_min, count, lo, hi, normalizer, key_w, status)
         j += tl.num_programs(0)
 
@@ -1181,7 +1203,7 @@ def filter_histogram_bracket_kernel(
 def _chunk_histogram(row_ptr, first, end, V, lo, base, hi, with_below, temperature, key_max, histogram_ptr,
                      KEY_SHIFT: tl.constexpr, FP64: tl.constexpr, THREADS: tl.constexpr, VEC: tl.constexpr,
                      WIDE_SUMS: tl.constexpr, block_stats_ptr, num_blocks, BLOCK_V: tl.constexpr,
-                     TILE_BLOCKS: tl.constexpr, BIN_STRIDE: tl.constexpr):
+                     TILE_BLOCKS: tl.constexpr, BIN_STRIDE: tl.constexpr, FAST_MATH: tl.constexpr):
     """Adds the count of each finite key in [base, hi) of columns [first, end) to histogram_ptr[(key - base) *
     BIN_STRIDE];
     returns, where `with_below`, the fixed-point mass of the keys in [lo, base) (else 0). Tiles whose
@@ -1196,7 +1218,7 @@ def _chunk_histogram(row_ptr, first, end, V, lo, base, hi, with_below, temperatu
             tl.atomic_add(histogram_ptr + (key - base) * BIN_STRIDE, 1, mask=finite & (key >= base) & (key < hi),
                           sem="relaxed")
             if with_below:
-                mass = _fixed_point_mass(x, temperature, key_max, KEY_SHIFT, FP64)
+                mass = _fixed_point_mass(x, temperature, key_max, KEY_SHIFT, FP64, FAST_MATH)
                 below += tl.where(finite & (key >= lo) & (key < base), mass, 0).to(below.dtype)
         start += THREADS * VEC
     return tl.sum(tl.sum(below.to(tl.int64), axis=1), axis=0)
@@ -1204,7 +1226,7 @@ def _chunk_histogram(row_ptr, first, end, V, lo, base, hi, with_below, temperatu
 
 @triton.jit
 def _histogram_bracket(counts, below, lo, hi, normalizer, temperature, key_max, p, KEY_SHIFT: tl.constexpr,
-                       FP64: tl.constexpr, BINS: tl.constexpr):
+                       FP64: tl.constexpr, BINS: tl.constexpr, FAST_MATH: tl.constexpr):
     """(lo, hi, normaliser) of a top-p bracket [lo, hi) from the row's `counts` of each key in [base, hi)
     (base = max(lo, hi - BINS)) and the mass of its keys in [lo, base) (`below`, counted where the
     normaliser was unknown). hi is key_max + 1 (a search's first launch): the mass of the keys >= t is
@@ -1215,7 +1237,7 @@ def _histogram_bracket(counts, below, lo, hi, normalizer, temperature, key_max, 
     keys = base + tl.arange(0, BINS)
     in_bracket = keys < hi
     x = _key_value(tl.where(in_bracket, keys, lo), KEY_SHIFT)
-    mass = _fixed_point_mass(x, temperature, key_max, KEY_SHIFT, FP64)  # each key's, as its logits have
+    mass = _fixed_point_mass(x, temperature, key_max, KEY_SHIFT, FP64, FAST_MATH)  # each key's, as its logits have
     weight = tl.where(in_bracket, counts.to(tl.int64) * mass.to(tl.int64), 0)
     in_histogram = tl.sum(weight, axis=0)
     normalizer = tl.where(normalizer == 0, below + in_histogram, normalizer)
@@ -1474,7 +1496,7 @@ def _gather_partials(partial_ptr, slot, num_chunks, MAX_CHUNKS: tl.constexpr, WA
 def _search_in_step(PHASE: tl.constexpr, lo, hi, normalizer, step, row_ptr, first, end, V, temperature, key_max, b64,
                     top_k_ptr, top_p_ptr, partial_ptr, arrivals_ptr, num_chunks, KEY_SHIFT: tl.constexpr,
                     FP64: tl.constexpr, THREADS: tl.constexpr, VEC: tl.constexpr, WAYS: tl.constexpr,
-                    MAX_CHUNKS: tl.constexpr, WIDE_SUMS: tl.constexpr):
+                    MAX_CHUNKS: tl.constexpr, WIDE_SUMS: tl.constexpr, FAST_MATH: tl.constexpr):
     """One search of filtered_one_launch_kernel (PHASE_TOP_K or PHASE_TOP_P) from the bracket [lo, hi):
     the steps of the search launches, each ending at a barrier. Returns (threshold key, hi,
     normaliser, slots used)."""
@@ -1482,7 +1504,7 @@ def _search_in_step(PHASE: tl.constexpr, lo, hi, normalizer, step, row_ptr, firs
     first_step = step
     while hi - lo > 1:
         above = _chunk_above(row_ptr, first, end, V, lo, hi, temperature, key_max, PHASE, KEY_SHIFT, FP64, THREADS,
-                             VEC, WAYS, WIDE_SUMS)
+                             VEC, WAYS, WIDE_SUMS, FAST_MATH=FAST_MATH)
         tl.store(partial_ptr + (step * num_chunks + tl.program_id(1)) * WAYS + ways, above)
         _row_barrier(arrivals_ptr, (step + 1) * num_chunks)
         above = tl.sum(_gather_partials(partial_ptr, step, num_chunks, MAX_CHUNKS, WAYS), axis=0)
@@ -1656,7 +1678,7 @@ def filtered_one_launch_kernel(
             summed = kept & (key_w < key_max)
             if summed:
                 sums = _chunk_winner_sums(row_ptr, first, end, V, key_w, temperature, key_max, KEY_SHIFT, FP64, THREADS,
-                                          VEC, WAYS, WIDE_SUMS, HAS_TOP_P, HAS_TOP_K)
+                                          VEC, WAYS, WIDE_SUMS, HAS_TOP_P, HAS_TOP_K, FAST_MATH=FAST_MATH)
                 tl.store(partials + (num_chunks + c) * WAYS + ways, sums)
                 _row_barrier(arrivals, 2 * num_chunks)
                 sums = tl.sum(_gather_partials(partials, 1, num_chunks, MAX_CHUNKS, WAYS), axis=0)
@@ -1678,7 +1700,7 @@ def filtered_one_launch_kernel(
             lo, hi, normalizer, step = _search_in_step(_TOP_K, lo, hi, normalizer, step, row_ptr, first, end, V,
                                                        temperature, key_max, b64, top_k_ptr, top_p_ptr, partials,
                                                        arrivals, num_chunks, KEY_SHIFT, FP64, THREADS, VEC, WAYS,
-                                                       MAX_CHUNKS, WIDE_SUMS)
+                                                       MAX_CHUNKS, WIDE_SUMS, FAST_MATH)
         if HAS_TOP_P:
             lo, hi = _start_search(_TOP_P, b64, lo, key_max, count, temperature, top_k_ptr, top_p_ptr)
             if summed:
@@ -1687,7 +1709,7 @@ def filtered_one_launch_kernel(
             lo, hi, normalizer, step = _search_in_step(_TOP_P, lo, hi, normalizer, step, row_ptr, first, end, V,
                                                        temperature, key_max, b64, top_k_ptr, top_p_ptr, partials,
                                                        arrivals, num_chunks, KEY_SHIFT, FP64, THREADS, VEC, WAYS,
-                                                       MAX_CHUNKS, WIDE_SUMS)
+                                                       MAX_CHUNKS, WIDE_SUMS, FAST_MATH)
         if step == 1:  # no barrier since the unfiltered partials were read: one before overwriting them
             _row_barrier(arrivals, 2 * num_chunks)
             step += 1
@@ -1718,7 +1740,8 @@ def filtered_one_launch_kernel(
 def _chunk_winner_sums(row_ptr, first, end, V, key_w, temperature, key_max, KEY_SHIFT: tl.constexpr, FP64: tl.constexpr,
                        THREADS: tl.constexpr, VEC: tl.constexpr, WAYS: tl.constexpr, WIDE_SUMS: tl.constexpr,
                        MASSES: tl.constexpr = True, COUNTS: tl.constexpr = True, tiles_from=-(2**31),
-                       block_stats_ptr=None, num_blocks=0, BLOCK_V: tl.constexpr = 0, TILE_BLOCKS: tl.constexpr = 1):
+                       block_stats_ptr=None, num_blocks=0, BLOCK_V: tl.constexpr = 0, TILE_BLOCKS: tl.constexpr = 1,
+                       FAST_MATH: tl.constexpr = False):
     """[WAYS] int64 over columns [first, end), lanes 0-3 (0 beyond): the count of the keys > key_w, the fixed-point mass
     (_chunk_above's) of the keys > key_w, of the keys >= key_w, and of all finite keys (the counts and the mass of the
     keys >= key_w only with COUNTS: top-k is given; the masses only with MASSES: top-p is given). With BLOCK_V (the
@@ -1743,7 +1766,7 @@ def _chunk_winner_sums(row_ptr, first, end, V, key_w, temperature, key_max, KEY_
             if COUNTS:
                 above += ((x >= above_w) & (x < float("inf"))).to(tl.int32)  # +inf is not counted
             if MASSES:  # (non-finite logits have no mass)
-                mass = _fixed_point_mass(x, temperature, key_max, KEY_SHIFT, FP64)
+                mass = _fixed_point_mass(x, temperature, key_max, KEY_SHIFT, FP64, FAST_MATH)
                 mass_above += tl.where(x >= above_w, mass, 0).to(mass_above.dtype)
                 if COUNTS:
                     mass_from += tl.where(x >= from_w, mass, 0).to(mass_above.dtype)
@@ -1858,7 +1881,7 @@ def plan_top_k_top_p_sample(logits: ArgSpec, seeds: ArgSpec, target: Target, *, 
     filters = dict(HAS_TOP_K=has_top_k, HAS_TOP_P=has_top_p)
     searches = dict(KEY_SHIFT=config.key_shift, FP64=fp64, THREADS=config.threads, VEC=config.vec,
                     ROW_ALIGN=gumbel.row_align, VOCAB_ALIGN=gumbel.vocab_align, WAYS=config.ways,
-                    WIDE_SUMS=config.wide_sums, num_warps=config.num_warps, **options)
+                    WIDE_SUMS=config.wide_sums, FAST_MATH=gumbel.fast_math, num_warps=config.num_warps, **options)
     unfiltered = ("unfiltered_score", "unfiltered_index")
     # the search tiles' blocks of block_stats (both powers of two: a tile lies in one block, or covers whole ones)
     tiles = dict(BLOCK_V=gumbel.block_v, TILE_BLOCKS=max(1, config.threads * config.vec // gumbel.block_v))
@@ -1918,7 +1941,7 @@ def plan_top_k_top_p_sample(logits: ArgSpec, seeds: ArgSpec, target: Target, *, 
                     ("temperature", top_p, state, partials, "histogram", "active_rows", "active_count",
                      config.num_chunks), (new_state, "histogram"), KEY_SHIFT=config.key_shift, FP64=fp64,
                     WAYS=config.ways, MAX_CHUNKS=MAX_CHUNKS, BINS=HISTOGRAM_BINS, BIN_STRIDE=HISTOGRAM_BIN_STRIDE,
-                    num_warps=HISTOGRAM_BRACKET_WARPS,
+                    FAST_MATH=gumbel.fast_math, num_warps=HISTOGRAM_BRACKET_WARPS,
                     **options))
                 new_partials = partials  # (unread by the launch after: it starts from the bracket's state)
                 prev_phase, prev_mixed = PREV_PHASE_DECIDED, False
