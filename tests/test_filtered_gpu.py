@@ -110,3 +110,52 @@ def test_filtered_gpu_one_launch_lists_give_the_searches_tokens(batch, dtype):
 
 
 OP = "top_k_top_p_sample"
+
+
+if ON_GPU:
+    import triton
+    import triton.language as tl
+
+    from jsample.kernels import filtered
+
+    @triton.jit
+    def _masses_kernel(x_ptr, temperature_ptr, x_max_ptr, out_ptr, n, KEY_SHIFT: tl.constexpr,
+                       FAST_MATH: tl.constexpr, BLOCK: tl.constexpr):
+        """Row r of out: _fixed_point_mass of every x with setting r's temperature and largest logit."""
+        i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        r = tl.program_id(1)
+        key_max = filtered._key(tl.load(x_max_ptr + r), KEY_SHIFT)
+        mass = filtered._fixed_point_mass(tl.load(x_ptr + i, mask=i < n), tl.load(temperature_ptr + r), key_max,
+                                          KEY_SHIFT, False, FAST_MATH)
+        tl.store(out_ptr + r * n + i, mass, mask=i < n)
+
+
+@pytest.mark.parametrize("key_shift", [16, 0])
+def test_fast_math_masses_equal_the_exact_exponentials_masses(key_shift):
+    """On a GPU every top-p mass takes ex2.approx with subnormal results flushed (FAST_MATH); that must not
+    change one mass: floor(e * 2**24) is 0 for every e < 2**-126. Every bfloat16 value (and, for float32
+    keys, values between them), with infinities and NaNs, at temperatures and largest logits that put
+    the exponent on both sides of the subnormal boundary and of the mass-1 boundary (e = 2**-24), is
+    compared bit for bit with tl.exp's masses."""
+    bf16 = torch.arange(-(2**15), 2**15, device="cuda", dtype=torch.int32).to(torch.int16).view(torch.bfloat16)
+    x = bf16.float()
+    if key_shift == 0:  # float32 keys: also values no bfloat16 has
+        x = torch.cat([x, x * (1 + 2.0**-10), x * (1 - 2.0**-20)])
+    temperatures, x_maxes = zip(*[(t, m) for t in (1e-5, 0.003, 0.05, 0.8, 1.0, 3.0, 1e4)
+                                  for m in (0.0, -5.0, 10.0, 3.0e38)])
+    temperature = torch.tensor(temperatures, device="cuda", dtype=torch.float32)
+    x_max = torch.tensor(x_maxes, device="cuda", dtype=torch.float32).bfloat16().float()
+    masses = {}
+    for fast_math in (False, True):
+        out = torch.empty(len(temperatures), x.numel(), device="cuda", dtype=torch.int32)
+        _masses_kernel[(triton.cdiv(x.numel(), 1024), len(temperatures))](
+            x, temperature, x_max, out, x.numel(), KEY_SHIFT=key_shift, FAST_MATH=fast_math, BLOCK=1024)
+        masses[fast_math] = out.cpu().numpy()
+    np.testing.assert_array_equal(masses[True], masses[False])
+    # the grid reaches both sides of each boundary: masses 0 and 1, subnormal and normal exponentials
+    below_x_max = (x[None, :].cpu() <= x_max[:, None].cpu()).numpy()
+    assert ((masses[False] == 0) & below_x_max).any() and ((masses[False] == 1) & below_x_max).any()
+    assert (masses[False] == 2**24).any()
+    inverse_t = (1 / temperature)[:, None]
+    exponent = (x[None, :] * inverse_t - x_max[:, None] * inverse_t) * 1.4426950408889634
+    assert ((exponent < -126) & (exponent > -149)).any()  # where tl.exp's result is subnormal
