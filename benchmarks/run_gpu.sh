@@ -14,9 +14,9 @@ steps=${*:-tests bench}
 mkdir -p "$OUT"
 for step in $steps; do
   case $step in
-    tests)
+    tests)  # -v: a line a test as it ends, so that failures stay named when xdist's teardown hangs past the timeout
       { echo "commit $SHA"; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-        JSAMPLE_PROPERTY_EXAMPLES=30 timeout -s INT 500 python3 -m pytest tests -q -n 14 -rf -p no:cacheprovider --durations=5 \
+        JSAMPLE_PROPERTY_EXAMPLES=30 timeout -s INT 500 python3 -m pytest tests -v -n 14 -rf -p no:cacheprovider --durations=5 \
           --ignore=tests/test_multi_gpu.py; } \
         > "$OUT/gpu_tests.txt" 2>&1
       tail -3 "$OUT/gpu_tests.txt" ;;
