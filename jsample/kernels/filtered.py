@@ -308,19 +308,6 @@ def _key_value(key, KEY_SHIFT: tl.constexpr):
 
 
 @triton.jit
-def _relative_probability(x, temperature, key_max, KEY_SHIFT: tl.constexpr, FP64: tl.constexpr):
-    """e = exp(x / T - max(x) / T) = p / p_max of logits x (FP32, FP64 when FP64); 0 for non-finite x."""
-    x_max = _key_value(key_max, KEY_SHIFT)
-    if FP64:
-        inverse_t = inverse_temperature(temperature, True)
-        e = tl.exp(x.to(tl.float64) * inverse_t - x_max.to(tl.float64) * inverse_t)
-    else:
-        inverse_t = inverse_temperature(temperature, False)
-        e = tl.exp(x * inverse_t - x_max * inverse_t)
-    return tl.where(tl.abs(x) < float("inf"), e, 0.0)
-
-
-@triton.jit
 def _exp_flushing_subnormals(z):
     """tl.exp(z) of FP32 z on a GPU (ex2.approx of z * log2(e) rounded to FP32, as Triton lowers it), with
     subnormal results flushed to zero: one instruction, where tl.exp's guard of the subnormal range
@@ -330,17 +317,31 @@ def _exp_flushing_subnormals(z):
 
 
 @triton.jit
+def _relative_probability(x, temperature, key_max, KEY_SHIFT: tl.constexpr, FP64: tl.constexpr,
+                          FLUSH_SUBNORMALS: tl.constexpr = False):
+    """e = exp(x / T - max(x) / T) = p / p_max of logits x (FP32, FP64 when FP64); 0 for non-finite x.
+    FLUSH_SUBNORMALS (a GPU, FP32): subnormal e flushed to zero (_exp_flushing_subnormals)."""
+    x_max = _key_value(key_max, KEY_SHIFT)
+    if FP64:
+        inverse_t = inverse_temperature(temperature, True)
+        e = tl.exp(x.to(tl.float64) * inverse_t - x_max.to(tl.float64) * inverse_t)
+    else:
+        inverse_t = inverse_temperature(temperature, False)
+        if FLUSH_SUBNORMALS:
+            e = _exp_flushing_subnormals(x * inverse_t - x_max * inverse_t)
+        else:
+            e = tl.exp(x * inverse_t - x_max * inverse_t)
+    return tl.where(tl.abs(x) < float("inf"), e, 0.0)
+
+
+@triton.jit
 def _fixed_point_mass(x, temperature, key_max, KEY_SHIFT: tl.constexpr, FP64: tl.constexpr,
                       FAST_MATH: tl.constexpr = False):
     """int32 floor(e * MASS_SCALE) of logits x (e: _relative_probability, 0 for non-finite x), the
-    fixed-point mass every top-p sum adds, whichever launch adds it. FAST_MATH (a GPU) takes FP32's e
-    with subnormals flushed (_exp_flushing_subnormals): the same mass, since e < 2**-126 gives 0."""
-    if FAST_MATH and not FP64:
-        inverse_t = inverse_temperature(temperature, False)
-        e = _exp_flushing_subnormals(x * inverse_t - _key_value(key_max, KEY_SHIFT) * inverse_t)
-        e = tl.where(tl.abs(x) < float("inf"), e, 0.0)
-    else:
-        e = _relative_probability(x, temperature, key_max, KEY_SHIFT, FP64)
+    fixed-point mass every top-p sum adds, whichever launch adds it. FAST_MATH (a GPU) flushes subnormal
+    e to zero (one instruction an exponential, not four): the same mass, since e < 2**-126 gives 0. (min-p,
+    which compares e itself, keeps them.)"""
+    e = _relative_probability(x, temperature, key_max, KEY_SHIFT, FP64, FAST_MATH)
     return (e * _MASS_SCALE).to(tl.int32)
 
 
@@ -770,9 +771,9 @@ def filter_winner_sums_kernel(
     top-p alone needs all the mass, and reads every tile.
 
     With LIST > 0, rows whose top-k is active with k <= LIST and a bound above the floor (_listed;
-    STATUS_CHECK or STATUS_FILTER) take no sums: their chunks append the keys at or above the row's lower bound of top-k's threshold to
-    the row's candidate list instead (_collect_candidates), from which filter_decide_kernel finds the
-    thresholds and decides the winner."""
+    STATUS_CHECK or STATUS_FILTER) take no sums: their chunks append the keys at or above the row's lower
+    bound of top-k's threshold to the row's candidate list instead (_collect_candidates), from which
+    filter_decide_kernel finds the thresholds and decides the winner."""
     V = aligned(V, VOCAB_ALIGN)
     chunk = aligned(chunk, THREADS * VEC)
     items, statuses = _program_items(state_ptr, num_chunks, batch * num_chunks, ITEMS)
@@ -942,9 +943,10 @@ def _list_decision(list_ptr, listed_count, k, key_max, key_w, winner_may_stay, s
                    KEY_SHIFT: tl.constexpr, FP64: tl.constexpr, FAST_MATH: tl.constexpr, SLOTS: tl.constexpr,
                    LIST: tl.constexpr, PAST_L1: tl.constexpr):
     """(threshold key, token) of a row from the first `listed_count` (<= SLOTS) columns of its candidate
-    list (and their keys, LIST slots further): the threshold is top-k's, then, with HAS_TOP_P, top-p's after it (filter_decide_kernel); the
-    token is -1 where the unfiltered winner is kept (`winner_may_stay`: min-p keeps it, and its key
-    reaches the threshold), else _list_token's. PAST_L1: other programs of this launch wrote the list."""
+    list (and their keys, LIST slots further): the threshold is top-k's, then, with HAS_TOP_P, top-p's
+    after it (filter_decide_kernel); the token is -1 where the unfiltered winner is kept
+    (`winner_may_stay`: min-p keeps it, and its key reaches the threshold), else _list_token's. PAST_L1:
+    other programs of this launch wrote the list."""
     slots = tl.arange(0, SLOTS)
     in_list = slots < listed_count
     if PAST_L1:
@@ -1007,7 +1009,7 @@ def _search_item(b, c, logits_ptr, temperature_ptr, top_k_ptr, top_p_ptr, state_
                  MIXED_PIVOTS: tl.constexpr, NARROW_MIXED: tl.constexpr, FAST_MATH: tl.constexpr):
     """A search launch's work on chunk c of row b: the row's state replayed (_row_state: the previous
     launch's partials narrow its bracket), stored by chunk 0, and while the bracket is unsettled the
-    chunk's count or mass of the keys >= each pivot. Returns the row's status."""
+    chunk's count or mass of the keys >= each pivot."""
     b64 = b.to(tl.int64)
     temperature = load_temperature(temperature_ptr, b)
     row_ptr = logits_ptr + tl.multiple_of(b64 * row_stride, ROW_ALIGN)
@@ -1023,7 +1025,6 @@ def _search_item(b, c, logits_ptr, temperature_ptr, top_k_ptr, top_p_ptr, state_
                              num_blocks, BLOCK_V, TILE_BLOCKS, MIXED_PIVOTS, FAST_MATH)
         tl.store(partial_out_ptr.to(tl.pointer_type(tl.int64)) + (b64 * num_chunks + c) * WAYS
                  + tl.arange(0, WAYS), above)
-    return status
 
 
 @triton.jit
@@ -1121,15 +1122,14 @@ def filter_histogram_step_kernel(
     NARROW_MIXED: tl.constexpr = False,
     FAST_MATH: tl.constexpr = False,
 ):
-    """The top-p search's first launch, grid (P,) over the listed rows' chunks (as
-    filter_compact_step_kernel takes them): the row's bracket [lo, hi) (_row_state: the search starts, hi = key_max + 1), stored by
-    chunk 0, counted at every key of its top BINS, [base, hi) with base = max(lo, hi - BINS), in one
-    pass: one atomic add a logit in range. A key is one value of the dtype, so all its logits have the
-    same fixed-point mass (_chunk_above's): filter_histogram_bracket_kernel then has the mass of the keys
-    >= each of them exactly. Where the normaliser (the mass of the keys >= lo) is not yet known, each
-    chunk also sums the masses of its keys in [lo, base). On language-model-like logits the bracket from
-    the winner's sums spans a few hundred bfloat16 keys: one pass settles it, where pivot launches
-    took three."""
+    """The top-p search's first launch, grid (P,) over the listed rows' chunks (as filter_compact_step_kernel
+    takes them): the row's bracket [lo, hi) (_row_state: the search starts, hi = key_max + 1), stored by chunk
+    0, counted at every key of its top BINS, [base, hi) with base = max(lo, hi - BINS), in one pass: one
+    atomic add a logit in range. A key is one value of the dtype, so all its logits have the same fixed-point
+    mass (_chunk_above's): filter_histogram_bracket_kernel then has the mass of the keys >= each of them
+    exactly. Where the normaliser (the mass of the keys >= lo) is not yet known, each chunk also sums the
+    masses of its keys in [lo, base). On language-model-like logits the bracket from the winner's sums spans a
+    few hundred bfloat16 keys: one pass settles it, where pivot launches took three."""
     V = aligned(V, VOCAB_ALIGN)
     chunk = aligned(chunk, THREADS * VEC)
     total = tl.load(active_count_ptr) * num_chunks
@@ -1204,10 +1204,9 @@ def _chunk_histogram(row_ptr, first, end, V, lo, base, hi, with_below, temperatu
                      KEY_SHIFT: tl.constexpr, FP64: tl.constexpr, THREADS: tl.constexpr, VEC: tl.constexpr,
                      WIDE_SUMS: tl.constexpr, block_stats_ptr, num_blocks, BLOCK_V: tl.constexpr,
                      TILE_BLOCKS: tl.constexpr, BIN_STRIDE: tl.constexpr, FAST_MATH: tl.constexpr):
-    """Adds the count of each finite key in [base, hi) of columns [first, end) to histogram_ptr[(key - base) *
-    BIN_STRIDE];
-    returns, where `with_below`, the fixed-point mass of the keys in [lo, base) (else 0). Tiles whose
-    largest key is below lo hold none and are skipped unread."""
+    """Adds the count of each finite key in [base, hi) of columns [first, end) to
+    histogram_ptr[(key - base) * BIN_STRIDE]; returns, where `with_below`, the fixed-point mass of the
+    keys in [lo, base) (else 0). Tiles whose largest key is below lo hold none and are skipped unread."""
     below = tl.zeros([VEC, THREADS], tl.int64 if WIDE_SUMS else tl.int32)
     start = first
     while start < end:

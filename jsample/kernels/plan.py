@@ -8,19 +8,18 @@ compile options. Every launch decision is made there, once; an executor only all
 to arrays and launches (torch_backend/_execute.py, jsample/_jax/_execute.py). Identical plans are what
 make identical tokens possible, and the tests run every plan an input can get.
 
-Buffers follow value semantics in both executors: a launch writes every element of its outputs
-that a later launch (or the plan's result) reads, or the buffer is `zeroed` and starts at zero; a
-buffer name written by several launches (ping-pong state) is, in JAX, a new, uninitialised value
-each time and, in torch, the same memory, so a launch may not leave an element for an earlier
-launch's value to show through (filter_compact_step_kernel writes the state of the rows it searches, and
-no later launch reads another row's). A launch
-that names a buffer both as an argument and as an output gets, in torch, the same memory for both (in
-JAX, its input and a new array): every thread's read of an element must come before any thread's write
-of it (filter_decide_kernel reads its counters, then a barrier, then resets them). A buffer
-no launch writes is a constant zero array (e.g. a stand-in for an empty input, never read). A plan
-names its results in `outputs`; further outputs (e.g. log-probabilities) or further kinds of steps
-(e.g. a collective over a vocabulary-sharded axis) extend `Plan` without changing the executors'
-contract.
+Buffers follow value semantics in both executors: a launch writes every element of its outputs that a
+later launch (or the plan's result) reads, or the buffer is `zeroed` and starts at zero; a buffer name
+written by several launches (ping-pong state) is, in JAX, a new, uninitialised value each time and, in
+torch, the same memory, so a launch may not leave an element for an earlier launch's value to show
+through (filter_compact_step_kernel writes the state of the rows it searches, and no later launch reads
+another row's). A launch that names a buffer both as an argument and as an output gets, in torch, the
+same memory for both (in JAX, its input and a new array): every thread's read of an element must come
+before any thread's write of it (filter_decide_kernel reads its counters, then a barrier, then resets
+them). A buffer no launch writes is a constant zero array (e.g. a stand-in for an empty input, never
+read). A plan names its results in `outputs`; further outputs (e.g. log-probabilities) or further kinds
+of steps (e.g. a collective over a vocabulary-sharded axis) extend `Plan` without changing the
+executors' contract.
 """
 
 import os
