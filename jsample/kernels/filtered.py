@@ -1482,11 +1482,12 @@ def _row_barrier(arrivals_ptr, expected):
 
 
 @triton.jit
-def _gather_partials(partial_ptr, slot, num_chunks, MAX_CHUNKS: tl.constexpr, WAYS: tl.constexpr):
-    """[MAX_CHUNKS, WAYS] int64: the chunks' partials in `slot` (0 past num_chunks), read past L1
-    (written by other programs of this launch)."""
+def _gather_partials(partial_ptr, slot, num_chunks, MAX_CHUNKS: tl.constexpr, WAYS: tl.constexpr,
+                     LANES: tl.constexpr):
+    """[MAX_CHUNKS, LANES] int64: the first LANES (<= WAYS) of the chunks' WAYS partials in `slot` (0 past
+    num_chunks), read past L1 (written by other programs of this launch)."""
     chunks = tl.arange(0, MAX_CHUNKS)
-    ways = tl.arange(0, WAYS)
+    ways = tl.arange(0, LANES)
     offsets = (slot * num_chunks + chunks[:, None]) * WAYS + ways[None, :]
     return tl.load(partial_ptr + offsets, mask=(chunks < num_chunks)[:, None], other=0, cache_modifier=".cg")
 
@@ -1506,7 +1507,7 @@ def _search_in_step(PHASE: tl.constexpr, lo, hi, normalizer, step, row_ptr, firs
                              VEC, WAYS, WIDE_SUMS, FAST_MATH=FAST_MATH)
         tl.store(partial_ptr + (step * num_chunks + tl.program_id(1)) * WAYS + ways, above)
         _row_barrier(arrivals_ptr, (step + 1) * num_chunks)
-        above = tl.sum(_gather_partials(partial_ptr, step, num_chunks, MAX_CHUNKS, WAYS), axis=0)
+        above = tl.sum(_gather_partials(partial_ptr, step, num_chunks, MAX_CHUNKS, WAYS, WAYS), axis=0)
         lo, hi, normalizer = _narrow(PHASE, lo, hi, above, normalizer, step == first_step, b64, top_k_ptr, top_p_ptr,
                                      WAYS)
         step += 1
@@ -1525,7 +1526,7 @@ def filtered_one_launch_kernel(
     V,
     row_stride,
     num_blocks,  # sampling blocks of BLOCK_V columns per row
-    partial_ptr,  # scratch [B, MAX_STEPS, num_chunks, WAYS] i64 as i32 words: a slot per barrier
+    partial_ptr,  # scratch [B, MAX_STEPS, num_chunks, WAYS] i64 as i32 words, a slot a barrier (slot 0 i32 [3, chunks])
     partial_score_ptr,  # scratch [B, num_blocks] f32 (FP64: f64 as pairs of f32 words)
     partial_index_ptr,  # scratch [B, num_blocks] i32
     arrivals_ptr,  # [B] i32 counters, zero on entry, left zero (with LIST > 0 [2 * B]: then the rows' list counts)
@@ -1608,19 +1609,26 @@ def filtered_one_launch_kernel(
         smallest = tl.minimum(smallest, block_smallest)
         chunk_count += block_count
         block += 1
+    # slot 0 as int32 words [3, num_chunks]: the chunks' largest keys, smallest keys and counts (three
+    # short vectors to reduce: a [chunks, WAYS] int64 gather of them took most of the barrier's step)
+    stats_ptr = partials.to(tl.pointer_type(tl.int32))
     chunk_max, chunk_min = _extreme_keys(largest, smallest, chunk_count, KEY_SHIFT)
-    tl.store(partials + c * WAYS + ways, tl.where(ways == 0, chunk_max.to(tl.int64), tl.where(
-        ways == 1, chunk_min.to(tl.int64), chunk_count.to(tl.int64))), mask=ways < 3)
+    lanes = tl.arange(0, 4)
+    tl.store(stats_ptr + lanes * num_chunks + c,
+             tl.where(lanes == 0, chunk_max, tl.where(lanes == 1, chunk_min, chunk_count)), mask=lanes < 3)
     _row_barrier(arrivals, num_chunks)
-    stats = _gather_partials(partials, 0, num_chunks, MAX_CHUNKS, WAYS)
+    chunks = tl.arange(0, MAX_CHUNKS)
+    in_row = chunks < num_chunks
+    chunk_maxes = tl.load(stats_ptr + chunks, mask=in_row, other=-(2**31), cache_modifier=".cg")
+    chunk_mins = tl.load(stats_ptr + num_chunks + chunks, mask=in_row, other=2**31 - 1, cache_modifier=".cg")
+    chunk_counts = tl.load(stats_ptr + 2 * num_chunks + chunks, mask=in_row, other=0, cache_modifier=".cg")
     if LIST > 0:  # loaded with the stats, not after the winner's logit: one latency less
         blocks = tl.arange(0, REDUCE_BLOCK)
         block_max = tl.load(block_max_ptr + b64 * num_blocks + blocks, mask=blocks < num_blocks, other=-(2**31),
                             cache_modifier=".cg")
-    in_row = (tl.arange(0, MAX_CHUNKS) < num_chunks)[:, None]
-    key_max = tl.max(tl.max(tl.where(in_row & (ways == 0)[None, :], stats, -(2**62)), axis=1), axis=0)
-    count = tl.sum(tl.sum(tl.where((ways == 2)[None, :], stats, 0), axis=1), axis=0)
-    key_min = tl.min(tl.min(tl.where(in_row & (ways == 1)[None, :], stats, 2**62), axis=1), axis=0)
+    key_max = tl.max(chunk_maxes, axis=0).to(tl.int64)
+    count = tl.sum(chunk_counts, axis=0).to(tl.int64)
+    key_min = tl.min(chunk_mins, axis=0).to(tl.int64)
     winner, overflow = reduce_block_best_flagged(partial_score_ptr, partial_index_ptr, b, num_blocks, FP64,
                                                  REDUCE_BLOCK, True)
     step = b * 0 + 1  # barriers passed (a tensor: branches below change it)
@@ -1680,12 +1688,12 @@ def filtered_one_launch_kernel(
                                           VEC, WAYS, WIDE_SUMS, HAS_TOP_P, HAS_TOP_K, FAST_MATH=FAST_MATH)
                 tl.store(partials + (num_chunks + c) * WAYS + ways, sums)
                 _row_barrier(arrivals, 2 * num_chunks)
-                sums = tl.sum(_gather_partials(partials, 1, num_chunks, MAX_CHUNKS, WAYS), axis=0)
+                # lanes 0-3 only (_chunk_winner_sums leaves the others 0)
+                sums = tl.sum(_gather_partials(partials, 1, num_chunks, MAX_CHUNKS, WAYS, 4), axis=0)
                 step = 2
-                kept = _keeps_winner(sums, key_w, key_max, count, b64, top_k_ptr, top_p_ptr, HAS_TOP_K, HAS_TOP_P,
-                                     WAYS)
-                above_winner = tl.sum(tl.where(ways == 0, sums, 0), axis=0)
-                mass_all = tl.sum(tl.where(ways == 3, sums, 0), axis=0)
+                kept = _keeps_winner(sums, key_w, key_max, count, b64, top_k_ptr, top_p_ptr, HAS_TOP_K, HAS_TOP_P, 4)
+                above_winner = tl.sum(tl.where(lanes == 0, sums, 0), axis=0)
+                mass_all = tl.sum(tl.where(lanes == 3, sums, 0), axis=0)
     if run & ~kept & ~settled:  # (a settled row's token is its listed_token)
         normalizer = count * 0
         lo = key_min
