@@ -84,8 +84,10 @@ def _planning():
     a plan; a jitted function keeps the plan it was traced with, so run_jax traces again when they change)."""
     from jsample._jax import _execute
 
-    # the functions themselves, not their ids: the key keeps them alive, so no later function reuses an id
-    return (_execute.TARGET,) + tuple(getattr(jsample.kernels, name) for name in sorted(dir(jsample.kernels))
+    # the functions themselves, not their ids: the key keeps them alive, so no later function reuses an id.
+    # target(), not TARGET: on a GPU the first call resolves TARGET's SM count, and a key taken before it
+    # would make a test's first JAX call trace twice
+    return (_execute.target(),) + tuple(getattr(jsample.kernels, name) for name in sorted(dir(jsample.kernels))
                                       if name.startswith("plan_"))
 
 
