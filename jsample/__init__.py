@@ -20,6 +20,7 @@ _JAX_API = {
     "synthetic_rejection_sample": "jsample._jax.rejection",
     "top_k_top_p_sample": "jsample._jax.filtered",
     "seeds_from_key": "jsample._jax.seeds",
+    "precompile": "jsample._jax.warmup",
 }
 
 __all__ = [

@@ -13,12 +13,14 @@ from jsample.seeds import seed_words
 from torch_backend.filtered import top_k_top_p_sample
 from torch_backend.gumbel import gumbel_sample
 from torch_backend.rejection import rejection_sample, synthetic_rejection_sample
+from torch_backend.warmup import precompile
 
 __all__ = [
     "STREAM_VERSION",
     "__version__",
     "acceptance_length_to_rates",
     "gumbel_sample",
+    "precompile",
     "rejection_sample",
     "resolve_synthetic_acceptance_rates",
     "seed_words",

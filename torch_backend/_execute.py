@@ -73,12 +73,21 @@ def target(device: torch.device) -> Target:
     key = (device.type, device.index, capturing)
     found = _TARGETS.get(key)
     if found is None:
-        compiled = device.type == "cuda" and not kernels.INTERPRETER
-        pdl = compiled and torch.cuda.get_device_capability(device)[0] >= 9
-        resident = resident_programs(torch.cuda.get_device_properties(device).multi_processor_count) if compiled else 0
-        found = _TARGETS[key] = Target(interpreter=kernels.INTERPRETER, large_programs=kernels.INTERPRETER, pdl=pdl,
-                                       launch_bound=False, arrival_counters=not capturing, resident_programs=resident)
+        if device.type == "cuda" and not kernels.INTERPRETER:
+            found = compiled_target(torch.cuda.get_device_properties(device).multi_processor_count,
+                                    torch.cuda.get_device_capability(device)[0], capturing)
+        else:
+            found = Target(interpreter=kernels.INTERPRETER, large_programs=kernels.INTERPRETER,
+                           arrival_counters=not capturing)
+        _TARGETS[key] = found
     return found
+
+
+def compiled_target(sm_count: int, capability_major: int, capturing: bool = False) -> Target:
+    """The target of compiled kernels on a GPU with `sm_count` SMs of this compute capability (also what
+    the CPU tests plan for, to count compilations)."""
+    return Target(interpreter=False, large_programs=False, pdl=capability_major >= 9, launch_bound=False,
+                  arrival_counters=not capturing, resident_programs=resident_programs(sm_count))
 
 
 def plan(planner, arrays, device: torch.device, call=None, **flags) -> Plan:

@@ -32,6 +32,12 @@ def target() -> Target:
     return TARGET
 
 
+def compiled_target(sm_count: int) -> Target:
+    """TARGET on a GPU with `sm_count` SMs, compiled (what the CPU tests plan for, to count compilations)."""
+    return dataclasses.replace(TARGET, interpreter=False, large_programs=False,
+                               resident_programs=resident_programs(sm_count))
+
+
 def arg_spec(array) -> ArgSpec:
     """The plan's view of an array: JAX arrays are contiguous."""
     return ArgSpec.contiguous(array.shape, jnp.dtype(array.dtype).name)

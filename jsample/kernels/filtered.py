@@ -122,6 +122,7 @@ SAMPLE_BLOCKS_PER_PROGRAM = 4
 # blocks an item, on up to 2048 programs (flat top_p at B = 256: 179.8 -> 175.8 us on an H200; lab INDEX)
 COMPACT_SAMPLE_BLOCKS = 2
 COMPACT_SAMPLE_PROGRAMS = 2048
+SMALL_BATCH_CHUNKS = 16  # the least chunks a row in the launches' plan's small-batch tiling
 MANY_ROWS_ELEMENTS = 2**22  # B * V from which the launches' plan takes its large-batch tiling
 MASS_SCALE = 2.0**24  # fixed-point unit of the top-p masses, relative to the largest token's
 MAX_COLUMNS_PER_THREAD = 64  # per chunk: int32 mass sums stay below 64 * 2**24 = 2**30 (int64 beyond)
@@ -214,9 +215,11 @@ def filtered_launch_config(batch: int, vocab_size: int, row_stride: int, dtype_n
         threads = max(threads, min(16384, triton.next_power_of_2(vocab_size)) // vec)
     tile = threads * vec  # the loops' step: the kernels assume chunk is a multiple of it
     tiles = triton.cdiv(vocab_size, tile)
-    # chunks of at most 4096 columns, and at least 512 programs a launch: programs that loop over
-    # fewer tiles hide their load latency by occupancy (2 chunks a row at B = 256 took 2 ms)
-    chunks = max(1, min(MAX_CHUNKS, tiles, max(triton.cdiv(vocab_size, 4096), 512 // max(batch, 1))))
+    # chunks of at most 4096 columns: programs that loop over fewer tiles hide their load latency by
+    # occupancy (2 chunks a row at B = 256 took 2 ms). The chunking is one per tiling, never a function of
+    # the batch (each chunking is a compilation in JAX, which bakes integers in): at least
+    # SMALL_BATCH_CHUNKS a row in the small-batch tiling, to fill the GPU with few rows
+    chunks = max(1, min(MAX_CHUNKS, tiles, max(triton.cdiv(vocab_size, 4096), 1 if many_rows else SMALL_BATCH_CHUNKS)))
     if large_programs:
         chunks = 1
     chunk = triton.cdiv(tiles, chunks) * tile
@@ -247,6 +250,7 @@ def filtered_launch_config(batch: int, vocab_size: int, row_stride: int, dtype_n
 
 
 ONE_LAUNCH_MAX_CHUNK = 8192  # filtered_one_launch_kernel: at most this many columns a program on a GPU
+ONE_LAUNCH_ROW_PROGRAMS = 8  # and at least this many programs a row in its many-row tiling (B > 1)
 ONE_LAUNCH_COLLECT_TILE = 2048  # and at most this many in a tile of its top-k lists' step
 
 
@@ -265,11 +269,16 @@ def filtered_one_launch_config(batch: int, vocab_size: int, row_stride: int, dty
         step = max(tile, gumbel.block_v)  # powers of two: a multiple of both
         chunk = triton.cdiv(vocab_size, step) * step
     else:
-        per_row = target.resident_programs // max(batch, 1)
-        if target.interpreter or per_row < 1:
+        # two tilings, so that no batch size costs a compilation: a row alone on every resident program, and
+        # every other batch in chunks of at most ONE_LAUNCH_MAX_CHUNK columns, ONE_LAUNCH_ROW_PROGRAMS or more a
+        # row, where all its programs are resident at once
+        if target.interpreter or target.resident_programs < 1:
             return None
+        per_row = target.resident_programs if batch == 1 else ONE_LAUNCH_ROW_PROGRAMS
         chunk = tile * triton.next_power_of_2(triton.cdiv(tiles, per_row))
-        if chunk > max(ONE_LAUNCH_MAX_CHUNK, tile):
+        if batch > 1:
+            chunk = max(min(chunk, ONE_LAUNCH_MAX_CHUNK), tile)
+        if chunk > max(ONE_LAUNCH_MAX_CHUNK, tile) or batch * triton.cdiv(vocab_size, chunk) > target.resident_programs:
             return None
     block_v = min(gumbel.block_v, chunk)
     num_blocks = triton.cdiv(vocab_size, block_v)
@@ -741,7 +750,6 @@ def filter_winner_sums_kernel(
     block_stats_ptr,  # filter_stats_kernel's
     V,
     row_stride,
-    batch,
     num_chunks,
     chunk,  # columns per chunk
     num_blocks,
@@ -764,7 +772,7 @@ def filter_winner_sums_kernel(
     LIST: tl.constexpr = 0,  # the plan's TOP_K_LIST with top-k (0: no lists)
     FAST_MATH: tl.constexpr = False,
 ):
-    """Grid (cdiv(B * num_chunks, ITEMS),), a row's chunk an item (_program_items): for STATUS_CHECK rows,
+    """Grid (B * num_chunks / ITEMS,), ITEMS dividing B * num_chunks (the batch comes from the grid), a row's chunk an item (_program_items): for STATUS_CHECK rows,
     the chunk's counts (and, with HAS_TOP_P, masses) that decide whether top-k and top-p keep the
     unfiltered winner (_chunk_winner_sums). Where top-k is active, _keeps_winner reads no mass of the
     keys below the winner's, so tiles below it are skipped unread (lane 3 is then not all the mass);
@@ -776,7 +784,7 @@ def filter_winner_sums_kernel(
     filter_decide_kernel finds the thresholds and decides the winner."""
     V = aligned(V, VOCAB_ALIGN)
     chunk = aligned(chunk, THREADS * VEC)
-    items, statuses = _program_items(state_ptr, num_chunks, batch * num_chunks, ITEMS)
+    items, statuses = _program_items(state_ptr, num_chunks, tl.num_programs(0) * ITEMS, ITEMS)
     for i in range(ITEMS):
         item, status = _item_status(items, statuses, i, ITEMS)
         b = item // num_chunks
@@ -1266,7 +1274,6 @@ def filtered_partial_kernel(
     active_count_ptr,  # and their number
     V,
     row_stride,
-    batch,
     num_chunks,
     num_blocks,
     partial_score_ptr,  # [B, num_blocks] f32; with FP64, f64 as [B, 2 * num_blocks] f32 words
@@ -1289,7 +1296,7 @@ def filtered_partial_kernel(
     NARROW_MIXED: tl.constexpr = False,  # the previous launch's pivots were _pivots' mixed ones
     COMPACT: tl.constexpr = False,  # items of the listed rows only (a plan with search launches)
 ):
-    """Grid (cdiv(B * groups, ITEMS),), groups = cdiv(num_blocks, BLOCKS_PER_PROGRAM) a row, a row's
+    """Grid (B * groups / ITEMS,) (ITEMS dividing it: the batch comes from the grid), groups = cdiv(num_blocks, BLOCKS_PER_PROGRAM) a row, a row's
     group of blocks an item (_program_items); with COMPACT, grid (P,) and only the listed rows' items,
     item j (row active_rows[j // groups], its group j % groups) on program j % P (as
     filter_compact_step_kernel takes them): the block partials of gumbel_partial_kernel
@@ -1315,7 +1322,7 @@ def filtered_partial_kernel(
                           BLOCKS_PER_PROGRAM, ROW_ALIGN, FAST_MATH, WAYS, MAX_CHUNKS, SEED_WORDS, NARROW_MIXED)
             item += tl.num_programs(0)
     else:
-        items, statuses = _program_items(state_in_ptr, groups, batch * groups, ITEMS)
+        items, statuses = _program_items(state_in_ptr, groups, tl.num_programs(0) * ITEMS, ITEMS)
         for item_i in range(ITEMS):
             item, status = _item_status(items, statuses, item_i, ITEMS)
             if status == _FILTER:
@@ -1908,7 +1915,7 @@ def plan_top_k_top_p_sample(logits: ArgSpec, seeds: ArgSpec, target: Target, *, 
     if search:
         launches.append(launch(
             filter_winner_sums_kernel, (batch * config.num_chunks,),
-            ("logits", "temperature", top_k, "state_0", "block_stats", vocab, row_stride, batch, config.num_chunks,
+            ("logits", "temperature", top_k, "state_0", "block_stats", vocab, row_stride, config.num_chunks,
              config.chunk, gumbel.num_blocks), ("partials_0", "top_k_list", "top_k_list_count"), **filters, ITEMS=1,
             LIST=top_k_list, **searches, **tiles))
         partials = "partials_0"
@@ -1966,7 +1973,7 @@ def plan_top_k_top_p_sample(logits: ArgSpec, seeds: ArgSpec, target: Target, *, 
         filtered_partial_kernel, (min(sample_items, COMPACT_SAMPLE_PROGRAMS) if search else sample_items,),
         ("logits", "seeds", "positions", "temperature", top_k, top_p, min_p, state, partials) + unfiltered
         + ("block_stats",) + (("active_rows", "active_count") if search else (unused, unused))
-        + (vocab, row_stride, batch, config.num_chunks, gumbel.num_blocks),
+        + (vocab, row_stride, config.num_chunks, gumbel.num_blocks),
         ("partial_score", "partial_index"),
         PREV_PHASE=prev_phase if search else PHASE_WINNER, **filters, HAS_MIN_P=has_min_p,
         KEY_SHIFT=config.key_shift, FP64=fp64, BLOCK_V=gumbel.block_v, BLOCKS_PER_PROGRAM=blocks_per_program,

@@ -679,7 +679,6 @@ def rejection_emit_kernel(
     log_normalizer_ptr,  # [B, 2] f32 (f64 as [B, 4] words), from rejection_decide_kernel
     V,
     K,
-    B,
     target_batch_stride,
     target_row_stride,
     draft_batch_stride,
@@ -712,7 +711,7 @@ def rejection_emit_kernel(
             aligned(V, VOCAB_ALIGN), target_batch_stride, target_row_stride, draft_batch_stride, draft_row_stride,
             ONE_HOT, FP64, BLOCK_V, ROW_ALIGN, FAST_MATH)
         _emit_block(x, y, noise, draft_tokens_ptr, b64, block, tl.num_programs(1), temperature, emit_row, emit_mode,
-                    tl.load(log_normalizer + b64 * 2), tl.load(log_normalizer + b64 * 2 + 1), K, B,
+                    tl.load(log_normalizer + b64 * 2), tl.load(log_normalizer + b64 * 2 + 1), K, tl.num_programs(0),
                     partial_score_ptr, partial_index_ptr, ONE_HOT, FP64, BLOCK_V, FAST_MATH)
 
 
@@ -730,7 +729,6 @@ def rejection_decide_emit_kernel(
     row_index_ptr,  # [B * (K+1), NUM_BLOCKS] i32, from rejection_stats_kernel
     V,
     K,
-    B,
     target_batch_stride,
     target_row_stride,
     draft_batch_stride,
@@ -762,7 +760,7 @@ def rejection_decide_emit_kernel(
     and noise): the wait then covers only the partials' loads and the decision itself."""
     _decide_emit_program(
         target_logits_ptr, draft_logits_ptr, draft_tokens_ptr, num_draft_tokens_ptr, seeds_ptr, positions_ptr,
-        temperature_ptr, stats_ptr, row_score_ptr, row_index_ptr, V, K, B, target_batch_stride, target_row_stride,
+        temperature_ptr, stats_ptr, row_score_ptr, row_index_ptr, V, K, tl.num_programs(0), target_batch_stride, target_row_stride,
         draft_batch_stride, draft_row_stride, partial_score_ptr, partial_index_ptr, emit_row_ptr, emit_mode_ptr,
         tl.program_id(0), tl.program_id(1), tl.num_programs(1), emit_row_ptr, 0, STRICT, ONE_HOT, FP64, BLOCK_V,
         ROW_ALIGN, VOCAB_ALIGN, FAST_MATH, BLOCK_K, REDUCE_BLOCK, PDL, False, SEED_WORDS)
@@ -888,7 +886,6 @@ def rejection_finish_kernel(
     emit_index_ptr,  # [2B, NUM_BLOCKS] i32
     num_blocks,
     K,
-    B,
     V,
     target_batch_stride,
     target_row_stride,
@@ -904,8 +901,8 @@ def rejection_finish_kernel(
     the residual is all zero), else row a_b's Gumbel-max sample, from the emit or the stats launch
     (from the emit partials always with STATS_ROW_IN_EMIT)."""
     _finish_program(target_logits_ptr, draft_tokens_ptr, emit_row_ptr, emit_mode_ptr, row_score_ptr, row_index_ptr,
-                    emit_score_ptr, emit_index_ptr, num_blocks, K, B, V, target_batch_stride, target_row_stride,
-                    tokens_ptr, num_sampled_ptr, tl.program_id(0), FP64, BLOCK_K, REDUCE_BLOCK, STATS_ROW_IN_EMIT, PDL)
+                    emit_score_ptr, emit_index_ptr, num_blocks, K, tl.num_programs(0), V, target_batch_stride,
+                    target_row_stride, tokens_ptr, num_sampled_ptr, tl.program_id(0), FP64, BLOCK_K, REDUCE_BLOCK, STATS_ROW_IN_EMIT, PDL)
 
 
 @triton.jit
@@ -951,7 +948,6 @@ def rejection_one_launch_kernel(
     temperature_ptr,  # [B] f32
     V,
     K,  # <= 1
-    B,
     target_batch_stride,
     target_row_stride,
     draft_batch_stride,
@@ -987,6 +983,7 @@ def rejection_one_launch_kernel(
     waiting program's ticket is above every stats ticket, and those are held by programs already
     running, which wait for nothing. The same program bodies as the three
     launches, all with config.num_warps = config.decide_num_warps (K <= 1), so the same tokens."""
+    B = tl.num_programs(0) // (3 * num_blocks)  # the batch, from the grid: no compilation per batch size
     stats_programs = B * 2 * num_blocks
     ticket = tl.atomic_add(counters_ptr, 1, sem="relaxed", scope="gpu")
     if ticket < stats_programs:
@@ -1108,7 +1105,7 @@ def plan_rejection_sample(target_logits: ArgSpec, draft_logits: ArgSpec, seeds: 
     if variant == "one launch":
         launches = (launch(
             rejection_one_launch_kernel, (batch * 3 * config.num_blocks,),
-            (*logits, drafts, "num_draft_tokens", *requests, vocab, k, batch, *strides, config.num_blocks),
+            (*logits, drafts, "num_draft_tokens", *requests, vocab, k, *strides, config.num_blocks),
             stats_outputs + ("emit_score", "emit_index", "emit_row", "emit_mode", "counters", "tokens", "num_sampled"),
             **flags, **tiles, BLOCK_K=config.block_k, REDUCE_BLOCK=config.reduce_block, SEED_WORDS=seed_words,
             num_warps=config.num_warps, **options),)
@@ -1121,7 +1118,7 @@ def plan_rejection_sample(target_logits: ArgSpec, draft_logits: ArgSpec, seeds: 
         if three:
             middle = (launch(
                 rejection_decide_emit_kernel, (batch, config.num_blocks),
-                (*logits, drafts, "num_draft_tokens", *requests, *stats_outputs, vocab, k, batch, *strides),
+                (*logits, drafts, "num_draft_tokens", *requests, *stats_outputs, vocab, k, *strides),
                 ("emit_score", "emit_index", "emit_row", "emit_mode"),
                 **flags, **tiles, BLOCK_K=config.block_k, REDUCE_BLOCK=config.reduce_block, PDL=pdl,
                 SEED_WORDS=seed_words, num_warps=config.decide_num_warps, pdl=pdl, **options),)
@@ -1134,14 +1131,14 @@ def plan_rejection_sample(target_logits: ArgSpec, draft_logits: ArgSpec, seeds: 
                        REDUCE_BLOCK=config.reduce_block, SEED_WORDS=seed_words, num_warps=config.decide_num_warps,
                        **options),
                 launch(rejection_emit_kernel, (batch, config.num_blocks),
-                       (*logits, drafts, *requests, "emit_row", "emit_mode", "log_normalizer", vocab, k, batch,
+                       (*logits, drafts, *requests, "emit_row", "emit_mode", "log_normalizer", vocab, k,
                         *strides), ("emit_score", "emit_index"),
                        ONE_HOT=one_hot, FP64=fp64, **tiles, SEED_WORDS=seed_words, num_warps=config.num_warps,
                        **options))
         finish = launch(
             rejection_finish_kernel, (batch,),
             ("target_logits", drafts, "emit_row", "emit_mode", "row_score", "row_index", "emit_score", "emit_index",
-             config.num_blocks, k, batch, vocab, strides[0], strides[1]), ("tokens", "num_sampled"),
+             config.num_blocks, k, vocab, strides[0], strides[1]), ("tokens", "num_sampled"),
             FP64=fp64, BLOCK_K=config.block_k, REDUCE_BLOCK=config.reduce_block, STATS_ROW_IN_EMIT=three, PDL=pdl,
             num_warps=config.per_request_num_warps, pdl=pdl, **options)
         launches = (stats,) + middle + (finish,)

@@ -1,0 +1,117 @@
+"""What `precompile` compiles, shared by both frontends: the calls whose launches cover every compiled
+kernel a range of batch sizes can reach.
+
+A plan is a value, so the compile keys of every batch size are read without compiling
+(jsample.kernels.compiles). `warmup_cases` walks the requested ops, vocabularies, dtypes and flag sets,
+and for each keeps the batch sizes that bring a compile key no smaller batch brought: calling the op
+once at each of those sizes compiles everything B = 1..max_batch needs (two tilings at most per
+kernel, tests/test_compiles.py). The frontends make the calls (torch) or lower them (JAX).
+"""
+
+import itertools
+from dataclasses import dataclass, field
+
+from jsample.kernels.compiles import compile_key
+from jsample.kernels.plan import ArgSpec
+
+OPS = ("gumbel_sample", "top_k_top_p_sample", "rejection_sample", "synthetic_rejection_sample")
+# the filter sets top_k_top_p_sample is warmed with unless told: every combination of the three filters
+FILTER_SETS = tuple(dict(zip(("top_k", "top_p", "min_p"), given))
+                    for given in itertools.product((False, True), repeat=3) if any(given))
+# rejection_sample's: one-hot drafts and draft logits, probabilistic; strict
+REJECTION_SETS = (dict(draft_logits=False, method="probabilistic"), dict(draft_logits=True, method="probabilistic"),
+                  dict(draft_logits=False, method="strict"))
+
+
+@dataclass(frozen=True)
+class WarmupCase:
+    """One call `precompile` makes: `op` at `batch` rows of `vocab` columns (`k` drafts), these flags."""
+
+    op: str
+    batch: int
+    vocab: int
+    dtype: str
+    k: int = 0
+    flags: tuple = ()  # (name, value) pairs: the op's keyword flags (filters given, method, fp64, ...)
+    keys: frozenset = field(default=frozenset(), compare=False)  # the compile keys this call brings
+
+
+def _plan(op, batch, vocab, dtype, k, flags, target):
+    from jsample import kernels
+
+    seeds = ArgSpec.contiguous((batch,), "int64")
+    if op == "gumbel_sample":
+        return kernels.plan_gumbel_sample(ArgSpec.contiguous((batch, vocab), dtype), seeds, target,
+                                          fp64=flags.get("fp64", False), draft=flags.get("draft", False))
+    if op == "top_k_top_p_sample":
+        return kernels.plan_top_k_top_p_sample(
+            ArgSpec.contiguous((batch, vocab), dtype), seeds, target, has_top_k=flags.get("top_k", False),
+            has_top_p=flags.get("top_p", False), has_min_p=flags.get("min_p", False), fp64=flags.get("fp64", False))
+    if op == "rejection_sample":
+        draft = ArgSpec.contiguous((batch, k, vocab), "float32") if flags.get("draft_logits") else None
+        return kernels.plan_rejection_sample(ArgSpec.contiguous((batch, k + 1, vocab), dtype), draft, seeds, target,
+                                             strict=flags.get("method") == "strict", fp64=flags.get("fp64", False))
+    if op == "synthetic_rejection_sample":
+        return kernels.plan_synthetic_rejection_sample(
+            ArgSpec.contiguous((batch, k + 1), "int32"),
+            ArgSpec.contiguous((batch, k) if flags.get("batched_rates") else (k,), "float32"), seeds, target,
+            fp64=flags.get("fp64", False))
+    raise ValueError(f"precompile: ops must be among {OPS}, got {op!r}")
+
+
+def _flag_sets(op, flags):
+    if flags is not None:
+        return [dict(f) for f in flags]
+    return {"gumbel_sample": [{}], "top_k_top_p_sample": [dict(f) for f in FILTER_SETS],
+            "rejection_sample": [dict(f) for f in REJECTION_SETS],
+            "synthetic_rejection_sample": [{}, dict(batched_rates=True)]}[op]
+
+
+def warmup_cases(vocab_sizes, dtypes, ops, flags, max_batch, num_speculative_tokens, targets, frontend) -> list:
+    """The calls that compile every kernel the ops can reach for B = 1..max_batch on `targets`.
+
+    Args:
+        vocab_sizes, dtypes: the logits' widths and dtype names ("bfloat16", ...).
+        ops: op names (None: all four).
+        flags: None (every filter combination; rejection's one-hot, draft-logit and strict methods), or a list
+            of dicts of the op's flags, applied to each op in `ops` (e.g. [{"top_k": True, "top_p": True}]).
+        max_batch: the largest batch size to cover.
+        num_speculative_tokens: the K values of the rejection ops.
+        targets: the executor's Targets (e.g. eager and CUDA-graph capture in torch).
+        frontend: "torch" or "jax" (jsample.kernels.compiles).
+    """
+    ops = OPS if ops is None else tuple(ops)
+    for name, value in (("max_batch", max_batch),):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ValueError(f"precompile: {name} must be a positive int, got {value!r}.")
+    cases, seen = [], set()
+    for op in ops:
+        if op not in OPS:
+            raise ValueError(f"precompile: ops must be among {OPS}, got {op!r}.")
+        rejection = op in ("rejection_sample", "synthetic_rejection_sample")
+        vocabs = (0,) if op == "synthetic_rejection_sample" else tuple(vocab_sizes)
+        op_dtypes = ("int32",) if op == "synthetic_rejection_sample" else tuple(dtypes)
+        for vocab, dtype, k, op_flags in itertools.product(vocabs, op_dtypes,
+                                                           tuple(num_speculative_tokens) if rejection else (0,),
+                                                           _flag_sets(op, flags)):
+            for batch in range(1, max_batch + 1):
+                keys = frozenset(compile_key(step, frontend) for target in targets
+                                 for step in _plan(op, batch, vocab, dtype, k, op_flags, target).launches)
+                if not keys <= seen:
+                    seen |= keys
+                    cases.append(WarmupCase(op, batch, vocab, dtype, k, tuple(sorted(op_flags.items())), keys))
+    return cases
+
+
+@dataclass
+class PrecompileReport:
+    """What `precompile` did: the calls it made, the distinct compiled kernels they cover, and how long it took."""
+
+    cases: list
+    kernels: int  # distinct compile keys covered
+    seconds: float
+    compiled: bool  # False in the Triton interpreter, where nothing is compiled
+
+    def __repr__(self):
+        return (f"PrecompileReport({len(self.cases)} calls, {self.kernels} compiled kernels, {self.seconds:.1f} s"
+                + ("" if self.compiled else ", interpreter: nothing compiled") + ")")

@@ -1,0 +1,157 @@
+"""Compile once: no batch size costs a compilation (issue 39).
+
+The plans are values, so the compiled kernels a sweep of shapes needs are read on the CPU
+(jsample.kernels.compiles). Over B = 1..1024 at the vocabularies users meet, every dtype and flag set of
+every op, on the compiled targets of both frontends (an H200's 132 SMs, and a smaller and a larger GPU),
+each kernel is compiled in at most two tilings: the union of its compile keys over the sweep is the
+union of at most two plans' keys (a plan may launch a kernel several times with different
+constexprs: the steps of a search).
+"""
+
+import itertools
+
+import pytest
+
+from jsample import kernels
+from jsample._jax import _execute as jax_execute
+from jsample.kernels.compiles import compile_key, count_compilations, integer_class
+from jsample.kernels.plan import ArgSpec
+from torch_backend import _execute as torch_execute
+
+BATCHES = range(1, 1025)
+VOCABS = (32000, 128256, 151936, 262144)
+DTYPES = ("float32", "bfloat16", "float16")
+MAX_TILINGS = 2
+
+
+def targets(sm_count, op):
+    """The compiled targets of each frontend (torch's while a CUDA graph is captured too: only gumbel_sample's
+    plans read Target.arrival_counters)."""
+    torch_targets = [torch_execute.compiled_target(sm_count, 9)]
+    if op == "gumbel_sample":
+        torch_targets.append(torch_execute.compiled_target(sm_count, 9, True))
+    return {"torch": torch_targets, "jax": [jax_execute.compiled_target(sm_count)]}
+
+
+def _plans(op, target, vocab, dtype, flags, batches=BATCHES):
+    for b in batches:
+        seeds = ArgSpec.contiguous((b,), "int64")
+        if op == "gumbel_sample":
+            yield kernels.plan_gumbel_sample(ArgSpec.contiguous((b, vocab), dtype), seeds, target, **flags)
+        elif op == "top_k_top_p_sample":
+            yield kernels.plan_top_k_top_p_sample(ArgSpec.contiguous((b, vocab), dtype), seeds, target, **flags)
+        elif op == "rejection_sample":
+            k, draft = flags["k"], flags["draft"]
+            yield kernels.plan_rejection_sample(
+                ArgSpec.contiguous((b, k + 1, vocab), dtype),
+                ArgSpec.contiguous((b, k, vocab), "float32") if draft else None, seeds, target,
+                strict=flags["strict"], fp64=flags["fp64"])
+        else:
+            k = flags["k"]
+            yield kernels.plan_synthetic_rejection_sample(
+                ArgSpec.contiguous((b, k + 1), "int32"), ArgSpec.contiguous((k,), "float32"), seeds, target,
+                fp64=flags["fp64"])
+
+
+def _flag_sets(op):
+    for fp64 in (False, True):
+        if op == "gumbel_sample":
+            yield dict(fp64=fp64, draft=False)
+        elif op == "top_k_top_p_sample":
+            for k, p, m in itertools.product((False, True), repeat=3):
+                yield dict(has_top_k=k, has_top_p=p, has_min_p=m, fp64=fp64)
+        elif op == "rejection_sample":
+            for k, draft, strict in itertools.product((1, 4), (False, True), (False, True)):
+                yield dict(k=k, draft=draft, strict=strict, fp64=fp64)
+        else:
+            for k in (1, 4):
+                yield dict(k=k, fp64=fp64)
+
+
+def tilings(plans, frontend):
+    """{kernel: the distinct sets of compile keys one plan asks of it}, over `plans`."""
+    found = {}
+    for plan in plans:
+        per_plan = {}
+        for step in plan.launches:
+            per_plan.setdefault(step.kernel, set()).add(compile_key(step, frontend))
+        for kernel, keys in per_plan.items():
+            found.setdefault(kernel.__name__ if hasattr(kernel, "__name__") else kernel.fn.__name__, set()).add(
+                frozenset(keys))
+    return found
+
+
+OPS = ("gumbel_sample", "top_k_top_p_sample", "rejection_sample", "synthetic_rejection_sample")
+
+
+@pytest.mark.parametrize("frontend", ["torch", "jax"])
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("vocab", VOCABS)
+def test_no_batch_size_costs_a_compilation(op, vocab, frontend):
+    if op == "synthetic_rejection_sample" and vocab != VOCABS[0]:
+        pytest.skip("no vocabulary")
+    failures = []
+    for sm_count in (132, 78, 148):
+        for target, dtype, flags in itertools.product(targets(sm_count, op)[frontend], DTYPES, _flag_sets(op)):
+            if op == "synthetic_rejection_sample" and dtype != DTYPES[0]:
+                continue
+            if sm_count != 132 and (dtype == "float16" or flags.get("fp64")):
+                continue  # the smaller and larger GPUs: the common dtypes, enough to move every boundary
+            for kernel, sets in tilings(_plans(op, target, vocab, dtype, flags), frontend).items():
+                if len(sets) > MAX_TILINGS:
+                    failures.append(f"{kernel}: {len(sets)} tilings at {dtype} {flags} on {sm_count} SMs")
+    assert not failures, "\n".join(failures[:10])
+
+
+def test_the_counter_counts_batch_dependent_integers():
+    # a kernel given the batch as an integer argument: JAX bakes each value in, Triton specialises it
+    step = kernels.Launch(kernels.argmax_reduce_kernel, (7,), ("partial_score", "partial_index", "logits", 7, 16, 1),
+                          ("tokens",), (("FP64", False), ("REDUCE_BLOCK", 1)), 1)
+    other = kernels.Launch(kernels.argmax_reduce_kernel, (9,), ("partial_score", "partial_index", "logits", 9, 16, 1),
+                           ("tokens",), (("FP64", False), ("REDUCE_BLOCK", 1)), 1)
+    assert compile_key(step, "jax") != compile_key(other, "jax")
+    assert compile_key(step, "torch") == compile_key(other, "torch")
+    assert [integer_class(v) for v in (1, 7, 32, 2**40)] == ["1", "i32", "i32/16", "i64/16"]
+    counted = count_compilations([kernels.Plan((), (step,), ()), kernels.Plan((), (other,), ())], "jax")
+    assert len(counted["argmax_reduce_kernel"]) == 2
+
+
+def test_the_sweep_would_catch_a_batch_in_a_constexpr():
+    # the check itself has teeth: the plans before issue 39 passed the batch to the kernels
+    step = lambda b: kernels.Launch(kernels.argmax_reduce_kernel, (b,), ("partial_score", b), ("tokens",),
+                                    (("REDUCE_BLOCK", kernels.triton.next_power_of_2(b)),), 1)
+    plans = [kernels.Plan((), (step(b),), ()) for b in (1, 3, 5, 9)]
+    assert len(tilings(plans, "torch")["argmax_reduce_kernel"]) == 4
+
+
+def test_precompile_covers_every_batch_size_with_few_calls():
+    """The calls precompile makes bring every compile key that any batch size up to max_batch needs, in at most
+    two calls per kernel tiling (here: per op, dtype and flag set), on both frontends' targets."""
+    import jsample
+    import torch_backend
+    from jsample.kernels.warmup import _plan
+
+    for frontend, report in (("torch", torch_backend.precompile([32000, 151936], ["bfloat16"], max_batch=300)),
+                             ("jax", jsample.precompile([151936], ["float32"], max_batch=300))):
+        assert not report.compiled  # the interpreter: the calls are listed, not made
+        covered = set().union(*(case.keys for case in report.cases))
+        assert report.kernels == len(covered)
+        groups = {}
+        for case in report.cases:
+            groups.setdefault((case.op, case.vocab, case.dtype, case.k, case.flags), []).append(case.batch)
+        assert max(len(batches) for batches in groups.values()) <= 2 * MAX_TILINGS
+        targets_ = targets(132, "gumbel_sample")[frontend]
+        for (op, vocab, dtype, k, flags), _ in groups.items():
+            for b in (1, 2, 3, 7, 16, 17, 63, 64, 100, 150, 255, 300):
+                for target in targets_:
+                    keys = {compile_key(s, frontend) for s in _plan(op, b, vocab, dtype, k, dict(flags), target).launches}
+                    assert keys <= covered, (frontend, op, vocab, dtype, flags, b)
+
+
+def test_precompile_refuses_unknown_ops_and_batches():
+    import torch_backend
+
+    with pytest.raises(ValueError, match="precompile: ops must be among"):
+        torch_backend.precompile([32000], ops=["gumbel"])
+    with pytest.raises(ValueError, match="precompile: max_batch must be a positive int, got 0"):
+        torch_backend.precompile([32000], max_batch=0)

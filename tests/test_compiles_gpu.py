@@ -1,0 +1,71 @@
+"""precompile on a real GPU: after it, calls at any batch size within its range compile nothing, in torch
+and in JAX (Triton's post-compile hook counts torch's compilations; jax-triton's kernel cache JAX's).
+Skipped without a CUDA GPU (see conftest)."""
+
+import pytest
+from conftest import ON_GPU
+
+pytestmark = pytest.mark.gpu
+
+if ON_GPU:
+    import jax
+    import jax.numpy as jnp
+    import torch
+    import triton
+
+    import jsample
+    import torch_backend
+
+V = 32000
+BATCHES = (1, 2, 3, 5, 8, 13, 21, 34, 55, 64, 100, 128)
+
+
+@pytest.fixture
+def compile_count():
+    found = []
+    previous = triton.knobs.runtime.jit_post_compile_hook
+    triton.knobs.runtime.jit_post_compile_hook = lambda *args, **kwargs: found.append(1)
+    yield found
+    triton.knobs.runtime.jit_post_compile_hook = previous
+
+
+def test_torch_after_precompile_no_batch_size_compiles(compile_count):
+    report = torch_backend.precompile([V], ["bfloat16"], ops=["gumbel_sample", "top_k_top_p_sample"],
+                                      flags=[dict(top_k=True, top_p=True)], max_batch=128)
+    assert report.compiled and report.kernels >= 3
+    assert len(compile_count) > 0  # it compiled (a fresh process's cache may hold some: the hook counts compiles)
+    compile_count.clear()
+    for b in BATCHES:
+        logits = torch.randn(b, V, device="cuda").to(torch.bfloat16)
+        seeds = torch.arange(b, device="cuda", dtype=torch.int64)
+        positions = torch.arange(b, device="cuda", dtype=torch.int64)
+        temperature = torch.full((b,), 0.8, device="cuda")
+        torch_backend.gumbel_sample(logits, seeds, positions, temperature)
+        torch_backend.top_k_top_p_sample(logits, seeds, positions, temperature,
+                                         top_k=torch.full((b,), 50, device="cuda", dtype=torch.int64),
+                                         top_p=torch.full((b,), 0.9, device="cuda"))
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, capture_error_mode="thread_local"):
+            torch_backend.gumbel_sample(logits, seeds, positions, temperature)
+        graph.replay()
+    torch.cuda.synchronize()
+    assert compile_count == [], f"{len(compile_count)} compilations after precompile"
+
+
+def test_jax_after_precompile_no_batch_size_compiles():
+    from jax_triton import triton_lib
+
+    if not hasattr(triton_lib, "_COMPILED_KERNEL_CACHE"):
+        pytest.skip("this jax-triton keeps no kernel cache to count (0.3.1 does)")
+    report = jsample.precompile([V], ["bfloat16"], ops=["top_k_top_p_sample"], flags=[dict(top_k=True, top_p=True)],
+                                max_batch=128)
+    assert report.compiled
+    cached = len(triton_lib._COMPILED_KERNEL_CACHE)
+    assert cached >= report.kernels
+    fn = jax.jit(lambda x, s, p, t, k, q: jsample.top_k_top_p_sample(x, s, p, t, top_k=k, top_p=q))
+    for b in BATCHES:
+        wide = jnp.int64 if jax.config.jax_enable_x64 else jnp.int32
+        fn(jnp.zeros((b, V), jnp.bfloat16), jnp.arange(b, dtype=wide), jnp.arange(b, dtype=wide),
+           jnp.full((b,), 0.8, jnp.float32), jnp.full((b,), 50, wide), jnp.full((b,), 0.9, jnp.float32)
+           ).block_until_ready()
+    assert len(triton_lib._COMPILED_KERNEL_CACHE) == cached, "jax-triton compiled kernels after precompile"
