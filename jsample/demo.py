@@ -42,14 +42,20 @@ def main(batch: int = 8, vocab: int = 32000) -> bool:
         results["JAX"] = np.asarray(jax.jit(jsample.gumbel_sample)(logits, jsample.seed_words(seeds), positions,
                                                                    temperature))
         print(f"JAX backend: {jax.default_backend()}")
+    ran = [name for name in ("torch", "JAX") if name in results]
     if len(results) < 2:  # one frontend: compare with the reference (exact on the CPU)
         results["NumPy reference"] = gumbel_sample_reference(logits, seeds, positions, temperature)
     print(f"jsample {jsample.__version__}, random stream v{jsample.STREAM_VERSION}, ran on {where}")
     print(f"batch {batch}, vocabulary {vocab}, temperature {(temperatures * batch)[:batch]}")
     for name, tokens in results.items():
         print(f"{name + ' tokens':22s}: {tokens.tolist()}")
+    if not ran:  # nothing to compare: say so, and fail
+        print("neither torch nor JAX is installed: no kernel ran, nothing was compared "
+              "(pip install torch, or jax; see the README's quick start)")
+        return False
     first, *others = results.values()
     identical = all(np.array_equal(first, other) for other in others)
+    print(f"compared              : {' and '.join(results)}")
     print("identical             :", "yes" if identical else "NO")
     return identical
 

@@ -9,7 +9,8 @@ import math
 import numbers
 from typing import NamedTuple
 
-LOGIT_DTYPES = ("float32", "bfloat16", "float16")
+LOGIT_DTYPES = ("float32", "bfloat16", "float16", "float64")  # float64: rounded to float32 by the frontends, whatever
+# JAX's x64 flag (one rule: a float64 array from NumPy, torch or jax.random with x64 on is read as float32)
 SEED_DTYPES = ("int32", "uint32", "int64")
 SEED_WORD_DTYPES = ("uint32", "int32")  # [B, 2] (low, high) words of 64-bit seeds
 POSITION_DTYPES = ("int32", "int64")
@@ -102,7 +103,7 @@ def check_logits(op: str, name: str, spec, expected_shape_text: str, allowed=LOG
     if len(spec.shape) != ndim:
         raise ValueError(f"{op}: {name} must be a {ndim}-D array {expected_shape_text}, "
                          f"got shape {tuple(spec.shape)}.")
-    check_dtype(op, name, spec, allowed)
+    check_dtype(op, name, spec, allowed, " float64 logits are read as float32." if "float64" in allowed else "")
     vocab = spec.shape[-1]
     if not 1 <= vocab <= MAX_VOCAB:
         raise ValueError(f"{op}: {name} must have a vocabulary size V in [1, 2**30], got V = {vocab}.")
@@ -161,9 +162,9 @@ def check_rejection_sample(op: str, target_logits, draft_tokens, num_draft_token
     check_temperature(op, temperature, batch)
     if draft_logits is not None:
         check_array(op, "draft_logits", draft_logits, "[B, K, V] or None")
-        check_dtype(op, "draft_logits", draft_logits, ("float32",),
+        check_dtype(op, "draft_logits", draft_logits, ("float32", "float64"),
                     " Draft logits are kept in float32 because the acceptance ratio p/q is precision-sensitive; "
-                    "cast them to float32.")
+                    "cast them to float32 (float64 is read as float32).")
         check_shape(op, "draft_logits", draft_logits, (batch, k, vocab), "[B, K, V]")
     if not isinstance(method, str) or method not in REJECTION_METHODS:
         raise ValueError(f"{op}: method must be {_or_list([repr(m) for m in REJECTION_METHODS])}, got {method!r}.")
@@ -182,13 +183,18 @@ def rates_from_list(op: str, rates):
     except (TypeError, ValueError):
         raise TypeError(f"{op}: conditional_rates must be a float32 or float64 array [K] or [B, K], or a list of "
                         f"numbers, got {rates!r}.") from None
+    # a list's values are on the host: check them (device arrays are not read back, STREAM.md clamps them)
+    outside = array[~((array >= 0) & (array <= 1))]
+    if outside.size:
+        raise ValueError(f"{op}: conditional_rates must be acceptance probabilities in [0, 1], got {outside[0]!r} "
+                         f"in {rates!r}.")
     return array.astype(np.float32)
 
 
 def check_synthetic_rejection_sample(op: str, target_tokens, draft_tokens, num_draft_tokens, seeds, positions,
                                      conditional_rates, fp64) -> None:
     check_array(op, "target_tokens", target_tokens, "[B, K+1]")
-    check_dtype(op, "target_tokens", target_tokens, TOKEN_DTYPES)
+    check_dtype(op, "target_tokens", target_tokens, DRAFT_DTYPES)  # int64 too (torch.argmax's), read as int64
     if len(target_tokens.shape) != 2 or target_tokens.shape[1] < 1:
         raise ValueError(f"{op}: target_tokens must be a 2-D array [B, K+1] with K+1 >= 1, "
                          f"got shape {tuple(target_tokens.shape)}.")

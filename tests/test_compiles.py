@@ -155,3 +155,17 @@ def test_precompile_refuses_unknown_ops_and_batches():
         torch_backend.precompile([32000], ops=["gumbel"])
     with pytest.raises(ValueError, match="precompile: max_batch must be a positive int, got 0"):
         torch_backend.precompile([32000], max_batch=0)
+
+
+def test_torch_buffers_are_16_byte_aligned_at_every_batch_size():
+    """Triton specialises a pointer on its 16-byte alignment: a scratch or counter buffer whose alignment followed
+    the batch (counters packed end to end after one of B elements) would be a compilation each way."""
+    target = torch_execute.compiled_target(132, 9)
+    for b in range(1, 70):
+        for has_top_k, has_top_p in ((True, True), (False, True), (True, False)):
+            plan = kernels.plan_top_k_top_p_sample(ArgSpec.contiguous((b, 151936), "bfloat16"),
+                                                   ArgSpec.contiguous((b,), "int64"), target, has_top_k=has_top_k,
+                                                   has_top_p=has_top_p, has_min_p=False, fp64=False)
+            recipe = torch_execute._Recipe(plan)
+            assert all(4 * offset % 16 == 0 for _, offset in recipe.counters), (b, recipe.counters)
+            assert all(offset % 16 == 0 for _, offset, _ in recipe.scratch), b

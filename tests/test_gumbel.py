@@ -378,10 +378,9 @@ BAD_INPUTS = [
     # (description, argument overrides, exception type, message)
     ("1-D logits", {"logits": np.zeros(5, np.float32)}, ValueError,
      "gumbel_sample: logits must be a 2-D array [B, V], got shape (5,)."),
-    ("float64 logits", {"logits": np.zeros((3, 5), np.float64)}, TypeError,
-     "gumbel_sample: logits must have dtype float32, bfloat16 or float16, got float64."),
     ("int logits", {"logits": np.zeros((3, 5), np.int32)}, TypeError,
-     "gumbel_sample: logits must have dtype float32, bfloat16 or float16, got int32."),
+     "gumbel_sample: logits must have dtype float32, bfloat16, float16 or float64, got int32. float64 logits are "
+     "read as float32."),
     ("empty vocabulary", {"logits": np.zeros((3, 0), np.float32)}, ValueError,
      "gumbel_sample: logits must have a vocabulary size V in [1, 2**30], got V = 0."),
     ("float seeds", {"seeds": np.zeros(3, np.float32)}, TypeError,
@@ -486,3 +485,26 @@ def test_gumbel_jax_rejects_silent_int64_narrowing():
     with jax.enable_x64(False):
         with pytest.raises(TypeError, match="gumbel_sample: seeds has dtype int64, which JAX narrows to 32 bits"):
             jsample.gumbel_sample(np.zeros((3, 5), np.float32), np.zeros(3, np.int64), np.zeros(3, np.int32), 1.0)
+
+
+@pytest.mark.parametrize("x64", [False, True])
+def test_float64_logits_are_read_as_float32_in_both_frontends(x64):
+    """One rule, whatever JAX's x64 flag: float64 logits (NumPy's default, jax.random's with x64 on) are rounded to
+    float32, so the tokens are those of the float32 logits, in both frontends."""
+    import jax
+
+    rng = np.random.default_rng(64)
+    logits = rng.standard_normal((5, 300)) * 3
+    seeds, positions = make_requests(rng, 5, wide_seeds=False)
+    temperature = np.float32([0.0, 0.5, 1.0, 1.5, 0.8])
+    before = jax.config.jax_enable_x64
+    jax.config.update("jax_enable_x64", x64)
+    try:
+        expected = run_torch("gumbel_sample", logits.astype(np.float32), seeds, positions, temperature)
+        for run in (run_torch, run_jax):
+            np.testing.assert_array_equal(run("gumbel_sample", logits, seeds, positions, temperature), expected)
+            np.testing.assert_array_equal(run("top_k_top_p_sample", logits, seeds, positions, temperature, top_k=7),
+                                          run_torch("top_k_top_p_sample", logits.astype(np.float32), seeds, positions,
+                                                    temperature, top_k=7))
+    finally:
+        jax.config.update("jax_enable_x64", before)

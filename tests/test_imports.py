@@ -59,6 +59,14 @@ def test_demo_runs_with_either_frontend_alone(blocked):
     _run((_block(blocked) if blocked else "") + "from jsample.demo import main\nassert main(batch=4, vocab=300)")
 
 
+def test_demo_without_either_frontend_compares_nothing_and_says_so():
+    result = subprocess.run([sys.executable, "-c", _block("torch") + _block("jax") +
+                             "from jsample.demo import main\nraise SystemExit(0 if main(batch=4, vocab=300) else 3)"],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 3, result.stderr[-3000:]
+    assert "no kernel ran, nothing was compared" in result.stdout and "identical" not in result.stdout
+
+
 def test_the_interpreter_choice_does_not_depend_on_import_order():
     """Triton picks interpreted or compiled per kernel when the kernel is defined, so jsample's choice
     (jsample.kernels: TRITON_INTERPRET, else the interpreter when no GPU is present) holds whatever

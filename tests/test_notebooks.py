@@ -32,8 +32,9 @@ def test_notebook_is_committed_executed(path):
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
 def test_notebook_runs(path):
     notebook = nbformat.read(path, as_version=4)
+    # from notebooks/, as `jupyter nbconvert --execute notebooks/...` and `jupyter lab notebooks/` run them
     NotebookClient(notebook, timeout=600, kernel_name="python3",
-                   resources={"metadata": {"path": str(path.parent.parent)}}).execute()
+                   resources={"metadata": {"path": str(path.parent)}}).execute()
     outputs = "".join(o.get("text", "") for cell in notebook.cells for o in cell.get("outputs", []))
     assert "identical: True" in outputs
     assert _images(notebook) >= 2

@@ -486,7 +486,8 @@ def _error_cases():
         (dict(target_logits=np.zeros((2, 3), np.float32)), ValueError,
          "rejection_sample: target_logits must be a 3-D array [B, K+1, V], got shape (2, 3)."),
         (dict(target_logits=np.zeros((2, 3, 5), np.int32)), TypeError,
-         "rejection_sample: target_logits must have dtype float32, bfloat16 or float16, got int32."),
+         "rejection_sample: target_logits must have dtype float32, bfloat16, float16 or float64, got int32. float64 "
+         "logits are read as float32."),
         (dict(draft_tokens=np.zeros((2, 3), np.int32)), ValueError,
          "rejection_sample: draft_tokens must be a 2-D array [B, K] = [2, 2], got shape (2, 3)."),
         (dict(draft_tokens=np.zeros((2, 2), np.float32)), TypeError,
@@ -497,8 +498,9 @@ def _error_cases():
          "rejection_sample: num_draft_tokens must be a 1-D array [B] with B = 2 (the batch size of the logits), "
          "got shape (3,)."),
         (dict(draft_logits=np.zeros((2, 2, 5), np.float16)), TypeError,
-         "rejection_sample: draft_logits must have dtype float32, got float16. Draft logits are kept in float32 "
-         "because the acceptance ratio p/q is precision-sensitive; cast them to float32."),
+         "rejection_sample: draft_logits must have dtype float32 or float64, got float16. Draft logits are kept in "
+         "float32 because the acceptance ratio p/q is precision-sensitive; cast them to float32 (float64 is read as "
+         "float32)."),
         (dict(draft_logits=np.zeros((2, 3, 5), np.float32)), ValueError,
          "rejection_sample: draft_logits must be a 3-D array [B, K, V] = [2, 2, 5], got shape (2, 3, 5)."),
         (dict(method="typical"), ValueError,
@@ -542,8 +544,11 @@ def test_synthetic_errors_are_the_same_in_both_frontends():
         (dict(conditional_rates=np.zeros((3, 2), np.float32)), ValueError,
          "synthetic_rejection_sample: conditional_rates must be an array [K] = [2] (one schedule) or [B, K] = "
          "[2, 2] (one per request), got shape (3, 2)."),
-        (dict(target_tokens=np.zeros((2, 3), np.int64)), TypeError,
-         "synthetic_rejection_sample: target_tokens must have dtype int32, got int64."),
+        (dict(target_tokens=np.zeros((2, 3), np.uint32)), TypeError,
+         "synthetic_rejection_sample: target_tokens must have dtype int32 or int64, got uint32."),
+        (dict(conditional_rates=[1.5, 0.5]), ValueError,
+         "synthetic_rejection_sample: conditional_rates must be acceptance probabilities in [0, 1], got 1.5 in "
+         "[1.5, 0.5]."),
         (dict(target_tokens=np.zeros(3, np.int32)), ValueError,
          "synthetic_rejection_sample: target_tokens must be a 2-D array [B, K+1] with K+1 >= 1, got shape (3,)."),
         (dict(draft_tokens=np.zeros((2, 1), np.int32)), ValueError,
@@ -594,3 +599,27 @@ def test_rejection_cuda_graph_replay_follows_new_seeds():
         expected = torch_backend.rejection_sample(*args, seeds, positions, temperature, draft_logits=draft_logits)
         torch.testing.assert_close(out[0], expected[0], rtol=0, atol=0)
         torch.testing.assert_close(out[1], expected[1], rtol=0, atol=0)
+
+
+def test_synthetic_target_tokens_take_int64(frontend):
+    """torch.argmax gives int64: target_tokens accept it (read as int64, equal tokens); a value beyond int32 is
+    no token id and is emitted as -1, in the kernel and in the reference alike."""
+    rng = np.random.default_rng(5)
+    batch, k = 6, 3
+    target_tokens = rng.integers(0, 1000, size=(batch, k + 1)).astype(np.int32)
+    drafts = rng.integers(0, 1000, size=(batch, k)).astype(np.int32)
+    num_drafts = np.array([0, 1, 2, 3, 3, 0], np.int32)
+    seeds, positions = make_requests(rng, batch, wide_seeds=False)
+    rates = np.float32([0.9, 0.5, 0.2])
+    expected = frontend("synthetic_rejection_sample", target_tokens, drafts, num_drafts, seeds, positions, rates)
+    wide = target_tokens.astype(np.int64)
+    out = frontend("synthetic_rejection_sample", wide, drafts, num_drafts, seeds, positions, rates)
+    np.testing.assert_array_equal(out[0], expected[0])
+    np.testing.assert_array_equal(out[1], expected[1])
+    wide += 2**32  # every emitted token beyond int32
+    tokens, num_sampled = frontend("synthetic_rejection_sample", wide, drafts, num_drafts, seeds, positions, rates)
+    reference = synthetic_rejection_sample_reference(wide, drafts, num_drafts, seeds, positions, rates)
+    np.testing.assert_array_equal(tokens, reference[0])
+    np.testing.assert_array_equal(num_sampled, expected[1])
+    emitted = tokens[np.arange(batch), num_sampled - 1]
+    np.testing.assert_array_equal(emitted, -1)

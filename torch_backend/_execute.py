@@ -411,6 +411,9 @@ class _Recipe:
         for buffer in plan.buffers:
             dtype = _DTYPES[buffer.dtype]
             if buffer.counters:  # (name, offset among the place's counters: every element of its shape)
+                # each 16-byte aligned, as Triton specialises a pointer on it: packed end to end, a buffer after
+                # one of B counters would be aligned at some batch sizes only, a compilation each way
+                self.counter_count = -(-self.counter_count // 4) * 4
                 self.counters.append((buffer.name, self.counter_count))
                 self.counter_count += math.prod(buffer.shape)
             elif buffer.name in plan.outputs or buffer.zeroed:

@@ -54,6 +54,8 @@ def top_k_top_p_sample(logits, seeds, positions, temperature, *, top_k=None, top
     if replayed is not None:
         return replayed[0]
     call = validate("top_k_top_p_sample", check_top_k_top_p_sample, arguments, (fp64,), call)
+    if logits.dtype == torch.float64:  # read as float32 (validation's rule)
+        logits = logits.float()
     if logits.stride(1) != 1:
         logits = logits.contiguous()
     batch, device = logits.shape[0], logits.device

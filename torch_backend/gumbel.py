@@ -49,6 +49,8 @@ def gumbel_sample(logits, seeds, positions, temperature, *, fp64=False, draft=Fa
     if replayed is not None:
         return replayed[0]
     call = validate("gumbel_sample", check_gumbel_sample, arguments, (fp64, draft), call)
+    if logits.dtype == torch.float64:  # read as float32 (validation's rule)
+        logits = logits.float()
     if logits.stride(1) != 1:
         logits = logits.contiguous()
     seeds, positions, batch = dense(seeds), dense(positions), logits.shape[0]

@@ -69,6 +69,10 @@ def rejection_sample(target_logits, draft_tokens, num_draft_tokens, seeds, posit
     if replayed is not None:
         return replayed
     call = validate("rejection_sample", check_rejection_sample, arguments, (method, fp64), call)
+    if target_logits.dtype == torch.float64:  # read as float32 (validation's rule)
+        target_logits = target_logits.float()
+    if draft_logits is not None and draft_logits.dtype == torch.float64:
+        draft_logits = draft_logits.float()
     if target_logits.stride(2) != 1:
         target_logits = target_logits.contiguous()
     if draft_logits is not None and draft_logits.stride(2) != 1:
@@ -124,7 +128,8 @@ def synthetic_rejection_sample(target_tokens, draft_tokens, num_draft_tokens, se
     Changing the rate values never recompiles (they are read on the device).
 
     Args:
-        target_tokens: [B, K+1] int32, the target's sampled token of each row (e.g. gumbel_sample's).
+        target_tokens: [B, K+1] int32 or int64 (torch.argmax's), the target's sampled token of each row (e.g.
+            gumbel_sample's); read as int64: a value beyond int32 is no token id and emits -1.
         draft_tokens: [B, K] int32 or int64 (read as such: an int64 draft beyond the int32 range is
             never accepted; entries at j >= n_b ignored).
         num_draft_tokens: [B] int32 or int64, n_b in [0, K] (unchecked; clamped).

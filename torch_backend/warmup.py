@@ -71,6 +71,12 @@ def precompile(vocab_sizes, dtypes=("bfloat16",), *, ops=None, flags=None, max_b
                     execute._run_general(plan, device, _inputs(case, flags_, device))
                 torch.cuda.current_stream(device).synchronize()
 
+        # each kernel's source hash (the key of Triton's cache directory) computed here, once: computed by
+        # several threads at once it came out differently in one of them, and the next process missed its cache
+        for kernel in {step.kernel for case in cases for target in targets
+                       for step in _plan(case.op, case.batch, case.vocab, case.dtype, case.k, dict(case.flags),
+                                         target).launches}:
+            kernel.cache_key  # noqa: B018
         with ThreadPoolExecutor(max(1, workers)) as pool:
             list(pool.map(run, cases))
         # Triton's in-process cache of a kernel is created by its first launch, unlocked: where two threads

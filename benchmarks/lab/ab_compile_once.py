@@ -14,7 +14,7 @@ import subprocess
 import sys
 
 CASE_CODE = r"""
-import hashlib, json, sys
+import hashlib, json, re, sys
 sys.path.insert(0, sys.argv[1])
 import torch, triton
 import torch_backend
@@ -31,7 +31,8 @@ def graph_us(fn):
 
 results = {}
 def cell(name, fn):
-    results[name] = graph_us(fn)
+    if re.search(sys.argv[2], name):
+        results[name] = graph_us(fn)
 
 def inputs(b, v, dtype=torch.bfloat16, seed=0):
     g = torch.Generator(device="cuda").manual_seed(seed + b)
@@ -44,8 +45,9 @@ FILTERS = {"top_k+top_p": lambda b: dict(top_k=torch.full((b,), 50, device="cuda
                                           top_p=torch.full((b,), 0.9, device="cuda")),
            "top_p": lambda b: dict(top_p=torch.full((b,), 0.9, device="cuda")),
            "min_p": lambda b: dict(min_p=torch.full((b,), 0.05, device="cuda"))}
-for v, batches, names in ((151936, (1, 2, 4, 8, 16, 64, 256), ("top_k+top_p",)), (151936, (1, 256), ("top_p", "min_p")),
-                          (32000, (4, 16, 32, 64), ("top_k+top_p",)), (32000, (64,), ("top_p",))):
+for v, batches, names in ((151936, (1, 2, 3, 4, 8, 16, 64, 256), ("top_k+top_p",)),
+                          (151936, (1, 256), ("top_p", "min_p")), (32000, (2, 4, 8, 16, 32, 64), ("top_k+top_p",)),
+                          (32000, (64,), ("top_p",))):
     for b in batches:
         for name in names:
             x, s, p, t = inputs(b, v)
@@ -74,11 +76,12 @@ def main():
     parser.add_argument("base")
     parser.add_argument("new")
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--only", default="", help="a regular expression: the cells it finds in their names")
     args = parser.parse_args()
     runs = {"base": [], "new": []}
     for _ in range(args.rounds):
         for label in ("base", "new"):
-            out = subprocess.run([sys.executable, "-c", CASE_CODE, getattr(args, label)], capture_output=True,
+            out = subprocess.run([sys.executable, "-c", CASE_CODE, getattr(args, label), args.only], capture_output=True,
                                  text=True)
             if out.returncode:
                 raise SystemExit(out.stderr[-3000:])

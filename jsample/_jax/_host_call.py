@@ -14,9 +14,16 @@ registered launch, runs the kernel with the outputs written in place, and turns 
 into an XLA error (so a failure raises in the caller, never returns an unwritten output).
 `register()` returns False where this jaxlib does not take the handler; the CPU path then falls back
 to pure_callback, unpartitioned.
+
+The fence around XLA's C ABI, written here by hand: the handler is registered only on the jaxlib
+versions CI runs it with (VERIFIED_JAXLIB; `JSAMPLE_JAX_CPU_PATH=pure_callback` forces the fallback,
+`=ffi` the handler on another jaxlib), and every struct it reads is checked first (struct_size at
+least the layout written here, the API's major version, the attribute's type, name and dtype): a
+mismatch is an XLA error naming jsample, never a read past a struct. `path()` says which path runs.
 """
 
 import ctypes
+import os
 import threading
 
 import numpy as np
@@ -25,6 +32,10 @@ TARGET_NAME = "jsample_interpreted_launch"
 _FFI_API_VERSION = (0, 1)  # the C ABI version this handler is written against
 _ERROR_INTERNAL = 13  # XLA_FFI_Error_Code_INTERNAL
 _EXTENSION_METADATA = 1  # XLA_FFI_Extension_Metadata
+_ATTR_SCALAR = 3  # XLA_FFI_AttrType_SCALAR
+_DTYPE_S64 = 5  # XLA_FFI_DataType_S64
+# jaxlib minor versions whose FFI ABI CI runs this handler with (the suite, and .ci/packaging.sh's newest JAX)
+VERIFIED_JAXLIB = ((0, 10), (0, 11), (0, 12))
 # XLA_FFI_DataType of each NumPy dtype the kernels take (xla/ffi/api/c_api.h)
 _FFI_DTYPES = {"bool": 1, "int8": 2, "int16": 3, "int32": 4, "int64": 5, "uint8": 6, "uint16": 7, "uint32": 8,
                "uint64": 9, "float16": 10, "float32": 11, "float64": 12, "bfloat16": 16}
@@ -77,6 +88,10 @@ class _Scalar(ctypes.Structure):
     _fields_ = [("dtype", ctypes.c_int), ("value", ctypes.POINTER(ctypes.c_int64))]
 
 
+class _ByteSpan(ctypes.Structure):
+    _fields_ = [("ptr", ctypes.c_void_p), ("len", ctypes.c_size_t)]
+
+
 class _ErrorCreateArgs(ctypes.Structure):
     _fields_ = [("struct_size", ctypes.c_size_t), ("extension_start", ctypes.c_void_p), ("message", ctypes.c_char_p),
                 ("errc", ctypes.c_int)]
@@ -106,6 +121,7 @@ class HostLaunch:
         arrays = []
         for i, (dtype_name, shape) in enumerate(types):
             buffer = ctypes.cast(frame_list.items[i], ctypes.POINTER(_Buffer)).contents
+            _check_size(buffer, _Buffer, f"{what} {i}'s XLA_FFI_Buffer")
             dims = tuple(buffer.dims[d] for d in range(buffer.rank))
             if buffer.dtype != _FFI_DTYPES[dtype_name] or dims != tuple(shape):
                 raise RuntimeError(f"jsample host launch: {what} {i} is a buffer of XLA dtype {buffer.dtype} and "
@@ -151,8 +167,30 @@ def launch_id(key, make_launch) -> int:
         return found
 
 
-def _error(frame, message: str):
+class _AbiMismatch(RuntimeError):
+    pass
+
+
+def _check_size(struct, layout, name: str) -> None:
+    """XLA's structs begin with their size: at least the layout written here (later fields may follow)."""
+    if struct.struct_size < ctypes.sizeof(layout):
+        raise _AbiMismatch(f"jsample host launch: XLA's {name} has struct_size {struct.struct_size}, expected at "
+                           f"least {ctypes.sizeof(layout)}: this jaxlib's FFI ABI differs from the one jsample's "
+                           "handler reads; set JSAMPLE_JAX_CPU_PATH=pure_callback")
+
+
+def _api_head(frame):
     head = ctypes.cast(frame.api, ctypes.POINTER(_ApiHead)).contents
+    if head.struct_size < ctypes.sizeof(_ApiHead) or head.api_version.major_version != _FFI_API_VERSION[0]:
+        return None
+    return head
+
+
+def _error(frame, message: str):
+    head = _api_head(frame)
+    if head is None:  # no error can be made with an API of another layout: abort rather than return unwritten outputs
+        os.write(2, f"jsample: XLA's FFI API has another layout; cannot report: {message}\n".encode())
+        os.abort()
     create = _ERROR_CREATE(head.error_create)
     args = _ErrorCreateArgs(ctypes.sizeof(_ErrorCreateArgs), None, message.encode(), _ERROR_INTERNAL)
     return create(ctypes.byref(args))
@@ -178,9 +216,11 @@ def _handle(frame_pointer):
             if extension.contents.type == _EXTENSION_METADATA:
                 _answer_metadata(extension)
             return None
-        if frame.attrs.size != 1:
-            raise RuntimeError(f"jsample host launch: {frame.attrs.size} attributes, expected launch_id only")
-        launch = _launches[ctypes.cast(frame.attrs.attrs[0], ctypes.POINTER(_Scalar)).contents.value.contents.value]
+        _check_size(frame, _CallFrame, "XLA_FFI_CallFrame")
+        for part, layout, name in ((frame.args, _List, "XLA_FFI_Args"), (frame.rets, _List, "XLA_FFI_Rets"),
+                                   (frame.attrs, _Attrs, "XLA_FFI_Attrs")):
+            _check_size(part, layout, name)
+        launch = _launches[_launch_id(frame.attrs)]
         launch(frame)
         return None
     except BaseException as error:  # an exception must not cross the C boundary: XLA raises it in the caller
@@ -190,11 +230,50 @@ def _handle(frame_pointer):
             return None
 
 
+def _launch_id(attrs) -> int:
+    """The call's one attribute, checked: a scalar int64 named launch_id, naming a registered launch."""
+    if attrs.size != 1:
+        raise RuntimeError(f"jsample host launch: {attrs.size} attributes, expected launch_id only")
+    if attrs.types[0] != _ATTR_SCALAR:
+        raise _AbiMismatch(f"jsample host launch: attribute 0 has XLA attribute type {attrs.types[0]}, expected a "
+                           f"scalar ({_ATTR_SCALAR})")
+    name = ctypes.cast(attrs.names, ctypes.POINTER(ctypes.POINTER(_ByteSpan)))[0].contents
+    if ctypes.string_at(name.ptr, name.len) != b"launch_id":
+        raise _AbiMismatch(f"jsample host launch: attribute 0 is named {ctypes.string_at(name.ptr, name.len)!r}, "
+                           "expected b'launch_id'")
+    scalar = ctypes.cast(attrs.attrs[0], ctypes.POINTER(_Scalar)).contents
+    if scalar.dtype != _DTYPE_S64:
+        raise _AbiMismatch(f"jsample host launch: launch_id has XLA dtype {scalar.dtype}, expected int64 "
+                           f"({_DTYPE_S64})")
+    value = scalar.value.contents.value
+    if not 0 <= value < len(_launches):
+        raise RuntimeError(f"jsample host launch: launch_id {value} names no registered launch")
+    return value
+
+
+def _jaxlib_version() -> tuple:
+    import jaxlib
+
+    return tuple(int(part) for part in jaxlib.__version__.split(".")[:2])
+
+
+def path() -> str:
+    """The JAX CPU path's launches: "ffi" (this module's handler) or "pure_callback" (the fallback)."""
+    return "ffi" if register() else "pure_callback"
+
+
 def register() -> bool:
-    """Registers the handler with XLA's CPU platform (once); False where this jaxlib refuses it."""
+    """Registers the handler with XLA's CPU platform (once); False where this jaxlib is not one CI verifies
+    (VERIFIED_JAXLIB; JSAMPLE_JAX_CPU_PATH overrides: "pure_callback" or "ffi"), or refuses it."""
     global _registered, _handler_ref
     with _lock:
         if _registered is None:
+            choice = os.environ.get("JSAMPLE_JAX_CPU_PATH", "")
+            if choice not in ("", "ffi", "pure_callback"):
+                raise ValueError(f"JSAMPLE_JAX_CPU_PATH must be 'ffi' or 'pure_callback', got {choice!r}.")
+            if choice == "pure_callback" or (not choice and _jaxlib_version() not in VERIFIED_JAXLIB):
+                _registered = False
+                return _registered
             try:
                 import jax
 

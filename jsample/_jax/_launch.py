@@ -125,6 +125,14 @@ def spec(op: str, name: str, value):
     return value
 
 
+def logits_array(value) -> jax.Array:
+    """Logits as a JAX array, float64 read as float32 (the one rule of both frontends, whatever the x64 flag)."""
+    if isinstance(value, np.ndarray) and value.dtype == np.float64:
+        value = value.astype(np.float32)
+    value = jnp.asarray(value)
+    return value.astype(jnp.float32) if value.dtype == jnp.float64 else value
+
+
 def per_row(value, batch: int, dtype) -> jax.Array:
     """A per-request value as a [B] array: an array [B] or () is converted (a float as float32, an
     integer that is neither int32 nor int64 as int64, int32 with x64 off) and broadcast; a number is

@@ -8,7 +8,7 @@ import jax.numpy as jnp
 from jsample import kernels
 from jsample._jax import _execute as execute
 from jsample._jax._execute import arg_spec, run
-from jsample._jax._launch import not_differentiable, per_row, rowwise, spec, temperature_array
+from jsample._jax._launch import logits_array, not_differentiable, per_row, rowwise, spec, temperature_array
 from jsample.validation import check_top_k_top_p_sample
 
 
@@ -61,7 +61,7 @@ def top_k_top_p_sample(logits, seeds, positions, temperature, *, top_k=None, top
         return jnp.zeros((0,), jnp.int32)
     top_k, top_p, min_p = (None if v is None else per_row(v, batch, d)
                            for v, d in ((top_k, jnp.int64), (top_p, jnp.float32), (min_p, jnp.float32)))
-    return rowwise(functools.partial(_filtered_rows, fp64=fp64), jnp.asarray(logits), jnp.asarray(seeds),
+    return rowwise(functools.partial(_filtered_rows, fp64=fp64), logits_array(logits), jnp.asarray(seeds),
                    jnp.asarray(positions), temperature_array(temperature, batch), top_k, top_p, min_p)
 
 

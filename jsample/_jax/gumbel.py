@@ -8,7 +8,7 @@ import jax.numpy as jnp
 from jsample import kernels
 from jsample._jax import _execute as execute
 from jsample._jax._execute import arg_spec, run
-from jsample._jax._launch import not_differentiable, rowwise, spec, temperature_array
+from jsample._jax._launch import logits_array, not_differentiable, rowwise, spec, temperature_array
 from jsample.validation import check_gumbel_sample
 
 
@@ -59,7 +59,7 @@ def gumbel_sample(logits, seeds, positions, temperature, *, fp64=False, draft=Fa
     batch = logits.shape[0]
     if batch == 0:
         return jnp.zeros((0,), jnp.int32)
-    return rowwise(functools.partial(_gumbel_rows, fp64=fp64, draft=draft), jnp.asarray(logits),
+    return rowwise(functools.partial(_gumbel_rows, fp64=fp64, draft=draft), logits_array(logits),
                    jnp.asarray(seeds), jnp.asarray(positions), temperature_array(temperature, batch))
 
 

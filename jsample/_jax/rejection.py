@@ -7,7 +7,7 @@ import jax.numpy as jnp
 from jsample import kernels
 from jsample._jax import _execute as execute
 from jsample._jax._execute import arg_spec, run
-from jsample._jax._launch import not_differentiable, rowwise, spec, temperature_array
+from jsample._jax._launch import logits_array, not_differentiable, rowwise, spec, temperature_array
 from jsample.validation import check_rejection_sample, check_synthetic_rejection_sample, rates_from_list
 
 
@@ -73,10 +73,10 @@ def rejection_sample(target_logits, draft_tokens, num_draft_tokens, seeds, posit
         return jnp.zeros((0, rows), jnp.int32), jnp.zeros((0,), jnp.int32)
     strict = method == "strict"
     one_hot = draft_logits is None or strict
-    return rowwise(functools.partial(_rejection_rows, strict=strict, fp64=fp64), jnp.asarray(target_logits),
+    return rowwise(functools.partial(_rejection_rows, strict=strict, fp64=fp64), logits_array(target_logits),
                    jnp.asarray(draft_tokens), jnp.asarray(num_draft_tokens), jnp.asarray(seeds),
                    jnp.asarray(positions), temperature_array(temperature, batch),
-                   None if one_hot else jnp.asarray(draft_logits))
+                   None if one_hot else logits_array(draft_logits))
 
 
 def _rejection_rows(target_logits, draft_tokens, num_draft_tokens, seeds, positions, temperature, draft_logits, *,
@@ -105,7 +105,8 @@ def synthetic_rejection_sample(target_tokens, draft_tokens, num_draft_tokens, se
     bit. The rates are a device array: changing their values never recompiles.
 
     Args:
-        target_tokens: [B, K+1] int32, the target's sampled token of each row (e.g. gumbel_sample's).
+        target_tokens: [B, K+1] int32 or int64 (torch.argmax's), the target's sampled token of each row (e.g.
+            gumbel_sample's); read as int64: a value beyond int32 is no token id and emits -1.
         draft_tokens: [B, K] int32 or int64 (read as such: an int64 draft beyond the int32 range is
             never accepted; entries at j >= n_b ignored). 64-bit arrays need jax_enable_x64.
         num_draft_tokens: [B] int32 or int64, n_b in [0, K] (unchecked; clamped).

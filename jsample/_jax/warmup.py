@@ -44,6 +44,10 @@ def precompile(vocab_sizes, dtypes=("bfloat16",), *, ops=None, flags=None, max_b
             plan = _plan(case.op, case.batch, case.vocab, case.dtype, case.k, flags_, target)
             jax.jit(lambda inputs: execute.run(plan, inputs)).lower(_input_shapes(case, flags_)).compile()
 
+        for kernel in {step.kernel for case in cases
+                       for step in _plan(case.op, case.batch, case.vocab, case.dtype, case.k, dict(case.flags),
+                                         target).launches}:
+            kernel.cache_key  # noqa: B018  (Triton's source hash, computed once, not by several threads at once)
         with ThreadPoolExecutor(max(1, workers)) as pool:
             list(pool.map(lower, cases))
     keys = set().union(*(case.keys for case in cases)) if cases else set()

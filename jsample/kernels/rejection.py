@@ -1013,7 +1013,7 @@ def rejection_one_launch_kernel(
 
 @triton.jit
 def synthetic_rejection_kernel(
-    target_tokens_ptr,  # [B, K+1] i32, contiguous
+    target_tokens_ptr,  # [B, K+1] i32|i64, contiguous
     draft_tokens_ptr,  # [B, K] i32|i64, contiguous
     num_draft_tokens_ptr,  # [B] i32|i64, n_b (clamped to [0, K])
     seeds_ptr,  # [B] i32|u32|i64
@@ -1045,6 +1045,7 @@ def synthetic_rejection_kernel(
     accept = accept & (drafts.to(tl.int32).to(drafts.dtype) == drafts)  # int64 drafts beyond int32: no token id
     emit_row = _first_rejection(accept, rows, num_drafts)
     emitted = tl.load(target_tokens_ptr + b64 * (K + 1) + emit_row)
+    emitted = tl.where(emitted.to(tl.int32).to(emitted.dtype) == emitted, emitted, -1)  # int64 beyond int32: no token
     _write_request(tokens_ptr, num_sampled_ptr, drafts, b64, K, emit_row, emitted, BLOCK_K)
 
 

@@ -166,6 +166,7 @@ def synthetic_rejection_sample_reference(target_tokens, draft_tokens, num_draft_
         rejected = [j for j in range(n) if not u[b, j] < rates[b, j].astype(u.dtype)]
         accepted = rejected[0] if rejected else n
         tokens[b, :accepted] = draft_tokens[b, :accepted]
-        tokens[b, accepted] = target_tokens[b, accepted]
+        emitted = int(target_tokens[b, accepted])
+        tokens[b, accepted] = emitted if -2**31 <= emitted < 2**31 else -1  # int64 beyond int32: no token id
         num_sampled[b] = accepted + 1
     return tokens, num_sampled
