@@ -12,6 +12,7 @@ from jsample.rates import (  # plain Python: no jax import
     resolve_synthetic_acceptance_rates,
     unconditional_to_conditional_rates,
 )
+from jsample.describe import describe
 from jsample.seeds import seed_words
 
 _JAX_API = {
@@ -27,6 +28,7 @@ __all__ = [
     "STREAM_VERSION",
     "__version__",
     "acceptance_length_to_rates",
+    "describe",
     "resolve_synthetic_acceptance_rates",
     "seed_words",
     "unconditional_to_conditional_rates",

@@ -323,7 +323,9 @@ def test_a_replay_calls_the_launchers_entry_point_with_what_tritons_launcher_pas
     stream and arguments. A launcher that passes something new every call keeps Triton's path."""
     from triton.runtime import driver
 
-    monkeypatch.setattr(torch_execute, "_ENTRY_POINTS", {})
+    from torch_backend import _fast_path
+
+    monkeypatch.setattr(_fast_path, "_ENTRY_POINTS", {})
     monkeypatch.setattr(driver, "_active", SimpleNamespace())  # a driver object: this machine has no GPU
     launcher = make()
     passed = []

@@ -42,14 +42,14 @@ from jsample import kernels
 from jsample.kernels.plan import ArgSpec, Plan, Target, resident_programs
 from torch_backend._launch import call_key
 
-try:  # torch's C++ check of tensors' layouts against a template (torch.compile's tensor guards)
-    from torch._C._dynamo.guards import TensorGuards as _TensorGuards
-except ImportError:
-    _TensorGuards = None
+from torch_backend import _fast_path
+from torch_backend._fast_path import entry_point as _entry_point
+
+_TensorGuards = _fast_path.TensorGuards  # None where the fast path is off or this torch lacks them
 
 _DTYPES = {"int32": torch.int32, "float32": torch.float32}
 _ALIGN = 256  # bytes between workspace buffers: every buffer 16-byte aligned, as the compiled kernels assume
-DIRECT_LAUNCHES = True  # tests turn it off to compare with Triton's own launch path
+DIRECT_LAUNCHES = _fast_path.ENABLED  # the fenced fast path (torch_backend/_fast_path.py); tests turn it off too
 _TARGETS = {}
 _PLANS = {}
 _LAUNCHERS = {}  # (plan, device index, facts) -> [(compiled kernel, constexpr tail)]
@@ -106,7 +106,7 @@ def plan(planner, arrays, device: torch.device, call=None, **flags) -> Plan:
             if len(_PLANS) > 4096:
                 _PLANS.clear()
                 _LAUNCHERS.clear()
-                _ENTRY_POINTS.clear()
+                _fast_path.clear()
             _PLANS[key] = found
     return found
 
@@ -306,66 +306,6 @@ def _launch_direct(entry: _Replay, env: list) -> tuple:
         else:
             launch(x, y, z, stream, *between, *arguments(env), *tail)
     return tuple(outputs) if recipe.outputs_in_order else tuple([outputs[i] for i in recipe.output_positions])
-
-
-_ENTRY_POINTS = {}  # (compiled kernel's launcher, argument count) -> (C entry point, what goes between, packed) or None
-
-
-def _entry_point(kernel, count: int):
-    """(entry point, constants, packed) such that entry_point(x, y, z, stream, kernel.function,
-    *constants, *arguments) (or with the arguments as one tuple when `packed`) is what Triton's Python
-    launcher (`kernel.run`, a CudaLauncher) does for a launch without hooks; None where that cannot be
-    shown, and replays then call the Python launcher.
-
-    It is read from two dry runs, with different grids and streams: the launcher's own __call__ on a
-    copy of it whose entry point records its arguments instead of launching. Each run must pass the
-    grid, stream and function first, then only constants (the same in both runs: nothing that follows
-    the grid or stream), then the `count` arguments (or a tuple of them) last; kernels that need scratch
-    memory per launch (its address changes every call) or a sanitizer keep the Python launcher. So no
-    Triton version's C signature is written here: a version whose launcher passes anything else per
-    call is seen in the dry run and keeps Triton's path."""
-    launcher = kernel.run
-    key = (launcher, count)
-    if key in _ENTRY_POINTS:
-        return _ENTRY_POINTS[key]
-    found = None
-    entry_point = getattr(launcher, "launch", None)
-    if (callable(entry_point) and hasattr(launcher, "__dict__") and getattr(launcher, "global_scratch_size", 1) == 0
-            and getattr(launcher, "profile_scratch_size", 1) == 0 and not getattr(launcher, "gsan_enabled", False)):
-        runs = [_dry_run(launcher, kernel, grid_and_stream, count) for grid_and_stream in ((3, 5, 7, 0), (2, 4, 6, 9))]
-        if runs[0] is not None and runs[0] == runs[1]:
-            found = (entry_point, *runs[0])
-    with _LOCK:
-        _ENTRY_POINTS[key] = found
-    return found
-
-
-def _dry_run(launcher, kernel, grid_and_stream: tuple, count: int):
-    """(what the launcher passes between the function and the arguments, whether it passes the
-    arguments as one tuple) in a launch of `count` stand-in arguments, run on a copy of it whose entry
-    point only records; None if that launch passes anything else."""
-    seen = []
-    copy = object.__new__(type(launcher))
-    copy.__dict__.update(launcher.__dict__)
-    copy.launch = lambda *passed: seen.append(passed)
-    arguments = tuple(object() for _ in range(count))
-    try:
-        type(launcher).__call__(copy, *grid_and_stream, kernel.function, kernel.packed_metadata, None, None, None,
-                                *arguments)
-    except Exception:  # a launcher this reading does not know
-        return None
-    if len(seen) != 1 or seen[0][:4] != grid_and_stream or seen[0][4] is not kernel.function:
-        return None
-    passed = seen[0]
-    if len(passed) >= 5 + count and all(a is b for a, b in zip(passed[len(passed) - count:], arguments)):
-        between, packed = passed[5:len(passed) - count], False
-    elif type(passed[-1]) is tuple and len(passed[-1]) == count and all(a is b for a, b in zip(passed[-1], arguments)):
-        between, packed = passed[5:-1], True
-    else:
-        return None
-    if any(a is b for a in between for b in arguments):  # an argument passed twice, or out of place
-        return None
-    return tuple(between), packed
 
 
 def run(plan: Plan, device: torch.device, inputs: dict, remember: tuple = None) -> tuple:

@@ -1,0 +1,45 @@
+"""`jsample.describe()`: what runs where, and through which fences, in this process."""
+
+import importlib.metadata
+import sys
+
+
+def _version(package: str):
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def describe() -> dict:
+    """The versions found, whether the kernels are interpreted or compiled, and the path each frontend takes
+    where it depends on another library's private internals (each behind a fence with a public fallback):
+
+    * `torch_launch`: eager torch calls through the compiled launchers' entry points ("direct") or
+      Triton's public launch ("triton"): torch_backend/_fast_path.py, switch JSAMPLE_TORCH_LAUNCH;
+    * `jax_cpu_path`: the JAX CPU path's launches as XLA FFI custom calls ("ffi") or `jax.pure_callback`:
+      jsample/_jax/_host_call.py, switch JSAMPLE_JAX_CPU_PATH.
+
+    A frontend that is not installed is reported as None; describing one imports it.
+    """
+    from jsample import kernels
+
+    found = {"jsample": _version("jsample"), "python": sys.version.split()[0], "triton": _version("triton"),
+             "torch": _version("torch"), "jax": _version("jax"), "jaxlib": _version("jaxlib"),
+             "jax_triton": _version("jax-triton"),
+             "kernels": "Triton interpreter (CPU)" if kernels.INTERPRETER else "compiled (GPU)"}
+    try:
+        from torch_backend import _fast_path
+
+        found["torch_launch"] = _fast_path.path()
+    except ImportError:
+        found["torch_launch"] = None
+    try:
+        from jsample._jax import _host_call
+        from jsample._jax._launch import on_gpu
+
+        found["jax_cpu_path"] = _host_call.path()
+        found["jax_backend"] = "GPU: jax-triton" if on_gpu() else "CPU"
+    except ImportError:
+        found["jax_cpu_path"] = found["jax_backend"] = None
+    return found
