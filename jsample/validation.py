@@ -210,6 +210,24 @@ def check_synthetic_rejection_sample(op: str, target_tokens, draft_tokens, num_d
     check_flag(op, "fp64", fp64)
 
 
+def check_num_valid(op: str, value, batch: int) -> None:
+    """num_valid: None, an int in [0, B], or an integer array of shape () or [1] (a device scalar, its value
+    unchecked: no device reads; rows at or past it are padding, a value past B pads none)."""
+    if value is None:
+        return
+    if isinstance(value, ArraySpec):
+        check_dtype(op, "num_valid", value, ("int32", "int64"))
+        if tuple(value.shape) not in ((), (1,)):
+            raise ValueError(f"{op}: num_valid must be a scalar array of shape () or [1], got shape "
+                             f"{tuple(value.shape)}.")
+        return
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{op}: num_valid must be None, an int or an int32 / int64 scalar array, got "
+                        f"{type(value).__name__}.")
+    if not 0 <= value <= batch:
+        raise ValueError(f"{op}: num_valid must be in [0, B] = [0, {batch}], got {value}.")
+
+
 def check_filter(op: str, name: str, value, batch: int) -> None:
     """top_k / top_p / min_p: None, a number in range, or an array [B] or () of any integer (top_k) or
     floating dtype, values unchecked (no device reads: out-of-range values are clamped, STREAM.md)."""

@@ -45,27 +45,32 @@ def _plans(op, target, vocab, dtype, flags, batches=BATCHES):
             yield kernels.plan_rejection_sample(
                 ArgSpec.contiguous((b, k + 1, vocab), dtype),
                 ArgSpec.contiguous((b, k, vocab), "float32") if draft else None, seeds, target,
-                strict=flags["strict"], fp64=flags["fp64"])
+                strict=flags["strict"], fp64=flags["fp64"], row_valid=flags.get("row_valid", False))
         else:
             k = flags["k"]
             yield kernels.plan_synthetic_rejection_sample(
                 ArgSpec.contiguous((b, k + 1), "int32"), ArgSpec.contiguous((k,), "float32"), seeds, target,
-                fp64=flags["fp64"])
+                fp64=flags["fp64"], row_valid=flags.get("row_valid", False))
 
 
 def _flag_sets(op):
     for fp64 in (False, True):
         if op == "gumbel_sample":
             yield dict(fp64=fp64, draft=False)
+            yield dict(fp64=fp64, draft=False, row_valid=True)
         elif op == "top_k_top_p_sample":
             for k, p, m in itertools.product((False, True), repeat=3):
                 yield dict(has_top_k=k, has_top_p=p, has_min_p=m, fp64=fp64)
+            yield dict(has_top_k=True, has_top_p=True, has_min_p=True, fp64=fp64, row_valid=True)
         elif op == "rejection_sample":
             for k, draft, strict in itertools.product((1, 4), (False, True), (False, True)):
                 yield dict(k=k, draft=draft, strict=strict, fp64=fp64)
+                if not draft:
+                    yield dict(k=k, draft=draft, strict=strict, fp64=fp64, row_valid=True)
         else:
             for k in (1, 4):
                 yield dict(k=k, fp64=fp64)
+                yield dict(k=k, fp64=fp64, row_valid=True)
 
 
 def tilings(plans, frontend):

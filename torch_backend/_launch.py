@@ -4,7 +4,7 @@ import numpy as np
 import torch
 
 from jsample import kernels
-from jsample.validation import ArraySpec, check_same_device
+from jsample.validation import ArraySpec, check_num_valid, check_same_device
 
 
 def spec(value):
@@ -113,6 +113,19 @@ def temperature_value(temperature, batch: int, device):
     if not isinstance(temperature, torch.Tensor) and device.type == "cuda" and not kernels.INTERPRETER:
         return float(temperature)
     return temperature_array(temperature, batch, device)
+
+
+def row_valid(op: str, num_valid, batch: int, device):
+    """`num_valid` (checked) as the kernels' per-row flags [B] int32 (0: a padding row), or None: computed on
+    the device from a scalar tensor (no read back), so a CUDA graph replays it with the tensor's new value."""
+    if num_valid is None:
+        return None
+    check_num_valid(op, spec(num_valid), batch)
+    rows = torch.arange(batch, device=device)
+    if isinstance(num_valid, torch.Tensor):
+        check_same_device(op, "num_valid", num_valid.device, torch.device(device))
+        num_valid = num_valid.reshape(())
+    return (rows < num_valid).to(torch.int32)
 
 
 def check_runnable(op: str, device) -> None:

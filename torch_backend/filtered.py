@@ -7,11 +7,11 @@ import torch
 from jsample import kernels
 from jsample.validation import check_top_k_top_p_sample
 from torch_backend import _execute as execute
-from torch_backend._launch import dense, per_row, temperature_array, temperature_value, traced, validate
+from torch_backend._launch import dense, per_row, row_valid, temperature_array, temperature_value, traced, validate
 
 
 def top_k_top_p_sample(logits, seeds, positions, temperature, *, top_k=None, top_p=None, min_p=None,
-                       fp64=False) -> torch.Tensor:
+                       fp64=False, num_valid=None) -> torch.Tensor:
     """Seeded top-k / top-p / min-p sampling: gumbel_sample over the tokens the filters keep.
 
     With p = softmax(logits[b] / T_b) the filters apply in this order, each to what the one before
@@ -26,7 +26,7 @@ def top_k_top_p_sample(logits, seeds, positions, temperature, *, top_k=None, top
     and it equals `jsample.top_k_top_p_sample`'s token bit for bit.
 
     Args:
-        logits, seeds, positions, temperature, fp64: as `gumbel_sample`.
+        logits, seeds, positions, temperature, fp64, num_valid: as `gumbel_sample`.
         top_k: None, an int in [0, 2**31), or a [B] or scalar tensor of any integer dtype (read as
             int64); 0 (or >= V) keeps every token.
         top_p: None, a number in (0, 1], or a [B] or scalar tensor of any float dtype (read as
@@ -50,10 +50,15 @@ def top_k_top_p_sample(logits, seeds, positions, temperature, *, top_k=None, top
     """
     arguments = dict(logits=logits, seeds=seeds, positions=positions, temperature=temperature, top_k=top_k, top_p=top_p,
                      min_p=min_p)
-    replayed, call = execute.replay("top_k_top_p_sample", arguments, (fp64,), kernels.plan_top_k_top_p_sample)
-    if replayed is not None:
-        return replayed[0]
+    call = None
+    if num_valid is None:  # (a call with padding is not remembered for replay: its row flags are computed)
+        replayed, call = execute.replay("top_k_top_p_sample", arguments, (fp64,), kernels.plan_top_k_top_p_sample)
+        if replayed is not None:
+            return replayed[0]
     call = validate("top_k_top_p_sample", check_top_k_top_p_sample, arguments, (fp64,), call)
+    valid = row_valid("top_k_top_p_sample", num_valid, logits.shape[0], logits.device)
+    if valid is not None:
+        call = None
     if logits.dtype == torch.float64:  # read as float32 (validation's rule)
         logits = logits.float()
     if logits.stride(1) != 1:
@@ -64,17 +69,18 @@ def top_k_top_p_sample(logits, seeds, positions, temperature, *, top_k=None, top
     seeds, positions = dense(seeds), dense(positions)
     if traced(logits):
         return _top_k_top_p_sample_op(logits, seeds, positions, temperature_array(temperature, batch, device), top_k,
-                                      top_p, min_p, fp64)
+                                      top_p, min_p, fp64, valid)
     return _top_k_top_p_sample(logits, seeds, positions, temperature_value(temperature, batch, device), top_k, top_p,
-                               min_p, fp64, call, arguments)
+                               min_p, fp64, valid, call, arguments)
 
 
-def _top_k_top_p_sample(logits, seeds, positions, temperature, top_k, top_p, min_p, fp64, call=None, arguments=None):
+def _top_k_top_p_sample(logits, seeds, positions, temperature, top_k, top_p, min_p, fp64, valid=None, call=None,
+                        arguments=None):
     plan = execute.plan(kernels.plan_top_k_top_p_sample, (logits, seeds), logits.device, call,
                         has_top_k=top_k is not None, has_top_p=top_p is not None, has_min_p=min_p is not None,
-                        fp64=fp64)
+                        fp64=fp64, row_valid=valid is not None)
     inputs = dict(logits=logits, seeds=seeds, positions=positions, temperature=temperature, top_k=top_k, top_p=top_p,
-                  min_p=min_p)
+                  min_p=min_p, row_valid=valid)
     (tokens,) = execute.run(plan, logits.device, {name: value for name, value in inputs.items() if value is not None},
                             (call, arguments, kernels.plan_top_k_top_p_sample))
     return tokens
@@ -83,10 +89,11 @@ def _top_k_top_p_sample(logits, seeds, positions, temperature, top_k, top_p, min
 @torch.library.custom_op("jsample::top_k_top_p_sample", mutates_args=())
 def _top_k_top_p_sample_op(logits: torch.Tensor, seeds: torch.Tensor, positions: torch.Tensor,
                            temperature: torch.Tensor, top_k: Optional[torch.Tensor], top_p: Optional[torch.Tensor],
-                           min_p: Optional[torch.Tensor], fp64: bool) -> torch.Tensor:
-    return _top_k_top_p_sample(logits, seeds, positions, temperature, top_k, top_p, min_p, fp64)
+                           min_p: Optional[torch.Tensor], fp64: bool,
+                           valid: Optional[torch.Tensor] = None) -> torch.Tensor:
+    return _top_k_top_p_sample(logits, seeds, positions, temperature, top_k, top_p, min_p, fp64, valid)
 
 
 @_top_k_top_p_sample_op.register_fake
-def _(logits, seeds, positions, temperature, top_k, top_p, min_p, fp64):
+def _(logits, seeds, positions, temperature, top_k, top_p, min_p, fp64, valid=None):
     return logits.new_empty(logits.shape[0], dtype=torch.int32)

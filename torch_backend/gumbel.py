@@ -1,14 +1,16 @@
 """`gumbel_sample` for PyTorch: validate, plan, run."""
 
+from typing import Optional
+
 import torch
 
 from jsample import kernels
 from jsample.validation import check_gumbel_sample
 from torch_backend import _execute as execute
-from torch_backend._launch import dense, temperature_array, temperature_value, traced, validate
+from torch_backend._launch import dense, row_valid, temperature_array, temperature_value, traced, validate
 
 
-def gumbel_sample(logits, seeds, positions, temperature, *, fp64=False, draft=False) -> torch.Tensor:
+def gumbel_sample(logits, seeds, positions, temperature, *, fp64=False, draft=False, num_valid=None) -> torch.Tensor:
     """Seeded Gumbel-max sampling: token_b = argmax_k (logits[b, k] / T_b + g(u_bk)).
 
     `u_bk` is the stream-0 (or, with `draft=True`, stream-1) uniform of column k for
@@ -32,6 +34,9 @@ def gumbel_sample(logits, seeds, positions, temperature, *, fp64=False, draft=Fa
             device): below 1e-5, negative and NaN are greedy, +inf samples uniformly.
         fp64: FP64 uniforms, noise and scores instead of FP32.
         draft: draw from stream 1 (draft-token sampling) instead of stream 0.
+        num_valid: None, or the number of valid rows: an int in [0, B] or an int32 / int64 scalar array
+            (unchecked: e.g. a CUDA graph's or a jitted bucket's live count); rows at or past it are
+            padding: their token is -1 and their logits are not read. The valid rows' tokens do not change.
 
     Returns:
         [B] int32 token ids on the logits' device.
@@ -45,10 +50,15 @@ def gumbel_sample(logits, seeds, positions, temperature, *, fp64=False, draft=Fa
         (torch.int32, torch.Size([2]), 0)
     """
     arguments = dict(logits=logits, seeds=seeds, positions=positions, temperature=temperature)
-    replayed, call = execute.replay("gumbel_sample", arguments, (fp64, draft), kernels.plan_gumbel_sample)
-    if replayed is not None:
-        return replayed[0]
+    call = None
+    if num_valid is None:  # (a call with padding is not remembered for replay: its row flags are computed)
+        replayed, call = execute.replay("gumbel_sample", arguments, (fp64, draft), kernels.plan_gumbel_sample)
+        if replayed is not None:
+            return replayed[0]
     call = validate("gumbel_sample", check_gumbel_sample, arguments, (fp64, draft), call)
+    valid = row_valid("gumbel_sample", num_valid, logits.shape[0], logits.device)
+    if valid is not None:
+        call = None
     if logits.dtype == torch.float64:  # read as float32 (validation's rule)
         logits = logits.float()
     if logits.stride(1) != 1:
@@ -56,14 +66,17 @@ def gumbel_sample(logits, seeds, positions, temperature, *, fp64=False, draft=Fa
     seeds, positions, batch = dense(seeds), dense(positions), logits.shape[0]
     if traced(logits):
         return _gumbel_sample_op(logits, seeds, positions, temperature_array(temperature, batch, logits.device), fp64,
-                                 draft)
+                                 draft, valid)
     return _gumbel_sample(logits, seeds, positions, temperature_value(temperature, batch, logits.device), fp64, draft,
-                          call, arguments)
+                          valid, call, arguments)
 
 
-def _gumbel_sample(logits, seeds, positions, temperature, fp64, draft, call=None, arguments=None):
-    plan = execute.plan(kernels.plan_gumbel_sample, (logits, seeds), logits.device, call, fp64=fp64, draft=draft)
+def _gumbel_sample(logits, seeds, positions, temperature, fp64, draft, valid=None, call=None, arguments=None):
+    plan = execute.plan(kernels.plan_gumbel_sample, (logits, seeds), logits.device, call, fp64=fp64, draft=draft,
+                        row_valid=valid is not None)
     inputs = dict(logits=logits, seeds=seeds, positions=positions, temperature=temperature)
+    if valid is not None:
+        inputs["row_valid"] = valid
     (tokens,) = execute.run(plan, logits.device, inputs, (call, arguments, kernels.plan_gumbel_sample))
     return tokens
 
@@ -71,10 +84,10 @@ def _gumbel_sample(logits, seeds, positions, temperature, fp64, draft, call=None
 # A custom op, so torch.compile sees one opaque call (no graph break, shape known from the fake).
 @torch.library.custom_op("jsample::gumbel_sample", mutates_args=())
 def _gumbel_sample_op(logits: torch.Tensor, seeds: torch.Tensor, positions: torch.Tensor, temperature: torch.Tensor,
-                      fp64: bool, draft: bool) -> torch.Tensor:
-    return _gumbel_sample(logits, seeds, positions, temperature, fp64, draft)
+                      fp64: bool, draft: bool, valid: Optional[torch.Tensor] = None) -> torch.Tensor:
+    return _gumbel_sample(logits, seeds, positions, temperature, fp64, draft, valid)
 
 
 @_gumbel_sample_op.register_fake
-def _(logits, seeds, positions, temperature, fp64, draft):
+def _(logits, seeds, positions, temperature, fp64, draft, valid=None):
     return logits.new_empty(logits.shape[0], dtype=torch.int32)

@@ -7,11 +7,11 @@ import torch
 from jsample import kernels
 from jsample.validation import check_rejection_sample, check_synthetic_rejection_sample, rates_from_list
 from torch_backend import _execute as execute
-from torch_backend._launch import dense, temperature_array, temperature_value, traced, validate
+from torch_backend._launch import dense, row_valid, temperature_array, temperature_value, traced, validate
 
 
 def rejection_sample(target_logits, draft_tokens, num_draft_tokens, seeds, positions, temperature, *,
-                     draft_logits=None, method="probabilistic", fp64=False):
+                     draft_logits=None, method="probabilistic", fp64=False, num_valid=None):
     """Speculative-decoding verification: accept a prefix of the drafts, then emit one target token.
 
     Row j of request b (j = 0..K) is drawn at position positions[b] + j (STREAM.md, "Rejection
@@ -48,6 +48,9 @@ def rejection_sample(target_logits, draft_tokens, num_draft_tokens, seeds, posit
         draft_logits: [B, K, V] float32, or None for one-hot drafts. Ignored by method="strict".
         method: "probabilistic" or "strict".
         fp64: FP64 softmax, ratios, uniforms and scores instead of FP32.
+        num_valid: None, or the number of valid requests: an int in [0, B] or an int32 / int64 scalar
+            array (unchecked); requests at or past it are padding: every token -1, num_sampled 0, their
+            logits not read. The valid requests' outputs do not change.
 
     Returns:
         tokens: [B, K+1] int32 — the accepted drafts, the emitted token, then -1 (the emitted token is
@@ -65,10 +68,15 @@ def rejection_sample(target_logits, draft_tokens, num_draft_tokens, seeds, posit
     """
     arguments = dict(target_logits=target_logits, draft_tokens=draft_tokens, num_draft_tokens=num_draft_tokens,
                      seeds=seeds, positions=positions, temperature=temperature, draft_logits=draft_logits)
-    replayed, call = execute.replay("rejection_sample", arguments, (method, fp64), kernels.plan_rejection_sample)
-    if replayed is not None:
-        return replayed
+    call = None
+    if num_valid is None:  # (a call with padding is not remembered for replay: its row flags are computed)
+        replayed, call = execute.replay("rejection_sample", arguments, (method, fp64), kernels.plan_rejection_sample)
+        if replayed is not None:
+            return replayed
     call = validate("rejection_sample", check_rejection_sample, arguments, (method, fp64), call)
+    valid = row_valid("rejection_sample", num_valid, target_logits.shape[0], target_logits.device)
+    if valid is not None:
+        call = None
     if target_logits.dtype == torch.float64:  # read as float32 (validation's rule)
         target_logits = target_logits.float()
     if draft_logits is not None and draft_logits.dtype == torch.float64:
@@ -82,19 +90,21 @@ def rejection_sample(target_logits, draft_tokens, num_draft_tokens, seeds, posit
     draft_logits = None if method == "strict" else draft_logits
     if traced(target_logits):
         return _rejection_sample_op(target_logits, *requests, temperature_array(temperature, batch, device),
-                                    draft_logits, method == "strict", fp64)
+                                    draft_logits, method == "strict", fp64, valid)
     return _rejection_sample(target_logits, *requests, temperature_value(temperature, batch, device), draft_logits,
-                             method == "strict", fp64, call, arguments)
+                             method == "strict", fp64, valid, call, arguments)
 
 
 def _rejection_sample(target_logits, draft_tokens, num_draft_tokens, seeds, positions, temperature, draft_logits, strict,
-                      fp64, call=None, arguments=None):
+                      fp64, valid=None, call=None, arguments=None):
     plan = execute.plan(kernels.plan_rejection_sample, (target_logits, draft_logits, seeds), target_logits.device,
-                        strict=strict, fp64=fp64)
+                        strict=strict, fp64=fp64, row_valid=valid is not None)
     inputs = dict(target_logits=target_logits, draft_tokens=draft_tokens, num_draft_tokens=num_draft_tokens,
                   seeds=seeds, positions=positions, temperature=temperature)
     if draft_logits is not None:
         inputs["draft_logits"] = draft_logits
+    if valid is not None:
+        inputs["row_valid"] = valid
     return execute.run(plan, target_logits.device, inputs, (call, arguments, kernels.plan_rejection_sample))
 
 
@@ -102,21 +112,22 @@ def _rejection_sample(target_logits, draft_tokens, num_draft_tokens, seeds, posi
 @torch.library.custom_op("jsample::rejection_sample", mutates_args=())
 def _rejection_sample_op(target_logits: torch.Tensor, draft_tokens: torch.Tensor, num_draft_tokens: torch.Tensor,
                          seeds: torch.Tensor, positions: torch.Tensor, temperature: torch.Tensor,
-                         draft_logits: Optional[torch.Tensor], strict: bool,
-                         fp64: bool) -> tuple[torch.Tensor, torch.Tensor]:
+                         draft_logits: Optional[torch.Tensor], strict: bool, fp64: bool,
+                         valid: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:
     return _rejection_sample(target_logits, draft_tokens, num_draft_tokens, seeds, positions, temperature, draft_logits,
-                             strict, fp64)
+                             strict, fp64, valid)
 
 
 @_rejection_sample_op.register_fake
-def _(target_logits, draft_tokens, num_draft_tokens, seeds, positions, temperature, draft_logits, strict, fp64):
+def _(target_logits, draft_tokens, num_draft_tokens, seeds, positions, temperature, draft_logits, strict, fp64,
+      valid=None):
     batch, rows, _ = target_logits.shape
     return (target_logits.new_empty(batch, rows, dtype=torch.int32),
             target_logits.new_empty(batch, dtype=torch.int32))
 
 
 def synthetic_rejection_sample(target_tokens, draft_tokens, num_draft_tokens, seeds, positions, conditional_rates, *,
-                               fp64=False):
+                               fp64=False, num_valid=None):
     """Rejection with prescribed acceptance rates (benchmarking a serving stack at a chosen acceptance).
 
     Draft j of request b is accepted iff u_j < conditional_rates[(b,) j], u_j the stream-2 uniform
@@ -140,6 +151,9 @@ def synthetic_rejection_sample(target_tokens, draft_tokens, num_draft_tokens, se
             list of numbers (`jsample.unconditional_to_conditional_rates` gives one) is copied to
             the device as float32 at each call.
         fp64: FP64 uniforms (compared with the rates widened to FP64).
+        num_valid: None, or the number of valid requests: an int in [0, B] or an int32 / int64 scalar
+            array (unchecked); requests at or past it are padding: every token -1, num_sampled 0, their
+            logits not read. The valid requests' outputs do not change.
 
     Returns:
         tokens [B, K+1] int32 (accepted drafts, the emitted token, then -1) and num_sampled [B] int32.
@@ -159,37 +173,44 @@ def synthetic_rejection_sample(target_tokens, draft_tokens, num_draft_tokens, se
         conditional_rates = rates.to(target_tokens.device) if isinstance(target_tokens, torch.Tensor) else rates
     arguments = dict(target_tokens=target_tokens, draft_tokens=draft_tokens, num_draft_tokens=num_draft_tokens,
                      seeds=seeds, positions=positions, conditional_rates=conditional_rates)
-    replayed, call = execute.replay(op, arguments, (fp64,), kernels.plan_synthetic_rejection_sample)
-    if replayed is not None:
-        return replayed
+    call = None
+    if num_valid is None:  # (a call with padding is not remembered for replay: its row flags are computed)
+        replayed, call = execute.replay(op, arguments, (fp64,), kernels.plan_synthetic_rejection_sample)
+        if replayed is not None:
+            return replayed
     call = validate(op, check_synthetic_rejection_sample, arguments, (fp64,), call)
+    valid = row_valid(op, num_valid, target_tokens.shape[0], target_tokens.device)
+    if valid is not None:
+        call = None
     args = (dense(target_tokens), dense(draft_tokens), dense(num_draft_tokens), dense(seeds), dense(positions),
-            dense(conditional_rates.to(torch.float32)), fp64)
+            dense(conditional_rates.to(torch.float32)), fp64, valid)
     if traced(target_tokens):
         return _synthetic_rejection_sample_op(*args)
     return _synthetic_rejection_sample(*args, call, arguments)
 
 
 def _synthetic_rejection_sample(target_tokens, draft_tokens, num_draft_tokens, seeds, positions, conditional_rates, fp64,
-                                call=None, arguments=None):
+                                valid=None, call=None, arguments=None):
     plan = execute.plan(kernels.plan_synthetic_rejection_sample, (target_tokens, conditional_rates, seeds),
-                        target_tokens.device, fp64=fp64)
-    return execute.run(plan, target_tokens.device, dict(
-        target_tokens=target_tokens, draft_tokens=draft_tokens, num_draft_tokens=num_draft_tokens, seeds=seeds,
-        positions=positions, conditional_rates=conditional_rates),
-        (call, arguments, kernels.plan_synthetic_rejection_sample))
+                        target_tokens.device, fp64=fp64, row_valid=valid is not None)
+    inputs = dict(target_tokens=target_tokens, draft_tokens=draft_tokens, num_draft_tokens=num_draft_tokens,
+                  seeds=seeds, positions=positions, conditional_rates=conditional_rates)
+    if valid is not None:
+        inputs["row_valid"] = valid
+    return execute.run(plan, target_tokens.device, inputs, (call, arguments, kernels.plan_synthetic_rejection_sample))
 
 
 @torch.library.custom_op("jsample::synthetic_rejection_sample", mutates_args=())
 def _synthetic_rejection_sample_op(target_tokens: torch.Tensor, draft_tokens: torch.Tensor,
                                    num_draft_tokens: torch.Tensor, seeds: torch.Tensor, positions: torch.Tensor,
-                                   conditional_rates: torch.Tensor, fp64: bool) -> tuple[torch.Tensor, torch.Tensor]:
+                                   conditional_rates: torch.Tensor, fp64: bool,
+                                   valid: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:
     return _synthetic_rejection_sample(target_tokens, draft_tokens, num_draft_tokens, seeds, positions,
-                                       conditional_rates, fp64)
+                                       conditional_rates, fp64, valid)
 
 
 @_synthetic_rejection_sample_op.register_fake
-def _(target_tokens, draft_tokens, num_draft_tokens, seeds, positions, conditional_rates, fp64):
+def _(target_tokens, draft_tokens, num_draft_tokens, seeds, positions, conditional_rates, fp64, valid=None):
     batch, rows = target_tokens.shape
     return (target_tokens.new_empty(batch, rows, dtype=torch.int32),
             target_tokens.new_empty(batch, dtype=torch.int32))

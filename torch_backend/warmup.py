@@ -35,7 +35,8 @@ def precompile(vocab_sizes, dtypes=("bfloat16",), *, ops=None, flags=None, max_b
         flags: None (every filter combination; rejection's one-hot, draft-logit and strict methods), or a
             list of dicts of op flags, e.g. [{"top_k": True, "top_p": True}, {"min_p": True, "fp64": True}]
             (top_k_top_p_sample), [{"draft_logits": True, "method": "probabilistic"}] (rejection_sample),
-            [{"batched_rates": True}] (synthetic_rejection_sample with [B, K] rates).
+            [{"batched_rates": True}] (synthetic_rejection_sample with [B, K] rates); "num_valid": True in any
+            op's flags warms its calls with padding (num_valid given).
         max_batch: the largest batch size to cover.
         num_speculative_tokens: the K values of the rejection ops.
         capture: also the plans taken while a CUDA graph is captured.
@@ -94,6 +95,8 @@ def _inputs(case, flags, device) -> dict:
     i64 = dict(dtype=torch.int64, device=device)
     requests = dict(seeds=torch.zeros(b, **i64), positions=torch.zeros(b, **i64),
                     temperature=torch.ones(b, dtype=torch.float32, device=device))
+    if flags.get("num_valid"):
+        requests["row_valid"] = torch.ones(b, dtype=torch.int32, device=device)
     if case.op in ("gumbel_sample", "top_k_top_p_sample"):
         inputs = dict(requests, logits=torch.zeros(b, v, dtype=_DTYPES[case.dtype], device=device))
         for name, dtype in (("top_k", torch.int64), ("top_p", torch.float32), ("min_p", torch.float32)):
@@ -108,7 +111,7 @@ def _inputs(case, flags, device) -> dict:
         if flags.get("draft_logits"):
             inputs["draft_logits"] = torch.zeros(b, k, v, dtype=torch.float32, device=device)
         return inputs
-    return dict(drafts, seeds=requests["seeds"], positions=requests["positions"],
+    return dict(drafts, **{name: requests[name] for name in ("seeds", "positions", "row_valid") if name in requests},
                 target_tokens=torch.zeros(b, k + 1, dtype=torch.int32, device=device),
                 conditional_rates=torch.zeros((b, k) if flags.get("batched_rates") else (k,), dtype=torch.float32,
                                              device=device))

@@ -8,13 +8,14 @@ import jax.numpy as jnp
 from jsample import kernels
 from jsample._jax import _execute as execute
 from jsample._jax._execute import arg_spec, run
-from jsample._jax._launch import logits_array, not_differentiable, per_row, rowwise, spec, temperature_array
+from jsample._jax._launch import (logits_array, not_differentiable, per_row, row_valid, rowwise, spec,
+                                  temperature_array)
 from jsample.validation import check_top_k_top_p_sample
 
 
 @not_differentiable("top_k_top_p_sample")
 def top_k_top_p_sample(logits, seeds, positions, temperature, *, top_k=None, top_p=None, min_p=None,
-                       fp64=False) -> jax.Array:
+                       fp64=False, num_valid=None) -> jax.Array:
     """Seeded top-k / top-p / min-p sampling: gumbel_sample over the tokens the filters keep.
 
     With p = softmax(logits[b] / T_b) the filters apply in this order, each to what the one before
@@ -30,7 +31,7 @@ def top_k_top_p_sample(logits, seeds, positions, temperature, *, top_k=None, top
     never recompiles; passing a filter or None is a different program.
 
     Args:
-        logits, seeds, positions, temperature, fp64: as `gumbel_sample`.
+        logits, seeds, positions, temperature, fp64, num_valid: as `gumbel_sample`.
         top_k: None, an int in [0, 2**31), or a [B] or scalar array of any integer dtype (read as
             int64); 0 (or >= V) keeps every token.
         top_p: None, a number in (0, 1], or a [B] or scalar array of any float dtype (read as
@@ -62,14 +63,16 @@ def top_k_top_p_sample(logits, seeds, positions, temperature, *, top_k=None, top
     top_k, top_p, min_p = (None if v is None else per_row(v, batch, d)
                            for v, d in ((top_k, jnp.int64), (top_p, jnp.float32), (min_p, jnp.float32)))
     return rowwise(functools.partial(_filtered_rows, fp64=fp64), logits_array(logits), jnp.asarray(seeds),
-                   jnp.asarray(positions), temperature_array(temperature, batch), top_k, top_p, min_p)
+                   jnp.asarray(positions), temperature_array(temperature, batch), top_k, top_p, min_p,
+                   row_valid(op, num_valid, batch))
 
 
-def _filtered_rows(logits, seeds, positions, temperature, top_k, top_p, min_p, *, fp64):
+def _filtered_rows(logits, seeds, positions, temperature, top_k, top_p, min_p, valid, *, fp64):
     """top_k_top_p_sample on validated arrays, the requests on axis 0."""
     plan = kernels.plan_top_k_top_p_sample(arg_spec(logits), arg_spec(seeds), execute.target(), has_top_k=top_k is not None,
-                                           has_top_p=top_p is not None, has_min_p=min_p is not None, fp64=fp64)
+                                           has_top_p=top_p is not None, has_min_p=min_p is not None, fp64=fp64,
+                                           row_valid=valid is not None)
     inputs = dict(logits=logits, seeds=seeds, positions=positions, temperature=temperature, top_k=top_k, top_p=top_p,
-                  min_p=min_p)
+                  min_p=min_p, row_valid=valid)
     (tokens,) = run(plan, {name: value for name, value in inputs.items() if value is not None})
     return tokens

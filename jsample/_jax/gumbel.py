@@ -8,12 +8,12 @@ import jax.numpy as jnp
 from jsample import kernels
 from jsample._jax import _execute as execute
 from jsample._jax._execute import arg_spec, run
-from jsample._jax._launch import logits_array, not_differentiable, rowwise, spec, temperature_array
+from jsample._jax._launch import logits_array, not_differentiable, row_valid, rowwise, spec, temperature_array
 from jsample.validation import check_gumbel_sample
 
 
 @not_differentiable("gumbel_sample")
-def gumbel_sample(logits, seeds, positions, temperature, *, fp64=False, draft=False) -> jax.Array:
+def gumbel_sample(logits, seeds, positions, temperature, *, fp64=False, draft=False, num_valid=None) -> jax.Array:
     """Seeded Gumbel-max sampling: token_b = argmax_k (logits[b, k] / T_b + g(u_bk)).
 
     `u_bk` is the stream-0 (or, with `draft=True`, stream-1) uniform of column k for
@@ -41,6 +41,9 @@ def gumbel_sample(logits, seeds, positions, temperature, *, fp64=False, draft=Fa
             samples uniformly, as in torch for a tensor of the same value.
         fp64: FP64 uniforms, noise and scores instead of FP32 (works with jax_enable_x64 off).
         draft: draw from stream 1 (draft-token sampling) instead of stream 0.
+        num_valid: None, or the number of valid rows: an int in [0, B] or an int32 / int64 scalar array
+            (unchecked: e.g. a CUDA graph's or a jitted bucket's live count); rows at or past it are
+            padding: their token is -1 and their logits are not read. The valid rows' tokens do not change.
 
     Returns:
         [B] int32 token ids.
@@ -60,11 +63,16 @@ def gumbel_sample(logits, seeds, positions, temperature, *, fp64=False, draft=Fa
     if batch == 0:
         return jnp.zeros((0,), jnp.int32)
     return rowwise(functools.partial(_gumbel_rows, fp64=fp64, draft=draft), logits_array(logits),
-                   jnp.asarray(seeds), jnp.asarray(positions), temperature_array(temperature, batch))
+                   jnp.asarray(seeds), jnp.asarray(positions), temperature_array(temperature, batch),
+                   row_valid(op, num_valid, batch))
 
 
-def _gumbel_rows(logits, seeds, positions, temperature, *, fp64, draft):
+def _gumbel_rows(logits, seeds, positions, temperature, valid, *, fp64, draft):
     """gumbel_sample on validated arrays, the requests on axis 0."""
-    plan = kernels.plan_gumbel_sample(arg_spec(logits), arg_spec(seeds), execute.target(), fp64=fp64, draft=draft)
-    (tokens,) = run(plan, dict(logits=logits, seeds=seeds, positions=positions, temperature=temperature))
+    plan = kernels.plan_gumbel_sample(arg_spec(logits), arg_spec(seeds), execute.target(), fp64=fp64, draft=draft,
+                                      row_valid=valid is not None)
+    inputs = dict(logits=logits, seeds=seeds, positions=positions, temperature=temperature)
+    if valid is not None:
+        inputs["row_valid"] = valid
+    (tokens,) = run(plan, inputs)
     return tokens

@@ -7,13 +7,13 @@ import jax.numpy as jnp
 from jsample import kernels
 from jsample._jax import _execute as execute
 from jsample._jax._execute import arg_spec, run
-from jsample._jax._launch import logits_array, not_differentiable, rowwise, spec, temperature_array
+from jsample._jax._launch import logits_array, not_differentiable, row_valid, rowwise, spec, temperature_array
 from jsample.validation import check_rejection_sample, check_synthetic_rejection_sample, rates_from_list
 
 
 @not_differentiable("rejection_sample")
 def rejection_sample(target_logits, draft_tokens, num_draft_tokens, seeds, positions, temperature, *,
-                     draft_logits=None, method="probabilistic", fp64=False):
+                     draft_logits=None, method="probabilistic", fp64=False, num_valid=None):
     """Speculative-decoding verification: accept a prefix of the drafts, then emit one target token.
 
     Row j of request b (j = 0..K) is drawn at position positions[b] + j (STREAM.md, "Rejection
@@ -49,6 +49,9 @@ def rejection_sample(target_logits, draft_tokens, num_draft_tokens, seeds, posit
         draft_logits: [B, K, V] float32, or None for one-hot drafts. Ignored by method="strict".
         method: "probabilistic" or "strict".
         fp64: FP64 softmax, ratios, uniforms and scores instead of FP32 (works with jax_enable_x64 off).
+        num_valid: None, or the number of valid requests: an int in [0, B] or an int32 / int64 scalar
+            array (unchecked); requests at or past it are padding: every token -1, num_sampled 0, their
+            logits not read. The valid requests' outputs do not change.
 
     Returns:
         tokens: [B, K+1] int32 — the accepted drafts, the emitted token, then -1 (the emitted token is
@@ -76,24 +79,27 @@ def rejection_sample(target_logits, draft_tokens, num_draft_tokens, seeds, posit
     return rowwise(functools.partial(_rejection_rows, strict=strict, fp64=fp64), logits_array(target_logits),
                    jnp.asarray(draft_tokens), jnp.asarray(num_draft_tokens), jnp.asarray(seeds),
                    jnp.asarray(positions), temperature_array(temperature, batch),
-                   None if one_hot else logits_array(draft_logits))
+                   None if one_hot else logits_array(draft_logits), row_valid(op, num_valid, batch))
 
 
-def _rejection_rows(target_logits, draft_tokens, num_draft_tokens, seeds, positions, temperature, draft_logits, *,
-                    strict, fp64):
+def _rejection_rows(target_logits, draft_tokens, num_draft_tokens, seeds, positions, temperature, draft_logits, valid,
+                    *, strict, fp64):
     """rejection_sample on validated arrays, the requests on axis 0."""
     plan = kernels.plan_rejection_sample(arg_spec(target_logits), None if draft_logits is None else arg_spec(draft_logits),
-                                         arg_spec(seeds), execute.target(), strict=strict, fp64=fp64)
+                                         arg_spec(seeds), execute.target(), strict=strict, fp64=fp64,
+                                         row_valid=valid is not None)
     inputs = dict(target_logits=target_logits, draft_tokens=draft_tokens, num_draft_tokens=num_draft_tokens,
                   seeds=seeds, positions=positions, temperature=temperature)
     if draft_logits is not None:
         inputs["draft_logits"] = draft_logits
+    if valid is not None:
+        inputs["row_valid"] = valid
     return run(plan, inputs)
 
 
 @not_differentiable("synthetic_rejection_sample")
 def synthetic_rejection_sample(target_tokens, draft_tokens, num_draft_tokens, seeds, positions, conditional_rates, *,
-                               fp64=False):
+                               fp64=False, num_valid=None):
     """Rejection with prescribed acceptance rates (benchmarking a serving stack at a chosen acceptance).
 
     Draft j of request b is accepted iff u_j < conditional_rates[(b,) j], u_j the stream-2 uniform
@@ -116,6 +122,9 @@ def synthetic_rejection_sample(target_tokens, draft_tokens, num_draft_tokens, se
             (unchecked); float64 arrays and lists of numbers (`jsample.unconditional_to_conditional_rates`
             gives one) are rounded to float32.
         fp64: FP64 uniforms (compared with the rates widened to FP64).
+        num_valid: None, or the number of valid requests: an int in [0, B] or an int32 / int64 scalar
+            array (unchecked); requests at or past it are padding: every token -1, num_sampled 0, their
+            logits not read. The valid requests' outputs do not change.
 
     Returns:
         tokens [B, K+1] int32 (accepted drafts, the emitted token, then -1) and num_sampled [B] int32.
@@ -142,12 +151,17 @@ def synthetic_rejection_sample(target_tokens, draft_tokens, num_draft_tokens, se
         return jnp.zeros((0, rows), jnp.int32), jnp.zeros((0,), jnp.int32)
     rates = jnp.broadcast_to(jnp.asarray(conditional_rates, jnp.float32), (batch, k))  # [K]: every request the same schedule
     return rowwise(functools.partial(_synthetic_rows, fp64=fp64), jnp.asarray(target_tokens), jnp.asarray(draft_tokens),
-                   jnp.asarray(num_draft_tokens), jnp.asarray(seeds), jnp.asarray(positions), rates)
+                   jnp.asarray(num_draft_tokens), jnp.asarray(seeds), jnp.asarray(positions), rates,
+                   row_valid(op, num_valid, batch))
 
 
-def _synthetic_rows(target_tokens, draft_tokens, num_draft_tokens, seeds, positions, conditional_rates, *, fp64):
+def _synthetic_rows(target_tokens, draft_tokens, num_draft_tokens, seeds, positions, conditional_rates, valid, *, fp64):
     """synthetic_rejection_sample on validated arrays, the requests on axis 0."""
     plan = kernels.plan_synthetic_rejection_sample(arg_spec(target_tokens), arg_spec(conditional_rates),
-                                                   arg_spec(seeds), execute.target(), fp64=fp64)
-    return run(plan, dict(target_tokens=target_tokens, draft_tokens=draft_tokens, num_draft_tokens=num_draft_tokens,
-                          seeds=seeds, positions=positions, conditional_rates=conditional_rates))
+                                                   arg_spec(seeds), execute.target(), fp64=fp64,
+                                                   row_valid=valid is not None)
+    inputs = dict(target_tokens=target_tokens, draft_tokens=draft_tokens, num_draft_tokens=num_draft_tokens,
+                  seeds=seeds, positions=positions, conditional_rates=conditional_rates)
+    if valid is not None:
+        inputs["row_valid"] = valid
+    return run(plan, inputs)

@@ -59,6 +59,8 @@ def _input_shapes(case, flags) -> dict:
     wide = jnp.int64 if jax.config.jax_enable_x64 else jnp.int32
     s = jax.ShapeDtypeStruct
     requests = dict(seeds=s((b,), wide), positions=s((b,), wide), temperature=s((b,), jnp.float32))
+    if flags.get("num_valid"):
+        requests["row_valid"] = s((b,), jnp.int32)
     if case.op in ("gumbel_sample", "top_k_top_p_sample"):
         inputs = dict(requests, logits=s((b, v), jnp.dtype(case.dtype)))
         for name, dtype in (("top_k", wide), ("top_p", jnp.float32), ("min_p", jnp.float32)):
@@ -71,5 +73,5 @@ def _input_shapes(case, flags) -> dict:
         if flags.get("draft_logits"):
             inputs["draft_logits"] = s((b, k, v), jnp.float32)
         return inputs
-    return dict(drafts, seeds=requests["seeds"], positions=requests["positions"],
+    return dict(drafts, **{name: requests[name] for name in ("seeds", "positions", "row_valid") if name in requests},
                 target_tokens=s((b, k + 1), jnp.int32), conditional_rates=s((b, k) if flags.get("batched_rates") else (k,), jnp.float32))

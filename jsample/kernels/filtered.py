@@ -631,6 +631,7 @@ def filter_stats_kernel(
     seeds_ptr,  # [B] i32|u32|i64, or [B, 2] u32 words (SEED_WORDS = 2)
     positions_ptr,  # [B] i32|i64
     temperature_ptr,  # [B] f32
+    row_valid_ptr,  # [B] i32, 0 for a padding row (read with HAS_ROW_VALID): nothing read or written
     V,
     row_stride,
     stats_ptr,  # [B, num_blocks] i32: per block, the largest finite key (-2**31 without one)
@@ -643,6 +644,7 @@ def filter_stats_kernel(
     VOCAB_ALIGN: tl.constexpr,
     FAST_MATH: tl.constexpr,
     SEED_WORDS: tl.constexpr = 1,
+    HAS_ROW_VALID: tl.constexpr = False,
 ):
     """The launches' plan's first launch, grid (B, num_blocks) in the sampling launch's tiling: each
     block's largest finite key, and its partials of the unfiltered Gumbel-max sample (stream 0,
@@ -651,6 +653,9 @@ def filter_stats_kernel(
     of at least the finite count finds the smallest finite key, keeping all, as top-k then must.)"""
     V = aligned(V, VOCAB_ALIGN)
     b = tl.program_id(0)
+    if HAS_ROW_VALID:
+        if tl.load(row_valid_ptr + b) == 0:  # padding: filter_row_kernel gives it token -1
+            return
     block = tl.program_id(1)
     num_blocks = tl.num_programs(1)
     b64 = b.to(tl.int64)
@@ -670,6 +675,7 @@ def filter_row_kernel(
     temperature_ptr,  # [B] f32
     top_k_ptr,  # [B] i32|i64 (read when HAS_TOP_K)
     min_p_ptr,  # [B] f32 (read when HAS_MIN_P)
+    row_valid_ptr,  # [B] i32, 0 for a padding row (read with HAS_ROW_VALID): STATUS_SAMPLED, token -1
     stats_ptr,  # from filter_stats_kernel
     unfiltered_score_ptr,
     unfiltered_index_ptr,
@@ -683,15 +689,22 @@ def filter_row_kernel(
     KEY_SHIFT: tl.constexpr,
     FP64: tl.constexpr,
     REDUCE_BLOCK: tl.constexpr,  # a power of two >= num_blocks
+    HAS_ROW_VALID: tl.constexpr = False,
 ):
     """Grid (B,): the row's key statistics and unfiltered winner from the first launch's block
     partials, whether min-p keeps the winner, and the row's status: the winner is the token
     (STATUS_DONE: also a winner at the row's largest logit, which every filter keeps), top-k and
     top-p decide from its sums (STATUS_CHECK), or the row is searched and its kept set sampled
     (STATUS_FILTER). With top-k, the search starts at a lower bound of its threshold from the block
-    statistics (_kth_largest_block_key), and a winner below that bound is dropped without sums."""
+    statistics (_kth_largest_block_key), and a winner below that bound is dropped without sums. A padding
+    row (row_valid 0) is STATUS_SAMPLED with token -1: no later launch reads its logits."""
     b = tl.program_id(0)
     b64 = b.to(tl.int64)
+    if HAS_ROW_VALID:
+        if tl.load(row_valid_ptr + b) == 0:
+            zero = b64 * 0
+            _store_state(state_out_ptr, b64, zero, zero, zero, zero, zero + 1, zero, zero - 1, zero + _SAMPLED)
+            return
     temperature = load_temperature(temperature_ptr, b)
     blocks = tl.arange(0, REDUCE_BLOCK)
     in_row = blocks < num_blocks
@@ -1528,6 +1541,7 @@ def filtered_one_launch_kernel(
     top_k_ptr,  # [B] i32|i64 (read when HAS_TOP_K)
     top_p_ptr,  # [B] f32 (read when HAS_TOP_P)
     min_p_ptr,  # [B] f32 (read when HAS_MIN_P)
+    row_valid_ptr,  # [B] i32, 0 for a padding row (read with HAS_ROW_VALID): token -1, nothing read
     V,
     row_stride,
     num_blocks,  # sampling blocks of BLOCK_V columns per row
@@ -1560,6 +1574,7 @@ def filtered_one_launch_kernel(
     SHORT_LIST: tl.constexpr = 1,  # filter_decide_kernel's
     COLLECT_VEC: tl.constexpr = 1,  # columns a thread lists at once: a program's chunk in one or a few tiles
     TILE_BLOCKS: tl.constexpr = 1,  # blocks such a tile covers (1 when it is no wider than a block)
+    HAS_ROW_VALID: tl.constexpr = False,
 ):
     """Every launch of the filtered plan in one, grid (B, num_chunks), for launches whose programs all
     run at once (the plan's condition; the interpreter: one program a row). The row's programs do the
@@ -1584,6 +1599,11 @@ def filtered_one_launch_kernel(
     V = aligned(V, VOCAB_ALIGN)
     b = tl.program_id(0)
     c = tl.program_id(1)
+    if HAS_ROW_VALID:
+        if tl.load(row_valid_ptr + b) == 0:  # padding: no barrier, no arrival (its counters stay zero)
+            if c == 0:
+                tl.store(tokens_ptr + b, -1)
+            return
     num_chunks = tl.num_programs(1)
     b64 = b.to(tl.int64)
     temperature = load_temperature(temperature_ptr, b)
@@ -1822,10 +1842,11 @@ def _keeps_winner(sums, key_w, key_max, count, b64, top_k_ptr, top_p_ptr, HAS_TO
 
 @functools.lru_cache(maxsize=512)
 def plan_top_k_top_p_sample(logits: ArgSpec, seeds: ArgSpec, target: Target, *, has_top_k: bool, has_top_p: bool,
-                            has_min_p: bool, fp64: bool) -> Plan:
+                            has_min_p: bool, fp64: bool, row_valid: bool = False) -> Plan:
     """The launches of `top_k_top_p_sample` on inputs `logits` [B, V] (rows `logits.strides[0]` apart,
     columns contiguous), `seeds`, `positions`, `temperature` [B] f32 and, where present, `top_k` [B]
-    int32|int64, `top_p` and `min_p` [B] f32; output `tokens` [B] i32."""
+    int32|int64, `top_p` and `min_p` [B] f32, `row_valid` [B] i32 (0: a padding row, token -1, its logits
+    unread); output `tokens` [B] i32."""
     batch, vocab = logits.shape
     tokens = Buffer("tokens", (batch,), "int32")
     if batch == 0:
@@ -1841,8 +1862,9 @@ def plan_top_k_top_p_sample(logits: ArgSpec, seeds: ArgSpec, target: Target, *, 
         config = _with_ways(config, LISTED_WAYS)
     gumbel = config.gumbel
     unused = "positions"  # stands in for absent filters, never read ([B], where temperature may be a number)
-    top_k, top_p, min_p = (name if given else unused for name, given in
-                           (("top_k", has_top_k), ("top_p", has_top_p), ("min_p", has_min_p)))
+    top_k, top_p, min_p, valid = (name if given else unused for name, given in
+                                  (("top_k", has_top_k), ("top_p", has_top_p), ("min_p", has_min_p),
+                                   ("row_valid", row_valid)))
     options = dict(num_stages=config.num_stages, enable_fp_fusion=config.enable_fp_fusion)
     one = filtered_one_launch_config(batch, vocab, row_stride, logits.dtype, fp64, target)
     if one is not None:
@@ -1861,10 +1883,10 @@ def plan_top_k_top_p_sample(logits: ArgSpec, seeds: ArgSpec, target: Target, *, 
                    Buffer("top_k_list", (batch, 2 * top_k_list) if listing else (1,), "int32"), tokens)
         launches = (launch(
             filtered_one_launch_kernel, (batch, one.num_chunks),
-            ("logits", "seeds", "positions", "temperature", top_k, top_p, min_p, vocab, row_stride,
+            ("logits", "seeds", "positions", "temperature", top_k, top_p, min_p, valid, vocab, row_stride,
              one.gumbel.num_blocks),
             ("partials", "partial_score", "partial_index", "arrivals", "block_stats", "top_k_list", "tokens"),
-            HAS_TOP_K=has_top_k, HAS_TOP_P=has_top_p, HAS_MIN_P=has_min_p, KEY_SHIFT=one.key_shift, FP64=fp64,
+            HAS_ROW_VALID=row_valid, HAS_TOP_K=has_top_k, HAS_TOP_P=has_top_p, HAS_MIN_P=has_min_p, KEY_SHIFT=one.key_shift, FP64=fp64,
             CHUNK=one.chunk, BLOCK_V=one.gumbel.block_v, THREADS=one.threads, VEC=one.vec,
             ROW_ALIGN=one.gumbel.row_align, VOCAB_ALIGN=one.gumbel.vocab_align, FAST_MATH=one.gumbel.fast_math,
             WAYS=one.ways, MAX_STEPS=max_steps, MAX_CHUNKS=triton.next_power_of_2(one.num_chunks),
@@ -1900,13 +1922,14 @@ def plan_top_k_top_p_sample(logits: ArgSpec, seeds: ArgSpec, target: Target, *, 
     search = has_top_k or has_top_p
     launches = [
         launch(filter_stats_kernel, (batch, gumbel.num_blocks),
-               ("logits", "seeds", "positions", "temperature", vocab, row_stride), ("block_stats",) + unfiltered,
-               KEY_SHIFT=config.key_shift, FP64=fp64, BLOCK_V=gumbel.block_v, ROW_ALIGN=gumbel.row_align,
+               ("logits", "seeds", "positions", "temperature", valid, vocab, row_stride), ("block_stats",) + unfiltered,
+               HAS_ROW_VALID=row_valid, KEY_SHIFT=config.key_shift, FP64=fp64, BLOCK_V=gumbel.block_v, ROW_ALIGN=gumbel.row_align,
                VOCAB_ALIGN=gumbel.vocab_align, FAST_MATH=gumbel.fast_math, SEED_WORDS=seed_words,
                num_warps=gumbel.num_warps, **options),
         launch(filter_row_kernel, (batch,),
-               ("logits", "temperature", top_k, min_p, "block_stats") + unfiltered
-               + (vocab, row_stride, gumbel.num_blocks), ("state_0",), SEARCH=search, HAS_TOP_K=has_top_k,
+               ("logits", "temperature", top_k, min_p, valid, "block_stats") + unfiltered
+               + (vocab, row_stride, gumbel.num_blocks), ("state_0",), HAS_ROW_VALID=row_valid, SEARCH=search,
+               HAS_TOP_K=has_top_k,
                HAS_MIN_P=has_min_p, KEY_SHIFT=config.key_shift, FP64=fp64,
                REDUCE_BLOCK=gumbel.reduce_block, num_warps=4, **options)]
     state, partials = "state_0", unused  # no sums without a search: the status is never STATUS_CHECK

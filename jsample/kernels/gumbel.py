@@ -81,6 +81,7 @@ def gumbel_partial_kernel(
     seeds_ptr,  # [B] i32|u32|i64, or [B, 2] u32 (low, high) words with SEED_WORDS = 2: the 64-bit seed
     positions_ptr,  # [B] i32|i64
     temperature_ptr,  # [B] f32, or one f32 for all rows (load_temperature); below 1e-5 = greedy
+    row_valid_ptr,  # [B] i32, 0 for a padding row (read with HAS_ROW_VALID): its programs read nothing
     V,
     row_stride,
     partial_score_ptr,  # [B, NUM_BLOCKS] f32; FP64: f64 as f32 pairs; FP64_INTERVALS: fp64_partial_words
@@ -93,9 +94,13 @@ def gumbel_partial_kernel(
     FAST_MATH: tl.constexpr,
     SEED_WORDS: tl.constexpr = 1,
     FP64_INTERVALS: tl.constexpr = False,  # FP64 partials as FP32 intervals (store_fp64_block_interval)
+    HAS_ROW_VALID: tl.constexpr = False,
 ):
     V = aligned(V, VOCAB_ALIGN)
     row = tl.program_id(0)
+    if HAS_ROW_VALID:
+        if tl.load(row_valid_ptr + row) == 0:  # padding: its reduce writes -1
+            return
     block = tl.program_id(1)
     num_blocks = tl.num_programs(1)
     seed = load_seed(seeds_ptr, row, SEED_WORDS)
@@ -128,14 +133,20 @@ def argmax_reduce_kernel(
     partial_score_ptr,  # [B, NUM_BLOCKS] f32; with FP64, f64 stored as [B, 2 * NUM_BLOCKS] f32 words
     partial_index_ptr,  # [B, NUM_BLOCKS] i32, the best column of each block (-1 - column: the row overflows)
     logits_ptr,  # [B, V], the partial launch's logits: read only for rows that overflow
+    row_valid_ptr,  # [B] i32, 0 for a padding row (read with HAS_ROW_VALID): its token is -1
     V,
     row_stride,
     num_blocks,
     tokens_ptr,  # [B] i32 output
     FP64: tl.constexpr,
     REDUCE_BLOCK: tl.constexpr,  # next power of two >= num_blocks
+    HAS_ROW_VALID: tl.constexpr = False,
 ):
     """One token per row from the block partials; a row whose scaled logits overflow is greedy."""
+    if HAS_ROW_VALID:
+        if tl.load(row_valid_ptr + tl.program_id(0)) == 0:
+            tl.store(tokens_ptr + tl.program_id(0), -1)
+            return
     store_row_token(partial_score_ptr, partial_index_ptr, logits_ptr, V, row_stride, num_blocks, tokens_ptr,
                     tl.program_id(0), FP64, REDUCE_BLOCK)
 
@@ -148,6 +159,7 @@ def argmax_reduce_fp64_kernel(
     seeds_ptr,
     positions_ptr,
     temperature_ptr,
+    row_valid_ptr,  # [B] i32, 0 for a padding row (read with HAS_ROW_VALID): its token is -1
     V,
     row_stride,
     num_blocks,
@@ -156,11 +168,16 @@ def argmax_reduce_fp64_kernel(
     FAST_MATH: tl.constexpr,
     REDUCE_BLOCK: tl.constexpr,  # next power of two >= num_blocks
     SEED_WORDS: tl.constexpr = 1,
+    HAS_ROW_VALID: tl.constexpr = False,
 ):
     """argmax_reduce_kernel for FP64 partials: the row's candidates scored in FP64 (reduce_fp64_intervals).
     Two warps: its FP64 reductions are serial chains, 3-4 us shorter than with one warp at B = 64-256
     (benchmarks/lab/INDEX.md)."""
     row = tl.program_id(0)
+    if HAS_ROW_VALID:
+        if tl.load(row_valid_ptr + row) == 0:
+            tl.store(tokens_ptr + row, -1)
+            return
     row_ptr = logits_ptr + row.to(tl.int64) * row_stride
     token, overflow = reduce_fp64_intervals(partial_score_ptr, fp64_partial_bounds(partial_score_ptr, num_blocks),
                                             partial_index_ptr, row, num_blocks, row_ptr, V, seeds_ptr, positions_ptr,
@@ -187,6 +204,7 @@ def gumbel_one_launch_kernel(
     seeds_ptr,  # as gumbel_partial_kernel's
     positions_ptr,  # [B] i32|i64
     temperature_ptr,  # [B] f32, or one f32 for all rows (load_temperature)
+    row_valid_ptr,  # [B] i32, 0 for a padding row (read with HAS_ROW_VALID): its token is -1, nothing read
     V,
     row_stride,
     partial_score_ptr,  # scratch, as gumbel_partial_kernel's output
@@ -201,14 +219,21 @@ def gumbel_one_launch_kernel(
     FAST_MATH: tl.constexpr,
     REDUCE_BLOCK: tl.constexpr,  # next power of two >= num_blocks
     SEED_WORDS: tl.constexpr = 1,
+    HAS_ROW_VALID: tl.constexpr = False,
 ):
     """The two launches in one, for small batches where a launch costs more than the wait: the
     programs of gumbel_partial_kernel, then the last of each row's programs to arrive (an atomic count
     that it resets to zero for the next call) reduces the row as argmax_reduce_kernel does, with the
     same code: the same token. The count's release / acquire orders the partials before the reduce."""
-    gumbel_partial_kernel(logits_ptr, seeds_ptr, positions_ptr, temperature_ptr, V, row_stride, partial_score_ptr,
-                          partial_index_ptr, STREAM, FP64, BLOCK_V, ROW_ALIGN, VOCAB_ALIGN, FAST_MATH, SEED_WORDS)
     row = tl.program_id(0)
+    if HAS_ROW_VALID:
+        if tl.load(row_valid_ptr + row) == 0:  # padding: no arrival (its counter stays zero)
+            if tl.program_id(1) == 0:
+                tl.store(tokens_ptr + row, -1)
+            return
+    gumbel_partial_kernel(logits_ptr, seeds_ptr, positions_ptr, temperature_ptr, row_valid_ptr, V, row_stride,
+                          partial_score_ptr, partial_index_ptr, STREAM, FP64, BLOCK_V, ROW_ALIGN, VOCAB_ALIGN,
+                          FAST_MATH, SEED_WORDS)
     num_blocks = tl.num_programs(1)
     tl.debug_barrier()  # every thread's stores before the one release
     if tl.atomic_add(arrivals_ptr + row, 1, sem="acq_rel", scope="gpu") == num_blocks - 1:
@@ -240,9 +265,11 @@ def many_rows_config(config: GumbelLaunchConfig, vocab_size: int) -> GumbelLaunc
 
 
 @functools.lru_cache(maxsize=512)
-def plan_gumbel_sample(logits: ArgSpec, seeds: ArgSpec, target: Target, *, fp64: bool, draft: bool) -> Plan:
+def plan_gumbel_sample(logits: ArgSpec, seeds: ArgSpec, target: Target, *, fp64: bool, draft: bool,
+                       row_valid: bool = False) -> Plan:
     """The launches of `gumbel_sample` on inputs `logits` [B, V] (rows `logits.strides[0]` apart,
-    columns contiguous), `seeds`, `positions` [B] and `temperature` [B] f32; output `tokens` [B] i32."""
+    columns contiguous), `seeds`, `positions` [B], `temperature` [B] f32 and, with `row_valid`,
+    `row_valid` [B] i32 (0: a padding row, token -1, its logits unread); output `tokens` [B] i32."""
     batch, vocab = logits.shape
     tokens = Buffer("tokens", (batch,), "int32")
     if batch == 0:
@@ -258,11 +285,12 @@ def plan_gumbel_sample(logits: ArgSpec, seeds: ArgSpec, target: Target, *, fp64:
     buffers = (Buffer("partial_score", (batch, words), "float32"),
                Buffer("partial_index", (batch, config.num_blocks), "int32"), tokens)
     options = dict(num_stages=config.num_stages, enable_fp_fusion=config.enable_fp_fusion)
+    valid = "row_valid" if row_valid else "positions"  # the stand-in is never read
     if one_launch:
         launches = (launch(
             gumbel_one_launch_kernel, (batch, config.num_blocks),
-            ("logits", "seeds", "positions", "temperature", vocab, row_stride), ("partial_score", "partial_index",
-                                                                                 "arrivals", "tokens"),
+            ("logits", "seeds", "positions", "temperature", valid, vocab, row_stride),
+            ("partial_score", "partial_index", "arrivals", "tokens"), HAS_ROW_VALID=row_valid,
             STREAM=(STREAM_DRAFT if draft else STREAM_TOKEN).value, FP64=fp64, BLOCK_V=config.block_v,
             ROW_ALIGN=config.row_align, VOCAB_ALIGN=config.vocab_align, FAST_MATH=config.fast_math,
             REDUCE_BLOCK=config.reduce_block, SEED_WORDS=seed_word_count(seeds.shape), num_warps=config.num_warps,
@@ -271,20 +299,21 @@ def plan_gumbel_sample(logits: ArgSpec, seeds: ArgSpec, target: Target, *, fp64:
                     "one launch")
     launches = (
         launch(gumbel_partial_kernel, (batch, config.num_blocks),
-               ("logits", "seeds", "positions", "temperature", vocab, row_stride), ("partial_score", "partial_index"),
+               ("logits", "seeds", "positions", "temperature", valid, vocab, row_stride),
+               ("partial_score", "partial_index"), HAS_ROW_VALID=row_valid,
                STREAM=(STREAM_DRAFT if draft else STREAM_TOKEN).value, FP64=fp64, BLOCK_V=config.block_v,
                ROW_ALIGN=config.row_align, VOCAB_ALIGN=config.vocab_align, FAST_MATH=config.fast_math,
                SEED_WORDS=seed_word_count(seeds.shape), FP64_INTERVALS=intervals, num_warps=config.num_warps,
                num_stages=config.num_stages, enable_fp_fusion=config.enable_fp_fusion),
         launch(argmax_reduce_fp64_kernel, (batch,),
-               ("partial_score", "partial_index", "logits", "seeds", "positions", "temperature", vocab, row_stride,
-                config.num_blocks), ("tokens",),
+               ("partial_score", "partial_index", "logits", "seeds", "positions", "temperature", valid, vocab,
+                row_stride, config.num_blocks), ("tokens",), HAS_ROW_VALID=row_valid,
                STREAM=(STREAM_DRAFT if draft else STREAM_TOKEN).value, FAST_MATH=config.fast_math,
                REDUCE_BLOCK=config.reduce_block, SEED_WORDS=seed_word_count(seeds.shape), num_warps=2,
                num_stages=config.num_stages, enable_fp_fusion=config.enable_fp_fusion) if intervals else
         launch(argmax_reduce_kernel, (batch,),
-               ("partial_score", "partial_index", "logits", vocab, row_stride, config.num_blocks), ("tokens",),
-               FP64=fp64, REDUCE_BLOCK=config.reduce_block, num_warps=1, num_stages=config.num_stages,
+               ("partial_score", "partial_index", "logits", valid, vocab, row_stride, config.num_blocks), ("tokens",),
+               HAS_ROW_VALID=row_valid, FP64=fp64, REDUCE_BLOCK=config.reduce_block, num_warps=1, num_stages=config.num_stages,
                enable_fp_fusion=config.enable_fp_fusion),
     )
     return Plan(buffers, launches, ("tokens",), "two launches, FP64 intervals" if intervals else "two launches")

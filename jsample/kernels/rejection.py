@@ -296,6 +296,7 @@ def rejection_stats_kernel(
     positions_ptr,  # [B] i32|i64, position of row 0
     temperature_ptr,  # [B] f32, 0 = greedy
     num_draft_tokens_ptr,  # [B] i32|i64, n_b (clamped to [0, K])
+    row_valid_ptr,  # [B] i32, 0 for a padding request (read with HAS_ROW_VALID): nothing read or written
     V,
     K,
     target_batch_stride,
@@ -316,6 +317,7 @@ def rejection_stats_kernel(
     BONUS_PROGRAMS: tl.constexpr = False,  # BONUS_IN_STATS on programs of their own (grid dimension 1: K rows + 1)
     PDL: tl.constexpr = False,  # the first launch of a programmatic dependent launch chain (dependent_launch)
     SEED_WORDS: tl.constexpr = 1,  # 2: seeds are [B, 2] u32 (low, high) words (stream.load_seed)
+    HAS_ROW_VALID: tl.constexpr = False,
 ):
     """Per (request, draft row j < n_b, vocabulary block): the Gumbel-max partials (best score, its
     column) of strict and greedy rows, the softmax partials of the others. With BONUS_IN_STATS, the
@@ -324,6 +326,9 @@ def rejection_stats_kernel(
     do it instead (small batches, where the GPU has idle SMs and each program's latency counts).
     Rows j >= n_b are skipped (nothing reads them)."""
     dependent_launch(PDL, False)  # its inputs come from ordinary launches: no wait
+    if HAS_ROW_VALID:
+        if tl.load(row_valid_ptr + tl.program_id(0)) == 0:  # padding: the finish launch writes its outputs
+            return
     _stats_program(target_logits_ptr, draft_logits_ptr, seeds_ptr, positions_ptr, temperature_ptr,
                    num_draft_tokens_ptr, V, K, target_batch_stride, target_row_stride, draft_batch_stride,
                    draft_row_stride, stats_ptr, partial_score_ptr, partial_index_ptr, tl.program_id(0),
@@ -548,6 +553,7 @@ def rejection_decide_kernel(
     stats_ptr,  # [B * K, NUM_STATS * NUM_BLOCKS] f32 (f64 words when FP64), from rejection_stats_kernel
     row_score_ptr,  # [B * (K+1), NUM_BLOCKS] f32 (f64 words when FP64), from rejection_stats_kernel
     row_index_ptr,  # [B * (K+1), NUM_BLOCKS] i32, from rejection_stats_kernel
+    row_valid_ptr,  # [B] i32, 0 for a padding request (read with HAS_ROW_VALID): emit mode EMIT_STATS_ROW (no emit)
     V,
     K,
     target_batch_stride,
@@ -565,10 +571,16 @@ def rejection_decide_kernel(
     BLOCK_K: tl.constexpr,  # next power of two >= K + 1
     REDUCE_BLOCK: tl.constexpr,  # next power of two >= NUM_BLOCKS
     SEED_WORDS: tl.constexpr = 1,  # 2: seeds are [B, 2] u32 (low, high) words (stream.load_seed)
+    HAS_ROW_VALID: tl.constexpr = False,
 ):
     """Per request: every draft row's decision, then a_b and what row a_b emits."""
     b = tl.program_id(0)
     b64 = b.to(tl.int64)
+    if HAS_ROW_VALID:
+        if tl.load(row_valid_ptr + b) == 0:  # padding: nothing to emit (the finish launch writes its outputs)
+            tl.store(emit_row_ptr + b, 0)
+            tl.store(emit_mode_ptr + b, EMIT_STATS_ROW)
+            return
     num_drafts = tl.minimum(tl.maximum(tl.load(num_draft_tokens_ptr + b), 0), K)
     temperature = load_temperature(temperature_ptr, b)
     drafts, valid, target_at_draft, draft_at_draft, u = _decision_inputs(
@@ -727,6 +739,7 @@ def rejection_decide_emit_kernel(
     stats_ptr,  # [B * K, NUM_STATS * NUM_BLOCKS] f32 (f64 words when FP64), from rejection_stats_kernel
     row_score_ptr,  # [B * (K+1), NUM_BLOCKS] f32 (f64 words when FP64), from rejection_stats_kernel
     row_index_ptr,  # [B * (K+1), NUM_BLOCKS] i32, from rejection_stats_kernel
+    row_valid_ptr,  # [B] i32, 0 for a padding request (read with HAS_ROW_VALID): nothing read or written
     V,
     K,
     target_batch_stride,
@@ -748,6 +761,7 @@ def rejection_decide_emit_kernel(
     REDUCE_BLOCK: tl.constexpr,  # next power of two >= NUM_BLOCKS
     PDL: tl.constexpr = False,  # a programmatic dependent launch (dependent_launch)
     SEED_WORDS: tl.constexpr = 1,  # 2: seeds are [B, 2] u32 (low, high) words (stream.load_seed)
+    HAS_ROW_VALID: tl.constexpr = False,
 ):
     """rejection_decide_kernel and rejection_emit_kernel in one launch, for small batches
     (decide_in_emit): every program of request b makes the request's decision itself (the same code,
@@ -758,6 +772,9 @@ def rejection_decide_emit_kernel(
     Under PDL, everything read from the op's own inputs comes before the wait for the stats launch
     (_decision_inputs; and at K <= 1, where only row 0 can need this launch's pass, that row's block
     and noise): the wait then covers only the partials' loads and the decision itself."""
+    if HAS_ROW_VALID:
+        if tl.load(row_valid_ptr + tl.program_id(0)) == 0:  # padding: the finish launch writes its outputs
+            return
     _decide_emit_program(
         target_logits_ptr, draft_logits_ptr, draft_tokens_ptr, num_draft_tokens_ptr, seeds_ptr, positions_ptr,
         temperature_ptr, stats_ptr, row_score_ptr, row_index_ptr, V, K, tl.num_programs(0), target_batch_stride, target_row_stride,
@@ -866,6 +883,14 @@ def _load_drafts(draft_tokens_ptr, b64, K, BLOCK_K: tl.constexpr):
 
 
 @triton.jit
+def _write_padding(tokens_ptr, num_sampled_ptr, b64, K, BLOCK_K: tl.constexpr):
+    """A padding request's outputs: tokens[b] all -1, num_sampled[b] = 0."""
+    rows = tl.arange(0, BLOCK_K)
+    tl.store(tokens_ptr + b64 * (K + 1) + rows, tl.full([BLOCK_K], -1, tl.int32), mask=rows < K + 1)
+    tl.store(num_sampled_ptr + b64, 0)
+
+
+@triton.jit
 def _write_request(tokens_ptr, num_sampled_ptr, drafts, b64, K, emit_row, emitted, BLOCK_K: tl.constexpr):
     """tokens[b] = accepted drafts (of _load_drafts), the emitted token, then -1; num_sampled[b] = a_b + 1."""
     rows = tl.arange(0, BLOCK_K)
@@ -884,6 +909,7 @@ def rejection_finish_kernel(
     row_index_ptr,  # [B * (K+1), NUM_BLOCKS] i32
     emit_score_ptr,  # [2B, NUM_BLOCKS] f32 (f64 words when FP64), from rejection_emit_kernel
     emit_index_ptr,  # [2B, NUM_BLOCKS] i32
+    row_valid_ptr,  # [B] i32, 0 for a padding request (read with HAS_ROW_VALID): tokens -1, num_sampled 0
     num_blocks,
     K,
     V,
@@ -896,10 +922,15 @@ def rejection_finish_kernel(
     REDUCE_BLOCK: tl.constexpr,  # next power of two >= num_blocks
     STATS_ROW_IN_EMIT: tl.constexpr = False,  # after rejection_decide_emit_kernel, which copies row a_b's partials
     PDL: tl.constexpr = False,  # the last launch of a programmatic dependent launch chain (dependent_launch)
+    HAS_ROW_VALID: tl.constexpr = False,
 ):
     """The emitted token: the residual sample when row a_b resamples one (its Gumbel-max sample when
     the residual is all zero), else row a_b's Gumbel-max sample, from the emit or the stats launch
     (from the emit partials always with STATS_ROW_IN_EMIT)."""
+    if HAS_ROW_VALID:
+        if tl.load(row_valid_ptr + tl.program_id(0)) == 0:
+            _write_padding(tokens_ptr, num_sampled_ptr, tl.program_id(0).to(tl.int64), K, BLOCK_K)
+            return
     _finish_program(target_logits_ptr, draft_tokens_ptr, emit_row_ptr, emit_mode_ptr, row_score_ptr, row_index_ptr,
                     emit_score_ptr, emit_index_ptr, num_blocks, K, tl.num_programs(0), V, target_batch_stride,
                     target_row_stride, tokens_ptr, num_sampled_ptr, tl.program_id(0), FP64, BLOCK_K, REDUCE_BLOCK, STATS_ROW_IN_EMIT, PDL)
@@ -946,6 +977,7 @@ def rejection_one_launch_kernel(
     seeds_ptr,  # [B] i32|u32|i64
     positions_ptr,  # [B] i32|i64, position of row 0
     temperature_ptr,  # [B] f32
+    row_valid_ptr,  # [B] i32, 0 for a padding request (read with HAS_ROW_VALID): tokens -1, num_sampled 0, nothing read
     V,
     K,  # <= 1
     target_batch_stride,
@@ -973,6 +1005,7 @@ def rejection_one_launch_kernel(
     BLOCK_K: tl.constexpr,  # next power of two >= K + 1
     REDUCE_BLOCK: tl.constexpr,  # next power of two >= NUM_BLOCKS
     SEED_WORDS: tl.constexpr = 1,  # 2: seeds are [B, 2] u32 (low, high) words (stream.load_seed)
+    HAS_ROW_VALID: tl.constexpr = False,
 ):
     """The three launches of a small batch at K <= 1 in one, for targets where every launch costs host
     time and PDL is not available (JAX; lab INDEX: explore_jax_dispatch). Grid (B * 2 * NUM_BLOCKS +
@@ -987,28 +1020,38 @@ def rejection_one_launch_kernel(
     stats_programs = B * 2 * num_blocks
     ticket = tl.atomic_add(counters_ptr, 1, sem="relaxed", scope="gpu")
     if ticket < stats_programs:
-        _stats_program(target_logits_ptr, draft_logits_ptr, seeds_ptr, positions_ptr, temperature_ptr,
-                       num_draft_tokens_ptr, V, K, target_batch_stride, target_row_stride, draft_batch_stride,
-                       draft_row_stride, stats_ptr, row_score_ptr, row_index_ptr, ticket // (2 * num_blocks),
-                       (ticket // num_blocks) % 2, ticket % num_blocks, 2, num_blocks, STRICT, ONE_HOT, False, FP64,
-                       BLOCK_V, ROW_ALIGN, VOCAB_ALIGN, FAST_MATH, True, SEED_WORDS)
+        valid = True
+        if HAS_ROW_VALID:  # a padding request's programs arrive without work
+            valid = tl.load(row_valid_ptr + ticket // (2 * num_blocks)) != 0
+        if valid:
+            _stats_program(target_logits_ptr, draft_logits_ptr, seeds_ptr, positions_ptr, temperature_ptr,
+                           num_draft_tokens_ptr, V, K, target_batch_stride, target_row_stride, draft_batch_stride,
+                           draft_row_stride, stats_ptr, row_score_ptr, row_index_ptr, ticket // (2 * num_blocks),
+                           (ticket // num_blocks) % 2, ticket % num_blocks, 2, num_blocks, STRICT, ONE_HOT, False, FP64,
+                           BLOCK_V, ROW_ALIGN, VOCAB_ALIGN, FAST_MATH, True, SEED_WORDS)
         tl.debug_barrier()  # every thread's stores before the one release
         tl.atomic_add(counters_ptr + 1, 1, sem="release", scope="gpu")
     else:
         b = (ticket - stats_programs) // num_blocks
-        _decide_emit_program(
-            target_logits_ptr, draft_logits_ptr, draft_tokens_ptr, num_draft_tokens_ptr, seeds_ptr, positions_ptr,
-            temperature_ptr, stats_ptr, row_score_ptr, row_index_ptr, V, K, B, target_batch_stride,
-            target_row_stride, draft_batch_stride, draft_row_stride, emit_score_ptr, emit_index_ptr, emit_row_ptr,
-            emit_mode_ptr, b, (ticket - stats_programs) % num_blocks, num_blocks, counters_ptr + 1, stats_programs,
-            STRICT, ONE_HOT, FP64, BLOCK_V, ROW_ALIGN, VOCAB_ALIGN, FAST_MATH, BLOCK_K, REDUCE_BLOCK, False, True,
-            SEED_WORDS)
-        tl.debug_barrier()
-        if tl.atomic_add(counters_ptr + 2 + b, 1, sem="acq_rel", scope="gpu") == num_blocks - 1:
-            _finish_program(target_logits_ptr, draft_tokens_ptr, emit_row_ptr, emit_mode_ptr, row_score_ptr,
-                            row_index_ptr, emit_score_ptr, emit_index_ptr, num_blocks, K, B, V, target_batch_stride,
-                            target_row_stride, tokens_ptr, num_sampled_ptr, b, FP64, BLOCK_K, REDUCE_BLOCK, True,
-                            False)
+        valid = True
+        if HAS_ROW_VALID:
+            valid = tl.load(row_valid_ptr + b) != 0
+        if valid:
+            _decide_emit_program(
+                target_logits_ptr, draft_logits_ptr, draft_tokens_ptr, num_draft_tokens_ptr, seeds_ptr, positions_ptr,
+                temperature_ptr, stats_ptr, row_score_ptr, row_index_ptr, V, K, B, target_batch_stride,
+                target_row_stride, draft_batch_stride, draft_row_stride, emit_score_ptr, emit_index_ptr, emit_row_ptr,
+                emit_mode_ptr, b, (ticket - stats_programs) % num_blocks, num_blocks, counters_ptr + 1, stats_programs,
+                STRICT, ONE_HOT, FP64, BLOCK_V, ROW_ALIGN, VOCAB_ALIGN, FAST_MATH, BLOCK_K, REDUCE_BLOCK, False, True,
+                SEED_WORDS)
+            tl.debug_barrier()
+            if tl.atomic_add(counters_ptr + 2 + b, 1, sem="acq_rel", scope="gpu") == num_blocks - 1:
+                _finish_program(target_logits_ptr, draft_tokens_ptr, emit_row_ptr, emit_mode_ptr, row_score_ptr,
+                                row_index_ptr, emit_score_ptr, emit_index_ptr, num_blocks, K, B, V, target_batch_stride,
+                                target_row_stride, tokens_ptr, num_sampled_ptr, b, FP64, BLOCK_K, REDUCE_BLOCK, True,
+                                False)
+        elif (ticket - stats_programs) % num_blocks == 0:
+            _write_padding(tokens_ptr, num_sampled_ptr, b.to(tl.int64), K, BLOCK_K)
 
 
 @triton.jit
@@ -1019,6 +1062,7 @@ def synthetic_rejection_kernel(
     seeds_ptr,  # [B] i32|u32|i64
     positions_ptr,  # [B] i32|i64
     conditional_rates_ptr,  # [K] or [B, K] f32, contiguous
+    row_valid_ptr,  # [B] i32, 0 for a padding request (read with HAS_ROW_VALID): tokens -1, num_sampled 0
     K,
     rates_batch_stride,  # 0 for [K] rates, K for [B, K]
     tokens_ptr,  # [B, K+1] i32 output
@@ -1026,11 +1070,16 @@ def synthetic_rejection_kernel(
     FP64: tl.constexpr,
     BLOCK_K: tl.constexpr,  # next power of two >= K + 1
     SEED_WORDS: tl.constexpr = 1,  # 2: seeds are [B, 2] u32 (low, high) words (stream.load_seed)
+    HAS_ROW_VALID: tl.constexpr = False,
 ):
     """Accept draft j iff u_j < conditional_rates[j] (u_j: stream 2, position P + j) and the draft fits in
     int32 (an int64 draft beyond it is no token id: rejected); emit target_tokens[b, a_b]."""
     b = tl.program_id(0)
     b64 = b.to(tl.int64)
+    if HAS_ROW_VALID:
+        if tl.load(row_valid_ptr + b) == 0:
+            _write_padding(tokens_ptr, num_sampled_ptr, b64, K, BLOCK_K)
+            return
     num_drafts = tl.minimum(tl.maximum(tl.load(num_draft_tokens_ptr + b), 0), K)
     rows = tl.arange(0, BLOCK_K)
     active = rows < num_drafts
@@ -1054,11 +1103,12 @@ REJECTION_VARIANTS = ("four launches", "three launches", "one launch")
 
 @functools.lru_cache(maxsize=512)
 def plan_rejection_sample(target_logits: ArgSpec, draft_logits: ArgSpec, seeds: ArgSpec, target: Target, *,
-                          strict: bool, fp64: bool, variant: str = None) -> Plan:
+                          strict: bool, fp64: bool, variant: str = None, row_valid: bool = False) -> Plan:
     """The launches of `rejection_sample` on inputs `target_logits` [B, K+1, V], `draft_logits`
     [B, K, V] (None: one-hot drafts; columns contiguous, any batch and row strides), `draft_tokens`
     [B, K] i32, `num_draft_tokens` [B] i32, `seeds`, `positions`, `temperature` [B] f32; outputs
-    `tokens` [B, K+1] and `num_sampled` [B] i32.
+    `tokens` [B, K+1] and `num_sampled` [B] i32. With `row_valid`, input `row_valid` [B] i32: 0 marks a
+    padding request (tokens -1, num_sampled 0, its logits unread).
 
     The variant (REJECTION_VARIANTS) is chosen here unless given (tests run each): "four launches"
     for large batches; "three launches" for small ones (decide_in_emit), chained by programmatic
@@ -1087,6 +1137,8 @@ def plan_rejection_sample(target_logits: ArgSpec, draft_logits: ArgSpec, seeds: 
     drafts = "draft_tokens" if k else "no_drafts"  # K = 0: a one-element stand-in, never read
     logits = ("target_logits", "target_logits" if one_hot else "draft_logits")
     requests = ("seeds", "positions", "temperature")
+    valid = "row_valid" if row_valid else "num_draft_tokens"  # the stand-in is never read
+    padding = dict(HAS_ROW_VALID=row_valid)
     options = dict(num_stages=config.num_stages, enable_fp_fusion=config.enable_fp_fusion)
     tiles = dict(BLOCK_V=config.block_v, ROW_ALIGN=config.row_align, VOCAB_ALIGN=config.vocab_align,
                  FAST_MATH=config.fast_math)
@@ -1106,29 +1158,29 @@ def plan_rejection_sample(target_logits: ArgSpec, draft_logits: ArgSpec, seeds: 
     if variant == "one launch":
         launches = (launch(
             rejection_one_launch_kernel, (batch * 3 * config.num_blocks,),
-            (*logits, drafts, "num_draft_tokens", *requests, vocab, k, *strides, config.num_blocks),
+            (*logits, drafts, "num_draft_tokens", *requests, valid, vocab, k, *strides, config.num_blocks),
             stats_outputs + ("emit_score", "emit_index", "emit_row", "emit_mode", "counters", "tokens", "num_sampled"),
-            **flags, **tiles, BLOCK_K=config.block_k, REDUCE_BLOCK=config.reduce_block, SEED_WORDS=seed_words,
+            **padding, **flags, **tiles, BLOCK_K=config.block_k, REDUCE_BLOCK=config.reduce_block, SEED_WORDS=seed_words,
             num_warps=config.num_warps, **options),)
     else:
         stats = launch(
             rejection_stats_kernel, (batch, config.stats_rows + three, config.num_blocks),
-            (*logits, *requests, "num_draft_tokens", vocab, k, *strides), stats_outputs,
-            **flags, BONUS_IN_STATS=config.bonus_in_stats and not three, BONUS_PROGRAMS=three, **tiles, PDL=pdl,
+            (*logits, *requests, "num_draft_tokens", valid, vocab, k, *strides), stats_outputs,
+            **padding, **flags, BONUS_IN_STATS=config.bonus_in_stats and not three, BONUS_PROGRAMS=three, **tiles, PDL=pdl,
             SEED_WORDS=seed_words, num_warps=config.num_warps, **options)
         if three:
             middle = (launch(
                 rejection_decide_emit_kernel, (batch, config.num_blocks),
-                (*logits, drafts, "num_draft_tokens", *requests, *stats_outputs, vocab, k, *strides),
+                (*logits, drafts, "num_draft_tokens", *requests, *stats_outputs, valid, vocab, k, *strides),
                 ("emit_score", "emit_index", "emit_row", "emit_mode"),
-                **flags, **tiles, BLOCK_K=config.block_k, REDUCE_BLOCK=config.reduce_block, PDL=pdl,
+                **padding, **flags, **tiles, BLOCK_K=config.block_k, REDUCE_BLOCK=config.reduce_block, PDL=pdl,
                 SEED_WORDS=seed_words, num_warps=config.decide_num_warps, pdl=pdl, **options),)
         else:
             middle = (
                 launch(rejection_decide_kernel, (batch,),
-                       (*logits, drafts, "num_draft_tokens", *requests, *stats_outputs, vocab, k, *strides,
+                       (*logits, drafts, "num_draft_tokens", *requests, *stats_outputs, valid, vocab, k, *strides,
                         config.num_blocks), ("emit_row", "emit_mode", "log_normalizer"),
-                       **flags, BONUS_IN_STATS=config.bonus_in_stats, BLOCK_K=config.block_k,
+                       **padding, **flags, BONUS_IN_STATS=config.bonus_in_stats, BLOCK_K=config.block_k,
                        REDUCE_BLOCK=config.reduce_block, SEED_WORDS=seed_words, num_warps=config.decide_num_warps,
                        **options),
                 launch(rejection_emit_kernel, (batch, config.num_blocks),
@@ -1139,8 +1191,8 @@ def plan_rejection_sample(target_logits: ArgSpec, draft_logits: ArgSpec, seeds: 
         finish = launch(
             rejection_finish_kernel, (batch,),
             ("target_logits", drafts, "emit_row", "emit_mode", "row_score", "row_index", "emit_score", "emit_index",
-             config.num_blocks, k, vocab, strides[0], strides[1]), ("tokens", "num_sampled"),
-            FP64=fp64, BLOCK_K=config.block_k, REDUCE_BLOCK=config.reduce_block, STATS_ROW_IN_EMIT=three, PDL=pdl,
+             valid, config.num_blocks, k, vocab, strides[0], strides[1]), ("tokens", "num_sampled"),
+            **padding, FP64=fp64, BLOCK_K=config.block_k, REDUCE_BLOCK=config.reduce_block, STATS_ROW_IN_EMIT=three, PDL=pdl,
             num_warps=config.per_request_num_warps, pdl=pdl, **options)
         launches = (stats,) + middle + (finish,)
     used = {name for step in launches for name in step.args + step.outputs}
@@ -1150,7 +1202,7 @@ def plan_rejection_sample(target_logits: ArgSpec, draft_logits: ArgSpec, seeds: 
 
 @functools.lru_cache(maxsize=512)
 def plan_synthetic_rejection_sample(target_tokens: ArgSpec, conditional_rates: ArgSpec, seeds: ArgSpec,
-                                    target: Target, *, fp64: bool) -> Plan:
+                                    target: Target, *, fp64: bool, row_valid: bool = False) -> Plan:
     """The launch of `synthetic_rejection_sample` on inputs `target_tokens` [B, K+1], `draft_tokens`
     [B, K], `num_draft_tokens` [B] (i32, contiguous), `seeds`, `positions` [B] and
     `conditional_rates` [K] or [B, K] f32 (contiguous); outputs `tokens` [B, K+1], `num_sampled` [B]."""
@@ -1165,8 +1217,9 @@ def plan_synthetic_rejection_sample(target_tokens: ArgSpec, conditional_rates: A
     rates_batch_stride = conditional_rates.strides[0] if len(conditional_rates.shape) == 2 and k else 0
     launches = (launch(
         synthetic_rejection_kernel, (batch,),
-        ("target_tokens", drafts, "num_draft_tokens", "seeds", "positions", rates, k, rates_batch_stride),
-        ("tokens", "num_sampled"), FP64=fp64, BLOCK_K=config.block_k, SEED_WORDS=seed_word_count(seeds.shape),
+        ("target_tokens", drafts, "num_draft_tokens", "seeds", "positions", rates,
+         "row_valid" if row_valid else "num_draft_tokens", k, rates_batch_stride),
+        ("tokens", "num_sampled"), HAS_ROW_VALID=row_valid, FP64=fp64, BLOCK_K=config.block_k, SEED_WORDS=seed_word_count(seeds.shape),
         num_warps=config.per_request_num_warps, num_stages=config.num_stages,
         enable_fp_fusion=config.enable_fp_fusion),)
     used = {name for step in launches for name in step.args + step.outputs}

@@ -42,20 +42,23 @@ def _plan(op, batch, vocab, dtype, k, flags, target):
     seeds = ArgSpec.contiguous((batch,), "int64")
     if op == "gumbel_sample":
         return kernels.plan_gumbel_sample(ArgSpec.contiguous((batch, vocab), dtype), seeds, target,
-                                          fp64=flags.get("fp64", False), draft=flags.get("draft", False))
+                                          fp64=flags.get("fp64", False), draft=flags.get("draft", False),
+                                          row_valid=flags.get("num_valid", False))
     if op == "top_k_top_p_sample":
         return kernels.plan_top_k_top_p_sample(
             ArgSpec.contiguous((batch, vocab), dtype), seeds, target, has_top_k=flags.get("top_k", False),
-            has_top_p=flags.get("top_p", False), has_min_p=flags.get("min_p", False), fp64=flags.get("fp64", False))
+            has_top_p=flags.get("top_p", False), has_min_p=flags.get("min_p", False), fp64=flags.get("fp64", False),
+            row_valid=flags.get("num_valid", False))
     if op == "rejection_sample":
         draft = ArgSpec.contiguous((batch, k, vocab), "float32") if flags.get("draft_logits") else None
         return kernels.plan_rejection_sample(ArgSpec.contiguous((batch, k + 1, vocab), dtype), draft, seeds, target,
-                                             strict=flags.get("method") == "strict", fp64=flags.get("fp64", False))
+                                             strict=flags.get("method") == "strict", fp64=flags.get("fp64", False),
+                                             row_valid=flags.get("num_valid", False))
     if op == "synthetic_rejection_sample":
         return kernels.plan_synthetic_rejection_sample(
             ArgSpec.contiguous((batch, k + 1), "int32"),
             ArgSpec.contiguous((batch, k) if flags.get("batched_rates") else (k,), "float32"), seeds, target,
-            fp64=flags.get("fp64", False))
+            fp64=flags.get("fp64", False), row_valid=flags.get("num_valid", False))
     raise ValueError(f"precompile: ops must be among {OPS}, got {op!r}")
 
 

@@ -1,0 +1,158 @@
+"""num_valid: rows at or past it are padding (issue 39). Their outputs are the documented fill (token -1;
+rejection: every token -1 and num_sampled 0), their logits are not read, and the valid rows' outputs equal
+the unpadded call's, bit for bit, in both frontends, whatever form num_valid takes (an int, a scalar array
+of either integer dtype, traced under jax.jit)."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import torch
+from conftest import make_requests, run_jax, run_torch
+
+import jsample
+import torch_backend
+from jsample.kernels.plan import ArgSpec
+from jsample.kernels import plan_gumbel_sample, plan_rejection_sample, plan_top_k_top_p_sample
+from jsample._jax import _execute as jax_execute
+
+BATCH, VOCAB, K = 5, 300, 2
+
+
+def _cases():
+    rng = np.random.default_rng(39)
+    logits = (rng.standard_normal((BATCH, VOCAB)) * 3).astype(np.float32)
+    logits[:, ::7] = -np.inf
+    seeds, positions = make_requests(rng, BATCH, wide_seeds=False)
+    temperature = np.float32([0.0, 0.5, 1.0, 1.5, 0.8])
+    target = (rng.standard_normal((BATCH, K + 1, VOCAB)) * 3).astype(np.float32)
+    drafts = rng.integers(0, VOCAB, size=(BATCH, K)).astype(np.int32)
+    drafts[::2] = target[::2, :K].argmax(-1)
+    counts = np.int32([2, 1, 2, 0, 2])
+    draft_logits = target[:, :K] + rng.standard_normal((BATCH, K, VOCAB)).astype(np.float32)
+    return {
+        "gumbel_sample": ((logits, seeds, positions, temperature), {}),
+        "top_k_top_p_sample": ((logits, seeds, positions, temperature), dict(top_k=11, top_p=0.8, min_p=0.01)),
+        "top_k_top_p_sample min_p": ((logits, seeds, positions, temperature), dict(min_p=0.05)),
+        "rejection_sample": ((target, drafts, counts, seeds, positions, temperature), {}),
+        "rejection_sample draft logits": ((target, drafts, counts, seeds, positions, temperature),
+                                          dict(draft_logits=draft_logits)),
+        "synthetic_rejection_sample": ((target.argmax(-1).astype(np.int32), drafts, counts, seeds, positions,
+                                        np.float32([0.7, 0.4])), {}),
+    }
+
+
+CASES = _cases()
+
+
+def _outputs(out):
+    return tuple(np.asarray(o) for o in (out if isinstance(out, tuple) else (out,)))
+
+
+@pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.parametrize("num_valid", [0, 1, 3, BATCH])
+def test_padding_rows_give_the_fill_and_valid_rows_are_unchanged(case, num_valid):
+    op = case.split()[0]
+    args, kwargs = CASES[case]
+    full = _outputs(run_torch(op, *args, **kwargs))
+    for given in (num_valid, np.int32(num_valid), np.array([num_valid], np.int64)):
+        for run in (run_torch, run_jax):
+            out = _outputs(run(op, *args, **kwargs, num_valid=given))
+            for padded, unpadded in zip(out, full):
+                np.testing.assert_array_equal(padded[:num_valid], unpadded[:num_valid], err_msg=f"{run.__name__}")
+            np.testing.assert_array_equal(out[0][num_valid:], -1)
+            if len(out) == 2:  # rejection: num_sampled
+                np.testing.assert_array_equal(out[1][num_valid:], 0)
+
+
+def test_padding_rows_read_no_logits():
+    """NaN logits in the padding rows change nothing: they are never read (a read NaN row gives -1 anyway, so
+    the check is that the valid rows stay equal and no error is raised on the torch direct path)."""
+    args, kwargs = CASES["top_k_top_p_sample"]
+    logits = args[0].copy()
+    logits[3:] = np.nan
+    out = run_torch("top_k_top_p_sample", logits, *args[1:], **kwargs, num_valid=3)
+    np.testing.assert_array_equal(out[:3], run_torch("top_k_top_p_sample", *args, **kwargs)[:3])
+    np.testing.assert_array_equal(out[3:], -1)
+
+
+def test_num_valid_is_traced_under_jit():
+    args, kwargs = CASES["gumbel_sample"]
+    traces = []
+
+    def fn(x, n):
+        traces.append(1)
+        return jsample.gumbel_sample(x, *map(jnp.asarray, args[1:]), num_valid=n)
+
+    jitted = jax.jit(fn)
+    full = np.asarray(jitted(args[0], BATCH))
+    for n in (0, 2, 4):
+        out = np.asarray(jitted(args[0], n))
+        np.testing.assert_array_equal(out[:n], full[:n])
+        np.testing.assert_array_equal(out[n:], -1)
+    assert len(traces) == 1
+
+
+@pytest.mark.parametrize("given, error, message", [
+    (-1, ValueError, "gumbel_sample: num_valid must be in [0, B] = [0, 5], got -1."),
+    (6, ValueError, "gumbel_sample: num_valid must be in [0, B] = [0, 5], got 6."),
+    (2.0, TypeError, "gumbel_sample: num_valid must be None, an int or an int32 / int64 scalar array, got float."),
+    (np.int32([1, 2]), ValueError, "gumbel_sample: num_valid must be a scalar array of shape () or [1], got shape (2,)."),
+    (np.array(2.0, np.float32), TypeError, "gumbel_sample: num_valid must have dtype int32 or int64, got float32."),
+])
+def test_num_valid_errors_are_the_same_in_both_frontends(given, error, message):
+    args, _ = CASES["gumbel_sample"]
+    for run in (run_torch, run_jax):
+        with pytest.raises(error) as raised:
+            run("gumbel_sample", *args, num_valid=given)
+        assert str(raised.value) == message
+
+
+def test_every_launch_of_a_padded_plan_checks_the_rows():
+    """With row_valid, every launch that could read logits or write an output takes the row flags."""
+    from torch_backend import _execute as torch_execute
+
+    target = torch_execute.compiled_target(132, 9)
+    seeds = ArgSpec.contiguous((64,), "int64")
+    plans = [plan_gumbel_sample(ArgSpec.contiguous((b, 32000), "bfloat16"), seeds, t, fp64=False, draft=False,
+                                row_valid=True) for b in (1, 64) for t in (target, jax_execute.compiled_target(132))]
+    plans += [plan_top_k_top_p_sample(ArgSpec.contiguous((b, 151936), "bfloat16"), ArgSpec.contiguous((b,), "int64"),
+                                      target, has_top_k=True, has_top_p=True, has_min_p=False, fp64=False,
+                                      row_valid=True) for b in (1, 16, 256)]
+    plans += [plan_rejection_sample(ArgSpec.contiguous((b, rows, 32000), "bfloat16"), None,
+                                    ArgSpec.contiguous((b,), "int64"), t, strict=False, fp64=False, row_valid=True)
+              for b in (1, 256) for rows in (2, 5) for t in (target, jax_execute.compiled_target(132))]
+    checked = {"gumbel_partial_kernel", "gumbel_one_launch_kernel", "argmax_reduce_kernel", "filter_stats_kernel",
+               "filter_row_kernel", "filtered_one_launch_kernel", "rejection_stats_kernel", "rejection_decide_kernel",
+               "rejection_decide_emit_kernel", "rejection_finish_kernel", "rejection_one_launch_kernel"}
+    seen = set()
+    for plan in plans:
+        for step in plan.launches:
+            name = step.kernel.fn.__name__ if hasattr(step.kernel, "fn") else step.kernel.__name__
+            if name in checked:
+                seen.add(name)
+                assert dict(step.constexprs)["HAS_ROW_VALID"] and "row_valid" in step.args, name
+    assert seen == checked
+
+
+@pytest.mark.parametrize("case", ["gumbel_sample", "top_k_top_p_sample", "top_k_top_p_sample min_p", "rejection_sample",
+                                  "rejection_sample draft logits"])
+@pytest.mark.parametrize("tiling", ["launches", "one launch"])
+def test_padding_in_the_gpu_tilings(case, tiling, force_target):
+    """The GPU's plans through the interpreter (large_programs off): the launches' plan, and the one-launch plans
+    (gumbel's and filtered's one launch with arrival counters; JAX's one-launch rejection at K <= 1)."""
+    op = case.split()[0]
+    args, kwargs = CASES[case]
+    if op == "rejection_sample":  # K = 1: the one-launch variant where JAX's target is launch-bound
+        args = (args[0][:, :2], args[1][:, :1], np.minimum(args[2], 1)) + args[3:]
+        kwargs = {k: v[:, :1] for k, v in kwargs.items()}
+    if tiling == "launches":
+        force_target(large_programs=False, resident_programs=0, arrival_counters=False)
+    else:
+        force_target(large_programs=False, resident_programs=BATCH, arrival_counters=True)
+    full = _outputs(run_torch(op, *args, **kwargs))
+    for run in (run_torch, run_jax):
+        out = _outputs(run(op, *args, **kwargs, num_valid=np.int32(3)))
+        for padded, unpadded in zip(out, full):
+            np.testing.assert_array_equal(padded[:3], unpadded[:3])
+        np.testing.assert_array_equal(out[0][3:], -1)
