@@ -1,0 +1,54 @@
+"""Padded rows cost nothing (issue 39): device time (CUDA-graph replay, median) of a batch of 256 with
+num_valid = 16 against a batch of 16, per op, tokens of the valid rows asserted equal first.
+
+    python benchmarks/lab/bench_padding.py
+"""
+
+import torch
+import triton
+
+import torch_backend
+
+V, K = 151936, 4
+
+
+def graph_us(fn):
+    fn()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    return triton.testing.do_bench(graph.replay, warmup=25, rep=200, return_mode="median") * 1e3
+
+
+def main():
+    g = torch.Generator(device="cuda").manual_seed(0)
+    x = (torch.randn(256, V, device="cuda", generator=g) * 3).to(torch.bfloat16)
+    target = (torch.randn(256, K + 1, V, device="cuda", generator=g) * 3).to(torch.bfloat16)
+    drafts = target[:, :K].float().argmax(-1).to(torch.int32)
+    counts = torch.full((256,), K, device="cuda", dtype=torch.int32)
+    seeds = torch.arange(256, device="cuda", dtype=torch.int64) * 7919
+    positions = torch.arange(256, device="cuda", dtype=torch.int64)
+    temperature = torch.full((256,), 0.8, device="cuda")
+    top_k = torch.full((256,), 50, device="cuda", dtype=torch.int64)
+    top_p = torch.full((256,), 0.9, device="cuda")
+    n = torch.tensor(16, device="cuda")
+    ops = {
+        "gumbel_sample": lambda b, nv: torch_backend.gumbel_sample(x[:b], seeds[:b], positions[:b], temperature[:b],
+                                                                    num_valid=nv),
+        "top_k_top_p_sample": lambda b, nv: torch_backend.top_k_top_p_sample(
+            x[:b], seeds[:b], positions[:b], temperature[:b], top_k=top_k[:b], top_p=top_p[:b], num_valid=nv),
+        "rejection_sample K=4": lambda b, nv: torch_backend.rejection_sample(
+            target[:b], drafts[:b], counts[:b], seeds[:b], positions[:b], temperature[:b], num_valid=nv)[0],
+    }
+    print(f"{torch.cuda.get_device_name()}, V = {V} bf16; us (CUDA graph, median)")
+    print(f"{'op':22s} {'B=16':>8s} {'B=256':>8s} {'B=256, num_valid=16':>20s} {'ratio to B=16':>14s}")
+    for name, op in ops.items():
+        small, padded = op(16, None), op(256, n)
+        assert torch.equal(padded[:16], small) and bool((padded[16:] == -1).all()), name
+        us16, us256, us_padded = graph_us(lambda: op(16, None)), graph_us(lambda: op(256, None)), graph_us(lambda: op(256, n))
+        print(f"{name:22s} {us16:8.1f} {us256:8.1f} {us_padded:20.1f} {us_padded / us16:14.2f}")
+
+
+if __name__ == "__main__":
+    main()
