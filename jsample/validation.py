@@ -186,7 +186,7 @@ def rates_from_list(op: str, rates):
     # a list's values are on the host: check them (device arrays are not read back, STREAM.md clamps them)
     outside = array[~((array >= 0) & (array <= 1))]
     if outside.size:
-        raise ValueError(f"{op}: conditional_rates must be acceptance probabilities in [0, 1], got {outside[0]!r} "
+        raise ValueError(f"{op}: conditional_rates must be acceptance probabilities in [0, 1], got {float(outside[0])!r} "
                          f"in {rates!r}.")
     return array.astype(np.float32)
 

@@ -335,7 +335,7 @@ def test_synthetic_rejection_sample_properties(data):
 
 CORRUPTIONS = {
     "logits": [np.zeros((2, 3), np.int32), np.zeros(4, np.float32), np.zeros((2, 0), np.float32),
-               np.zeros((2, 3), np.float64)],
+               np.zeros((2, 3), np.uint8)],  # (float64 logits are read as float32: no corruption)
     "seeds": [np.zeros(2, np.float32), np.zeros(3, np.int64), np.zeros((2, 3), np.uint32), np.zeros(2, bool),
               np.zeros((2, 2), np.int64)],
     "positions": [np.zeros(2, np.uint32), np.zeros((2, 1), np.int64), np.zeros(2, np.float32)],
