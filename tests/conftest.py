@@ -34,7 +34,8 @@ def pytest_addoption(parser):
     parser.addoption("--size", choices=["cpu", "gpu"], default=None,
                      help="problem sizes of the shared tests (default: gpu with a CUDA GPU, else cpu)")
     parser.addoption("--quick", action="store_true",
-                     help="the quick tier for local runs: skip the tests marked slow (statistics, properties)")
+                     help="the quick tier for local runs (a few minutes on 2 cores): every op in both frontends "
+                          "(QUICK_FILES), without the tests marked slow")
 
 
 def pytest_configure(config):
@@ -42,14 +43,20 @@ def pytest_configure(config):
     SIZE = config.getoption("--size") or SIZE  # before the test modules import it
 
 
+# the quick tier's files: every op through both frontends (padding compares every op's torch and JAX outputs
+# with the unpadded call), the random stream's bits, plans and compile keys, errors, fences and doctests
+QUICK_FILES = {"test_padding.py", "test_stream.py", "test_plans.py", "test_compiles.py", "test_fences.py",
+               "test_docstrings.py", "test_rates.py"}
+
+
 def pytest_collection_modifyitems(config, items):
     skip_gpu = pytest.mark.skip(reason="needs a CUDA GPU")
-    skip_slow = pytest.mark.skip(reason="--quick: slow tests skipped")
+    skip_quick = pytest.mark.skip(reason="--quick: not in the quick tier")
     for item in items:
         if "gpu" in item.keywords and not ON_GPU:
             item.add_marker(skip_gpu)
-        if "slow" in item.keywords and config.getoption("--quick"):
-            item.add_marker(skip_slow)
+        if config.getoption("--quick") and ("slow" in item.keywords or item.path.name not in QUICK_FILES):
+            item.add_marker(skip_quick)
 
 
 def to_torch(value):

@@ -89,6 +89,7 @@ def tilings(plans, frontend):
 OPS = ("gumbel_sample", "top_k_top_p_sample", "rejection_sample", "synthetic_rejection_sample")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("frontend", ["torch", "jax"])
 @pytest.mark.parametrize("op", OPS)
 @pytest.mark.parametrize("vocab", VOCABS)
