@@ -175,3 +175,20 @@ def test_torch_buffers_are_16_byte_aligned_at_every_batch_size():
             recipe = torch_execute._Recipe(plan)
             assert all(4 * offset % 16 == 0 for _, offset in recipe.counters), (b, recipe.counters)
             assert all(offset % 16 == 0 for _, offset, _ in recipe.scratch), b
+
+
+def test_precompile_workers_make_the_calls(tmp_path):
+    """The machinery GPU runs use, run here through the interpreter (JSAMPLE_PRECOMPILE_INTERPRETED): the worker
+    processes make their shares of the calls, then this process makes them all; a failing worker is reported."""
+    import subprocess
+    import sys
+
+    code = ("import torch, torch_backend\n"
+            "r = torch_backend.precompile([64], ['float32'], ops=['gumbel_sample', 'synthetic_rejection_sample'],"
+            " max_batch=3, device='cpu', workers=2)\n"
+            "print(len(r.cases), r.kernels)\n")
+    env = {**__import__("os").environ, "JSAMPLE_PRECOMPILE_INTERPRETED": "1"}
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600, env=env)
+    assert result.returncode == 0 and "worker process failed" not in result.stderr, result.stderr[-3000:]
+    calls, kernels_ = map(int, result.stdout.split())
+    assert calls >= 2 and kernels_ >= 2

@@ -1,12 +1,15 @@
 """`precompile` for PyTorch: compile, before the first real call, every kernel a range of batch sizes reaches."""
 
+import json
+import os
+import subprocess
+import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
 from jsample import kernels
-from jsample.kernels.warmup import PrecompileReport, _plan, warmup_cases
+from jsample.kernels.warmup import PrecompileReport, WarmupCase, _plan, warmup_cases
 from torch_backend import _execute as execute
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16, "int32": torch.int32}
@@ -20,8 +23,13 @@ def precompile(vocab_sizes, dtypes=("bfloat16",), *, ops=None, flags=None, max_b
     calls per op, vocabulary, dtype and flag set: those whose plans bring a compiled kernel no smaller
     batch brought (jsample.kernels.warmup). Afterwards no call within the range compiles anything, so
     a CUDA-graph capture over batch sizes (vLLM's 1, 2, 4, 8, ..., 512) or a serving loop whose batch
-    changes each step starts at once. Compiled kernels also land in Triton's cache directory
-    (`TRITON_CACHE_DIR`, by default ~/.triton/cache), which a later process reuses.
+    changes each step starts at once.
+
+    The compilations run in `workers` processes of their own, each making its share of the calls one
+    after another; they fill Triton's cache directory (`TRITON_CACHE_DIR`, by default
+    ~/.triton/cache), from which this process then loads every kernel (and later processes too). The
+    calls take the paths real calls take: eager calls through the executor's eager path, and with
+    `capture` the plans a CUDA-graph capture takes through its capture path.
 
     The calls use the argument types of a typical call: seeds and positions int64 [B], temperature
     float32 [B], top_k int64 [B], top_p and min_p float32 [B], draft tokens and counts int32. A call with
@@ -41,7 +49,7 @@ def precompile(vocab_sizes, dtypes=("bfloat16",), *, ops=None, flags=None, max_b
         num_speculative_tokens: the K values of the rejection ops.
         capture: also the plans taken while a CUDA graph is captured.
         device: the CUDA device (None: the current one).
-        workers: threads compiling at once.
+        workers: processes compiling at once (0: none, every call made here, one after another).
 
     Returns:
         A PrecompileReport: the calls made (op, batch, V, dtype, K, flags), how many distinct compiled
@@ -55,38 +63,80 @@ def precompile(vocab_sizes, dtypes=("bfloat16",), *, ops=None, flags=None, max_b
     if compiled:
         index = device.index if device.index is not None else torch.cuda.current_device()
         device = torch.device("cuda", index)
-        properties = torch.cuda.get_device_properties(device)
-        capability = torch.cuda.get_device_capability(device)[0]
-        targets = [execute.compiled_target(properties.multi_processor_count, capability)]
-        if capture:
-            targets.append(execute.compiled_target(properties.multi_processor_count, capability, True))
-    else:
-        targets = [execute.compiled_target(132, 9)] + ([execute.compiled_target(132, 9, True)] if capture else [])
+    targets = _targets(device if compiled else None, capture)
     cases = warmup_cases(vocab_sizes, dtypes, ops, flags, max_batch, num_speculative_tokens, targets, "torch")
-    if compiled:
-        def run(case):
-            with torch.cuda.device(device), torch.cuda.stream(torch.cuda.Stream(device)):
-                for target in targets:
-                    flags_ = dict(case.flags)
-                    plan = _plan(case.op, case.batch, case.vocab, case.dtype, case.k, flags_, target)
-                    execute._run_general(plan, device, _inputs(case, flags_, device))
-                torch.cuda.current_stream(device).synchronize()
-
-        # each kernel's source hash (the key of Triton's cache directory) computed here, once: computed by
-        # several threads at once it came out differently in one of them, and the next process missed its cache
-        for kernel in {step.kernel for case in cases for target in targets
-                       for step in _plan(case.op, case.batch, case.vocab, case.dtype, case.k, dict(case.flags),
-                                         target).launches}:
-            kernel.cache_key  # noqa: B018
-        with ThreadPoolExecutor(max(1, workers)) as pool:
-            list(pool.map(run, cases))
-        # Triton's in-process cache of a kernel is created by its first launch, unlocked: where two threads
-        # launched a kernel first at once, one of them compiled into a cache that was replaced. Those
-        # kernels are in Triton's cache directory now: one pass on this thread loads them (no compilation)
-        for case in cases:
-            run(case)
+    if compiled or os.environ.get("JSAMPLE_PRECOMPILE_INTERPRETED") == "1":  # (a test runs the calls interpreted)
+        if workers > 0 and len(cases) > 1:
+            _compile_in_workers(cases, device, capture, min(workers, len(cases)))
+        for case in cases:  # here: from the cache directory where the workers compiled
+            _call(case, device, capture)
     keys = set().union(*(case.keys for case in cases)) if cases else set()
     return PrecompileReport(cases, len(keys), time.perf_counter() - start, compiled)
+
+
+def _targets(device, capture: bool) -> list:
+    """The executor's compiled targets on `device` (None: an H200's, for the listing the interpreter makes; a CPU
+    device: the interpreter's own target)."""
+    if device is not None and device.type != "cuda":
+        return [execute.target(device)]
+    if device is None:
+        sm_count, major = 132, 9
+    else:
+        sm_count = torch.cuda.get_device_properties(device).multi_processor_count
+        major = torch.cuda.get_device_capability(device)[0]
+    return [execute.compiled_target(sm_count, major, capturing) for capturing in ((False, True) if capture else (False,))]
+
+
+def _call(case: WarmupCase, device, capture: bool) -> None:
+    """The case's calls, as real calls run them: the eager plan through the executor's eager path, the capture
+    plan through its capture path."""
+    flags = dict(case.flags)
+    for target in _targets(device, capture):
+        plan = _plan(case.op, case.batch, case.vocab, case.dtype, case.k, flags, target)
+        inputs = _inputs(case, flags, device)
+        if target.arrival_counters:
+            execute.run(plan, device, inputs)
+        else:
+            execute._run_general(plan, device, inputs)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _compile_in_workers(cases, device, capture: bool, workers: int) -> None:
+    """The cases' calls in `workers` processes (each one call after another), which fill Triton's cache
+    directory: each compiles in a process of its own (no GIL shared, no compiler state shared between threads)."""
+    shards = [cases[i::workers] for i in range(workers)]
+    code = "import sys; from torch_backend.warmup import _worker; _worker(sys.stdin.read())"
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in [os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                                    env.get("PYTHONPATH", "")] if p)
+    processes = []
+    for shard in shards:
+        payload = json.dumps(dict(device=str(device), capture=capture,
+                                  cases=[[c.op, c.batch, c.vocab, c.dtype, c.k, list(map(list, c.flags))]
+                                         for c in shard]))
+        process = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                   stderr=subprocess.PIPE, env=env, text=True)
+        process.stdin.write(payload)
+        process.stdin.close()
+        processes.append(process)
+    failures = []
+    for process in processes:
+        stderr = process.stderr.read()
+        if process.wait() != 0:
+            failures.append(stderr[-2000:])
+    if failures:  # the calls here compile what a worker could not; say why it failed
+        import warnings
+
+        warnings.warn("precompile: a worker process failed, its calls compile here instead:\n" + failures[0],
+                      RuntimeWarning, stacklevel=3)
+
+
+def _worker(payload: str) -> None:
+    task = json.loads(payload)
+    device = torch.device(task["device"])
+    for op, batch, vocab, dtype, k, flags in task["cases"]:
+        _call(WarmupCase(op, batch, vocab, dtype, k, tuple(tuple(f) for f in flags)), device, task["capture"])
 
 
 def _inputs(case, flags, device) -> dict:
@@ -114,4 +164,4 @@ def _inputs(case, flags, device) -> dict:
     return dict(drafts, **{name: requests[name] for name in ("seeds", "positions", "row_valid") if name in requests},
                 target_tokens=torch.zeros(b, k + 1, dtype=torch.int32, device=device),
                 conditional_rates=torch.zeros((b, k) if flags.get("batched_rates") else (k,), dtype=torch.float32,
-                                             device=device))
+                                              device=device))

@@ -13,7 +13,7 @@ from jsample.kernels.warmup import PrecompileReport, _plan, warmup_cases
 
 
 def precompile(vocab_sizes, dtypes=("bfloat16",), *, ops=None, flags=None, max_batch=512, num_speculative_tokens=(4,),
-               workers=8) -> PrecompileReport:
+               workers=1) -> PrecompileReport:
     """Compiles every Triton kernel that calls of `ops` at batch sizes 1..max_batch can reach, in parallel.
 
     Under `jax.jit` each new batch shape is a new trace and XLA compilation of the caller's function
@@ -27,7 +27,10 @@ def precompile(vocab_sizes, dtypes=("bfloat16",), *, ops=None, flags=None, max_b
     temperature float32 [B], top_k int64 (int32 with x64 off), top_p and min_p float32 [B], draft tokens
     and counts int32.
 
-    Args: as `torch_backend.precompile` (without `capture` and `device`: JAX's default GPU).
+    Args: as `torch_backend.precompile` (without `capture` and `device`: JAX's default GPU), but `workers`
+        are threads of this process (jax-triton keeps its kernels in the process), 1 by default: one
+        lowering after another (a torch precompile in threads saw Triton's cache keys differ between
+        threads and processes; benchmarks/lab/results/diag_second_process*.txt).
 
     Returns:
         A PrecompileReport. On the CPU (the Triton interpreter) nothing is compiled: the report lists
