@@ -2,6 +2,7 @@
 
 from jsample.reference.filtered import top_k_top_p_sample_reference
 from jsample.reference.gumbel import gumbel_sample_reference, gumbel_scores_reference
+from jsample.reference.logprobs import token_logprobs_reference
 from jsample.reference.rejection import rejection_sample_reference, synthetic_rejection_sample_reference
 from jsample.reference.stream import gumbel_noise, philox4x32, stream_uniforms, uniforms_f32, uniforms_f64
 
@@ -13,6 +14,7 @@ __all__ = [
     "rejection_sample_reference",
     "stream_uniforms",
     "synthetic_rejection_sample_reference",
+    "token_logprobs_reference",
     "top_k_top_p_sample_reference",
     "uniforms_f32",
     "uniforms_f64",
