@@ -356,3 +356,25 @@ def test_malformed_arguments_raise_the_same_error_in_both_frontends(data):
         kwargs = {data.draw(st.sampled_from(["top_k", "top_p", "min_p"])):
                   data.draw(st.sampled_from([-1, 2.5, 1.5, np.zeros(3, np.int32), "x"]))}
     assert run_both(op, tuple(args.values()), kwargs, ["contiguous"] * 12) is None
+
+
+@PROPERTY
+@given(st.data())
+def test_padding_rows_never_change_the_valid_rows(data):
+    """num_valid in [0, B], as an int or a scalar array of either integer dtype: in both frontends (torch with
+    the drawn layouts) the valid rows' tokens are the unpadded call's, the padding rows' -1."""
+    logits = data.draw(logits_rows())
+    batch, vocab = logits.shape
+    seeds, positions = data.draw(requests(batch))
+    temperature = data.draw(temperatures(batch))
+    op = data.draw(st.sampled_from(["gumbel_sample", "top_k_top_p_sample"]))
+    kwargs = dict(data.draw(filter_values(batch, vocab))) if op == "top_k_top_p_sample" else {}
+    layout = data.draw(layouts())
+    full = run_both(op, (logits, seeds, positions, temperature), kwargs, layout)
+    if full is None:
+        return
+    n = data.draw(st.integers(0, batch))
+    given = data.draw(st.sampled_from([n, np.array(n, np.int32), np.array([n], np.int64)]))
+    padded = run_both(op, (logits, seeds, positions, temperature), dict(kwargs, num_valid=given), layout)
+    np.testing.assert_array_equal(padded[0][:n], full[0][:n])
+    np.testing.assert_array_equal(padded[0][n:], -1)
