@@ -6,6 +6,9 @@ CUDA jaxlib plugin and a GPU with triton >= 3.7, which CI does not have.
     TRITON_INTERPRET=0 python .ci/jax_triton_04.py   (Python >= 3.12, jax-triton 0.4, triton >= 3.7)
 """
 
+import os
+import stat
+import tempfile
 import warnings
 
 warnings.simplefilter("error")
@@ -20,6 +23,16 @@ from jsample._jax import _launch  # noqa: E402
 
 assert jax_triton.__version__.startswith("0.4"), jax_triton.__version__
 _launch.on_gpu = lambda: True  # the GPU path, traced only
+# XLA's ptxas as CUDA 13.0's (the H200 image's, which refused triton 3.9's PTX 9.4): the launches must ask
+# Triton for PTX 9.0 (jsample/_jax/_ptx.py)
+FAKE_PTXAS = os.path.join(tempfile.mkdtemp(), "ptxas")
+with open(FAKE_PTXAS, "w") as f:
+    f.write("#!/bin/sh\necho 'Cuda compilation tools, release 13.0, V13.0.88'\n")
+os.chmod(FAKE_PTXAS, os.stat(FAKE_PTXAS).st_mode | stat.S_IEXEC)
+os.environ["JSAMPLE_XLA_PTXAS"] = FAKE_PTXAS
+from jsample._jax import _ptx  # noqa: E402
+
+EXPECTED_PTX = 90 if (_ptx.triton_ptx_version() or 0) > 90 else None
 B, K, V = 4, 2, 1000
 x, s, t = jnp.zeros((B, V), jnp.float32), jnp.zeros(B, jnp.int32), jnp.ones(B, jnp.float32)
 CASES = {
@@ -54,5 +67,7 @@ for name, call in CASES.items():
     assert launches, f"{name}: no triton_kernel_call"
     for eqn in launches:  # FMA contraction off, as the NumPy reference and torch's launches
         assert eqn.params["backend_options"]["enable_fp_fusion"] is False, (name, eqn.params["backend_options"])
-    print(f"{name}: {len(launches)} launches traced, enable_fp_fusion=False")
+        assert eqn.params["backend_options"].get("ptx_version") == EXPECTED_PTX, (name, eqn.params["backend_options"])
+    print(f"{name}: {len(launches)} launches traced, enable_fp_fusion=False, ptx_version={EXPECTED_PTX} "
+          f"(triton's own: {_ptx.triton_ptx_version()})")
 print("jax-triton 0.4 path: OK")

@@ -40,6 +40,12 @@ def describe() -> dict:
 
         found["jax_cpu_path"] = _host_call.path()
         found["jax_backend"] = "GPU: jax-triton" if on_gpu() else "CPU"
+        from jsample._jax import _ptx
+
+        try:  # the PTX ISA asked of Triton for XLA's ptxas (jax-triton 0.4), or Triton's own
+            found["jax_ptx_version"] = _ptx.backend_options().get("ptx_version", "triton's")
+        except RuntimeError as error:
+            found["jax_ptx_version"] = str(error)
     except ImportError:
         found["jax_cpu_path"] = found["jax_backend"] = None
     return found

@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jsample._jax import _host_call
+from jsample._jax import _host_call, _ptx
 from jsample.validation import ArraySpec
 
 _jax_triton = None
@@ -180,12 +180,14 @@ def launch(kernel, *args, grid, out_shapes, num_warps, num_stages, enable_fp_fus
                 enable_fp_fusion=enable_fp_fusion, zeroed_outputs=tuple(zeroed_outputs),
                 out_shape=list(out_shapes), **constexprs)
         # jax-triton 0.4: compiler options in backend_options (an unknown keyword would silently become a
-        # metaparameter, and FMA contraction would change the rounding); zeroed outputs are zero arrays
-        # passed as Refs (its deprecated zeroed_outputs), which must come before the other outputs' pointers
+        # metaparameter, and FMA contraction would change the rounding), with the PTX ISA XLA's ptxas takes
+        # (_ptx); zeroed outputs are zero arrays passed as Refs (its deprecated zeroed_outputs), which must come
+        # before the other outputs' pointers
         refs = [jax.new_ref(jnp.zeros(s.shape, s.dtype)) for s in out_shapes[:max(zeroed_outputs, default=-1) + 1]]
         results = jax_triton.triton_call(
             *args, *refs, kernel=kernel, grid=grid, num_warps=num_warps, num_stages=num_stages,
-            backend_options={"enable_fp_fusion": enable_fp_fusion}, out_type=list(out_shapes[len(refs):]),
+            backend_options={"enable_fp_fusion": enable_fp_fusion, **_ptx.backend_options()},
+            out_type=list(out_shapes[len(refs):]),
             **constexprs)
         return [ref[...] for ref in refs] + list(results)
 
