@@ -77,4 +77,5 @@ def _input_shapes(case, flags) -> dict:
             inputs["draft_logits"] = s((b, k, v), jnp.float32)
         return inputs
     return dict(drafts, **{name: requests[name] for name in ("seeds", "positions", "row_valid") if name in requests},
-                target_tokens=s((b, k + 1), jnp.int32), conditional_rates=s((b, k) if flags.get("batched_rates") else (k,), jnp.float32))
+                target_tokens=s((b, k + 1), jnp.int32),
+                conditional_rates=s((b, k) if flags.get("batched_rates") else (k,), jnp.float32))

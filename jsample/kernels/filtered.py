@@ -81,9 +81,10 @@ barrier of the row's programs (an arrival counter) instead of at launch boundari
 program to arrive reduces the row; top-k's lists there are the row's programs' too (its step 1 in
 place of the winner's sums). Same integer sums, same searches, same scores: the same token.
 
-The chunking and the number of pivots follow the batch size (more chunks per row for small batches,
-to fill the GPU; fewer pivots for large ones, whose launches are compute-bound); the kept set never
-depends on them: counts and fixed-point masses are integer sums, and the searches are exact.
+The chunking and the number of pivots follow the tiling, small batches or many rows (more chunks per
+row for small batches, to fill the GPU; fewer pivots for large ones, whose launches are compute-bound),
+never the batch size itself (no batch size costs a compilation: tests/test_compiles.py); the kept set
+never depends on them: counts and fixed-point masses are integer sums, and the searches are exact.
 """
 
 import dataclasses
@@ -219,7 +220,8 @@ def filtered_launch_config(batch: int, vocab_size: int, row_stride: int, dtype_n
     # occupancy (2 chunks a row at B = 256 took 2 ms). The chunking is one per tiling, never a function of
     # the batch (each chunking is a compilation in JAX, which bakes integers in): at least
     # SMALL_BATCH_CHUNKS a row in the small-batch tiling, to fill the GPU with few rows
-    chunks = max(1, min(MAX_CHUNKS, tiles, max(triton.cdiv(vocab_size, 4096), 1 if many_rows else SMALL_BATCH_CHUNKS)))
+    least = 1 if many_rows else SMALL_BATCH_CHUNKS
+    chunks = max(1, min(MAX_CHUNKS, tiles, max(triton.cdiv(vocab_size, 4096), least)))
     if large_programs:
         chunks = 1
     chunk = triton.cdiv(tiles, chunks) * tile
@@ -276,7 +278,8 @@ def filtered_one_launch_config(batch: int, vocab_size: int, row_stride: int, dty
         if target.interpreter or per_row < 1:
             return None
         chunk = tile * triton.next_power_of_2(triton.cdiv(tiles, per_row))
-        if chunk > max(ONE_LAUNCH_MAX_CHUNK, tile) or batch * triton.cdiv(vocab_size, chunk) > target.resident_programs:
+        if chunk > max(ONE_LAUNCH_MAX_CHUNK, tile) or batch * triton.cdiv(vocab_size, chunk) > \
+                target.resident_programs:
             return None
     block_v = min(gumbel.block_v, chunk)
     num_blocks = triton.cdiv(vocab_size, block_v)
@@ -783,7 +786,8 @@ def filter_winner_sums_kernel(
     LIST: tl.constexpr = 0,  # the plan's TOP_K_LIST with top-k (0: no lists)
     FAST_MATH: tl.constexpr = False,
 ):
-    """Grid (B * num_chunks / ITEMS,), ITEMS dividing B * num_chunks (the batch comes from the grid), a row's chunk an item (_program_items): for STATUS_CHECK rows,
+    """Grid (B * num_chunks / ITEMS,), ITEMS dividing B * num_chunks (the batch comes from the grid), a
+    row's chunk an item (_program_items): for STATUS_CHECK rows,
     the chunk's counts (and, with HAS_TOP_P, masses) that decide whether top-k and top-p keep the
     unfiltered winner (_chunk_winner_sums). Where top-k is active, _keeps_winner reads no mass of the
     keys below the winner's, so tiles below it are skipped unread (lane 3 is then not all the mass);
@@ -1307,7 +1311,8 @@ def filtered_partial_kernel(
     NARROW_MIXED: tl.constexpr = False,  # the previous launch's pivots were _pivots' mixed ones
     COMPACT: tl.constexpr = False,  # items of the listed rows only (a plan with search launches)
 ):
-    """Grid (B * groups / ITEMS,) (ITEMS dividing it: the batch comes from the grid), groups = cdiv(num_blocks, BLOCKS_PER_PROGRAM) a row, a row's
+    """Grid (B * groups / ITEMS,) (ITEMS dividing it: the batch comes from the grid), groups =
+    cdiv(num_blocks, BLOCKS_PER_PROGRAM) a row, a row's
     group of blocks an item (_program_items); with COMPACT, grid (P,) and only the listed rows' items,
     item j (row active_rows[j // groups], its group j % groups) on program j % P (as
     filter_compact_step_kernel takes them): the block partials of gumbel_partial_kernel
@@ -1886,7 +1891,8 @@ def plan_top_k_top_p_sample(logits: ArgSpec, seeds: ArgSpec, target: Target, *, 
             ("logits", "seeds", "positions", "temperature", top_k, top_p, min_p, valid, vocab, row_stride,
              one.gumbel.num_blocks),
             ("partials", "partial_score", "partial_index", "arrivals", "block_stats", "top_k_list", "tokens"),
-            HAS_ROW_VALID=row_valid, HAS_TOP_K=has_top_k, HAS_TOP_P=has_top_p, HAS_MIN_P=has_min_p, KEY_SHIFT=one.key_shift, FP64=fp64,
+            HAS_ROW_VALID=row_valid, HAS_TOP_K=has_top_k, HAS_TOP_P=has_top_p, HAS_MIN_P=has_min_p,
+            KEY_SHIFT=one.key_shift, FP64=fp64,
             CHUNK=one.chunk, BLOCK_V=one.gumbel.block_v, THREADS=one.threads, VEC=one.vec,
             ROW_ALIGN=one.gumbel.row_align, VOCAB_ALIGN=one.gumbel.vocab_align, FAST_MATH=one.gumbel.fast_math,
             WAYS=one.ways, MAX_STEPS=max_steps, MAX_CHUNKS=triton.next_power_of_2(one.num_chunks),
@@ -1923,7 +1929,8 @@ def plan_top_k_top_p_sample(logits: ArgSpec, seeds: ArgSpec, target: Target, *, 
     launches = [
         launch(filter_stats_kernel, (batch, gumbel.num_blocks),
                ("logits", "seeds", "positions", "temperature", valid, vocab, row_stride), ("block_stats",) + unfiltered,
-               HAS_ROW_VALID=row_valid, KEY_SHIFT=config.key_shift, FP64=fp64, BLOCK_V=gumbel.block_v, ROW_ALIGN=gumbel.row_align,
+               HAS_ROW_VALID=row_valid, KEY_SHIFT=config.key_shift, FP64=fp64, BLOCK_V=gumbel.block_v,
+               ROW_ALIGN=gumbel.row_align,
                VOCAB_ALIGN=gumbel.vocab_align, FAST_MATH=gumbel.fast_math, SEED_WORDS=seed_words,
                num_warps=gumbel.num_warps, **options),
         launch(filter_row_kernel, (batch,),

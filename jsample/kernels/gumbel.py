@@ -313,7 +313,8 @@ def plan_gumbel_sample(logits: ArgSpec, seeds: ArgSpec, target: Target, *, fp64:
                num_stages=config.num_stages, enable_fp_fusion=config.enable_fp_fusion) if intervals else
         launch(argmax_reduce_kernel, (batch,),
                ("partial_score", "partial_index", "logits", valid, vocab, row_stride, config.num_blocks), ("tokens",),
-               HAS_ROW_VALID=row_valid, FP64=fp64, REDUCE_BLOCK=config.reduce_block, num_warps=1, num_stages=config.num_stages,
+               HAS_ROW_VALID=row_valid, FP64=fp64, REDUCE_BLOCK=config.reduce_block, num_warps=1,
+               num_stages=config.num_stages,
                enable_fp_fusion=config.enable_fp_fusion),
     )
     return Plan(buffers, launches, ("tokens",), "two launches, FP64 intervals" if intervals else "two launches")

@@ -933,7 +933,8 @@ def rejection_finish_kernel(
             return
     _finish_program(target_logits_ptr, draft_tokens_ptr, emit_row_ptr, emit_mode_ptr, row_score_ptr, row_index_ptr,
                     emit_score_ptr, emit_index_ptr, num_blocks, K, tl.num_programs(0), V, target_batch_stride,
-                    target_row_stride, tokens_ptr, num_sampled_ptr, tl.program_id(0), FP64, BLOCK_K, REDUCE_BLOCK, STATS_ROW_IN_EMIT, PDL)
+                    target_row_stride, tokens_ptr, num_sampled_ptr, tl.program_id(0), FP64, BLOCK_K, REDUCE_BLOCK,
+                    STATS_ROW_IN_EMIT, PDL)
 
 
 @triton.jit
@@ -1160,7 +1161,8 @@ def plan_rejection_sample(target_logits: ArgSpec, draft_logits: ArgSpec, seeds: 
             rejection_one_launch_kernel, (batch * 3 * config.num_blocks,),
             (*logits, drafts, "num_draft_tokens", *requests, valid, vocab, k, *strides, config.num_blocks),
             stats_outputs + ("emit_score", "emit_index", "emit_row", "emit_mode", "counters", "tokens", "num_sampled"),
-            **padding, **flags, **tiles, BLOCK_K=config.block_k, REDUCE_BLOCK=config.reduce_block, SEED_WORDS=seed_words,
+            **padding, **flags, **tiles, BLOCK_K=config.block_k, REDUCE_BLOCK=config.reduce_block,
+            SEED_WORDS=seed_words,
             num_warps=config.num_warps, **options),)
     else:
         stats = launch(
