@@ -2,7 +2,7 @@
 # Every GPU result in benchmarks/results/, in one command on a CUDA machine (the device image lacks
 # jax-triton: see benchmarks/results/README.md). Writes to $OUT (default benchmarks/results).
 #   bash benchmarks/run_gpu.sh [tests] [multi] [bench] [eager] [loop] [rejection] [filtered] [variants] [digest]
-#                              [digest_filtered]
+#                              [digest_filtered] [compile] [padding]
 #   (default: tests bench)
 # `multi` needs two or more GPUs.
 set -uo pipefail
@@ -20,6 +20,13 @@ for step in $steps; do
           --ignore=tests/test_multi_gpu.py; } \
         > "$OUT/gpu_tests.txt" 2>&1
       tail -3 "$OUT/gpu_tests.txt" ;;
+    compile)  # cold cost: the capture-style sweep with and without precompile, each in an empty Triton cache
+      # (BASE: a checkout of the code to compare with, e.g. `git archive d91dfab | tar -x -C .base`)
+      OUT="$OUT/compile" bash benchmarks/lab/run_compile_once.sh "${BASE:-.base}" | tail -n 20
+      python3 -m pytest tests/test_compiles_gpu.py tests/test_padding.py -q -n 4 -p no:cacheprovider \
+        > "$OUT/compile/gpu_tests_padding_compiles.txt" 2>&1; tail -2 "$OUT/compile/gpu_tests_padding_compiles.txt" ;;
+    padding)  # padded rows (num_valid): B = 256 with 16 valid against B = 16
+      python3 benchmarks/lab/bench_padding.py > "$OUT/bench_padding.txt" 2>&1; tail -n 5 "$OUT/bench_padding.txt" ;;
     multi)
       { echo "commit $SHA"; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
         timeout -s INT 300 python3 -m pytest tests/test_multi_gpu.py -q -rA -p no:cacheprovider; } \

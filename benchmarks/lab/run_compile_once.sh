@@ -6,6 +6,7 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 BASE=${1:-.base}
 OUT=${OUT:-benchmarks/results}
+mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
 log=$OUT/compile_log.txt
 {
