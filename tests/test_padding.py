@@ -65,9 +65,10 @@ def test_padding_rows_give_the_fill_and_valid_rows_are_unchanged(case, num_valid
                 np.testing.assert_array_equal(out[1][num_valid:], 0)
 
 
-def test_padding_rows_read_no_logits():
-    """NaN logits in the padding rows change nothing: they are never read (a read NaN row gives -1 anyway, so
-    the check is that the valid rows stay equal and no error is raised on the torch direct path)."""
+def test_nan_logits_in_padding_rows_leave_the_valid_rows_alone():
+    """NaN logits in the padding rows: the valid rows' tokens stay the unpadded call's and the padding rows give
+    -1. (That their logits are not read is not visible in the tokens; test_every_launch_of_a_padded_plan_checks_the_rows
+    checks that every launch that reads logits takes the row flags, and each such kernel returns on a padding row.)"""
     args, kwargs = CASES["top_k_top_p_sample"]
     logits = args[0].copy()
     logits[3:] = np.nan
@@ -97,7 +98,8 @@ def test_num_valid_is_traced_under_jit():
     (-1, ValueError, "gumbel_sample: num_valid must be in [0, B] = [0, 5], got -1."),
     (6, ValueError, "gumbel_sample: num_valid must be in [0, B] = [0, 5], got 6."),
     (2.0, TypeError, "gumbel_sample: num_valid must be None, an int or an int32 / int64 scalar array, got float."),
-    (np.int32([1, 2]), ValueError, "gumbel_sample: num_valid must be a scalar array of shape () or [1], got shape (2,)."),
+    (np.int32([1, 2]), ValueError,
+     "gumbel_sample: num_valid must be a scalar array of shape () or [1], got shape (2,)."),
     (np.array(2.0, np.float32), TypeError, "gumbel_sample: num_valid must have dtype int32 or int64, got float32."),
 ])
 def test_num_valid_errors_are_the_same_in_both_frontends(given, error, message):

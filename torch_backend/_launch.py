@@ -115,6 +115,12 @@ def temperature_value(temperature, batch: int, device):
     return temperature_array(temperature, batch, device)
 
 
+def float32_logits(tensor):
+    """Logits as the kernels read them: float64 rounded to float32 (the one rule of both frontends), others as
+    they are; None stays None."""
+    return tensor.float() if tensor is not None and tensor.dtype == torch.float64 else tensor
+
+
 def row_valid(op: str, num_valid, batch: int, device):
     """`num_valid` (checked) as the kernels' per-row flags [B] int32 (0: a padding row), or None: computed on
     the device from a scalar tensor (no read back), so a CUDA graph replays it with the tensor's new value."""

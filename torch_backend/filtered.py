@@ -7,7 +7,8 @@ import torch
 from jsample import kernels
 from jsample.validation import check_top_k_top_p_sample
 from torch_backend import _execute as execute
-from torch_backend._launch import dense, per_row, row_valid, temperature_array, temperature_value, traced, validate
+from torch_backend._launch import (dense, float32_logits, per_row, row_valid, temperature_array, temperature_value,
+                                   traced, validate)
 
 
 def top_k_top_p_sample(logits, seeds, positions, temperature, *, top_k=None, top_p=None, min_p=None,
@@ -59,8 +60,7 @@ def top_k_top_p_sample(logits, seeds, positions, temperature, *, top_k=None, top
     valid = row_valid("top_k_top_p_sample", num_valid, logits.shape[0], logits.device)
     if valid is not None:
         call = None
-    if logits.dtype == torch.float64:  # read as float32 (validation's rule)
-        logits = logits.float()
+    logits = float32_logits(logits)
     if logits.stride(1) != 1:
         logits = logits.contiguous()
     batch, device = logits.shape[0], logits.device

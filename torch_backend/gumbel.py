@@ -7,7 +7,8 @@ import torch
 from jsample import kernels
 from jsample.validation import check_gumbel_sample
 from torch_backend import _execute as execute
-from torch_backend._launch import dense, row_valid, temperature_array, temperature_value, traced, validate
+from torch_backend._launch import (dense, float32_logits, row_valid, temperature_array, temperature_value, traced,
+                                   validate)
 
 
 def gumbel_sample(logits, seeds, positions, temperature, *, fp64=False, draft=False, num_valid=None) -> torch.Tensor:
@@ -59,8 +60,7 @@ def gumbel_sample(logits, seeds, positions, temperature, *, fp64=False, draft=Fa
     valid = row_valid("gumbel_sample", num_valid, logits.shape[0], logits.device)
     if valid is not None:
         call = None
-    if logits.dtype == torch.float64:  # read as float32 (validation's rule)
-        logits = logits.float()
+    logits = float32_logits(logits)
     if logits.stride(1) != 1:
         logits = logits.contiguous()
     seeds, positions, batch = dense(seeds), dense(positions), logits.shape[0]

@@ -7,7 +7,8 @@ import torch
 from jsample import kernels
 from jsample.validation import check_rejection_sample, check_synthetic_rejection_sample, rates_from_list
 from torch_backend import _execute as execute
-from torch_backend._launch import dense, row_valid, temperature_array, temperature_value, traced, validate
+from torch_backend._launch import (dense, float32_logits, row_valid, temperature_array, temperature_value, traced,
+                                   validate)
 
 
 def rejection_sample(target_logits, draft_tokens, num_draft_tokens, seeds, positions, temperature, *,
@@ -77,10 +78,7 @@ def rejection_sample(target_logits, draft_tokens, num_draft_tokens, seeds, posit
     valid = row_valid("rejection_sample", num_valid, target_logits.shape[0], target_logits.device)
     if valid is not None:
         call = None
-    if target_logits.dtype == torch.float64:  # read as float32 (validation's rule)
-        target_logits = target_logits.float()
-    if draft_logits is not None and draft_logits.dtype == torch.float64:
-        draft_logits = draft_logits.float()
+    target_logits, draft_logits = float32_logits(target_logits), float32_logits(draft_logits)
     if target_logits.stride(2) != 1:
         target_logits = target_logits.contiguous()
     if draft_logits is not None and draft_logits.stride(2) != 1:

@@ -9,10 +9,11 @@ import time
 import torch
 
 from jsample import kernels
-from jsample.kernels.warmup import PrecompileReport, WarmupCase, _plan, warmup_cases
+from jsample.kernels.warmup import PrecompileReport, WarmupCase, _plan, input_specs, warmup_cases
 from torch_backend import _execute as execute
 
-_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16, "int32": torch.int32}
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16, "int32": torch.int32,
+           "int64": torch.int64}
 
 
 def precompile(vocab_sizes, dtypes=("bfloat16",), *, ops=None, flags=None, max_batch=512, num_speculative_tokens=(4,),
@@ -84,7 +85,8 @@ def _targets(device, capture: bool) -> list:
     else:
         sm_count = torch.cuda.get_device_properties(device).multi_processor_count
         major = torch.cuda.get_device_capability(device)[0]
-    return [execute.compiled_target(sm_count, major, capturing) for capturing in ((False, True) if capture else (False,))]
+    return [execute.compiled_target(sm_count, major, capturing)
+            for capturing in ((False, True) if capture else (False,))]
 
 
 def _call(case: WarmupCase, device, capture: bool) -> None:
@@ -93,7 +95,7 @@ def _call(case: WarmupCase, device, capture: bool) -> None:
     flags = dict(case.flags)
     for target in _targets(device, capture):
         plan = _plan(case.op, case.batch, case.vocab, case.dtype, case.k, flags, target)
-        inputs = _inputs(case, flags, device)
+        inputs = _inputs(case, device)
         if target.arrival_counters:
             execute.run(plan, device, inputs)
         else:
@@ -139,29 +141,7 @@ def _worker(payload: str) -> None:
         _call(WarmupCase(op, batch, vocab, dtype, k, tuple(tuple(f) for f in flags)), device, task["capture"])
 
 
-def _inputs(case, flags, device) -> dict:
-    """Zero inputs of a call's plan (the values do not matter to the compiler; the dtypes do)."""
-    b, v, k = case.batch, case.vocab, case.k
-    i64 = dict(dtype=torch.int64, device=device)
-    requests = dict(seeds=torch.zeros(b, **i64), positions=torch.zeros(b, **i64),
-                    temperature=torch.ones(b, dtype=torch.float32, device=device))
-    if flags.get("num_valid"):
-        requests["row_valid"] = torch.ones(b, dtype=torch.int32, device=device)
-    if case.op in ("gumbel_sample", "top_k_top_p_sample"):
-        inputs = dict(requests, logits=torch.zeros(b, v, dtype=_DTYPES[case.dtype], device=device))
-        for name, dtype in (("top_k", torch.int64), ("top_p", torch.float32), ("min_p", torch.float32)):
-            if flags.get(name):
-                inputs[name] = torch.zeros(b, dtype=dtype, device=device)
-        return inputs
-    drafts = dict(draft_tokens=torch.zeros(b, k, dtype=torch.int32, device=device),
-                  num_draft_tokens=torch.zeros(b, dtype=torch.int32, device=device))
-    if case.op == "rejection_sample":
-        inputs = dict(requests, **drafts, target_logits=torch.zeros(b, k + 1, v, dtype=_DTYPES[case.dtype],
-                                                                    device=device))
-        if flags.get("draft_logits"):
-            inputs["draft_logits"] = torch.zeros(b, k, v, dtype=torch.float32, device=device)
-        return inputs
-    return dict(drafts, **{name: requests[name] for name in ("seeds", "positions", "row_valid") if name in requests},
-                target_tokens=torch.zeros(b, k + 1, dtype=torch.int32, device=device),
-                conditional_rates=torch.zeros((b, k) if flags.get("batched_rates") else (k,), dtype=torch.float32,
-                                              device=device))
+def _inputs(case, device) -> dict:
+    """Zero tensors of a call's inputs (jsample.kernels.warmup.input_specs)."""
+    return {name: torch.zeros(shape, dtype=_DTYPES[dtype], device=device)
+            for name, (shape, dtype) in input_specs(case).items()}

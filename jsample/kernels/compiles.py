@@ -68,14 +68,3 @@ def count_compilations(plans, frontend: str) -> dict:
             keys[_kernel_name(step.kernel)].add(compile_key(step, frontend))
     return dict(keys)
 
-
-def distinct_launches(plans, frontend: str) -> list:
-    """One launch of each distinct compile key over `plans` (what a warm-up compiles), in first-seen order."""
-    seen, found = set(), []
-    for plan in plans:
-        for step in plan.launches:
-            key = compile_key(step, frontend)
-            if key not in seen:
-                seen.add(key)
-                found.append(step)
-    return found

@@ -62,6 +62,32 @@ def _plan(op, batch, vocab, dtype, k, flags, target):
     raise ValueError(f"precompile: ops must be among {OPS}, got {op!r}")
 
 
+def input_specs(case: WarmupCase, wide: str = "int64") -> dict:
+    """{input name: (shape, dtype name)} of a case's call, as a typical call passes them: seeds, positions and
+    top_k `wide` [B], temperature, top_p and min_p float32 [B], draft tokens and counts int32 (the values do not
+    matter to the compiler; the dtypes do). Each frontend makes its arrays from them."""
+    b, v, k, flags = case.batch, case.vocab, case.k, dict(case.flags)
+    requests = dict(seeds=((b,), wide), positions=((b,), wide))
+    if flags.get("num_valid"):
+        requests["row_valid"] = ((b,), "int32")
+    if case.op == "synthetic_rejection_sample":
+        return dict(requests, draft_tokens=((b, k), "int32"), num_draft_tokens=((b,), "int32"),
+                    target_tokens=((b, k + 1), "int32"),
+                    conditional_rates=((b, k) if flags.get("batched_rates") else (k,), "float32"))
+    requests["temperature"] = ((b,), "float32")
+    if case.op == "rejection_sample":
+        specs = dict(requests, draft_tokens=((b, k), "int32"), num_draft_tokens=((b,), "int32"),
+                     target_logits=((b, k + 1, v), case.dtype))
+        if flags.get("draft_logits"):
+            specs["draft_logits"] = ((b, k, v), "float32")
+        return specs
+    specs = dict(requests, logits=((b, v), case.dtype))
+    for name, dtype in (("top_k", wide), ("top_p", "float32"), ("min_p", "float32")):
+        if flags.get(name):
+            specs[name] = ((b,), dtype)
+    return specs
+
+
 def _flag_sets(op, flags):
     if flags is not None:
         return [dict(f) for f in flags]
@@ -84,9 +110,8 @@ def warmup_cases(vocab_sizes, dtypes, ops, flags, max_batch, num_speculative_tok
         frontend: "torch" or "jax" (jsample.kernels.compiles).
     """
     ops = OPS if ops is None else tuple(ops)
-    for name, value in (("max_batch", max_batch),):
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise ValueError(f"precompile: {name} must be a positive int, got {value!r}.")
+    if not isinstance(max_batch, int) or isinstance(max_batch, bool) or max_batch < 1:
+        raise ValueError(f"precompile: max_batch must be a positive int, got {max_batch!r}.")
     cases, seen = [], set()
     for op in ops:
         if op not in OPS:
