@@ -68,10 +68,11 @@ def test_demo_without_either_frontend_compares_nothing_and_says_so():
 
 
 def test_the_interpreter_choice_does_not_depend_on_import_order():
-    """Triton picks interpreted or compiled per kernel when the kernel is defined, so jsample's choice
-    (jsample.kernels: TRITON_INTERPRET, else the interpreter when no GPU is present) holds whatever
-    was imported before it; on a CPU machine, tokens then equal the reference's."""
-    env = {name: value for name, value in os.environ.items() if name != "TRITON_INTERPRET"}  # the automatic choice
+    """jsample defines its own kernels interpreted or compiled by its own choice (JSAMPLE_INTERPRET,
+    else TRITON_INTERPRET, else the interpreter when no GPU is present), whatever was imported before
+    it; on a CPU machine, tokens then equal the reference's."""
+    env = {name: value for name, value in os.environ.items()
+           if name not in ("TRITON_INTERPRET", "JSAMPLE_INTERPRET")}  # the automatic choice
     _run("import os, triton, torch, jax\n"
          "import numpy as np, torch_backend, jsample, jsample.kernels as k\n"
          "from jsample.reference import gumbel_sample_reference\n"
@@ -87,3 +88,72 @@ def test_the_interpreter_choice_does_not_depend_on_import_order():
          "np.testing.assert_array_equal(np.asarray(jsample.top_k_top_p_sample(x, s.astype(np.int32), p.astype(np.int32), t,\n"
          "                              top_k=5, top_p=0.8)), f.cpu().numpy())",
          env)
+
+
+_USER_KERNEL = (
+    "import triton, triton.language as tl\n"
+    "def row_max(x_ptr, out_ptr, N: tl.constexpr):\n"
+    "    tl.store(out_ptr, tl.max(tl.load(x_ptr + tl.arange(0, N)), axis=0))\n")
+
+_SNAPSHOT = (
+    "import os, sys, threading, warnings, triton, triton.language as tl\n"
+    "from triton.runtime import interpreter\n"
+    "def snapshot():\n"
+    "    return dict(env=dict(os.environ), warnings=list(warnings.filters), patch=interpreter._patch_lang,\n"
+    "                modules={n: id(m) for n, m in sys.modules.items() if n.startswith('triton')},\n"
+    "                library={n: id(getattr(tl, n)) for n in dir(tl)},\n"
+    "                standard={n: id(v) for n, v in vars(tl.standard).items()},\n"
+    "                methods={n: getattr(tl.core.tensor, n) for n in dir(tl.core.tensor)})\n"
+    "def same(a, b, what):\n"
+    "    for key in a:\n"
+    "        if key in ('modules', 'standard'):  # none replaced; new ones may come: triton modules imported,\n"
+    "            changed = [n for n in a[key] if b[key].get(n) != a[key][n]]  # and the names Triton's\n"
+    "        else:  # interpreter adds to the module of each function it rewrites\n"
+    "            changed = a[key] != b[key]\n"
+    "        assert not changed, (what, key, changed if isinstance(changed, list) else '')\n")
+
+
+@pytest.mark.parametrize("triton_interpret", [None, "1"])
+def test_import_and_calls_change_nothing_they_do_not_own(triton_interpret, tmp_path):
+    """Importing jsample (both frontends) and running its ops set no environment variable, reload no
+    triton module, patch nothing in triton.language or the interpreter, add no warning filter and start
+    no thread at import; a user's own @triton.jit kernel, defined before and after `import jsample`,
+    is the same kind of object and (where it can run: interpreted, or on a GPU) gives the same result,
+    also after jsample's kernels ran."""
+    env = {name: value for name, value in os.environ.items() if name not in ("TRITON_INTERPRET", "JSAMPLE_INTERPRET")}
+    if triton_interpret:
+        env["TRITON_INTERPRET"] = triton_interpret
+    script = tmp_path / "user_program.py"  # @triton.jit needs its function's source file
+    script.write_text(_SNAPSHOT + _USER_KERNEL +
+         "before = triton.jit(row_max)\n"
+         "start, threads = snapshot(), threading.active_count()\n"
+         "import numpy as np, torch, jax, jax.numpy as jnp\n"
+         "start, threads = snapshot(), threading.active_count()\n"
+         "import jsample, torch_backend, jsample.kernels\n"
+         "same(start, snapshot(), 'import')\n"
+         "assert threading.active_count() == threads, 'import started a thread'\n"
+         "after = triton.jit(row_max)\n"
+         "assert type(before) is type(after), (type(before), type(after))\n"
+         "gpu = torch.cuda.is_available()\n"
+         "d = 'cuda' if gpu else 'cpu'\n"
+         "runs = gpu or os.environ.get('TRITON_INTERPRET') == '1'\n"
+         "x = torch.tensor([3.0, -1.0, 7.5, 2.0], device=d)\n"
+         "def run(kernel):\n"
+         "    out = torch.zeros(1, device=d)\n"
+         "    kernel[(1,)](x, out, N=4)\n"
+         "    return float(out[0])\n"
+         "if runs: assert run(before) == run(after) == 7.5\n"
+         "logits = np.random.default_rng(0).standard_normal((2, 64)).astype(np.float32)\n"
+         "s, p = np.int32([1, 2]), np.int32([0, 0])\n"
+         "t = torch_backend.top_k_top_p_sample(torch.tensor(logits, device=d), torch.tensor(s, device=d),\n"
+         "                                     torch.tensor(p, device=d), 0.8, top_k=5, top_p=0.9)\n"
+         "j = jsample.top_k_top_p_sample(logits, s, p, 0.8, top_k=5, top_p=0.9)\n"
+         "assert (np.asarray(j) == t.cpu().numpy()).all()\n"
+         "same(start, snapshot(), 'calls')\n"
+         "if runs: assert run(before) == run(after) == 7.5\n"
+         "mine = triton.jit(row_max)\n"
+         "assert type(mine) is type(before)\n"
+         "if runs: assert run(mine) == 7.5\n")
+    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, env=env,
+                            cwd=os.getcwd())
+    assert result.returncode == 0, result.stderr[-3000:]

@@ -137,7 +137,7 @@ def row_valid(op: str, num_valid, batch: int, device):
 def check_runnable(op: str, device) -> None:
     if device.type == "cpu" and not kernels.INTERPRETER:
         raise RuntimeError(f"{op}: CPU tensors run through the Triton interpreter, which jsample uses when no GPU is "
-                           "present or when TRITON_INTERPRET=1 is set before jsample is first imported.")
+                           "present or when JSAMPLE_INTERPRET=1 is set before jsample is first imported.")
 
 
 def traced(tensor: torch.Tensor) -> bool:

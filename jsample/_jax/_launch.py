@@ -191,7 +191,9 @@ def launch(kernel, *args, grid, out_shapes, num_warps, num_stages, enable_fp_fus
             **constexprs)
         return [ref[...] for ref in refs] + list(results)
 
-    from jsample.kernels.host import launch_on_host
+    from jsample.kernels.host import launch_on_host, start_worker
+
+    start_worker()  # on this (tracing) thread: see start_worker
 
     array_positions = [i for i, a in enumerate(args) if not isinstance(a, int)]
     arrays = [args[i] for i in array_positions]

@@ -11,11 +11,10 @@ overflows float32; a block that finds the overflow stores its column as -1 - col
 step then takes the row's greedy argmax itself (`greedy_argmax_row`: only such rows pay for it).
 """
 
-import os
-
 import triton
 import triton.language as tl
 
+from jsample.kernels.host import jit
 from jsample.kernels.stream import (fp64_noise_estimate, fp64_noise_in_fp32, fp64_words_block, gumbel_noise, load_seed,
                                     philox_block, uniform_block, uniform_f64)
 
@@ -31,11 +30,7 @@ def largest_power_of_two_dividing(n: int, cap: int) -> int:
     return align
 
 
-def interpreting() -> bool:
-    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
-
-
-@triton.jit
+@jit
 def aligned(n, ALIGN: tl.constexpr):
     """`n` itself (a multiple of ALIGN), in a form the compiler knows is a multiple of ALIGN.
 
@@ -47,7 +42,7 @@ def aligned(n, ALIGN: tl.constexpr):
     return (n // ALIGN) * ALIGN
 
 
-@triton.jit
+@jit
 def load_block(row_ptr, cols, V, FP64: tl.constexpr):
     """Logits of columns `cols` of one row, widened to FP32 (FP64 when FP64); -inf for padding."""
     x = tl.load(row_ptr + cols, mask=cols < V, other=float("-inf")).to(tl.float32)
@@ -56,7 +51,7 @@ def load_block(row_ptr, cols, V, FP64: tl.constexpr):
     return x
 
 
-@triton.jit
+@jit
 def load_temperature(temperature, row):
     """Row `row`'s temperature: `temperature` is a pointer to [B] f32 values, or one f32 value for
     every row (an eager torch call with a Python number: no device array to fill; Triton compiles a
@@ -67,7 +62,7 @@ def load_temperature(temperature, row):
         return temperature
 
 
-@triton.jit
+@jit
 def inverse_temperature(temperature, FP64: tl.constexpr):
     """1 / T, in FP32 (FP64): x / T is computed as x * (1 / T), one division per program, not per column."""
     if FP64:
@@ -76,14 +71,14 @@ def inverse_temperature(temperature, FP64: tl.constexpr):
         return 1.0 / temperature
 
 
-@triton.jit
+@jit
 def is_greedy(temperature):
     """Whether a row with this temperature is greedy: T < 1e-5, and NaN (an unchecked device value:
     STREAM.md allows -1 only for rows without a finite logit, and NaN scores would give it)."""
     return not (temperature >= _GREEDY_BELOW)
 
 
-@triton.jit
+@jit
 def overflow_from_magnitude(x, magnitude, temperature):
     """Whether some finite logit of the block `x` has |x| * (1 / T) beyond the FP32 range, with the
     product rounded in FP32 (as FP32 scores are; the same rule in FP64 mode), given `magnitude`, the
@@ -100,19 +95,19 @@ def overflow_from_magnitude(x, magnitude, temperature):
     return overflow
 
 
-@triton.jit
+@jit
 def block_noise(seed, position, first_col, STREAM: tl.constexpr, BLOCK_V: tl.constexpr, FP64: tl.constexpr,
                 FAST_MATH: tl.constexpr):
     """The Gumbel noise g of columns first_col .. first_col + BLOCK_V - 1 (STREAM.md)."""
     return gumbel_noise(uniform_block(seed, position, first_col, STREAM, BLOCK_V, FP64, FAST_MATH), FP64, FAST_MATH)
 
 
-@triton.jit
+@jit
 def _maximum_keeping_nan(a, b):
     return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)
 
 
-@triton.jit
+@jit
 def max_flagging_nan(x, FAST_MATH: tl.constexpr):
     """The largest element of a 1-D block, or NaN or +inf when an element is NaN, so that
     `max_flagging_nan(x) < inf` proves the block holds no NaN and no +inf. On a GPU (FAST_MATH) a
@@ -124,12 +119,12 @@ def max_flagging_nan(x, FAST_MATH: tl.constexpr):
         return tl.max(tl.where(x != x, float("inf"), x), axis=0)
 
 
-@triton.jit
+@jit
 def _maximum_pair(a, b, c, d):
     return tl.maximum(a, c, propagate_nan=tl.PropagateNan.ALL), tl.maximum(b, d)
 
 
-@triton.jit
+@jit
 def max_and_magnitude(x, y, FAST_MATH: tl.constexpr):
     """(max_flagging_nan(x), the largest |y|) in one reduction on a GPU: a second reduction would add
     its own shuffles and barrier to every block (measured 6-14% of gumbel_sample)."""
@@ -139,7 +134,7 @@ def max_and_magnitude(x, y, FAST_MATH: tl.constexpr):
         return max_flagging_nan(x, False), tl.max(tl.abs(y), axis=0)
 
 
-@triton.jit
+@jit
 def noisy_scores(x, noise, temperature, FP64: tl.constexpr, FAST_MATH: tl.constexpr, unfiltered,
                  MAY_BE_GREEDY: tl.constexpr = True):
     """(scores, their max, whether the row overflows): the Gumbel-max scores x / T + g (x itself when
@@ -176,7 +171,7 @@ def noisy_scores(x, noise, temperature, FP64: tl.constexpr, FAST_MATH: tl.conste
     return score, best, overflow
 
 
-@triton.jit
+@jit
 def store_block_best(partial_score_ptr, partial_index_ptr, out, score, best, first_col, FP64: tl.constexpr,
                      overflow=False):
     """The block's best score `best` (= tl.max(score)) and its lowest column, in the layout
@@ -200,7 +195,7 @@ FP64_SHORTLIST_MAX = tl.constexpr(8)  # more candidates than this (adversarial l
 _FP64_CHUNK = tl.constexpr(128)
 
 
-@triton.jit
+@jit
 def _fp64_scores(row_ptr, first_col, V, seed, position, inverse_t, STREAM: tl.constexpr, BLOCK: tl.constexpr,
                  FAST_MATH: tl.constexpr):
     """FP64 Gumbel-max scores of columns first_col .. first_col + BLOCK - 1 (a multiple of 4), by
@@ -212,7 +207,7 @@ def _fp64_scores(row_ptr, first_col, V, seed, position, inverse_t, STREAM: tl.co
     return _fp64_score(x, lo, hi, inverse_t)
 
 
-@triton.jit
+@jit
 def _fp64_score(x, lo, hi, inverse_t):
     """The FP64 Gumbel-max score of logits x (FP32) whose uniforms have the words (lo, hi), by
     noisy_scores' operations; -inf for a non-finite logit. Every FP64 score of a column runs this."""
@@ -220,7 +215,7 @@ def _fp64_score(x, lo, hi, inverse_t):
     return tl.where(tl.abs(x) < float("inf"), score, float("-inf"))
 
 
-@triton.jit
+@jit
 def _fp64_column_score(row_ptr, column, V, seed, position, inverse_t, STREAM: tl.constexpr, FAST_MATH: tl.constexpr):
     """_fp64_scores of one column (scored with the three others of its call pair, 4-aligned)."""
     quad = column - column % 4
@@ -228,7 +223,7 @@ def _fp64_column_score(row_ptr, column, V, seed, position, inverse_t, STREAM: tl
     return tl.max(tl.where(tl.arange(0, 4) == column - quad, scores, float("-inf")), axis=0)
 
 
-@triton.jit
+@jit
 def fp64_sampled_best(x, lo, hi, row_ptr, first_col, V, seed, position, temperature, STREAM: tl.constexpr,
                       FAST_MATH: tl.constexpr):
     """(best score, its lowest offset, whether the row overflows) of the FP64 Gumbel-max scores
@@ -267,7 +262,7 @@ def fp64_sampled_best(x, lo, hi, row_ptr, first_col, V, seed, position, temperat
     return best64, best_offset, overflow
 
 
-@triton.jit
+@jit
 def fp64_block_best(row_ptr, first_col, V, seed, position, inverse_t, STREAM: tl.constexpr, BLOCK_V: tl.constexpr,
                     FAST_MATH: tl.constexpr):
     """(best FP64 score, its lowest offset) of columns first_col .. first_col + BLOCK_V - 1 of a row
@@ -283,7 +278,7 @@ def fp64_block_best(row_ptr, first_col, V, seed, position, inverse_t, STREAM: tl
     return best64, best_offset
 
 
-@triton.jit
+@jit
 def _opaque(value, FAST_MATH: tl.constexpr):
     """`value` (an int32 scalar), which the compiler cannot see through on a GPU: what is computed from
     it is computed again, not reused from earlier values kept live (registers)."""
@@ -293,7 +288,7 @@ def _opaque(value, FAST_MATH: tl.constexpr):
         return value
 
 
-@triton.jit
+@jit
 def _fp64_columns_best(row_ptr, first_col, columns, V, seed, position, inverse_t, STREAM: tl.constexpr,
                        FAST_MATH: tl.constexpr):
     """(best FP64 score, its lowest column) of the columns first_col + `columns` (an int32 block; -1:
@@ -308,7 +303,7 @@ def _fp64_columns_best(row_ptr, first_col, columns, V, seed, position, inverse_t
     return best, tl.min(tl.where(score == best, columns, 2147483647), axis=0)
 
 
-@triton.jit
+@jit
 def _fp64_near_best(row_ptr, first_col, V, seed, position, temperature, STREAM: tl.constexpr,
                     BLOCK_V: tl.constexpr, FAST_MATH: tl.constexpr):
     """store_fp64_block_interval's rare blocks (T >= 1e-5, the row does not overflow): (the block's best
@@ -360,7 +355,7 @@ def _fp64_near_best(row_ptr, first_col, V, seed, position, temperature, STREAM: 
     return best64, best_offset
 
 
-@triton.jit
+@jit
 def store_fp64_block_interval(logits_ptr, row, row_stride, V, first_col, seed, position, temperature,
                               partial_score_ptr, partial_bound_ptr, partial_index_ptr, out, STREAM: tl.constexpr,
                               BLOCK_V: tl.constexpr, ROW_ALIGN: tl.constexpr, FAST_MATH: tl.constexpr):
@@ -424,7 +419,7 @@ def store_fp64_block_interval(logits_ptr, row, row_stride, V, first_col, seed, p
     tl.store(partial_index_ptr + out, tl.where(overflow, -1 - column, column))
 
 
-@triton.jit
+@jit
 def reduce_fp64_intervals(partial_score_ptr, partial_bound_ptr, partial_index_ptr, row, num_blocks, row_ptr, V,
                           seeds_ptr, positions_ptr, temperature_ptr, STREAM: tl.constexpr, FAST_MATH: tl.constexpr,
                           REDUCE_BLOCK: tl.constexpr, SEED_WORDS: tl.constexpr):
@@ -467,7 +462,7 @@ def reduce_fp64_intervals(partial_score_ptr, partial_bound_ptr, partial_index_pt
     return tl.where(best > float("-inf"), token, -1), lowest < 0
 
 
-@triton.jit
+@jit
 def _count_lowest_highest(mask, offsets, FAST_MATH: tl.constexpr):
     """(how many of `mask` are set, the lowest offset set (offsets.shape[0]: none), the highest (-1: none)):
     on a GPU (FAST_MATH) one custom reduction, one shuffle chain; in the interpreter, which runs a custom
@@ -479,17 +474,17 @@ def _count_lowest_highest(mask, offsets, FAST_MATH: tl.constexpr):
             tl.max(tl.where(mask, offsets, -1), axis=0))
 
 
-@triton.jit
+@jit
 def _sum_min_max(count_a, low_a, high_a, count_b, low_b, high_b):
     return count_a + count_b, tl.minimum(low_a, low_b), tl.maximum(high_a, high_b)
 
 
-@triton.jit
+@jit
 def _max_and_min(a, b, c, d):
     return tl.maximum(a, c), tl.minimum(b, d)
 
 
-@triton.jit
+@jit
 def _best_lowest_count_min(score_a, column_a, count_a, pending_a, score_b, column_b, count_b, pending_b):
     """The higher score with its column (the lower column on a tie), the sum of the counts, the lower
     pending column."""
@@ -498,7 +493,7 @@ def _best_lowest_count_min(score_a, column_a, count_a, pending_a, score_b, colum
             tl.minimum(pending_a, pending_b))
 
 
-@triton.jit
+@jit
 def store_sampled_block(logits_ptr, row, row_stride, V, first_col, seed, position, temperature, partial_score_ptr,
                         partial_index_ptr, out, STREAM: tl.constexpr, BLOCK_V: tl.constexpr, ROW_ALIGN: tl.constexpr,
                         FP64: tl.constexpr, FAST_MATH: tl.constexpr):
@@ -529,7 +524,7 @@ def store_sampled_block(logits_ptr, row, row_stride, V, first_col, seed, positio
     return x32
 
 
-@triton.jit
+@jit
 def greedy_argmax_row(row_ptr, V, BLOCK: tl.constexpr):
     """argmax_k x_k over the finite logits of one row (lowest column on ties; -1 if none), by one
     program looping over the row: the reduce launch's fallback for rows that overflow."""
@@ -548,7 +543,7 @@ def greedy_argmax_row(row_ptr, V, BLOCK: tl.constexpr):
     return column
 
 
-@triton.jit
+@jit
 def reduce_block_best_flagged(partial_score_ptr, partial_index_ptr, row, num_blocks, FP64: tl.constexpr,
                               REDUCE_BLOCK: tl.constexpr, BYPASS_L1: tl.constexpr):
     """Second stage of every argmax in jsample: (the lowest column among row `row`'s best block
@@ -572,7 +567,7 @@ def reduce_block_best_flagged(partial_score_ptr, partial_index_ptr, row, num_blo
     return tl.where(best > float("-inf"), column, -1), tl.min(columns, axis=0) < 0
 
 
-@triton.jit
+@jit
 def reduce_block_best(partial_score_ptr, partial_index_ptr, row, num_blocks, FP64: tl.constexpr,
                       REDUCE_BLOCK: tl.constexpr):
     """reduce_block_best_flagged's token, for partials that carry no overflow flag."""

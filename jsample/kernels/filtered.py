@@ -96,6 +96,7 @@ from typing import Optional
 import triton
 import triton.language as tl
 
+from jsample.kernels.host import jit
 from jsample.kernels.common import (
     GREEDY_BELOW,
     aligned,
@@ -302,14 +303,14 @@ def _with_ways(config: FilteredLaunchConfig, ways: int) -> FilteredLaunchConfig:
                                and (ways // 2) * ways ** (search_steps - 1) >= 2**bits)
 
 
-@triton.jit
+@jit
 def _key(x, KEY_SHIFT: tl.constexpr):
     """Order-preserving int32 key of FP32 values (-0.0 as +0.0), without its KEY_SHIFT zero bits."""
     bits = tl.where(x == 0.0, 0.0, x).to(tl.int32, bitcast=True)
     return tl.where(bits >= 0, bits, bits ^ 0x7FFFFFFF) >> KEY_SHIFT
 
 
-@triton.jit
+@jit
 def _key_value(key, KEY_SHIFT: tl.constexpr):
     """The FP32 value of a key (the inverse of _key)."""
     key = key.to(tl.int32)
@@ -317,7 +318,7 @@ def _key_value(key, KEY_SHIFT: tl.constexpr):
     return tl.where(full >= 0, full, full ^ 0x7FFFFFFF).to(tl.float32, bitcast=True)
 
 
-@triton.jit
+@jit
 def _exp_flushing_subnormals(z):
     """tl.exp(z) of FP32 z on a GPU (ex2.approx of z * log2(e) rounded to FP32, as Triton lowers it), with
     subnormal results flushed to zero: one instruction, where tl.exp's guard of the subnormal range
@@ -326,7 +327,7 @@ def _exp_flushing_subnormals(z):
                                      dtype=tl.float32, is_pure=True, pack=1)
 
 
-@triton.jit
+@jit
 def _relative_probability(x, temperature, key_max, KEY_SHIFT: tl.constexpr, FP64: tl.constexpr,
                           FLUSH_SUBNORMALS: tl.constexpr = False):
     """e = exp(x / T - max(x) / T) = p / p_max of logits x (FP32, FP64 when FP64); 0 for non-finite x.
@@ -344,7 +345,7 @@ def _relative_probability(x, temperature, key_max, KEY_SHIFT: tl.constexpr, FP64
     return tl.where(tl.abs(x) < float("inf"), e, 0.0)
 
 
-@triton.jit
+@jit
 def _fixed_point_mass(x, temperature, key_max, KEY_SHIFT: tl.constexpr, FP64: tl.constexpr,
                       FAST_MATH: tl.constexpr = False):
     """int32 floor(e * MASS_SCALE) of logits x (e: _relative_probability, 0 for non-finite x), the
@@ -355,7 +356,7 @@ def _fixed_point_mass(x, temperature, key_max, KEY_SHIFT: tl.constexpr, FP64: tl
     return (e * _MASS_SCALE).to(tl.int32)
 
 
-@triton.jit
+@jit
 def _tile_logits(row_ptr, start, V, THREADS: tl.constexpr, VEC: tl.constexpr):
     """The [VEC, THREADS] logits from column `start` (VEC contiguous columns a thread: 16-byte loads),
     widened to FP32 (-inf past V). Threads run along the last dimension: the compiler gives the lanes
@@ -374,7 +375,7 @@ def _tile_logits(row_ptr, start, V, THREADS: tl.constexpr, VEC: tl.constexpr):
     return tl.load(row_ptr + cols, mask=cols < V, other=float("-inf")).to(tl.float32)
 
 
-@triton.jit
+@jit
 def _finite_extremes(x):
     """(largest finite value, smallest finite value, count of finite values) of a block of logits
     (-inf, +inf and 0 without one)."""
@@ -383,7 +384,7 @@ def _finite_extremes(x):
             tl.sum(finite.to(tl.int32), axis=0))
 
 
-@triton.jit
+@jit
 def _extreme_keys(largest, smallest, count, KEY_SHIFT: tl.constexpr):
     """The keys of the largest and smallest finite logits (_key is monotone: two keys, not one a
     column), or -2**31 and 2**31 - 1 without a finite logit."""
@@ -391,7 +392,7 @@ def _extreme_keys(largest, smallest, count, KEY_SHIFT: tl.constexpr):
             tl.where(count > 0, _key(smallest, KEY_SHIFT), 2**31 - 1))
 
 
-@triton.jit
+@jit
 def _tile_max_key(block_stats_ptr, start, num_blocks, BLOCK_V: tl.constexpr, TILE_BLOCKS: tl.constexpr):
     """The largest finite key of the tile at column `start` from filter_stats_kernel's block
     statistics of the row (-2**31 without one): the blocks it covers (TILE_BLOCKS of them; a tile lies
@@ -401,7 +402,7 @@ def _tile_max_key(block_stats_ptr, start, num_blocks, BLOCK_V: tl.constexpr, TIL
     return tl.max(tl.load(block_stats_ptr + blocks, mask=blocks < num_blocks, other=-(2**31)), axis=0)
 
 
-@triton.jit
+@jit
 def _chunk_above(row_ptr, first, end, V, lo, hi, temperature, key_max, PHASE: tl.constexpr, KEY_SHIFT: tl.constexpr,
                  FP64: tl.constexpr, THREADS: tl.constexpr, VEC: tl.constexpr, WAYS: tl.constexpr,
                  WIDE_SUMS: tl.constexpr, block_stats_ptr=None, num_blocks=0, BLOCK_V: tl.constexpr = 0,
@@ -435,14 +436,14 @@ def _chunk_above(row_ptr, first, end, V, lo, hi, temperature, key_max, PHASE: tl
     return tl.sum(above.to(tl.int64), axis=1)
 
 
-@triton.jit
+@jit
 def _filtered_row(temperature, count):
     """Whether the filters apply to the row: T >= 1e-5 (not greedy: gumbel.is_greedy) and a finite
     logit (rows that overflow are filtered too, and then sampled greedily by the reduce launch)."""
     return (temperature >= _GREEDY_BELOW) & (count > 0)
 
 
-@triton.jit
+@jit
 def _program_items(state_ptr, items_per_row, total, ITEMS: tl.constexpr):
     """This program's work items, `ITEMS` of the launch's `total` (items_per_row a row), as (their ids,
     their rows' statuses: STATUS_DONE past the end): program p takes p, p + P, p + 2P... (P programs),
@@ -455,14 +456,14 @@ def _program_items(state_ptr, items_per_row, total, ITEMS: tl.constexpr):
     return items, status
 
 
-@triton.jit
+@jit
 def _item_status(items, status, i, ITEMS: tl.constexpr):
     """Item i of _program_items (its id, its row's status)."""
     lanes = tl.arange(0, ITEMS)
     return tl.sum(tl.where(lanes == i, items, 0), axis=0), tl.sum(tl.where(lanes == i, status, 0), axis=0)
 
 
-@triton.jit
+@jit
 def _top_k(top_k_ptr, b64, count):
     """(row b64's k as int64, whether its top-k filters: 1 <= k < count, the row's finite logits; any
     other k keeps them all)."""
@@ -470,7 +471,7 @@ def _top_k(top_k_ptr, b64, count):
     return k, (k >= 1) & (k < count)
 
 
-@triton.jit
+@jit
 def _start_search(phase: tl.constexpr, b64, lo0, key_max, count, temperature, top_k_ptr, top_p_ptr):
     """The first bracket [lo, hi) of a search: the threshold key is in [lo, hi - 1]; hi = lo + 1
     means settled (threshold lo). lo0: the lowest key still kept (the previous threshold)."""
@@ -486,7 +487,7 @@ def _start_search(phase: tl.constexpr, b64, lo0, key_max, count, temperature, to
     return lo, tl.where(active, key_max + 1, lo + 1)
 
 
-@triton.jit
+@jit
 def _pivots(lo, hi, KEY_SHIFT: tl.constexpr, WAYS: tl.constexpr, MIXED: tl.constexpr):
     """[WAYS] int64 pivots in the bracket [lo, hi), lane 0 at lo: lo + (hi - lo) * i // WAYS; with MIXED
     (a search's first launch at large batches), the even lanes at lo + (hi - lo) * j // (WAYS / 2) and
@@ -507,7 +508,7 @@ def _pivots(lo, hi, KEY_SHIFT: tl.constexpr, WAYS: tl.constexpr, MIXED: tl.const
     return lo + ((hi - lo) * ways) // WAYS
 
 
-@triton.jit
+@jit
 def _narrow(PHASE: tl.constexpr, lo, hi, above, normalizer, capture_normalizer, b64, top_k_ptr, top_p_ptr,
             WAYS: tl.constexpr, KEY_SHIFT: tl.constexpr = 0, MIXED: tl.constexpr = False):
     """The bracket [lo, hi) narrowed by `above` [WAYS], the row's count (top-k) or mass (top-p) of the
@@ -530,7 +531,7 @@ def _narrow(PHASE: tl.constexpr, lo, hi, above, normalizer, capture_normalizer, 
     return lo_next, hi_next, normalizer
 
 
-@triton.jit
+@jit
 def _row_state(b64, state_ptr, partial_ptr, num_chunks, temperature, top_k_ptr, top_p_ptr,
                PHASE: tl.constexpr, PREV_PHASE: tl.constexpr, HAS_TOP_K: tl.constexpr, HAS_TOP_P: tl.constexpr,
                WAYS: tl.constexpr, MAX_CHUNKS: tl.constexpr, KEY_SHIFT: tl.constexpr = 0,
@@ -548,7 +549,7 @@ def _row_state(b64, state_ptr, partial_ptr, num_chunks, temperature, top_k_ptr, 
     return key_max, key_min, count, lo, hi, normalizer, key_w, status
 
 
-@triton.jit
+@jit
 def _advance_state(b64, key_max, key_min, count, lo, hi, normalizer, key_w, status, partial_ptr, num_chunks,
                    temperature, top_k_ptr, top_p_ptr, PHASE: tl.constexpr, PREV_PHASE: tl.constexpr,
                    HAS_TOP_K: tl.constexpr, HAS_TOP_P: tl.constexpr, WAYS: tl.constexpr, MAX_CHUNKS: tl.constexpr,
@@ -588,7 +589,7 @@ def _advance_state(b64, key_max, key_min, count, lo, hi, normalizer, key_w, stat
     return key_max, key_min, count, lo, hi, normalizer, key_w, status
 
 
-@triton.jit
+@jit
 def _winner_bracket(PHASE: tl.constexpr, lo, hi, normalizer, key_w, above_winner, mass_all, b64, top_k_ptr,
                     TOP_P_ALONE: tl.constexpr):
     """A search's first bracket [lo, hi) narrowed by the unfiltered winner's sums (above_winner: the
@@ -610,7 +611,7 @@ def _winner_bracket(PHASE: tl.constexpr, lo, hi, normalizer, key_w, above_winner
     return lo, hi, normalizer
 
 
-@triton.jit
+@jit
 def _load_state(state_ptr, b64):
     """Row b64's state (_store_state's words): (key max, key min, finite count, lo, hi, top-p
     normaliser, winner key, status)."""
@@ -619,7 +620,7 @@ def _load_state(state_ptr, b64):
             tl.load(state + 5), tl.load(state + 6), tl.load(state + 7))
 
 
-@triton.jit
+@jit
 def _store_state(state_ptr, b64, key_max, key_min, count, lo, hi, normalizer, key_w, status):
     state = state_ptr.to(tl.pointer_type(tl.int64)) + b64 * _STATE_WORDS
     words = tl.arange(0, _STATE_WORDS)
@@ -628,7 +629,7 @@ def _store_state(state_ptr, b64, key_max, key_min, count, lo, hi, normalizer, ke
     tl.store(state + words, tl.where(words == 7, status, values))
 
 
-@triton.jit
+@jit
 def filter_stats_kernel(
     logits_ptr,  # [B, V] f32|bf16|f16, rows `row_stride` elements apart, columns contiguous
     seeds_ptr,  # [B] i32|u32|i64, or [B, 2] u32 words (SEED_WORDS = 2)
@@ -672,7 +673,7 @@ def filter_stats_kernel(
     tl.store(stats_ptr + out, tl.where(largest > float("-inf"), _key(largest, KEY_SHIFT), -(2**31)))
 
 
-@triton.jit
+@jit
 def filter_row_kernel(
     logits_ptr,  # [B, V] f32|bf16|f16, rows `row_stride` elements apart, columns contiguous
     temperature_ptr,  # [B] f32
@@ -742,7 +743,7 @@ def filter_row_kernel(
     _store_state(state_out_ptr, b64, key_max, key_min, count, lo, lo + 1, count * 0, key_w, status)
 
 
-@triton.jit
+@jit
 def _kth_largest_block_key(block_max, k, lo):
     """The largest key t in [lo, key_max] that at least k of the blocks' largest keys `block_max`
     reach (lo if fewer do): a lower bound of top-k's threshold, since those blocks hold k keys >= t
@@ -755,7 +756,7 @@ def _kth_largest_block_key(block_max, k, lo):
     return tl.where(kth > -(2**31), tl.maximum(lo, kth.to(tl.int64)), lo)
 
 
-@triton.jit
+@jit
 def filter_winner_sums_kernel(
     logits_ptr,  # [B, V] f32|bf16|f16, rows `row_stride` elements apart, columns contiguous
     temperature_ptr,  # [B] f32
@@ -834,7 +835,7 @@ def filter_winner_sums_kernel(
                      + tl.arange(0, WAYS), sums)
 
 
-@triton.jit
+@jit
 def _listed(top_k_ptr, b64, count, lo, key_min, LIST: tl.constexpr):
     """(row b64's k, whether the row lists its top-k candidates: top-k filters it, k <= LIST, and its
     search starts at a bound above the floor (lo > key_min: k blocks have a finite logit,
@@ -843,7 +844,7 @@ def _listed(top_k_ptr, b64, count, lo, key_min, LIST: tl.constexpr):
     return k, top_k_active & (k <= LIST) & (lo > key_min)
 
 
-@triton.jit
+@jit
 def _collect_candidates(row_ptr, first, end, V, lo, list_ptr, count_ptr, KEY_SHIFT: tl.constexpr,
                         THREADS: tl.constexpr, VEC: tl.constexpr, block_stats_ptr, num_blocks, BLOCK_V: tl.constexpr,
                         TILE_BLOCKS: tl.constexpr, LIST: tl.constexpr):
@@ -870,7 +871,7 @@ def _collect_candidates(row_ptr, first, end, V, lo, list_ptr, count_ptr, KEY_SHI
         start += THREADS * VEC
 
 
-@triton.jit
+@jit
 def filter_decide_kernel(
     seeds_ptr,  # [B] i32|u32|i64, or [B, 2] u32 words (SEED_WORDS = 2)
     positions_ptr,  # [B] i32|i64
@@ -960,7 +961,7 @@ def filter_decide_kernel(
         tl.store(active_rows_ptr + tl.atomic_add(active_count_ptr, 1, sem="relaxed"), b)
 
 
-@triton.jit
+@jit
 def _list_decision(list_ptr, listed_count, k, key_max, key_w, winner_may_stay, seed, position, temperature,
                    top_p_ptr, min_p_ptr, b64, HAS_TOP_P: tl.constexpr, HAS_MIN_P: tl.constexpr,
                    KEY_SHIFT: tl.constexpr, FP64: tl.constexpr, FAST_MATH: tl.constexpr, SLOTS: tl.constexpr,
@@ -1004,7 +1005,7 @@ def _list_decision(list_ptr, listed_count, k, key_max, key_w, winner_may_stay, s
     return threshold, token
 
 
-@triton.jit
+@jit
 def _list_token(cols, x32, in_list, threshold, seed, position, temperature, key_max, min_p_ptr, b64,
                 HAS_MIN_P: tl.constexpr, KEY_SHIFT: tl.constexpr, FP64: tl.constexpr, FAST_MATH: tl.constexpr):
     """The token of a filtered row (not greedy, not overflowing) whose kept set lies in its candidate list
@@ -1022,7 +1023,7 @@ def _list_token(cols, x32, in_list, threshold, seed, position, temperature, key_
     return tl.min(tl.where(score == best, cols, 2**31 - 1), axis=0)
 
 
-@triton.jit
+@jit
 def _search_item(b, c, logits_ptr, temperature_ptr, top_k_ptr, top_p_ptr, state_in_ptr, partial_in_ptr,
                  block_stats_ptr, V, row_stride, num_chunks, chunk, num_blocks, state_out_ptr, partial_out_ptr,
                  PHASE: tl.constexpr, PREV_PHASE: tl.constexpr,
@@ -1050,7 +1051,7 @@ def _search_item(b, c, logits_ptr, temperature_ptr, top_k_ptr, top_p_ptr, state_
                  + tl.arange(0, WAYS), above)
 
 
-@triton.jit
+@jit
 def filter_compact_step_kernel(
     logits_ptr,  # [B, V] f32|bf16|f16, rows `row_stride` elements apart, columns contiguous
     temperature_ptr,  # [B] f32
@@ -1107,7 +1108,7 @@ def filter_compact_step_kernel(
         item += tl.num_programs(0)
 
 
-@triton.jit
+@jit
 def filter_histogram_step_kernel(
     logits_ptr,  # [B, V] f32|bf16|f16, rows `row_stride` elements apart, columns contiguous
     temperature_ptr,  # [B] f32
@@ -1178,7 +1179,7 @@ def filter_histogram_step_kernel(
         item += tl.num_programs(0)
 
 
-@triton.jit
+@jit
 def filter_histogram_bracket_kernel(
     temperature_ptr,  # [B] f32
     top_p_ptr,  # [B] f32
@@ -1222,7 +1223,7 @@ def filter_histogram_bracket_kernel(
         j += tl.num_programs(0)
 
 
-@triton.jit
+@jit
 def _chunk_histogram(row_ptr, first, end, V, lo, base, hi, with_below, temperature, key_max, histogram_ptr,
                      KEY_SHIFT: tl.constexpr, FP64: tl.constexpr, THREADS: tl.constexpr, VEC: tl.constexpr,
                      WIDE_SUMS: tl.constexpr, block_stats_ptr, num_blocks, BLOCK_V: tl.constexpr,
@@ -1246,7 +1247,7 @@ def _chunk_histogram(row_ptr, first, end, V, lo, base, hi, with_below, temperatu
     return tl.sum(tl.sum(below.to(tl.int64), axis=1), axis=0)
 
 
-@triton.jit
+@jit
 def _histogram_bracket(counts, below, lo, hi, normalizer, temperature, key_max, p, KEY_SHIFT: tl.constexpr,
                        FP64: tl.constexpr, BINS: tl.constexpr, FAST_MATH: tl.constexpr):
     """(lo, hi, normaliser) of a top-p bracket [lo, hi) from the row's `counts` of each key in [base, hi)
@@ -1271,7 +1272,7 @@ def _histogram_bracket(counts, below, lo, hi, normalizer, temperature, key_max, 
     return tl.where(settled, threshold, lo), tl.where(settled, threshold + 1, base), normalizer
 
 
-@triton.jit
+@jit
 def filtered_partial_kernel(
     logits_ptr,  # [B, V] f32|bf16|f16, rows `row_stride` elements apart, columns contiguous
     seeds_ptr,  # [B] i32|u32|i64, or [B, 2] u32 words (SEED_WORDS = 2)
@@ -1350,7 +1351,7 @@ def filtered_partial_kernel(
                               FAST_MATH, WAYS, MAX_CHUNKS, SEED_WORDS, NARROW_MIXED)
 
 
-@triton.jit
+@jit
 def _partial_item(b, group, logits_ptr, seeds_ptr, positions_ptr, temperature_ptr, top_k_ptr, top_p_ptr, min_p_ptr,
                   state_in_ptr, partial_in_ptr, unfiltered_score_ptr, unfiltered_index_ptr, block_stats_ptr, V,
                   row_stride, num_chunks, num_blocks, partial_score_ptr, partial_index_ptr, PREV_PHASE: tl.constexpr,
@@ -1379,7 +1380,7 @@ def _partial_item(b, group, logits_ptr, seeds_ptr, positions_ptr, temperature_pt
                                         HAS_MIN_P, KEY_SHIFT, FP64, BLOCK_V, ROW_ALIGN, FAST_MATH, SEED_WORDS)
 
 
-@triton.jit
+@jit
 def _filtered_block_partial(logits_ptr, seeds_ptr, positions_ptr, min_p_ptr, unfiltered_score_ptr,
                             unfiltered_index_ptr, partial_score_ptr, partial_index_ptr, b, b64, out, first_col, V,
                             row_stride, temperature, key_max, count, threshold, HAS_MIN_P: tl.constexpr,
@@ -1407,7 +1408,7 @@ def _filtered_block_partial(logits_ptr, seeds_ptr, positions_ptr, min_p_ptr, unf
         _store_partial(partial_score_ptr, partial_index_ptr, out, float("-inf"), first_col, FP64)
 
 
-@triton.jit
+@jit
 def _store_partial(partial_score_ptr, partial_index_ptr, out, score, column, FP64: tl.constexpr):
     if FP64:
         tl.store(partial_score_ptr.to(tl.pointer_type(tl.float64)) + out, score)
@@ -1416,7 +1417,7 @@ def _store_partial(partial_score_ptr, partial_index_ptr, out, score, column, FP6
     tl.store(partial_index_ptr + out, column)
 
 
-@triton.jit
+@jit
 def filtered_reduce_kernel(
     state_ptr,  # the rows' statuses (with a search, filter_decide_kernel's state)
     unfiltered_score_ptr,  # filter_stats_kernel's partials (STATUS_DONE rows)
@@ -1450,14 +1451,14 @@ def filtered_reduce_kernel(
                         row, FP64, REDUCE_BLOCK)
 
 
-@triton.jit
+@jit
 def _min_p(min_p_ptr, b64):
     """Row b64's min_p as every kept-set test reads it: at most 1, and 0 (keeps all) for NaN."""
     min_p = tl.load(min_p_ptr + b64)
     return tl.where(min_p == min_p, tl.minimum(min_p, 1.0), 0.0)
 
 
-@triton.jit
+@jit
 def _kept_columns(x32, threshold, temperature, key_max, min_p_ptr, b64, HAS_MIN_P: tl.constexpr,
                   KEY_SHIFT: tl.constexpr, FP64: tl.constexpr):
     """Which of the FP32 logits `x32` of a filtered row the filters keep: key >= `threshold` (the
@@ -1468,7 +1469,7 @@ def _kept_columns(x32, threshold, temperature, key_max, min_p_ptr, b64, HAS_MIN_
     return keep
 
 
-@triton.jit
+@jit
 def store_filtered_block(logits_ptr, b64, row_stride, V, first_col, seed, position, temperature, min_p_ptr, key_max,
                          count, threshold, partial_score_ptr, partial_index_ptr, out, HAS_MIN_P: tl.constexpr,
                          KEY_SHIFT: tl.constexpr, FP64: tl.constexpr, BLOCK_V: tl.constexpr, ROW_ALIGN: tl.constexpr,
@@ -1490,7 +1491,7 @@ def store_filtered_block(logits_ptr, b64, row_stride, V, first_col, seed, positi
     store_block_best(partial_score_ptr, partial_index_ptr, out, score, best, first_col, FP64, overflow)
 
 
-@triton.jit
+@jit
 def _row_barrier(arrivals_ptr, expected):
     """Waits until the row's counter reaches `expected` (this program's arrival included): a barrier of
     the row's programs, which the plan only asks of programs that run at once. The release orders this
@@ -1504,7 +1505,7 @@ def _row_barrier(arrivals_ptr, expected):
     tl.debug_barrier()
 
 
-@triton.jit
+@jit
 def _gather_partials(partial_ptr, slot, num_chunks, MAX_CHUNKS: tl.constexpr, WAYS: tl.constexpr,
                      LANES: tl.constexpr):
     """[MAX_CHUNKS, LANES] int64: the first LANES (<= WAYS) of the chunks' WAYS partials in `slot` (0 past
@@ -1515,7 +1516,7 @@ def _gather_partials(partial_ptr, slot, num_chunks, MAX_CHUNKS: tl.constexpr, WA
     return tl.load(partial_ptr + offsets, mask=(chunks < num_chunks)[:, None], other=0, cache_modifier=".cg")
 
 
-@triton.jit
+@jit
 def _search_in_step(PHASE: tl.constexpr, lo, hi, normalizer, step, row_ptr, first, end, V, temperature, key_max, b64,
                     top_k_ptr, top_p_ptr, partial_ptr, arrivals_ptr, num_chunks, KEY_SHIFT: tl.constexpr,
                     FP64: tl.constexpr, THREADS: tl.constexpr, VEC: tl.constexpr, WAYS: tl.constexpr,
@@ -1537,7 +1538,7 @@ def _search_in_step(PHASE: tl.constexpr, lo, hi, normalizer, step, row_ptr, firs
     return lo, hi, normalizer, step
 
 
-@triton.jit
+@jit
 def filtered_one_launch_kernel(
     logits_ptr,  # [B, V] f32|bf16|f16, rows `row_stride` elements apart, columns contiguous
     seeds_ptr,  # [B] i32|u32|i64, or [B, 2] u32 words (SEED_WORDS = 2)
@@ -1773,7 +1774,7 @@ def filtered_one_launch_kernel(
             tl.atomic_xchg(list_count, 0, sem="relaxed", scope="gpu")
 
 
-@triton.jit
+@jit
 def _chunk_winner_sums(row_ptr, first, end, V, key_w, temperature, key_max, KEY_SHIFT: tl.constexpr, FP64: tl.constexpr,
                        THREADS: tl.constexpr, VEC: tl.constexpr, WAYS: tl.constexpr, WIDE_SUMS: tl.constexpr,
                        MASSES: tl.constexpr = True, COUNTS: tl.constexpr = True, tiles_from=-(2**31),
@@ -1817,7 +1818,7 @@ def _chunk_winner_sums(row_ptr, first, end, V, key_w, temperature, key_max, KEY_
     return tl.where(lanes < 4, sums, 0)
 
 
-@triton.jit
+@jit
 def _keeps_winner(sums, key_w, key_max, count, b64, top_k_ptr, top_p_ptr, HAS_TOP_K: tl.constexpr,
                   HAS_TOP_P: tl.constexpr, WAYS: tl.constexpr):
     """Whether top-k and top-p surely keep the token with key key_w, from the row's _chunk_winner_sums

@@ -26,7 +26,8 @@ from dataclasses import dataclass
 import triton
 import triton.language as tl
 
-from jsample.kernels.common import (aligned, greedy_argmax_row, interpreting, largest_power_of_two_dividing, load_temperature,
+from jsample.kernels.host import INTERPRETER, jit
+from jsample.kernels.common import (aligned, greedy_argmax_row, largest_power_of_two_dividing, load_temperature,
                                     reduce_block_best_flagged, reduce_fp64_intervals, store_fp64_block_interval,
                                     store_sampled_block)
 from jsample.kernels.plan import ArgSpec, Buffer, Plan, Target, launch
@@ -71,11 +72,11 @@ def gumbel_launch_config(vocab_size: int, row_stride: int, fp64: bool, fast_math
         row_align=largest_power_of_two_dividing(row_stride, 16) if row_stride else 16,
         vocab_align=largest_power_of_two_dividing(vocab_size, 16),
         num_warps=8 if block_v >= 2048 else 4,
-        fast_math=not interpreting() if fast_math is None else fast_math,
+        fast_math=not INTERPRETER if fast_math is None else fast_math,
     )
 
 
-@triton.jit
+@jit
 def gumbel_partial_kernel(
     logits_ptr,  # [B, V] f32|bf16|f16, rows `row_stride` elements apart, columns contiguous
     seeds_ptr,  # [B] i32|u32|i64, or [B, 2] u32 (low, high) words with SEED_WORDS = 2: the 64-bit seed
@@ -116,7 +117,7 @@ def gumbel_partial_kernel(
                             partial_score_ptr, partial_index_ptr, out, STREAM, BLOCK_V, ROW_ALIGN, FP64, FAST_MATH)
 
 
-@triton.jit
+@jit
 def fp64_partial_bounds(partial_score_ptr, num_blocks):
     """Where gumbel_sample's FP64 block bounds are: fp64_partial_words f32 words hold the [B, num_blocks]
     f64 scores, then the [B, num_blocks] f32 bounds (store_fp64_block_interval); B is the grid's rows."""
@@ -128,7 +129,7 @@ def fp64_partial_words(num_blocks: int) -> int:
     return 3 * num_blocks
 
 
-@triton.jit
+@jit
 def argmax_reduce_kernel(
     partial_score_ptr,  # [B, NUM_BLOCKS] f32; with FP64, f64 stored as [B, 2 * NUM_BLOCKS] f32 words
     partial_index_ptr,  # [B, NUM_BLOCKS] i32, the best column of each block (-1 - column: the row overflows)
@@ -151,7 +152,7 @@ def argmax_reduce_kernel(
                     tl.program_id(0), FP64, REDUCE_BLOCK)
 
 
-@triton.jit
+@jit
 def argmax_reduce_fp64_kernel(
     partial_score_ptr,  # gumbel_partial_kernel's FP64 partials (fp64_partial_words)
     partial_index_ptr,  # [B, NUM_BLOCKS] i32, the best column of each block (-1 - column: the row overflows)
@@ -187,7 +188,7 @@ def argmax_reduce_fp64_kernel(
     tl.store(tokens_ptr + row, token)
 
 
-@triton.jit
+@jit
 def store_row_token(partial_score_ptr, partial_index_ptr, logits_ptr, V, row_stride, num_blocks, tokens_ptr, row,
                     FP64: tl.constexpr, REDUCE_BLOCK: tl.constexpr):
     """argmax_reduce_kernel's work for row `row` (filtered_reduce_kernel's too)."""
@@ -198,7 +199,7 @@ def store_row_token(partial_score_ptr, partial_index_ptr, logits_ptr, V, row_str
     tl.store(tokens_ptr + row, token)
 
 
-@triton.jit
+@jit
 def gumbel_one_launch_kernel(
     logits_ptr,  # [B, V] f32|bf16|f16, rows `row_stride` elements apart, columns contiguous
     seeds_ptr,  # as gumbel_partial_kernel's

@@ -1,22 +1,129 @@
-"""The Triton interpreter's side of things: launching the kernels on NumPy arrays (the JAX CPU path),
-and making its device-function calls cheap for every interpreted launch (`patch_language_once`).
+"""Compiled or interpreted, and the Triton interpreter's side of things.
 
-The interpreter's own launcher expects torch tensors; NumPy arrays already live in host memory,
-so we hand it their addresses directly. Both touch interpreter internals (triton 3.6 to 3.9).
+jsample chooses, once, whether *its own* kernels are compiled or run by the Triton interpreter
+(NumPy, on the CPU): `JSAMPLE_INTERPRET=1` / `0` says so explicitly; without it, `TRITON_INTERPRET`
+is honoured (read, never written); without either, the interpreter is chosen where the machine has
+no GPU device node. `jit` defines each kernel accordingly. Nothing else in the process changes:
+no environment variable is set, no triton module is reloaded or patched at import, and a user's own
+`@triton.jit` kernels are what Triton alone makes of them.
+
+The interpreter needs two things for the duration of an interpreted launch of a jsample kernel
+(`interpreter_session`, entered by every such launch and left before it returns, under one lock):
+- triton.language's own @jit functions (tl.max, tl.sum, tl.philox, ...) in interpreted form: if
+  triton was imported without TRITON_INTERPRET they were defined compiled, and the interpreter
+  cannot call them. Their interpreted stand-ins are swapped in, and the originals put back after.
+- cheap device-function calls: Triton's interpreter re-patches the language on every call of a @jit
+  function, dozens per program (half of a rejection_sample call's CPU time); inside a running kernel
+  that is skipped (`_patch_lang_once`).
+NumPy floating-point warnings (an overflowing exp of a hostile logit, a masked-out lane: values the
+kernels handle) are silenced for the launch only, with np.errstate (thread-local).
+
+`launch_on_host` launches on NumPy arrays (the JAX CPU path): the interpreter's own launcher
+expects torch tensors; NumPy arrays already live in host memory, so we hand it their addresses.
+These touch interpreter internals (triton 3.6 to 3.9); a version without them is left alone.
 """
 
+import contextlib
+import glob
+import os
 import queue
 import threading
 
 import numpy as np
+import triton
 import triton.language as tl
 from triton.runtime import interpreter
-from triton.runtime.interpreter import GridExecutor
+from triton.runtime.interpreter import GridExecutor, InterpretedFunction
+from triton.runtime.jit import JITFunction
+
+
+def _gpu_device_present() -> bool:
+    return bool(glob.glob("/dev/nvidia[0-9]*") or os.path.exists("/dev/kfd"))
+
+
+def _choose_interpreter() -> bool:
+    for name in ("JSAMPLE_INTERPRET", "TRITON_INTERPRET"):
+        value = os.environ.get(name, "")
+        if value != "":
+            return value != "0"
+    return not _gpu_device_present()
+
+
+INTERPRETER = _choose_interpreter()
+_LOCK = threading.RLock()
+_STAND_INS = {}  # id of a compiled library function -> its interpreted stand-in (made once)
+_SESSION = threading.local()
+
+
+def _library_swaps():
+    """(module, name, interpreted stand-in) for each of triton.language's own @jit functions that
+    was defined compiled (none where triton itself was imported interpreting)."""
+    if not _STAND_INS:
+        try:  # imported by the interpreter's first launch; it asserts that these functions are compiled ones
+            import triton.experimental.gluon  # noqa: F401
+        except ImportError:
+            pass
+    swaps = []
+    for module in (tl, tl.standard, tl.random):
+        for name, value in list(vars(module).items()):
+            if isinstance(value, JITFunction):
+                if id(value) not in _STAND_INS:
+                    _STAND_INS[id(value)] = (value, InterpretedFunction(value.fn))
+                swaps.append((module, name, _STAND_INS[id(value)][1]))
+    return swaps
+
+
+def _patch_lang_once(fn, _original=getattr(interpreter, "_patch_lang", None)):
+    languages = [value for value in fn.__globals__.values() if value is tl or value is tl.core]
+    if languages and all(not tl.core.is_builtin(language.load) for language in languages):
+        return interpreter._LangPatchScope()  # already patched: nothing to do, nothing to restore
+    return _original(fn)
+
+
+@contextlib.contextmanager
+def interpreter_session():
+    """What an interpreted launch of a jsample kernel needs, for its duration only (see above)."""
+    if getattr(_SESSION, "depth", 0):
+        yield
+        return
+    with _LOCK:
+        changed = []
+        try:
+            for module, name, value in _library_swaps():
+                changed.append((module, name, getattr(module, name)))
+                setattr(module, name, value)
+            if getattr(interpreter, "_patch_lang", None) is not None and hasattr(interpreter, "_LangPatchScope"):
+                changed.append((interpreter, "_patch_lang", interpreter._patch_lang))
+                interpreter._patch_lang = _patch_lang_once
+            _SESSION.depth = 1
+            with np.errstate(all="ignore"):
+                yield
+        finally:
+            _SESSION.depth = 0
+            for module, name, value in reversed(changed):
+                setattr(module, name, value)
+
+
+class _JsampleInterpretedFunction(InterpretedFunction):
+    """An interpreted jsample kernel: every launch runs inside `interpreter_session`."""
+
+    def run(self, *args, **kwargs):
+        with interpreter_session():
+            return super().run(*args, **kwargs)
+
+
+def jit(fn):
+    """@triton.jit for jsample's kernels and device functions, following jsample's own choice."""
+    if INTERPRETER:
+        return _JsampleInterpretedFunction(fn)
+    if triton.knobs.runtime.interpret if hasattr(triton, "knobs") else False:
+        return JITFunction(fn)  # TRITON_INTERPRET=1 with JSAMPLE_INTERPRET=0: compiled all the same
+    return triton.jit(fn)
 
 
 class _CleanThread:
-    """One worker thread, started when this module is imported (on the importing thread, whose
-    floating-point state a new thread inherits), that runs every host launch in turn. A host launch
+    """One worker thread, started on the user's thread (whose floating-point state a new thread
+    inherits) when the JAX frontend first traces a CPU launch, that runs every host launch in turn. A host launch
     runs on one of XLA's threads, which set the CPU to treat subnormal floats as zero: there
     1e-45 > 0 is false, and subnormal logits would sample differently than in torch."""
 
@@ -41,7 +148,16 @@ class _CleanThread:
         return result
 
 
-_WORKER = _CleanThread()
+_WORKER = None
+
+
+def start_worker() -> None:
+    """Start the host-launch thread (once), from the calling thread: call it from the user's thread
+    (the JAX frontend does, when it traces a CPU launch), never from one of XLA's."""
+    global _WORKER
+    with _LOCK:
+        if _WORKER is None:
+            _WORKER = _CleanThread()
 
 
 class _HostArray:
@@ -67,28 +183,12 @@ def launch_on_host(kernel, grid, *args, **kwargs) -> None:
     """kernel[grid](*args, **kwargs) with NumPy arrays (C-contiguous; outputs written in place)."""
     if not hasattr(kernel, "rewrite"):
         raise RuntimeError("jsample: the CPU path runs the kernels through the Triton interpreter, which must be "
-                           "chosen when jsample is first imported: set TRITON_INTERPRET=1 before that (or run on a machine without a GPU).")
+                           "chosen when jsample is first imported: set JSAMPLE_INTERPRET=1 before that (or run on a machine without a GPU).")
     wrapped = [_HostArray(a) if isinstance(a, np.ndarray) else a for a in args]
-    _WORKER.run(lambda: _HostGridExecutor(kernel.rewrite(), kernel.arg_names, tuple(grid))(*wrapped, **kwargs))
 
+    def task():
+        with interpreter_session():
+            _HostGridExecutor(kernel.rewrite(), kernel.arg_names, tuple(grid))(*wrapped, **kwargs)
 
-def patch_language_once() -> None:
-    """Make the interpreter's device-function calls cheap. Triton's interpreter patches the language
-    (triton.language's builtins, walked with inspect.getmembers) on every call of a @jit function,
-    and each kernel calls dozens of them per program: half of a rejection_sample call's CPU time
-    went there. A call whose language modules are already patched (inside a running kernel: the
-    kernel's launch patched them) now skips it; a launch still patches, and restores, as before.
-    Nothing else changes. Versions without this internal are left alone."""
-    patch_lang = getattr(interpreter, "_patch_lang", None)
-    scope_type = getattr(interpreter, "_LangPatchScope", None)
-    if patch_lang is None or scope_type is None or getattr(patch_lang, "jsample_patched", False):
-        return
-
-    def patch_lang_once(fn):
-        languages = [value for value in fn.__globals__.values() if value is tl or value is tl.core]
-        if languages and all(not tl.core.is_builtin(language.load) for language in languages):
-            return scope_type()  # already patched: nothing to do, nothing to restore
-        return patch_lang(fn)
-
-    patch_lang_once.jsample_patched = True
-    interpreter._patch_lang = patch_lang_once
+    start_worker()  # (started already, on the tracing thread: see start_worker)
+    _WORKER.run(task)

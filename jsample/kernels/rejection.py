@@ -63,6 +63,7 @@ from dataclasses import dataclass
 import triton
 import triton.language as tl
 
+from jsample.kernels.host import jit
 from jsample.kernels.common import (
     aligned,
     block_noise,
@@ -182,7 +183,7 @@ def decide_in_emit(batch: int, config: RejectionLaunchConfig) -> bool:
     return batch * config.num_blocks <= DECIDE_IN_EMIT_MAX_PROGRAMS
 
 
-@triton.jit
+@jit
 def dependent_launch(PDL: tl.constexpr, WAIT: tl.constexpr):
     """With PDL (torch on Hopper and newer, small batches: the three launches of decide_in_emit), the
     launches form a programmatic dependent launch chain: each lets the next one start launching at
@@ -197,13 +198,13 @@ def dependent_launch(PDL: tl.constexpr, WAIT: tl.constexpr):
         gdc_launch_dependents()
 
 
-@triton.jit
+@jit
 def _scaled(x, inverse_t):
     """x / T (as x * (1 / T), the Gumbel scores' rounding); -inf for non-finite logits (probability 0)."""
     return tl.where(tl.abs(x) < float("inf"), x * inverse_t, float("-inf"))
 
 
-@triton.jit
+@jit
 def _gather(row_ptrs, cols, mask, FP64: tl.constexpr):
     """The logit at column cols[i] of row row_ptrs[i] where mask[i], widened; -inf elsewhere."""
     x = tl.load(row_ptrs + cols, mask=mask, other=float("-inf")).to(tl.float32)
@@ -212,7 +213,7 @@ def _gather(row_ptrs, cols, mask, FP64: tl.constexpr):
     return x
 
 
-@triton.jit
+@jit
 def _softmax_partials(x, inverse_t, FP64: tl.constexpr, FAST_MATH: tl.constexpr):
     """(max, sum of exp(s - max), largest |x|) of a block's scaled logits s = x / T, where NaN and +inf
     logits have probability 0, as -inf ones; (-inf, 0) when the block has no candidate. The largest
@@ -239,7 +240,7 @@ def _softmax_partials(x, inverse_t, FP64: tl.constexpr, FAST_MATH: tl.constexpr)
     return block_max, tl.sum(terms, axis=0), magnitude
 
 
-@triton.jit
+@jit
 def _softmax_terms(x, inverse_t, shift, FP64: tl.constexpr, FAST_MATH: tl.constexpr):
     """exp(x / T - shift) of finite or -inf logits x."""
     if FAST_MATH and not FP64:
@@ -254,7 +255,7 @@ def _softmax_terms(x, inverse_t, shift, FP64: tl.constexpr, FAST_MATH: tl.conste
         return tl.exp(x * inverse_t - shift)
 
 
-@triton.jit
+@jit
 def _merge_log_normalizer(block_max, block_sum):
     """log sum exp of rows of [R, NUM_BLOCKS] softmax partials -> [R] (-inf for an empty row)."""
     row_max = tl.max(block_max, axis=1)
@@ -262,7 +263,7 @@ def _merge_log_normalizer(block_max, block_sum):
     return row_max + tl.log(tl.sum(block_sum * scale, axis=1))
 
 
-@triton.jit
+@jit
 def _acceptance_uniforms(seed, positions, FP64: tl.constexpr):
     """The acceptance uniform of each position in `positions` (int64 [N]): call 0 of stream 2."""
     calls = tl.zeros(positions.shape, tl.uint32)
@@ -273,13 +274,13 @@ def _acceptance_uniforms(seed, positions, FP64: tl.constexpr):
         return uniform_f32(w0)
 
 
-@triton.jit
+@jit
 def _first_rejection(accept, rows, num_drafts):
     """a = the first row < num_drafts whose draft is rejected, num_drafts when all are accepted."""
     return tl.min(tl.where(rows < num_drafts, tl.where(accept, num_drafts, rows), num_drafts), axis=0)
 
 
-@triton.jit
+@jit
 def _store_sampled_partials(target_row_ptr, row, target_row_stride, V, first_col, seed, position, temperature,
                             partial_score_ptr, partial_index_ptr, out, BLOCK_V: tl.constexpr,
                             ROW_ALIGN: tl.constexpr, FP64: tl.constexpr, FAST_MATH: tl.constexpr):
@@ -288,7 +289,7 @@ def _store_sampled_partials(target_row_ptr, row, target_row_stride, V, first_col
                         partial_score_ptr, partial_index_ptr, out, STREAM_TOKEN, BLOCK_V, ROW_ALIGN, FP64, FAST_MATH)
 
 
-@triton.jit
+@jit
 def rejection_stats_kernel(
     target_logits_ptr,  # [B, K+1, V] f32|bf16|f16, columns contiguous
     draft_logits_ptr,  # [B, K, V] f32, columns contiguous (unused when ONE_HOT)
@@ -336,7 +337,7 @@ def rejection_stats_kernel(
                    BONUS_IN_STATS, FP64, BLOCK_V, ROW_ALIGN, VOCAB_ALIGN, FAST_MATH, BONUS_PROGRAMS, SEED_WORDS)
 
 
-@triton.jit
+@jit
 def _stats_program(target_logits_ptr, draft_logits_ptr, seeds_ptr, positions_ptr, temperature_ptr,
                    num_draft_tokens_ptr, V, K, target_batch_stride, target_row_stride, draft_batch_stride,
                    draft_row_stride, stats_ptr, partial_score_ptr, partial_index_ptr, b, j, block, num_rows,
@@ -401,7 +402,7 @@ def _stats_program(target_logits_ptr, draft_logits_ptr, seeds_ptr, positions_ptr
                                     bonus_out, BLOCK_V, ROW_ALIGN, FP64, FAST_MATH)
 
 
-@triton.jit
+@jit
 def _greedy_where_flagged(tokens, flagged, rows, num_drafts, target_row_ptr, target_row_stride, V):
     """`tokens` [BLOCK_K] with each flagged row's greedy argmax (rows whose scaled logits overflow:
     STREAM.md's clarifications make them greedy), found by looping over those rows' logits here:
@@ -416,7 +417,7 @@ def _greedy_where_flagged(tokens, flagged, rows, num_drafts, target_row_ptr, tar
     return tokens
 
 
-@triton.jit
+@jit
 def _target_tokens(partial_score_ptr, partial_index_ptr, b64, K, num_blocks, rows, num_drafts, target_row_ptr,
                    target_row_stride, V, FP64: tl.constexpr, REDUCE_BLOCK: tl.constexpr):
     """The Gumbel-max (argmax) token of each draft row < n_b from the stats launch's partials (the
@@ -439,7 +440,7 @@ def _target_tokens(partial_score_ptr, partial_index_ptr, b64, K, num_blocks, row
     return _greedy_where_flagged(tokens, flagged, rows, num_drafts, target_row_ptr, target_row_stride, V)
 
 
-@triton.jit
+@jit
 def _decision_inputs(target_logits_ptr, draft_logits_ptr, draft_tokens_ptr, b64, num_drafts, seed, position,
                      temperature, V, K, target_batch_stride, target_row_stride, draft_batch_stride, draft_row_stride,
                      STRICT: tl.constexpr, ONE_HOT: tl.constexpr, FP64: tl.constexpr, BLOCK_K: tl.constexpr):
@@ -473,7 +474,7 @@ def _decision_inputs(target_logits_ptr, draft_logits_ptr, draft_tokens_ptr, b64,
     return drafts, valid, target_at_draft, draft_at_draft, u
 
 
-@triton.jit
+@jit
 def _decide(stats_ptr, partial_score_ptr, partial_index_ptr, b64, num_drafts, temperature, K, num_blocks, drafts,
             valid, target_at_draft, draft_at_draft, u, target_logits_ptr, target_batch_stride, target_row_stride, V,
             STRICT: tl.constexpr, ONE_HOT: tl.constexpr, FP64: tl.constexpr, BLOCK_K: tl.constexpr,
@@ -529,7 +530,7 @@ def _decide(stats_ptr, partial_score_ptr, partial_index_ptr, b64, num_drafts, te
             tl.sum(tl.where(chosen, draft_lse, 0.0), axis=0))
 
 
-@triton.jit
+@jit
 def _emit_mode(emit_row, resample, greedy_emit, num_drafts, BONUS_IN_STATS: tl.constexpr):
     """What row a_b emits: the stats launch reduced the Gumbel-max partials of every strict or greedy
     row < n_b, and of row n_b with BONUS_IN_STATS; the emit launch computes the others."""
@@ -541,7 +542,7 @@ def _emit_mode(emit_row, resample, greedy_emit, num_drafts, BONUS_IN_STATS: tl.c
                     tl.where(resample, EMIT_RESIDUAL, tl.where(in_stats, EMIT_STATS_ROW, EMIT_SAMPLE)))
 
 
-@triton.jit
+@jit
 def rejection_decide_kernel(
     target_logits_ptr,  # [B, K+1, V] f32|bf16|f16, columns contiguous
     draft_logits_ptr,  # [B, K, V] f32, columns contiguous (unused when ONE_HOT)
@@ -601,7 +602,7 @@ def rejection_decide_kernel(
     tl.store(log_normalizer + b64 * 2 + 1, draft_lse)
 
 
-@triton.jit
+@jit
 def _fast_residual_scores(x, y, score, temperature, target_lse, draft_lse):
     """FAST_MATH FP32 residual scores from finite or -inf draft logits y: log2(q / p) with log2(e)
     folded into the per-row constants (one fused multiply-add), and log r + g + log Z_p =
@@ -612,7 +613,7 @@ def _fast_residual_scores(x, y, score, temperature, target_lse, draft_lse):
     return tl.fma(log2_approx(tl.maximum(1.0 - exp2_approx(log_ratio), 0.0)), LN2, score)
 
 
-@triton.jit
+@jit
 def _emit_inputs(target_logits_ptr, draft_logits_ptr, b64, block, seed, position, temperature, emit_row, residual, V,
                  target_batch_stride, target_row_stride, draft_batch_stride, draft_row_stride, ONE_HOT: tl.constexpr,
                  FP64: tl.constexpr, BLOCK_V: tl.constexpr, ROW_ALIGN: tl.constexpr, FAST_MATH: tl.constexpr):
@@ -638,7 +639,7 @@ def _emit_inputs(target_logits_ptr, draft_logits_ptr, b64, block, seed, position
     return x, y, noise
 
 
-@triton.jit
+@jit
 def _emit_block(x, y, noise, draft_tokens_ptr, b64, block, num_blocks, temperature, emit_row, emit_mode, target_lse,
                 draft_lse, K, B, partial_score_ptr, partial_index_ptr, ONE_HOT: tl.constexpr, FP64: tl.constexpr,
                 BLOCK_V: tl.constexpr, FAST_MATH: tl.constexpr):
@@ -678,7 +679,7 @@ def _emit_block(x, y, noise, draft_tokens_ptr, b64, block, num_blocks, temperatu
                          tl.max(residual, axis=0), first_col, FP64)
 
 
-@triton.jit
+@jit
 def rejection_emit_kernel(
     target_logits_ptr,  # [B, K+1, V] f32|bf16|f16, columns contiguous
     draft_logits_ptr,  # [B, K, V] f32, columns contiguous (unused when ONE_HOT)
@@ -727,7 +728,7 @@ def rejection_emit_kernel(
                     partial_score_ptr, partial_index_ptr, ONE_HOT, FP64, BLOCK_V, FAST_MATH)
 
 
-@triton.jit
+@jit
 def rejection_decide_emit_kernel(
     target_logits_ptr,  # [B, K+1, V] f32|bf16|f16, columns contiguous
     draft_logits_ptr,  # [B, K, V] f32, columns contiguous (unused when ONE_HOT)
@@ -783,7 +784,7 @@ def rejection_decide_emit_kernel(
         ROW_ALIGN, VOCAB_ALIGN, FAST_MATH, BLOCK_K, REDUCE_BLOCK, PDL, False, SEED_WORDS)
 
 
-@triton.jit
+@jit
 def _wait_for_stats(PDL: tl.constexpr, TICKETS: tl.constexpr, stats_arrivals_ptr, stats_programs):
     """Where the decision waits for the stats partials: griddepcontrol.wait under PDL; in
     rejection_one_launch_kernel until all `stats_programs` stats programs have arrived (their
@@ -797,7 +798,7 @@ def _wait_for_stats(PDL: tl.constexpr, TICKETS: tl.constexpr, stats_arrivals_ptr
         dependent_launch(PDL, True)
 
 
-@triton.jit
+@jit
 def _decide_emit_program(
         target_logits_ptr, draft_logits_ptr, draft_tokens_ptr, num_draft_tokens_ptr, seeds_ptr, positions_ptr,
         temperature_ptr, stats_ptr, row_score_ptr, row_index_ptr, V, K, B, target_batch_stride, target_row_stride,
@@ -875,14 +876,14 @@ def _decide_emit_program(
                     FAST_MATH)
 
 
-@triton.jit
+@jit
 def _load_drafts(draft_tokens_ptr, b64, K, BLOCK_K: tl.constexpr):
     """Request b's K draft tokens (-1 past K), for _write_request."""
     rows = tl.arange(0, BLOCK_K)
     return tl.load(draft_tokens_ptr + b64 * K + rows, mask=rows < K, other=-1)
 
 
-@triton.jit
+@jit
 def _write_padding(tokens_ptr, num_sampled_ptr, b64, K, BLOCK_K: tl.constexpr):
     """A padding request's outputs: tokens[b] all -1, num_sampled[b] = 0."""
     rows = tl.arange(0, BLOCK_K)
@@ -890,7 +891,7 @@ def _write_padding(tokens_ptr, num_sampled_ptr, b64, K, BLOCK_K: tl.constexpr):
     tl.store(num_sampled_ptr + b64, 0)
 
 
-@triton.jit
+@jit
 def _write_request(tokens_ptr, num_sampled_ptr, drafts, b64, K, emit_row, emitted, BLOCK_K: tl.constexpr):
     """tokens[b] = accepted drafts (of _load_drafts), the emitted token, then -1; num_sampled[b] = a_b + 1."""
     rows = tl.arange(0, BLOCK_K)
@@ -899,7 +900,7 @@ def _write_request(tokens_ptr, num_sampled_ptr, drafts, b64, K, emit_row, emitte
     tl.store(num_sampled_ptr + b64, emit_row + 1)
 
 
-@triton.jit
+@jit
 def rejection_finish_kernel(
     target_logits_ptr,  # [B, K+1, V]: read only for a row a_b that is greedy because its scaled logits overflow
     draft_tokens_ptr,  # [B, K] i32|i64, contiguous
@@ -937,7 +938,7 @@ def rejection_finish_kernel(
                     STATS_ROW_IN_EMIT, PDL)
 
 
-@triton.jit
+@jit
 def _finish_program(target_logits_ptr, draft_tokens_ptr, emit_row_ptr, emit_mode_ptr, row_score_ptr, row_index_ptr,
                     emit_score_ptr, emit_index_ptr, num_blocks, K, B, V, target_batch_stride, target_row_stride,
                     tokens_ptr, num_sampled_ptr, b, FP64: tl.constexpr, BLOCK_K: tl.constexpr,
@@ -969,7 +970,7 @@ def _finish_program(target_logits_ptr, draft_tokens_ptr, emit_row_ptr, emit_mode
     _write_request(tokens_ptr, num_sampled_ptr, drafts, b64, K, emit_row, emitted, BLOCK_K)
 
 
-@triton.jit
+@jit
 def rejection_one_launch_kernel(
     target_logits_ptr,  # [B, K+1, V] f32|bf16|f16, columns contiguous
     draft_logits_ptr,  # [B, K, V] f32, columns contiguous (unused when ONE_HOT)
@@ -1055,7 +1056,7 @@ def rejection_one_launch_kernel(
             _write_padding(tokens_ptr, num_sampled_ptr, b.to(tl.int64), K, BLOCK_K)
 
 
-@triton.jit
+@jit
 def synthetic_rejection_kernel(
     target_tokens_ptr,  # [B, K+1] i32|i64, contiguous
     draft_tokens_ptr,  # [B, K] i32|i64, contiguous

@@ -12,6 +12,7 @@ Only interpreter-safe operations are used (no libdevice externs), so CPU CI runs
 import triton
 import triton.language as tl
 
+from jsample.kernels.host import jit
 from jsample.reference import stream as _stream_ids
 
 # The stream ids (STREAM.md), defined once in the reference; constexprs so that kernels can use them.
@@ -35,7 +36,7 @@ PHILOX_KEY_A = tl.constexpr(0x9E3779B9)
 PHILOX_KEY_B = tl.constexpr(0xBB67AE85)
 
 
-@triton.jit
+@jit
 def _wide_multiply(a, MULTIPLIER: tl.constexpr, FAST_MATH: tl.constexpr):
     """(high, low) 32-bit halves of the 64-bit product a * MULTIPLIER (a uint32 block).
 
@@ -51,7 +52,7 @@ def _wide_multiply(a, MULTIPLIER: tl.constexpr, FAST_MATH: tl.constexpr):
         return tl.umulhi(a, MULTIPLIER), tl.mul(a, MULTIPLIER, sanitize_overflow=False)
 
 
-@triton.jit
+@jit
 def philox(seed, c0, c1, c2, c3, FAST_MATH: tl.constexpr = False):
     """Philox4x32-10 of counter (c0, c1, c2, c3) (uint32 blocks) under the 64-bit key `seed` (an int64
     scalar, taken as two's complement): the words of Triton's tl.philox(seed, c0, c1, c2, c3, 10)."""
@@ -70,7 +71,7 @@ def philox(seed, c0, c1, c2, c3, FAST_MATH: tl.constexpr = False):
     return c0, c1, c2, c3
 
 
-@triton.jit
+@jit
 def philox_block(seed, position, calls, STREAM: tl.constexpr, FAST_MATH: tl.constexpr = False):
     """Four uint32 words per call index in `calls` (a uint32 block) for one (seed, position, stream).
 
@@ -89,7 +90,7 @@ def seed_word_count(seeds_shape) -> int:
     return 2 if len(seeds_shape) == 2 else 1
 
 
-@triton.jit
+@jit
 def load_seed(seeds_ptr, row, SEED_WORDS: tl.constexpr):
     """The 64-bit seed of request `row` as an int64 scalar: element `row` of an [B] i32|u32|i64 array
     (its value), or with SEED_WORDS = 2 the (low, high) uint32 words of row `row` of a [B, 2] array
@@ -103,20 +104,20 @@ def load_seed(seeds_ptr, row, SEED_WORDS: tl.constexpr):
         return tl.load(seeds_ptr + row).to(tl.int64)
 
 
-@triton.jit
+@jit
 def uniform_f32(word):
     """uint32 word -> fp32 uniform in [2**-32, 1 - 2**-24]: round-to-nearest, exact scaling."""
     u = word.to(tl.float32) * TWO_POW_M32
     return tl.minimum(tl.maximum(u, TWO_POW_M32), ONE_MINUS_TWO_POW_M24)
 
 
-@triton.jit
+@jit
 def uniform_f64(lo, hi):
     """Two uint32 words -> fp64 uniform in [2**-64, 1 - 2**-53]."""
     return uniform_f64_of_bits((hi.to(tl.uint64) << 32) | lo.to(tl.uint64))
 
 
-@triton.jit
+@jit
 def uniform_f64_of_bits(bits):
     """uniform_f64 of the words as one uint64 (hi << 32 | lo)."""
     u = bits.to(tl.float64) * TWO_POW_M64
@@ -126,7 +127,7 @@ def uniform_f64_of_bits(bits):
     return tl.minimum(tl.maximum(u, TWO_POW_M64), largest)
 
 
-@triton.jit
+@jit
 def log2_approx(x):
     """lg2.approx.ftz (GPU only, FAST_MATH): log2 of a positive *normal* FP32 x (relative error
     ~2**-22): 1.6x faster sampling than libdevice's logf (benchmarks/results/
@@ -138,7 +139,7 @@ def log2_approx(x):
                                      pack=1)
 
 
-@triton.jit
+@jit
 def exp2_approx(x):
     """ex2.approx.ftz (GPU only, FAST_MATH): 2**x in FP32. tl.exp's ex2 also fixes up subnormal
     results, three more instructions per call for values below 2**-126 that nobody needs here."""
@@ -146,7 +147,7 @@ def exp2_approx(x):
                                      pack=1)
 
 
-@triton.jit
+@jit
 def neg_log1p_neg(u, FP64: tl.constexpr):
     """-log1p(-u) for 0 < u < 1, accurate for small u where log(1 - u) would lose all bits.
 
@@ -162,7 +163,7 @@ def neg_log1p_neg(u, FP64: tl.constexpr):
         return tl.where(u < 0.015625, series, -tl.log(1.0 - u))
 
 
-@triton.jit
+@jit
 def fp64_words_block(seed, position, first_col, STREAM: tl.constexpr, BLOCK_V: tl.constexpr,
                      FAST_MATH: tl.constexpr = False):
     """The (lo, hi) words of the FP64 uniforms of columns first_col .. first_col + BLOCK_V - 1, in
@@ -173,7 +174,7 @@ def fp64_words_block(seed, position, first_col, STREAM: tl.constexpr, BLOCK_V: t
     return tl.interleave(w0, w2), tl.interleave(w1, w3)
 
 
-@triton.jit
+@jit
 def uniform_at(seed, position, cols, STREAM: tl.constexpr, FP64: tl.constexpr, FAST_MATH: tl.constexpr = False):
     """uniform_block's uniforms at the columns `cols` (a block of int32 columns >= 0, in any order): a
     Philox call per column, for a few scattered columns (filtered.py's candidate lists)."""
@@ -187,7 +188,7 @@ def uniform_at(seed, position, cols, STREAM: tl.constexpr, FP64: tl.constexpr, F
         return uniform_f32(tl.where(j == 0, w0, tl.where(j == 1, w1, tl.where(j == 2, w2, w3))))
 
 
-@triton.jit
+@jit
 def uniform_block(seed, position, first_col, STREAM: tl.constexpr, BLOCK_V: tl.constexpr, FP64: tl.constexpr,
                   FAST_MATH: tl.constexpr = False):
     """Uniforms of columns first_col .. first_col + BLOCK_V - 1, in column order.
@@ -204,7 +205,7 @@ def uniform_block(seed, position, first_col, STREAM: tl.constexpr, BLOCK_V: tl.c
         return uniform_f32(tl.interleave(tl.interleave(w0, w2), tl.interleave(w1, w3)))
 
 
-@triton.jit
+@jit
 def gumbel_noise(u, FP64: tl.constexpr, FAST_MATH: tl.constexpr = False):
     """g(u) = -log(-log1p(-u)): the large-noise tail (small u) keeps full resolution.
     FAST_MATH applies to FP32 only (FP64 always uses the accurate log)."""
@@ -219,7 +220,7 @@ def gumbel_noise(u, FP64: tl.constexpr, FAST_MATH: tl.constexpr = False):
         return -tl.log(neg_log1p_neg(u, FP64))
 
 
-@triton.jit
+@jit
 def fp64_noise_in_fp32(lo, hi, FAST_MATH: tl.constexpr = False):
     """(g, bound): the FP64 noise g(u) of the uniform with words (lo, hi) (gumbel_noise(uniform_f64(lo,
     hi), FP64=True)), evaluated in FP32, and a bound on its error: |g - g64| <= bound. A shortlist
@@ -240,7 +241,7 @@ def fp64_noise_in_fp32(lo, hi, FAST_MATH: tl.constexpr = False):
     return g, tl.where(extreme, float("inf"), bound)
 
 
-@triton.jit
+@jit
 def fp64_noise_estimate(lo, hi, FAST_MATH: tl.constexpr = False):
     """(g, extreme): fp64_noise_in_fp32's noise, and where its bound is +inf (u < 2**-17 or
     1 - u < 2**-20). Elsewhere |g| < 11.8 (g(2**-17) = 11.78, g(1 - 2**-20) = -2.63), so the bound is
@@ -260,7 +261,7 @@ def fp64_noise_estimate(lo, hi, FAST_MATH: tl.constexpr = False):
     return g, (hi < 32768) | (hi >= 4294963200)
 
 
-@triton.jit
+@jit
 def philox_words_kernel(
     seeds_ptr,  # [N] i64, the key of each draw
     positions_ptr,  # [N] i64
@@ -286,7 +287,7 @@ def philox_words_kernel(
     tl.store(out + 3, w3)
 
 
-@triton.jit
+@jit
 def uniforms_kernel(
     seeds_ptr,  # [B] i32|u32|i64
     positions_ptr,  # [B] i32|i64
@@ -312,7 +313,7 @@ def uniforms_kernel(
     tl.store(noise_ptr + offsets, noise, mask=cols < V)
 
 
-@triton.jit
+@jit
 def scattered_uniforms_kernel(
     seeds_ptr,  # [B] i64
     positions_ptr,  # [B] i64
@@ -334,7 +335,7 @@ def scattered_uniforms_kernel(
     tl.store(uniforms_ptr + offsets, u, mask=inside)
 
 
-@triton.jit
+@jit
 def fp64_noise_bound_kernel(
     lo_ptr,  # [N] u32 words
     hi_ptr,  # [N] u32 words
