@@ -2,7 +2,7 @@
 # Every GPU result in benchmarks/results/, in one command on a CUDA machine (the device image lacks
 # jax-triton: see benchmarks/results/README.md). Writes to $OUT (default benchmarks/results).
 #   bash benchmarks/run_gpu.sh [tests] [multi] [bench] [eager] [loop] [rejection] [filtered] [variants] [digest]
-#                              [digest_filtered] [compile] [padding]
+#                              [digest_filtered] [compile] [padding] [digest_ab] [second_process]
 #   (default: tests bench)
 # `multi` needs two or more GPUs.
 set -uo pipefail
@@ -11,7 +11,7 @@ OUT=${OUT:-benchmarks/results}
 SHA=$(cat GIT_SHA 2>/dev/null || git rev-parse HEAD)
 export XLA_PYTHON_CLIENT_PREALLOCATE=false PYTHONUNBUFFERED=1
 steps=${*:-tests bench}
-mkdir -p "$OUT"
+mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd)
 for step in $steps; do
   case $step in
     tests)  # -v: a line a test as it ends, so that failures stay named when xdist's teardown hangs past the timeout
@@ -66,6 +66,20 @@ for step in $steps; do
           > "$OUT/compare_gpu_V${V}_filtered.txt" 2>&1
         tail -n 2 "$OUT/compare_gpu_V${V}_filtered.txt"
       done ;;
+    digest_ab)  # every op's GPU tokens at this checkout and at BASE (default .base), each vocabulary in its own
+      # process, all at once; merge and compare the parts afterwards with benchmarks/merge_digests.py
+      mkdir -p "$OUT/digest"
+      for V in 1 37 32000 151936; do
+        timeout -s INT 400 python3 benchmarks/token_digest.py --size gpu --only "V=$V " --out "$OUT/digest/head_V$V.json" \
+          > "$OUT/digest/head_V$V.log" 2>&1 &
+        if [ -d "${BASE:-.base}" ]; then
+          (cd "${BASE:-.base}" && timeout -s INT 400 python3 benchmarks/token_digest.py --size gpu --only "V=$V " \
+            --out "$OUT/digest/base_V$V.json" > "$OUT/digest/base_V$V.log" 2>&1) &
+        fi
+      done
+      wait; tail -qn 1 "$OUT"/digest/*.log ;;
+    second_process)  # does a second process reuse what precompile compiled? (issue 39: under 1 s)
+      bash benchmarks/lab/diag_second_process.sh > "$OUT/second_process.txt" 2>&1; tail -n 12 "$OUT/second_process.txt" ;;
     digest)  # every op's tokens over benchmarks/token_digest.py's grid: compare with results/digest/
       python3 benchmarks/token_digest.py --size gpu --out "$OUT/token_digest_gpu.json" > "$OUT/token_digest_gpu_log.txt" 2>&1
       tail -n 1 "$OUT/token_digest_gpu_log.txt" ;;
