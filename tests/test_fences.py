@@ -98,8 +98,10 @@ def test_torch_fast_path_switch_and_version_check():
 
 def test_torch_public_launch_path_gives_the_same_tokens():
     code = ("import torch, torch_backend\n"
-            "x = torch.randn(4, 300, generator=torch.Generator().manual_seed(0))\n"
-            "t = torch_backend.top_k_top_p_sample(x, torch.tensor([1, 2, 3, 4]), torch.tensor([0, 5, 9, 2]), 0.8, top_k=9)\n"
+            "d = 'cuda' if torch.cuda.is_available() else 'cpu'\n"
+            "x = torch.randn(4, 300, generator=torch.Generator().manual_seed(0)).to(d)\n"
+            "t = torch_backend.top_k_top_p_sample(x, torch.tensor([1, 2, 3, 4], device=d),\n"
+            "                                     torch.tensor([0, 5, 9, 2], device=d), 0.8, top_k=9)\n"
             "print(t.tolist())\n")
     assert _run(code, JSAMPLE_TORCH_LAUNCH="triton") == _run(code, JSAMPLE_TORCH_LAUNCH="direct")
 
