@@ -187,7 +187,7 @@ def test_precompile_workers_make_the_calls(tmp_path):
             "r = torch_backend.precompile([64], ['float32'], ops=['gumbel_sample', 'synthetic_rejection_sample'],"
             " max_batch=3, device='cpu', workers=2)\n"
             "print(len(r.cases), r.kernels)\n")
-    env = {**__import__("os").environ, "JSAMPLE_PRECOMPILE_INTERPRETED": "1"}
+    env = {**__import__("os").environ, "JSAMPLE_PRECOMPILE_INTERPRETED": "1", "JSAMPLE_INTERPRET": "1"}  # GPU too
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600, env=env)
     assert result.returncode == 0 and "worker process failed" not in result.stderr, result.stderr[-3000:]
     calls, kernels_ = map(int, result.stdout.split())

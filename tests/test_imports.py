@@ -121,8 +121,8 @@ def test_import_and_calls_change_nothing_they_do_not_own(triton_interpret, tmp_p
     is the same kind of object and (where it can run: interpreted, or on a GPU) gives the same result,
     also after jsample's kernels ran."""
     env = {name: value for name, value in os.environ.items() if name not in ("TRITON_INTERPRET", "JSAMPLE_INTERPRET")}
-    if triton_interpret:
-        env["TRITON_INTERPRET"] = triton_interpret
+    if triton_interpret:  # (on a GPU machine too: CPU arrays, which the interpreter runs)
+        env.update(TRITON_INTERPRET=triton_interpret, JAX_PLATFORMS="cpu")
     script = tmp_path / "user_program.py"  # @triton.jit needs its function's source file
     script.write_text(_SNAPSHOT + _USER_KERNEL +
          "before = triton.jit(row_max)\n"
