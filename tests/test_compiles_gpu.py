@@ -33,8 +33,7 @@ def test_torch_after_precompile_no_batch_size_compiles(compile_count):
     report = torch_backend.precompile([V], ["bfloat16"], ops=["gumbel_sample", "top_k_top_p_sample"],
                                       flags=[dict(top_k=True, top_p=True)], max_batch=128)
     assert report.compiled and report.kernels >= 3
-    assert len(compile_count) > 0  # it compiled (a fresh process's cache may hold some: the hook counts compiles)
-    compile_count.clear()
+    compile_count.clear()  # (whether precompile compiled here depends on what this process ran before)
     for b in BATCHES:
         logits = torch.randn(b, V, device="cuda").to(torch.bfloat16)
         seeds = torch.arange(b, device="cuda", dtype=torch.int64)
