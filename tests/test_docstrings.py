@@ -22,3 +22,16 @@ def test_docstring_example_runs(function):
     for test in tests:
         runner.run(test)
     assert runner.summarize(verbose=False).failed == 0
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_each_op_is_declared_once_for_both_frontends(op):
+    """Both frontends show the one text of jsample.ops, each its own side of the frontend-specific passages;
+    the outputs' shapes come from there too (the torch fakes, JAX's empty batch)."""
+    from jsample import ops
+
+    for name, frontend in (("torch", torch_backend), ("jax", jsample)):
+        assert getattr(frontend, op).__doc__ == ops.docstring(op, name)
+    assert "{{" not in ops.docstring(op, "torch") and "||" not in ops.docstring(op, "jax")
+    assert ops.docstring(op, "torch") != ops.docstring(op, "jax")  # (the examples differ)
+    assert [dtype for _, dtype in ops.output_shapes(op, 3, 5)] == ["int32"] * len(ops.output_shapes(op, 3, 5))

@@ -4,6 +4,7 @@ import numpy as np
 import torch
 
 from jsample import kernels
+from jsample.ops import output_shapes
 from jsample.validation import ArraySpec, check_num_valid, check_same_device
 
 
@@ -113,6 +114,11 @@ def temperature_value(temperature, batch: int, device):
     if not isinstance(temperature, torch.Tensor) and device.type == "cuda" and not kernels.INTERPRETER:
         return float(temperature)
     return temperature_array(temperature, batch, device)
+
+
+def empty_outputs(op: str, like: torch.Tensor, batch: int, rows: int = 1):
+    """`op`'s outputs (jsample.ops.output_shapes), uninitialised, on `like`'s device: a fake's result."""
+    return tuple(like.new_empty(shape, dtype=getattr(torch, dtype)) for shape, dtype in output_shapes(op, batch, rows))
 
 
 def float32_logits(tensor):

@@ -5,68 +5,16 @@ from typing import Optional
 import torch
 
 from jsample import kernels
+from jsample.ops import docstring
 from jsample.validation import check_rejection_sample, check_synthetic_rejection_sample, rates_from_list
 from torch_backend import _execute as execute
-from torch_backend._launch import (dense, float32_logits, row_valid, temperature_array, temperature_value, traced,
-                                   validate)
+from torch_backend._launch import (dense, empty_outputs, float32_logits, row_valid, temperature_array,
+                                   temperature_value, traced, validate)
 
 
 def rejection_sample(target_logits, draft_tokens, num_draft_tokens, seeds, positions, temperature, *,
                      draft_logits=None, method="probabilistic", fp64=False, num_valid=None):
-    """Speculative-decoding verification: accept a prefix of the drafts, then emit one target token.
-
-    Row j of request b (j = 0..K) is drawn at position positions[b] + j (STREAM.md, "Rejection
-    sampling"). With p = softmax(target_logits[b, j] / T_b) and q = softmax(draft_logits[b, j] / T_b)
-    (q one-hot on the draft when `draft_logits` is None):
-
-    * method="probabilistic": draft d_j is accepted iff u_j < p(d_j) / q(d_j), u_j the stream-2
-      uniform of row j. At the first rejected row a the emitted token is
-      argmax_k (log r_k + g_k), r = max(p - q, 0) (p without d_a for one-hot drafts; p itself if r
-      is all zero), g the stream-0 Gumbel noise of row a. So the emitted tokens are distributed as the
-      target model's (the speculative-sampling theorem) when the drafts were sampled from q.
-    * method="strict": d_j is accepted iff it equals the stream-0 Gumbel-max sample of row j; at the
-      first rejection that sample is emitted.
-    * Rows of a request with T_b < 1e-5, and rows whose scaled logits overflow float32 (the target's,
-      or for a decision row the draft's: docs/STREAM.md), are greedy under either method: accept iff d_j == argmax_k
-      target_logits[b, j, k]; emit that argmax at the first rejection.
-    * All n_b drafts accepted: the bonus token is the stream-0 Gumbel-max sample of row n_b, equal to
-      `gumbel_sample(target_logits[:, n_b], seeds, positions + n_b, temperature)`.
-
-    Determinism: a request's outputs depend only on its own rows, seed, position, temperature, n_b,
-    method and `fp64`: not on the batch, row order, strides or CUDA graphs; they equal
-    `jsample.rejection_sample`'s bit for bit. No host synchronisation; every decision is made by the
-    shared Triton kernels.
-
-    Args:
-        target_logits: [B, K+1, V] float32, bfloat16 or float16; columns are made contiguous.
-        draft_tokens: [B, K] int32 or int64 (read as such, never narrowed). Entries at j >= n_b are
-            ignored; a draft outside [0, V) is always rejected.
-        num_draft_tokens: [B] int32 or int64, n_b in [0, K] (unchecked; values outside are clamped).
-        seeds: as `gumbel_sample`: [B] int32, uint32 or int64, or [B, 2] (low, high) 32-bit words.
-        positions: [B] int32 or int64, the position of row 0 (>= 0, unchecked).
-        temperature: as `gumbel_sample`: a number in [0, 3.4e38], or a [B] or scalar tensor of any float
-            dtype (values unchecked: below 1e-5, negative and NaN are greedy).
-        draft_logits: [B, K, V] float32, or None for one-hot drafts. Ignored by method="strict".
-        method: "probabilistic" or "strict".
-        fp64: FP64 softmax, ratios, uniforms and scores instead of FP32.
-        num_valid: None, or the number of valid requests: an int in [0, B] or an int32 / int64 scalar
-            array (unchecked); requests at or past it are padding: every token -1, num_sampled 0, their
-            logits not read. The valid requests' outputs do not change.
-
-    Returns:
-        tokens: [B, K+1] int32 — the accepted drafts, the emitted token, then -1 (the emitted token is
-            -1 when its row has no finite logit).
-        num_sampled: [B] int32, accepted drafts + 1.
-
-    Example:
-        >>> import torch, torch_backend
-        >>> target = torch.zeros(1, 3, 4)  # B = 1, K = 2, V = 4
-        >>> target[0, :, 2] = 5.0  # every row prefers token 2
-        >>> tokens, num_sampled = torch_backend.rejection_sample(
-        ...     target, torch.tensor([[2, 2]]), torch.tensor([2]), torch.tensor([0]), torch.tensor([0]), 0.0)
-        >>> tokens.tolist(), num_sampled.tolist()  # greedy: both drafts accepted, then the bonus token
-        ([[2, 2, 2]], [3])
-    """
+    # Docstring: jsample.ops (one text for both frontends).
     arguments = dict(target_logits=target_logits, draft_tokens=draft_tokens, num_draft_tokens=num_draft_tokens,
                      seeds=seeds, positions=positions, temperature=temperature, draft_logits=draft_logits)
     call = None
@@ -91,6 +39,9 @@ def rejection_sample(target_logits, draft_tokens, num_draft_tokens, seeds, posit
                                     draft_logits, method == "strict", fp64, valid)
     return _rejection_sample(target_logits, *requests, temperature_value(temperature, batch, device), draft_logits,
                              method == "strict", fp64, valid, call, arguments)
+
+
+rejection_sample.__doc__ = docstring("rejection_sample", "torch")
 
 
 def _rejection_sample(target_logits, draft_tokens, num_draft_tokens, seeds, positions, temperature, draft_logits, strict,
@@ -120,51 +71,12 @@ def _rejection_sample_op(target_logits: torch.Tensor, draft_tokens: torch.Tensor
 def _(target_logits, draft_tokens, num_draft_tokens, seeds, positions, temperature, draft_logits, strict, fp64,
       valid=None):
     batch, rows, _ = target_logits.shape
-    return (target_logits.new_empty(batch, rows, dtype=torch.int32),
-            target_logits.new_empty(batch, dtype=torch.int32))
+    return empty_outputs("rejection_sample", target_logits, batch, rows)
 
 
 def synthetic_rejection_sample(target_tokens, draft_tokens, num_draft_tokens, seeds, positions, conditional_rates, *,
                                fp64=False, num_valid=None):
-    """Rejection with prescribed acceptance rates (benchmarking a serving stack at a chosen acceptance).
-
-    Draft j of request b is accepted iff u_j < conditional_rates[(b,) j], u_j the stream-2 uniform
-    (call 0) at position positions[b] + j (STREAM.md). At the first rejected row a (a = n_b when all
-    are accepted) the emitted token is target_tokens[b, a]. So P(a_b > j) = prod_{i <= j} c_i, the
-    unconditional rate of position j (see `jsample.rates`).
-
-    Determinism: as `rejection_sample`; equal to `jsample.synthetic_rejection_sample` bit for bit.
-    Changing the rate values never recompiles (they are read on the device).
-
-    Args:
-        target_tokens: [B, K+1] int32 or int64 (torch.argmax's), the target's sampled token of each row (e.g.
-            gumbel_sample's); read as int64: a value beyond int32 is no token id and emits -1.
-        draft_tokens: [B, K] int32 or int64 (read as such: an int64 draft beyond the int32 range is
-            never accepted; entries at j >= n_b ignored).
-        num_draft_tokens: [B] int32 or int64, n_b in [0, K] (unchecked; clamped).
-        seeds: as `gumbel_sample`: [B] int32, uint32 or int64, or [B, 2] (low, high) 32-bit words.
-        positions: [B] int32 or int64, the position of row 0.
-        conditional_rates: float32 [K] (one schedule) or [B, K] (one per request), values in [0, 1]
-            (unchecked: reading them would synchronise); a float64 tensor is rounded to float32, and a
-            list of numbers (`jsample.unconditional_to_conditional_rates` gives one) is copied to
-            the device as float32 at each call.
-        fp64: FP64 uniforms (compared with the rates widened to FP64).
-        num_valid: None, or the number of valid requests: an int in [0, B] or an int32 / int64 scalar
-            array (unchecked); requests at or past it are padding: every token -1, num_sampled 0, their
-            logits not read. The valid requests' outputs do not change.
-
-    Returns:
-        tokens [B, K+1] int32 (accepted drafts, the emitted token, then -1) and num_sampled [B] int32.
-
-    Example:
-        >>> import jsample, torch, torch_backend
-        >>> rates = jsample.unconditional_to_conditional_rates([1.0, 0.0])  # draft 0 always accepted, draft 1 never
-        >>> tokens, num_sampled = torch_backend.synthetic_rejection_sample(
-        ...     torch.tensor([[10, 11, 12]], dtype=torch.int32), torch.tensor([[5, 6]]), torch.tensor([2]),
-        ...     torch.tensor([0]), torch.tensor([0]), rates)
-        >>> tokens.tolist(), num_sampled.tolist()  # draft 5, then the target's token of row 1
-        ([[5, 11, -1]], [2])
-    """
+    # Docstring: jsample.ops (one text for both frontends).
     op = "synthetic_rejection_sample"
     if isinstance(conditional_rates, (list, tuple)):
         rates = torch.from_numpy(rates_from_list(op, conditional_rates))
@@ -185,6 +97,9 @@ def synthetic_rejection_sample(target_tokens, draft_tokens, num_draft_tokens, se
     if traced(target_tokens):
         return _synthetic_rejection_sample_op(*args)
     return _synthetic_rejection_sample(*args, call, arguments)
+
+
+synthetic_rejection_sample.__doc__ = docstring("synthetic_rejection_sample", "torch")
 
 
 def _synthetic_rejection_sample(target_tokens, draft_tokens, num_draft_tokens, seeds, positions, conditional_rates, fp64,
@@ -210,5 +125,4 @@ def _synthetic_rejection_sample_op(target_tokens: torch.Tensor, draft_tokens: to
 @_synthetic_rejection_sample_op.register_fake
 def _(target_tokens, draft_tokens, num_draft_tokens, seeds, positions, conditional_rates, fp64, valid=None):
     batch, rows = target_tokens.shape
-    return (target_tokens.new_empty(batch, rows, dtype=torch.int32),
-            target_tokens.new_empty(batch, dtype=torch.int32))
+    return empty_outputs("synthetic_rejection_sample", target_tokens, batch, rows)

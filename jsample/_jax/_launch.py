@@ -14,6 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jsample._jax import _host_call, _ptx
+from jsample.ops import output_shapes
 from jsample.validation import ArraySpec
 
 _jax_triton = None
@@ -134,6 +135,11 @@ def row_valid(op: str, num_valid, batch: int):
         return None
     check_num_valid(op, spec(op, "num_valid", num_valid), batch)
     return (jnp.arange(batch) < jnp.asarray(num_valid).reshape(())).astype(jnp.int32)
+
+
+def empty_outputs(op: str, batch: int, rows: int = 1):
+    """`op`'s outputs (jsample.ops.output_shapes) for an empty batch."""
+    return tuple(jnp.zeros(shape, dtype) for shape, dtype in output_shapes(op, batch, rows))
 
 
 def logits_array(value) -> jax.Array:

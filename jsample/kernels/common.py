@@ -11,7 +11,6 @@ overflows float32; a block that finds the overflow stores its column as -1 - col
 step then takes the row's greedy argmax itself (`greedy_argmax_row`: only such rows pay for it).
 """
 
-import triton
 import triton.language as tl
 
 from jsample.kernels.host import jit

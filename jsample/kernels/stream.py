@@ -9,7 +9,6 @@ so tokens cannot depend on the launch configuration.
 Only interpreter-safe operations are used (no libdevice externs), so CPU CI runs this very source.
 """
 
-import triton
 import triton.language as tl
 
 from jsample.kernels.host import jit
