@@ -66,16 +66,19 @@ for step in $steps; do
           > "$OUT/compare_gpu_V${V}_filtered.txt" 2>&1
         tail -n 2 "$OUT/compare_gpu_V${V}_filtered.txt"
       done ;;
-    digest_ab)  # every op's GPU tokens at this checkout and at BASE (default .base), each vocabulary in its own
-      # process, all at once; merge and compare the parts afterwards with benchmarks/merge_digests.py
+    digest_ab)  # every op's GPU tokens at this checkout and at BASE (if present), in parallel processes (a vocabulary
+      # and a group of cases each); merge and compare the parts afterwards with benchmarks/merge_digests.py
       mkdir -p "$OUT/digest"
       for V in 1 37 32000 151936; do
-        timeout -s INT 400 python3 benchmarks/token_digest.py --size gpu --only "V=$V " --out "$OUT/digest/head_V$V.json" \
-          > "$OUT/digest/head_V$V.log" 2>&1 &
-        if [ -d "${BASE:-.base}" ]; then
-          (cd "${BASE:-.base}" && timeout -s INT 400 python3 benchmarks/token_digest.py --size gpu --only "V=$V " \
-            --out "$OUT/digest/base_V$V.json" > "$OUT/digest/base_V$V.log" 2>&1) &
-        fi
+        for group in float32 bfloat16 K=; do
+          part="V${V}_${group%=}"
+          timeout -s INT ${DIGEST_TIMEOUT:-540} python3 benchmarks/token_digest.py --size gpu --only "V=$V $group" \
+            --out "$OUT/digest/head_$part.json" > "$OUT/digest/head_$part.log" 2>&1 &
+          if [ -d "${BASE:-.base}" ]; then
+            (cd "${BASE:-.base}" && timeout -s INT ${DIGEST_TIMEOUT:-540} python3 benchmarks/token_digest.py --size gpu \
+              --only "V=$V $group" --out "$OUT/digest/base_$part.json" > "$OUT/digest/base_$part.log" 2>&1) &
+          fi
+        done
       done
       wait; tail -qn 1 "$OUT"/digest/*.log ;;
     second_process)  # does a second process reuse what precompile compiled? (issue 39: under 1 s)
