@@ -112,3 +112,16 @@ def test_describe_says_what_runs():
     found = jsample.describe()
     for key in ("triton", "kernels", "torch_launch", "jax_cpu_path"):
         assert found[key], key
+
+
+def test_torch_c_entry_points_only_with_the_fast_path():
+    """The executor's per-call questions (capturing? which device?) take torch's C entry points only on the fast
+    path and where this torch has them (its CUDA builds); otherwise the public functions, which the token test
+    above then exercises."""
+    code = ("import torch, torch_backend\n"
+            "from torch_backend import _fast_path as f\n"
+            "c = [getattr(torch._C, n, None) for n in ('_cuda_isCurrentStreamCapturing', '_cuda_getDevice')]\n"
+            "print(all(c), f.stream_capturing is c[0] and f.current_device is c[1])\n")
+    has_c, uses_c = _run(code, JSAMPLE_TORCH_LAUNCH="direct").split()
+    assert uses_c == has_c
+    assert _run(code, JSAMPLE_TORCH_LAUNCH="triton").split()[1] == "False"

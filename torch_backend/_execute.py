@@ -150,9 +150,9 @@ def replay(op: str, arguments: dict, flags: tuple, planner):
             except (TypeError, RuntimeError):  # not a signature this torch's guards take: keys only
                 _LAST.clear()
                 _TensorGuards = None
-    if torch._C._len_torch_dispatch_stack() > 0 or torch._C._cuda_isCurrentStreamCapturing():
+    if _fast_path.dispatch_modes() > 0 or _fast_path.stream_capturing():
         return None, call_key(op, arguments, flags)
-    if entry.launches is not None and not _launch_hooks() and torch._C._cuda_getDevice() == entry.device_index:
+    if entry.launches is not None and not _launch_hooks() and _fast_path.current_device() == entry.device_index:
         env = [value.data_ptr() if type(value) is torch.Tensor else value for value in entry.given(arguments)]
         misaligned = 0
         for slot in entry.tensor_slots:
@@ -312,12 +312,12 @@ def run(plan: Plan, device: torch.device, inputs: dict, remember: tuple = None) 
     """The plan's outputs, computed from `inputs` (name -> tensor or number, on `device`). With
     `remember` = (validated call key, the user's arguments, planning function), an eager call whose
     tensors reached the plan unchanged is remembered for `replay`."""
-    if device.type != "cuda" or not DIRECT_LAUNCHES or not plan.launches or torch._C._cuda_isCurrentStreamCapturing():
+    if device.type != "cuda" or not DIRECT_LAUNCHES or not plan.launches or _fast_path.stream_capturing():
         return _run_general(plan, device, inputs)
     if remember is not None and remember[0] is not None:
         _remember(*remember, plan, device, inputs)
     recipe = _recipe(plan)
-    current = torch._C._cuda_getDevice()
+    current = _fast_path.current_device()
     if device.index is not None and device.index != current:
         with torch.cuda.device(device):
             return _run_eager(plan, recipe, device, device.index, inputs)

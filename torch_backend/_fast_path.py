@@ -46,6 +46,25 @@ if ENABLED:
         TensorGuards = None
 
 
+# torch's C entry points for the per-call questions of the executor (the public functions add Python frames to
+# every call): the fast path's, where they exist; the public functions otherwise. The dispatch-mode count has
+# no public form: where torch lacks it, every call counts as traced (the custom op's path, always correct).
+import torch  # noqa: E402
+
+_C_NAMES = ("_cuda_isCurrentStreamCapturing", "_cuda_getDevice")
+if ENABLED and all(callable(getattr(torch._C, name, None)) for name in _C_NAMES):
+    stream_capturing, current_device = torch._C._cuda_isCurrentStreamCapturing, torch._C._cuda_getDevice
+else:
+    def stream_capturing() -> bool:
+        return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
+
+    current_device = torch.cuda.current_device
+dispatch_modes = getattr(torch._C, "_len_torch_dispatch_stack", None)
+if not callable(dispatch_modes):
+    def dispatch_modes() -> int:
+        return 1
+
+
 def path() -> str:
     """Which launch path eager torch calls take."""
     if not ENABLED:

@@ -6,6 +6,7 @@ import torch
 from jsample import kernels
 from jsample.ops import output_shapes
 from jsample.validation import ArraySpec, check_num_valid, check_same_device
+from torch_backend import _fast_path
 
 
 def spec(value):
@@ -151,4 +152,4 @@ def traced(tensor: torch.Tensor) -> bool:
     an op runs through its custom op, which tracing sees as one opaque call; eager calls skip the
     dispatcher and run their plan directly."""
     return (torch.compiler.is_compiling() or type(tensor) is not torch.Tensor
-            or torch._C._len_torch_dispatch_stack() > 0)
+            or _fast_path.dispatch_modes() > 0)

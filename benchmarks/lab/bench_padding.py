@@ -42,12 +42,17 @@ def main():
             target[:b], drafts[:b], counts[:b], seeds[:b], positions[:b], temperature[:b], num_valid=nv)[0],
     }
     print(f"{torch.cuda.get_device_name()}, V = {V} bf16; us (CUDA graph, median)")
-    print(f"{'op':22s} {'B=16':>8s} {'B=256':>8s} {'B=256, num_valid=16':>20s} {'ratio to B=16':>14s}")
+    full = torch.tensor(256, device="cuda")
+    print(f"{'op':22s} {'B=16':>8s} {'B=256':>8s} {'B=256, num_valid=16':>20s} {'ratio to B=16':>14s}"
+          f" {'B=256, num_valid=256':>21s} {'ratio to B=256':>15s}")
     for name, op in ops.items():
         small, padded = op(16, None), op(256, n)
         assert torch.equal(padded[:16], small) and bool((padded[16:] == -1).all()), name
+        assert torch.equal(op(256, full), op(256, None)), name
         us16, us256, us_padded = graph_us(lambda: op(16, None)), graph_us(lambda: op(256, None)), graph_us(lambda: op(256, n))
-        print(f"{name:22s} {us16:8.1f} {us256:8.1f} {us_padded:20.1f} {us_padded / us16:14.2f}")
+        us_full = graph_us(lambda: op(256, full))
+        print(f"{name:22s} {us16:8.1f} {us256:8.1f} {us_padded:20.1f} {us_padded / us16:14.2f} {us_full:21.1f}"
+              f" {us_full / us256:15.2f}")
 
 
 if __name__ == "__main__":

@@ -279,7 +279,9 @@ def plan_gumbel_sample(logits: ArgSpec, seeds: ArgSpec, target: Target, *, fp64:
     config = gumbel_launch_config(vocab, row_stride, fp64, fast_math=not target.interpreter,
                                   large_programs=target.large_programs)
     one_launch = target.arrival_counters and batch * config.num_blocks <= ONE_LAUNCH_MAX_PROGRAMS
-    if not one_launch and not target.large_programs:
+    if not one_launch and not target.large_programs and not row_valid:
+        # (with padding rows, the large blocks: a padding row's programs only read its flag, and there are
+        # 8x fewer of them; all rows valid, 5-10% slower: benchmarks/lab/bench_padding.py)
         config = many_rows_config(config, vocab)
     intervals = fp64 and not one_launch and batch * config.num_blocks >= FP64_INTERVALS_MIN_PROGRAMS
     words = fp64_partial_words(config.num_blocks) if intervals else config.num_blocks * (2 if fp64 else 1)
