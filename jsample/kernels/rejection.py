@@ -1129,12 +1129,8 @@ def plan_rejection_sample(target_logits: ArgSpec, draft_logits: ArgSpec, seeds: 
     fused = config.decide_num_warps == config.num_warps and k <= 1  # rejection_one_launch_kernel's condition
     if variant is None:
         variant = "four launches"
-        # With padding rows, always (a padding row's programs then only read its flag, where the four launches'
-        # decide launch runs every row's: benchmarks/lab/bench_padding.py). Not in the interpreter: programs cost
-        # there, launches don't.
-        if (decide_in_emit(batch, config) or row_valid) and not target.large_programs:
-            one = target.launch_bound and fused and decide_in_emit(batch, config)
-            variant = "one launch" if one else "three launches"
+        if decide_in_emit(batch, config) and not target.large_programs:  # the interpreter: programs cost, launches don't
+            variant = "one launch" if target.launch_bound and fused else "three launches"
     if variant not in REJECTION_VARIANTS or (variant == "one launch" and not fused):
         raise ValueError(f"plan_rejection_sample: no variant {variant!r} for K = {k}")
     three = variant != "four launches"
