@@ -13,6 +13,7 @@ from jsample.rates import (  # plain Python: no jax import
     unconditional_to_conditional_rates,
 )
 from jsample.describe import describe
+from jsample.ops import Logprobs
 from jsample.seeds import seed_words
 
 _JAX_API = {
@@ -20,11 +21,13 @@ _JAX_API = {
     "rejection_sample": "jsample._jax.rejection",
     "synthetic_rejection_sample": "jsample._jax.rejection",
     "top_k_top_p_sample": "jsample._jax.filtered",
+    "token_logprobs": "jsample._jax.logprobs",
     "seeds_from_key": "jsample._jax.seeds",
     "precompile": "jsample._jax.warmup",
 }
 
 __all__ = [
+    "Logprobs",
     "STREAM_VERSION",
     "__version__",
     "acceptance_length_to_rates",

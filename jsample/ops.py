@@ -3,6 +3,7 @@
 read them; tests/test_docstrings.py checks that every frontend's op carries its rendered text."""
 
 import re
+from typing import Any, NamedTuple
 
 FRONTENDS = ("torch", "jax")
 
@@ -304,6 +305,68 @@ DOCSTRINGS["synthetic_rejection_sample"] = """Rejection with prescribed acceptan
     """
 
 
+DOCSTRINGS["token_logprobs"] = """Log-probabilities of given tokens (e.g. sampled ones), and the mass the filters keep.
+
+    For each row b: with x = logits[b] read as float32, T = temperature[b] (T = 1 where the row is
+    greedy) and the filters read and clamped exactly as `top_k_top_p_sample` reads them, the numbers of
+    docs/LOGPROBS.md: `raw` = log_softmax(x)[t], `scaled` = log_softmax(x / T)[t], `kept` = log of t's
+    probability in the distribution `top_k_top_p_sample` draws from (-inf outside its kept set; its
+    exact kept set: the same fixed-point masses), `log_kept_mass` = log of the softmax(x / T) mass of
+    the kept set (kept == scaled - log_kept_mass for kept tokens), `rank` = 1 + the count of larger
+    logits, and the `num_top` largest raw logprobs (`top_ids`, `top_logprobs`: largest first, the
+    lowest column first among equal logits, only finite logits; -1 and -inf past the row's finite
+    ones). A token of -1 (a row without a finite logit) gives NaN logprobs and rank 0.
+
+    For exact RL replay: `kept` of a token `top_k_top_p_sample` drew with the same inputs is finite, and
+    `exp(kept)` over the kept set sums to 1. Equal in both frontends bit for bit. This op reads the row a
+    few times over (top-k / top-p thresholds by bisection, one pass per top token): the samplers' fused
+    `return_logprobs` is not built yet (issue 41).
+
+    Args:
+        logits: [B, V] float32, bfloat16 or float16 (float64 is read as float32).
+        tokens: [B] int32 or int64: -1 or in [0, V), checked where the host holds the values
+{{
+            (NumPy, lists, CPU tensors); a CUDA tensor's out-of-range token gives NaN logprobs, rank 0.
+||
+            (NumPy arrays, lists); a device array's out-of-range token gives NaN logprobs, rank 0.
+}}
+        temperature: as `gumbel_sample`'s (a number, or a [B] or scalar array of any float dtype).
+        top_k, top_p, min_p: as `top_k_top_p_sample`'s (None: no such filter).
+        num_top: 0 to 64 (every count runs the same compiled kernel).
+        fp64: the samplers' fp64 flag (it decides top-p's fixed-point masses and min-p's comparison).
+
+    Returns:
+        Logprobs(raw, scaled, kept, log_kept_mass, rank, top_ids, top_logprobs): [B] float32 (rank [B]
+        int32), top_ids [B, num_top] int32, top_logprobs [B, num_top] float32.
+
+    Example:
+{{
+        >>> import torch, torch_backend
+        >>> logits = torch.tensor([[0.0, 2.0, 1.0], [5.0, 0.0, 0.0]])
+        >>> lp = torch_backend.token_logprobs(logits, torch.tensor([1, 0]), 1.0, top_k=1, num_top=2)
+        >>> lp.kept.tolist(), lp.rank.tolist(), lp.top_ids.tolist()  # top_k=1 keeps the largest logit only
+        ([0.0, 0.0], [1, 1], [[1, 2], [0, 1]])
+||
+        >>> import jax.numpy as jnp, jsample
+        >>> logits = jnp.array([[0.0, 2.0, 1.0], [5.0, 0.0, 0.0]], jnp.float32)
+        >>> lp = jsample.token_logprobs(logits, jnp.array([1, 0]), 1.0, top_k=1, num_top=2)
+        >>> lp.kept.tolist(), lp.rank.tolist(), lp.top_ids.tolist()  # top_k=1 keeps the largest logit only
+        ([0.0, 0.0], [1, 1], [[1, 2], [0, 1]])
+}}
+    """
+
+
+class Logprobs(NamedTuple):
+    """What `token_logprobs` returns (docs/LOGPROBS.md), arrays of the frontend's kind."""
+    raw: Any
+    scaled: Any
+    kept: Any
+    log_kept_mass: Any
+    rank: Any
+    top_ids: Any
+    top_logprobs: Any
+
+
 def docstring(op: str, frontend: str) -> str:
     """`op`'s docstring as `frontend` ("torch" or "jax") shows it."""
     side = FRONTENDS.index(frontend) + 1
@@ -314,4 +377,7 @@ def output_shapes(op: str, batch: int, rows: int = 1) -> tuple:
     """((shape, dtype name), ...) of `op`'s outputs for `batch` requests (`rows` = K + 1 for rejection)."""
     if op in ("gumbel_sample", "top_k_top_p_sample"):
         return (((batch,), "int32"),)
+    if op == "token_logprobs":  # rows = num_top here
+        return (((batch,), "float32"),) * 4 + (((batch,), "int32"), ((batch, rows), "int32"),
+                                               ((batch, rows), "float32"))
     return (((batch, rows), "int32"), ((batch,), "int32"))  # tokens [B, K + 1], num_sampled [B]

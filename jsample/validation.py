@@ -264,3 +264,34 @@ def check_top_k_top_p_sample(op: str, logits, seeds, positions, temperature, top
     check_filter(op, "top_p", top_p, batch)
     check_filter(op, "min_p", min_p, batch)
     check_flag(op, "fp64", fp64)
+
+
+MAX_NUM_TOP = 64  # jsample.kernels.logprobs.MAX_NUM_TOP
+
+
+def check_token_logprobs(op: str, logits, tokens, temperature, top_k, top_p, min_p, num_top, fp64) -> None:
+    check_logits(op, "logits", logits, "[B, V]")
+    batch = logits.shape[0]
+    check_array(op, "tokens", tokens, "[B]")
+    check_dtype(op, "tokens", tokens, DRAFT_DTYPES)
+    check_batch_vector(op, "tokens", tokens, batch)
+    check_temperature(op, temperature, batch)
+    check_filter(op, "top_k", top_k, batch)
+    check_filter(op, "top_p", top_p, batch)
+    check_filter(op, "min_p", min_p, batch)
+    if isinstance(num_top, bool) or not isinstance(num_top, int):
+        raise TypeError(f"{op}: num_top must be an int in [0, {MAX_NUM_TOP}], got {type(num_top).__name__}.")
+    if not 0 <= num_top <= MAX_NUM_TOP:
+        raise ValueError(f"{op}: num_top must be in [0, {MAX_NUM_TOP}], got {num_top}.")
+    check_flag(op, "fp64", fp64)
+
+
+def check_token_values(op: str, tokens, vocab: int) -> None:
+    """Tokens the host holds (NumPy, a list, a CPU tensor's values) must be -1 (a row without a finite logit:
+    NaN logprobs) or in [0, V); device arrays are not read (an out-of-range value gives NaN, docs/LOGPROBS.md)."""
+    import numpy as np
+
+    values = np.asarray(tokens)
+    bad = (values < -1) | (values >= vocab)
+    if bad.any():
+        raise ValueError(f"{op}: tokens must be -1 or in [0, V) = [0, {vocab}), got {int(values[bad][0])}.")

@@ -12,10 +12,13 @@ from jsample.rates import (
 from jsample.seeds import seed_words
 from torch_backend.filtered import top_k_top_p_sample
 from torch_backend.gumbel import gumbel_sample
+from torch_backend.logprobs import token_logprobs
+from jsample.ops import Logprobs
 from torch_backend.rejection import rejection_sample, synthetic_rejection_sample
 from torch_backend.warmup import precompile
 
 __all__ = [
+    "Logprobs",
     "STREAM_VERSION",
     "__version__",
     "acceptance_length_to_rates",
@@ -25,6 +28,7 @@ __all__ = [
     "resolve_synthetic_acceptance_rates",
     "seed_words",
     "synthetic_rejection_sample",
+    "token_logprobs",
     "top_k_top_p_sample",
     "unconditional_to_conditional_rates",
 ]

@@ -32,6 +32,7 @@ from jsample.kernels.filtered import (
     filtered_partial_kernel,
     plan_top_k_top_p_sample,
 )
+from jsample.kernels.logprobs import MAX_NUM_TOP, plan_token_logprobs, token_logprobs_kernel
 from jsample.kernels.rejection import (
     REJECTION_VARIANTS,
     RejectionLaunchConfig,
@@ -66,6 +67,9 @@ __all__ = [
     "plan_rejection_sample",
     "plan_synthetic_rejection_sample",
     "plan_top_k_top_p_sample",
+    "plan_token_logprobs",
+    "token_logprobs_kernel",
+    "MAX_NUM_TOP",
     "FilteredLaunchConfig",
     "GumbelLaunchConfig",
     "argmax_reduce_kernel",

@@ -1,0 +1,251 @@
+"""`token_logprobs`: the log-probabilities of given tokens, and the mass the filters keep (issue 41).
+
+docs/LOGPROBS.md defines every number; jsample/reference/logprobs.py is the float64 reference. One
+kernel, `token_logprobs_kernel`, grid (B,): a program reads its row a few times over.
+
+1. The row's largest finite logit m, its count of finite logits and largest |x| (the greedy rule:
+   T < 1e-5 or NaN, or some finite x / T beyond float32: common.overflow_from_magnitude's rule; a
+   greedy row is read at T = 1 and not filtered).
+2. The kept set, exactly `top_k_top_p_sample`'s (filtered.py states the rules): every filter keeps
+   the logits at or above a threshold, found here by bisection over the order-preserving 32-bit key of
+   the float32 values (filtered._key), a pass over the row a step: top-k's threshold is the largest key
+   with at least k finite logits at or above it; top-p's the smallest key (of those top-k keeps) whose
+   strictly larger kept logits weigh less than p times the kept mass, in the same fixed-point masses
+   (filtered._fixed_point_mass, so the same integer sums); min-p compares e = p / p_max
+   (filtered._relative_probability) with min_p. The thresholds depend on the values only, not on how
+   the samplers' tilings find them: the same set.
+3. The normalisers (sums of exp(x - m) and exp((x - m) / T) over the finite logits, and over the kept
+   set; FP32 terms, each row's token term in FP64), the token's logit and rank (1 + the count of larger
+   logits).
+4. `num_top` (a device scalar: one compilation for every count) passes, each the next largest finite
+   logit after the previous one (the lowest column first among equal logits).
+
+Passes 2 and 4 cost a read of the row a step: this is the separate op, for replay and checks; the
+samplers' fused `return_logprobs` is issue 41's other half (not built yet).
+"""
+
+import functools
+
+import triton.language as tl
+
+from jsample.kernels.common import is_greedy, load_temperature
+from jsample.kernels.filtered import _fixed_point_mass, _key, _min_p, _relative_probability
+from jsample.kernels.host import jit
+from jsample.kernels.plan import ArgSpec, Buffer, Plan, Target, launch
+
+MAX_NUM_TOP = 64  # top_ids / top_logprobs: at most this many a row
+_KEY_FLOOR = tl.constexpr(-(2**31))
+
+
+@jit
+def _finite(x):
+    return tl.abs(x) < float("inf")
+
+
+@jit
+def _count_at_or_above(row_ptr, V, pivot, BLOCK_V: tl.constexpr):
+    """The number of finite logits of the row whose key is >= pivot."""
+    total = tl.zeros([BLOCK_V], tl.int32)
+    for start in range(0, V, BLOCK_V):
+        cols = start + tl.arange(0, BLOCK_V)
+        x = tl.load(row_ptr + cols, mask=cols < V, other=float("-inf")).to(tl.float32)
+        total += (_finite(x) & (_key(x, 0).to(tl.int64) >= pivot)).to(tl.int32)
+    return tl.sum(total, axis=0)
+
+
+@jit
+def _mass_above(row_ptr, V, pivot, floor, temperature, key_max, FP64: tl.constexpr, FAST_MATH: tl.constexpr,
+                BLOCK_V: tl.constexpr):
+    """The fixed-point mass (int64) of the finite logits whose key is > pivot and >= floor (top-k's
+    threshold: top-p weighs what top-k keeps)."""
+    total = tl.zeros([BLOCK_V], tl.int64)
+    for start in range(0, V, BLOCK_V):
+        cols = start + tl.arange(0, BLOCK_V)
+        x = tl.load(row_ptr + cols, mask=cols < V, other=float("-inf")).to(tl.float32)
+        key = _key(x, 0).to(tl.int64)
+        mass = _fixed_point_mass(x, temperature, key_max, 0, FP64, FAST_MATH)
+        total += tl.where(_finite(x) & (key > pivot) & (key >= floor), mass, 0).to(tl.int64)
+    return tl.sum(total, axis=0)
+
+
+@jit
+def _kept(x, threshold, temperature, key_max, min_p, filtered, HAS_MIN_P: tl.constexpr, FP64: tl.constexpr):
+    """Which logits x the filters keep (every finite one in a row they do not apply to)."""
+    keep = _finite(x)
+    if filtered:
+        keep = keep & (_key(x, 0).to(tl.int64) >= threshold)
+        if HAS_MIN_P:
+            keep = keep & (_relative_probability(x, temperature, key_max, 0, FP64) >= min_p)
+    return keep
+
+
+@jit
+def token_logprobs_kernel(
+    logits_ptr,  # [B, V] f32|bf16|f16, rows `row_stride` elements apart, columns contiguous
+    tokens_ptr,  # [B] i32|i64
+    temperature_ptr,  # [B] f32, or one f32 for all rows (load_temperature)
+    top_k_ptr,  # [B] i32|i64 (read with HAS_TOP_K)
+    top_p_ptr,  # [B] f32 (read with HAS_TOP_P)
+    min_p_ptr,  # [B] f32 (read with HAS_MIN_P)
+    num_top_ptr,  # [1] i32: the count of top_ids / top_logprobs a row, at most MAX_NUM_TOP
+    V,
+    row_stride,
+    raw_ptr,  # [B] f32 outputs: raw, scaled, kept, log_kept_mass
+    scaled_ptr,
+    kept_ptr,
+    log_kept_mass_ptr,
+    rank_ptr,  # [B] i32
+    top_ids_ptr,  # [B, num_top] i32
+    top_logprobs_ptr,  # [B, num_top] f32
+    HAS_TOP_K: tl.constexpr,
+    HAS_TOP_P: tl.constexpr,
+    HAS_MIN_P: tl.constexpr,
+    FP64: tl.constexpr,  # the samplers' fp64 flag: FP64 relative probabilities for top-p's masses and min-p
+    FAST_MATH: tl.constexpr,
+    BLOCK_V: tl.constexpr,
+):
+    b = tl.program_id(0)
+    b64 = b.to(tl.int64)
+    row_ptr = logits_ptr + b64 * row_stride
+    # 1. the largest finite logit, the count of finite logits, the largest finite |x|
+    largest = tl.full([BLOCK_V], float("-inf"), tl.float32)
+    magnitude = tl.zeros([BLOCK_V], tl.float32)
+    finite_count = tl.zeros([BLOCK_V], tl.int32)
+    for start in range(0, V, BLOCK_V):
+        cols = start + tl.arange(0, BLOCK_V)
+        x = tl.load(row_ptr + cols, mask=cols < V, other=float("-inf")).to(tl.float32)
+        finite = _finite(x)
+        largest = tl.maximum(largest, tl.where(finite, x, float("-inf")))
+        magnitude = tl.maximum(magnitude, tl.where(finite, tl.abs(x), 0.0))
+        finite_count += finite.to(tl.int32)
+    m = tl.max(largest, axis=0)
+    count = tl.sum(finite_count, axis=0)
+    temperature = load_temperature(temperature_ptr, b)
+    overflow = tl.max(magnitude, axis=0) * (1.0 / temperature) == float("inf")
+    greedy = is_greedy(temperature) | overflow
+    filtered = (not greedy) & (count > 0)
+    inverse_t = tl.where(greedy, 1.0, 1.0 / temperature)
+    key_max = _key(m, 0)
+
+    # 2. the kept set: the filters' threshold key (top-k's, then top-p's) and min-p's limit
+    threshold = tl.full([], _KEY_FLOOR, tl.int64)
+    if HAS_TOP_K:
+        k = tl.load(top_k_ptr + b64).to(tl.int64)
+        if filtered & (k >= 1) & (k < count):
+            lo = tl.full([], _KEY_FLOOR, tl.int64)  # count(>= lo) >= k; count(>= hi) < k
+            hi = key_max.to(tl.int64) + 1
+            for _ in range(33):
+                if hi - lo > 1:
+                    mid = (lo + hi) >> 1
+                    if _count_at_or_above(row_ptr, V, mid, BLOCK_V) >= k:
+                        lo = mid
+                    else:
+                        hi = mid
+            threshold = lo
+    if HAS_TOP_P:
+        p = tl.load(top_p_ptr + b64)
+        if filtered & (p <= 0.0):
+            threshold = key_max.to(tl.int64)  # the largest logit only
+        elif filtered & (p > 0.0) & (p < 1.0):
+            kept_mass = _mass_above(row_ptr, V, threshold - 1, threshold, temperature, key_max, FP64, FAST_MATH,
+                                    BLOCK_V)
+            limit = p.to(tl.float64) * kept_mass.to(tl.float64)
+            lo = threshold - 1  # mass above lo is not below the limit (lo: no key); above hi it is
+            hi = key_max.to(tl.int64)
+            for _ in range(33):
+                if hi - lo > 1:
+                    mid = (lo + hi) >> 1
+                    above = _mass_above(row_ptr, V, mid, threshold, temperature, key_max, FP64, FAST_MATH, BLOCK_V)
+                    if above.to(tl.float64) < limit:
+                        hi = mid
+                    else:
+                        lo = mid
+            threshold = hi
+    min_p = 0.0
+    if HAS_MIN_P:
+        min_p = _min_p(min_p_ptr, b64)
+
+    # 3. normalisers, the token's logit and rank
+    token = tl.load(tokens_ptr + b64).to(tl.int64)
+    valid = (token >= 0) & (token < V) & (count > 0)
+    x_token = tl.load(row_ptr + tl.where(valid, token, 0)).to(tl.float32)
+    raw_terms = tl.zeros([BLOCK_V], tl.float32)
+    scaled_terms = tl.zeros([BLOCK_V], tl.float32)
+    kept_terms = tl.zeros([BLOCK_V], tl.float32)
+    larger = tl.zeros([BLOCK_V], tl.int32)
+    for start in range(0, V, BLOCK_V):
+        cols = start + tl.arange(0, BLOCK_V)
+        x = tl.load(row_ptr + cols, mask=cols < V, other=float("-inf")).to(tl.float32)
+        finite = _finite(x)
+        raw_terms += tl.where(finite, tl.exp(x - m), 0.0)
+        scaled = tl.where(finite, tl.exp((x - m) * inverse_t), 0.0)
+        scaled_terms += scaled
+        kept_terms += tl.where(_kept(x, threshold, temperature, key_max, min_p, filtered, HAS_MIN_P, FP64),
+                               scaled, 0.0)
+        larger += ((x > x_token) & (cols < V)).to(tl.int32)
+    log_raw_sum = tl.log(tl.sum(raw_terms, axis=0).to(tl.float64))
+    log_scaled_sum = tl.log(tl.sum(scaled_terms, axis=0).to(tl.float64))
+    log_kept_mass = tl.log(tl.sum(kept_terms, axis=0).to(tl.float64)) - log_scaled_sum
+    token_kept = _kept(x_token, threshold, temperature, key_max, min_p, filtered, HAS_MIN_P, FP64)
+    d = x_token.to(tl.float64) - m.to(tl.float64)
+    raw = d - log_raw_sum
+    scaled = d * inverse_t.to(tl.float64) - log_scaled_sum  # (a greedy row: inverse_t = 1, scaled = raw)
+    kept = tl.where(token_kept, scaled - log_kept_mass, float("-inf"))
+    nan = float("nan")
+    defined = valid & (x_token == x_token) & (x_token < float("inf"))  # NaN or +inf at the token: NaN
+    tl.store(raw_ptr + b64, tl.where(defined, raw, nan).to(tl.float32))
+    tl.store(scaled_ptr + b64, tl.where(defined, scaled, nan).to(tl.float32))
+    tl.store(kept_ptr + b64, tl.where(defined, kept, nan).to(tl.float32))
+    tl.store(log_kept_mass_ptr + b64, tl.where(defined, log_kept_mass, nan).to(tl.float32))
+    tl.store(rank_ptr + b64, tl.where(valid, 1 + tl.sum(larger, axis=0), 0))
+
+    # 4. the num_top largest finite logits, largest first, the lowest column first among equal ones
+    num_top = tl.load(num_top_ptr)
+    previous_value = tl.full([], float("inf"), tl.float32)
+    previous_col = tl.full([], -1, tl.int64)
+    for j in range(num_top):
+        best_value = tl.full([], float("-inf"), tl.float32)
+        best_col = tl.full([], -1, tl.int64)
+        for start in range(0, V, BLOCK_V):
+            cols = start + tl.arange(0, BLOCK_V)
+            x = tl.load(row_ptr + cols, mask=cols < V, other=float("-inf")).to(tl.float32)
+            after = (x < previous_value) | ((x == previous_value) & (cols > previous_col))
+            candidate = _finite(x) & after & (cols < V)
+            block_value = tl.max(tl.where(candidate, x, float("-inf")), axis=0)
+            block_col = tl.min(tl.where(candidate & (x == block_value), cols, V), axis=0).to(tl.int64)
+            better = (block_col < V) & ((block_value > best_value) | (best_col < 0))
+            best_col = tl.where(better, block_col, best_col)
+            best_value = tl.where(better, block_value, best_value)
+        out = b64 * num_top + j
+        tl.store(top_ids_ptr + out, best_col.to(tl.int32))
+        logprob = best_value.to(tl.float64) - m.to(tl.float64) - log_raw_sum
+        tl.store(top_logprobs_ptr + out, tl.where(best_col >= 0, logprob, float("-inf")).to(tl.float32))
+        previous_value = tl.where(best_col >= 0, best_value, float("-inf"))
+        previous_col = tl.where(best_col >= 0, best_col, V)
+
+
+@functools.lru_cache(maxsize=512)
+def plan_token_logprobs(logits: ArgSpec, target: Target, *, has_top_k: bool, has_top_p: bool, has_min_p: bool,
+                        fp64: bool, num_top: int) -> Plan:
+    """The launch of `token_logprobs` on inputs `logits` [B, V] (rows `logits.strides[0]` apart, columns
+    contiguous), `tokens` [B], `temperature` [B] f32 (or one f32), `top_k` / `top_p` / `min_p` [B] where
+    given, `num_top` [1] i32 (equal to `num_top`: the outputs' width; the kernel reads the count from the
+    device, so no count costs a compilation); outputs raw, scaled, kept, log_kept_mass [B] f32, rank [B]
+    i32, top_ids [B, num_top] i32, top_logprobs [B, num_top] f32."""
+    batch, vocab = logits.shape
+    outputs = (Buffer("raw", (batch,), "float32"), Buffer("scaled", (batch,), "float32"),
+               Buffer("kept", (batch,), "float32"), Buffer("log_kept_mass", (batch,), "float32"),
+               Buffer("rank", (batch,), "int32"), Buffer("top_ids", (batch, num_top), "int32"),
+               Buffer("top_logprobs", (batch, num_top), "float32"))
+    names = tuple(b.name for b in outputs)
+    if batch == 0:
+        return Plan(outputs, (), names, "empty")
+    block_v = 4096 if target.large_programs else 1024
+    stand_in = "tokens"  # for an absent filter: never read
+    launches = (launch(
+        token_logprobs_kernel, (batch,),
+        ("logits", "tokens", "temperature", "top_k" if has_top_k else stand_in, "top_p" if has_top_p else stand_in,
+         "min_p" if has_min_p else stand_in, "num_top", vocab, logits.strides[0]), names,
+        HAS_TOP_K=has_top_k, HAS_TOP_P=has_top_p, HAS_MIN_P=has_min_p, FP64=fp64, FAST_MATH=not target.interpreter,
+        BLOCK_V=block_v, num_warps=4),)
+    return Plan(outputs, launches, names, "one launch")

@@ -1,0 +1,71 @@
+"""`token_logprobs` for PyTorch: validate, plan, run."""
+
+from typing import Optional
+
+import torch
+
+from jsample import kernels
+from jsample.ops import Logprobs, docstring
+from jsample.validation import check_token_logprobs, check_token_values
+from torch_backend import _execute as execute
+from torch_backend import _fast_path
+from torch_backend._launch import (dense, empty_outputs, float32_logits, per_row, temperature_array, temperature_value,
+                                   traced, validate)
+
+_NUM_TOP = {}  # (device, count) -> the [1] int32 tensor the kernel reads the count from
+
+
+def token_logprobs(logits, tokens, temperature, *, top_k=None, top_p=None, min_p=None, num_top=0,
+                   fp64=False) -> Logprobs:
+    # Docstring: jsample.ops (one text for both frontends).
+    op = "token_logprobs"
+    arguments = dict(logits=logits, tokens=tokens, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p)
+    validate(op, check_token_logprobs, arguments, (num_top, fp64))
+    if tokens.device.type == "cpu":
+        check_token_values(op, tokens.numpy(), logits.shape[1])
+    logits = float32_logits(logits)
+    if logits.stride(1) != 1:
+        logits = logits.contiguous()
+    batch, device = logits.shape[0], logits.device
+    top_k, top_p, min_p = (None if value is None else per_row(value, batch, dtype, device)
+                           for value, dtype in ((top_k, torch.int64), (top_p, torch.float32), (min_p, torch.float32)))
+    tokens = dense(tokens)
+    if traced(logits):
+        return Logprobs(*_token_logprobs_op(logits, tokens, temperature_array(temperature, batch, device), top_k, top_p,
+                                            min_p, num_top, fp64))
+    return Logprobs(*_token_logprobs(logits, tokens, temperature_value(temperature, batch, device), top_k, top_p,
+                                     min_p, num_top, fp64))
+
+
+token_logprobs.__doc__ = docstring("token_logprobs", "torch")
+
+
+def _num_top_tensor(count: int, device) -> torch.Tensor:
+    found = _NUM_TOP.get((device, count))
+    if found is None:
+        found = torch.full((1,), count, dtype=torch.int32, device=device)
+        if not (device.type == "cuda" and _fast_path.stream_capturing()):  # (one made in a capture stays its own)
+            _NUM_TOP[(device, count)] = found
+    return found
+
+
+def _token_logprobs(logits, tokens, temperature, top_k, top_p, min_p, num_top, fp64):
+    plan = execute.plan(kernels.plan_token_logprobs, (logits,), logits.device, has_top_k=top_k is not None,
+                        has_top_p=top_p is not None, has_min_p=min_p is not None, fp64=fp64, num_top=num_top)
+    inputs = dict(logits=logits, tokens=tokens, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
+                  num_top=_num_top_tensor(num_top, logits.device))
+    return execute.run(plan, logits.device, {name: value for name, value in inputs.items() if value is not None})
+
+
+# A custom op, so torch.compile sees one opaque call (no graph break, shapes known from the fake).
+@torch.library.custom_op("jsample::token_logprobs", mutates_args=())
+def _token_logprobs_op(logits: torch.Tensor, tokens: torch.Tensor, temperature: torch.Tensor,
+                       top_k: Optional[torch.Tensor], top_p: Optional[torch.Tensor], min_p: Optional[torch.Tensor],
+                       num_top: int, fp64: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor,
+                                                          torch.Tensor, torch.Tensor, torch.Tensor]:
+    return tuple(_token_logprobs(logits, tokens, temperature, top_k, top_p, min_p, num_top, fp64))
+
+
+@_token_logprobs_op.register_fake
+def _(logits, tokens, temperature, top_k, top_p, min_p, num_top, fp64):
+    return empty_outputs("token_logprobs", logits, logits.shape[0], num_top)
