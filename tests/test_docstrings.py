@@ -8,7 +8,7 @@ import jsample
 import torch_backend
 from jsample import kernels
 
-OPS = ("gumbel_sample", "top_k_top_p_sample", "rejection_sample", "synthetic_rejection_sample")
+OPS = ("gumbel_sample", "top_k_top_p_sample", "rejection_sample", "synthetic_rejection_sample", "token_logprobs")
 DOCUMENTED = [getattr(frontend, name) for frontend in (torch_backend, jsample) for name in OPS]
 DOCUMENTED += [jsample.seed_words, jsample.seeds_from_key]
 
@@ -34,4 +34,9 @@ def test_each_op_is_declared_once_for_both_frontends(op):
         assert getattr(frontend, op).__doc__ == ops.docstring(op, name)
     assert "{{" not in ops.docstring(op, "torch") and "||" not in ops.docstring(op, "jax")
     assert ops.docstring(op, "torch") != ops.docstring(op, "jax")  # (the examples differ)
-    assert [dtype for _, dtype in ops.output_shapes(op, 3, 5)] == ["int32"] * len(ops.output_shapes(op, 3, 5))
+    dtypes = [dtype for _, dtype in ops.output_shapes(op, 3, 5)]
+    if op == "token_logprobs":  # raw, scaled, kept, log_kept_mass, rank, top_ids [B, num_top], top_logprobs
+        assert dtypes == ["float32"] * 4 + ["int32", "int32", "float32"]
+        assert ops.output_shapes(op, 3, 5)[5][0] == (3, 5)
+    else:
+        assert dtypes == ["int32"] * len(dtypes)

@@ -15,8 +15,9 @@ The interpreter needs two things for the duration of an interpreted launch of a 
 - cheap device-function calls: Triton's interpreter re-patches the language on every call of a @jit
   function, dozens per program (half of a rejection_sample call's CPU time); inside a running kernel
   that is skipped (`_patch_lang_once`).
-NumPy floating-point warnings (an overflowing exp of a hostile logit, a masked-out lane: values the
-kernels handle) are silenced for the launch only, with np.errstate (thread-local).
+NumPy's warnings (an overflowing exp of a hostile logit, an all-NaN masked-out lane: values the
+kernels handle) are silenced for the launch only (np.errstate, and the interpreter module's
+RuntimeWarnings in a warnings.catch_warnings block, restored when the launch returns).
 
 `launch_on_host` launches on NumPy arrays (the JAX CPU path): the interpreter's own launcher
 expects torch tensors; NumPy arrays already live in host memory, so we hand it their addresses.
@@ -28,6 +29,7 @@ import glob
 import os
 import queue
 import threading
+import warnings
 
 import numpy as np
 import triton
@@ -96,7 +98,8 @@ def interpreter_session():
                 changed.append((interpreter, "_patch_lang", interpreter._patch_lang))
                 interpreter._patch_lang = _patch_lang_once
             _SESSION.depth = 1
-            with np.errstate(all="ignore"):
+            with np.errstate(all="ignore"), warnings.catch_warnings():
+                warnings.filterwarnings("ignore", category=RuntimeWarning, module=r"triton\.runtime\.interpreter")
                 yield
         finally:
             _SESSION.depth = 0

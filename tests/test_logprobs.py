@@ -1,0 +1,186 @@
+"""token_logprobs (issue 41): against the float64 reference, torch == JAX bit for bit, the kept set of
+top_k_top_p_sample exactly (RL replay), edge cases, one compilation for every num_top, clear errors."""
+
+import numpy as np
+import pytest
+import torch
+
+import jsample
+import torch_backend
+from conftest import TORCH_DEVICE
+from jsample import kernels
+from jsample.kernels.compiles import compile_key
+from jsample.kernels.plan import ArgSpec
+from jsample.reference.filtered import kept_tokens
+from jsample.reference.logprobs import token_logprobs_reference
+
+FIELDS = ("raw", "scaled", "kept", "log_kept_mass", "rank", "top_ids", "top_logprobs")
+FILTERS = [dict(), dict(top_k=5), dict(top_p=0.8), dict(min_p=0.05), dict(top_k=20, top_p=0.9, min_p=0.01)]
+
+
+def _torch(x, tokens, temperature, **kwargs):
+    import ml_dtypes
+
+    if x.dtype == ml_dtypes.bfloat16:
+        logits = torch.from_numpy(x.astype(np.float32)).to(torch.bfloat16)
+    else:
+        logits = torch.from_numpy(x)
+    convert = {name: (torch.from_numpy(np.asarray(v)).to(TORCH_DEVICE) if isinstance(v, np.ndarray) else v)
+               for name, v in kwargs.items()}
+    if isinstance(temperature, np.ndarray):
+        temperature = torch.from_numpy(temperature).to(TORCH_DEVICE)
+    out = torch_backend.token_logprobs(logits.to(TORCH_DEVICE), torch.from_numpy(tokens).to(TORCH_DEVICE),
+                                       temperature, **convert)
+    return [getattr(out, name).cpu().numpy() for name in FIELDS]
+
+
+def _jax(x, tokens, temperature, **kwargs):
+    out = jsample.token_logprobs(x, tokens, temperature, **kwargs)
+    return [np.asarray(getattr(out, name)) for name in FIELDS]
+
+
+def _rows(batch, vocab, seed, dtype="float32"):
+    import ml_dtypes
+
+    rng = np.random.default_rng(seed)
+    x = (rng.standard_normal((batch, vocab)) * 3).astype(np.float32)
+    x[0, 3] = x[0, 9] = x[0].max()  # a tie at the largest logit
+    if batch > 2:
+        x[2, : vocab // 2] = -np.inf  # half the row masked
+    if batch > 3:
+        x[3, 1], x[3, 2], x[3, 4] = np.inf, np.nan, -np.inf  # non-finite logits beside finite ones
+    if dtype == "bfloat16":
+        x = x.astype(ml_dtypes.bfloat16)
+    elif dtype == "float16":
+        x = x.astype(np.float16)
+    tokens = rng.integers(0, vocab, size=batch).astype(np.int32)
+    tokens[0] = 3
+    if batch > 3:
+        tokens[3] = 2  # NaN at the token
+    if batch > 4:
+        tokens[4] = 4 if vocab > 4 else 0
+    temperature = rng.choice(np.float32([0.0, 0.05, 0.7, 1.0, 1.5]), size=batch)
+    return x, tokens, temperature
+
+
+def _assert_close_to_reference(out, ref, what):
+    for name, got, want in zip(FIELDS, out, ref):
+        if got.dtype.kind == "f":
+            want = np.asarray(want, np.float32)
+            assert np.array_equal(np.isnan(got), np.isnan(want)), (what, name, got, want)
+            assert np.array_equal(np.isinf(got), np.isinf(want)), (what, name, got, want)
+            finite = np.isfinite(want)
+            np.testing.assert_allclose(got[finite], want[finite], rtol=2e-6, atol=1e-5, err_msg=f"{what} {name}")
+        else:
+            np.testing.assert_array_equal(got, want, err_msg=f"{what} {name}")
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
+@pytest.mark.parametrize("fp64", [False, True])
+def test_token_logprobs_equal_the_reference_and_torch_equals_jax(dtype, fp64):
+    import ml_dtypes
+
+    x, tokens, temperature = _rows(6, 300, 7, dtype)
+    x32 = x.astype(np.float32)
+    for i, filters in enumerate(FILTERS):
+        num_top = (0, 3, 7)[i % 3]
+        t = _torch(x, tokens, temperature, num_top=num_top, fp64=fp64, **filters)
+        j = _jax(x if x.dtype != ml_dtypes.bfloat16 else x, tokens, temperature, num_top=num_top, fp64=fp64, **filters)
+        for name, a, b in zip(FIELDS, t, j):
+            assert a.dtype == b.dtype and np.array_equal(a, b, equal_nan=True), (filters, name, a, b)
+        _assert_close_to_reference(t, token_logprobs_reference(x32, tokens, temperature, num_top=num_top, fp64=fp64,
+                                                               **filters), (dtype, fp64, filters))
+
+
+def test_per_row_filters_and_edge_rows():
+    """Per-row filter arrays (out-of-range values clamped as the sampler clamps them), a row without a finite
+    logit (token -1), an overflowing greedy row, tokens at the boundaries."""
+    rng = np.random.default_rng(3)
+    x = (rng.standard_normal((7, 128)) * 2).astype(np.float32)
+    x[1] = -np.inf  # no finite logit
+    x[2, 5] = 3e38  # overflows at T = 0.5: greedy, not filtered
+    x[3, :10] = 4.0  # ten tied largest logits: top-k = 3 keeps all ten
+    tokens = np.int32([0, -1, 5, 9, 10, 127, 64])
+    temperature = np.float32([0.9, 1.0, 0.5, 1.0, 1.0, 0.3, 2.0])
+    filters = dict(top_k=np.int64([0, 5, 3, 3, 200, -4, 1]), top_p=np.float32([1.5, 0.5, 0.2, 0.0, np.nan, 0.95, 0.3]),
+                   min_p=np.float32([0.0, 0.1, 0.9, 2.0, -1.0, np.nan, 0.2]))
+    t = _torch(x, tokens, temperature, num_top=4, **filters)
+    j = _jax(x, tokens, temperature, num_top=4, **filters)
+    for name, a, b in zip(FIELDS, t, j):
+        assert np.array_equal(a, b, equal_nan=True), name
+    ref = token_logprobs_reference(x, tokens, temperature, num_top=4, **filters)
+    _assert_close_to_reference(t, ref, "edge rows")
+    assert np.isnan(t[0][1]) and t[4][1] == 0 and (t[5][1] == -1).all()  # token -1: NaN, rank 0; no top ids
+    assert t[3][2] == 0.0 and t[2][2] == t[1][2]  # the greedy row is not filtered: kept == scaled (== raw at T = 1)
+
+
+@pytest.mark.parametrize("filters", FILTERS[1:], ids=lambda f: "+".join(f))
+def test_rl_replay_kept_is_the_samplers_distribution(filters):
+    """Sample with the filters, then token_logprobs of the sampled tokens: finite kept; over a row's every
+    column, exp(kept) sums to 1 on exactly the reference's kept set, and log_kept_mass is the reference's S."""
+    rng = np.random.default_rng(11)
+    vocab = 64
+    x = (rng.standard_normal((4, vocab)) * 2).astype(np.float32)
+    seeds, positions = np.arange(4, dtype=np.int32), np.arange(4, dtype=np.int32) * 3
+    temperature = np.float32([0.7, 1.0, 1.3, 0.5])
+    tokens = np.asarray(jsample.top_k_top_p_sample(x, seeds, positions, temperature, **filters))
+    sampled = _jax(x, tokens, temperature, **filters)
+    assert np.isfinite(sampled[2]).all()
+    for b in range(4):
+        every = _jax(np.repeat(x[b:b + 1], vocab, axis=0), np.arange(vocab, dtype=np.int32),
+                     np.full(vocab, temperature[b]), **{n: v for n, v in filters.items()})
+        keep = kept_tokens(x[b], temperature[b], **filters)
+        assert np.array_equal(np.isfinite(every[2]), keep), b
+        assert abs(np.exp(every[2][keep].astype(np.float64)).sum() - 1.0) < 1e-5
+        s = token_logprobs_reference(x[b:b + 1], tokens[b:b + 1], temperature[b:b + 1], **filters).log_kept_mass[0]
+        np.testing.assert_allclose(sampled[3][b], s, atol=1e-5)
+        np.testing.assert_allclose(every[2][keep], (every[1] - every[3])[keep], atol=1e-6)
+
+
+def test_no_num_top_and_no_batch_size_costs_a_compilation():
+    """num_top is read on the device and the batch is the grid: over every count 0..64 and B = 1..300, one
+    compile key per frontend."""
+    from jsample._jax import _execute as jax_execute
+    from torch_backend import _execute as torch_execute
+
+    for target, frontend in ((torch_execute.compiled_target(132, 9), "torch"),
+                             (jax_execute.compiled_target(132), "jax")):
+        keys = set()
+        for batch, num_top in [(8, n) for n in range(kernels.MAX_NUM_TOP + 1)] + [(b, 20) for b in range(1, 301)]:
+            plan = kernels.plan_token_logprobs(ArgSpec.contiguous((batch, 32000), "bfloat16"), target, has_top_k=True,
+                                               has_top_p=True, has_min_p=False, fp64=False, num_top=num_top)
+            keys.add(compile_key(plan.launches[0], frontend))
+        assert len(keys) == 1, (frontend, keys)
+
+
+@pytest.mark.parametrize("bad, error, text", [
+    (dict(num_top=65), ValueError, "token_logprobs: num_top must be in [0, 64], got 65."),
+    (dict(num_top=2.0), TypeError, "token_logprobs: num_top must be an int in [0, 64], got float."),
+    (dict(tokens=np.float32([1, 2])), TypeError, "token_logprobs: tokens must have dtype int32 or int64, got float32."),
+    (dict(tokens=np.int32([1, 40])), ValueError, "token_logprobs: tokens must be -1 or in [0, V) = [0, 40), got 40."),
+    (dict(tokens=np.int32([1, 2, 3])), ValueError, "token_logprobs: tokens must be a 1-D array [B] with B = 2"),
+])
+def test_errors_are_the_same_in_both_frontends(bad, error, text):
+    x = np.zeros((2, 40), np.float32)
+    args = dict(tokens=np.int32([1, 2]), num_top=0)
+    args.update(bad)
+    tokens = args.pop("tokens")
+    with pytest.raises(error) as jax_error:
+        jsample.token_logprobs(x, tokens, 1.0, **args)
+    with pytest.raises(error) as torch_error:
+        torch_backend.token_logprobs(torch.from_numpy(x), torch.from_numpy(tokens), 1.0, **args)
+    assert str(jax_error.value) == str(torch_error.value)
+    assert str(jax_error.value).startswith(text)
+
+
+def test_jit_and_vmap_equal_the_eager_call():
+    import jax
+
+    x, tokens, _ = _rows(4, 100, 5)
+    eager = _jax(x, tokens, 0.8, top_k=7, num_top=2)
+    jitted = jax.jit(lambda a, t: jsample.token_logprobs(a, t, 0.8, top_k=7, num_top=2))(x, tokens)
+    mapped = jax.vmap(lambda a, t: jsample.token_logprobs(a, t, 0.8, top_k=7, num_top=2))(
+        x.reshape(2, 2, 100), tokens.reshape(2, 2))
+    for i, name in enumerate(FIELDS):
+        assert np.array_equal(np.asarray(getattr(jitted, name)), eager[i], equal_nan=True), name
+        assert np.array_equal(np.asarray(getattr(mapped, name)).reshape(eager[i].shape), eager[i], equal_nan=True), name
