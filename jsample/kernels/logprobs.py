@@ -28,7 +28,7 @@ import functools
 
 import triton.language as tl
 
-from jsample.kernels.common import is_greedy, load_temperature
+from jsample.kernels.common import aligned, is_greedy, largest_power_of_two_dividing, load_temperature
 from jsample.kernels.filtered import _fixed_point_mass, _key, _min_p, _relative_probability
 from jsample.kernels.host import jit
 from jsample.kernels.plan import ArgSpec, Buffer, Plan, Target, launch
@@ -103,10 +103,13 @@ def token_logprobs_kernel(
     FP64: tl.constexpr,  # the samplers' fp64 flag: FP64 relative probabilities for top-p's masses and min-p
     FAST_MATH: tl.constexpr,
     BLOCK_V: tl.constexpr,
+    ROW_ALIGN: tl.constexpr,  # powers of two dividing the row stride and V: both frontends then compile the
+    VOCAB_ALIGN: tl.constexpr,  # same vectorised code (jax-triton tells the compiler nothing: common.aligned)
 ):
     b = tl.program_id(0)
     b64 = b.to(tl.int64)
-    row_ptr = logits_ptr + b64 * row_stride
+    V = aligned(V, VOCAB_ALIGN)
+    row_ptr = logits_ptr + tl.multiple_of(b64 * row_stride, ROW_ALIGN)
     # 1. the largest finite logit, the count of finite logits, the largest finite |x|
     largest = tl.full([BLOCK_V], float("-inf"), tl.float32)
     magnitude = tl.zeros([BLOCK_V], tl.float32)
@@ -247,5 +250,6 @@ def plan_token_logprobs(logits: ArgSpec, target: Target, *, has_top_k: bool, has
         ("logits", "tokens", "temperature", "top_k" if has_top_k else stand_in, "top_p" if has_top_p else stand_in,
          "min_p" if has_min_p else stand_in, "num_top", vocab, logits.strides[0]), names,
         HAS_TOP_K=has_top_k, HAS_TOP_P=has_top_p, HAS_MIN_P=has_min_p, FP64=fp64, FAST_MATH=not target.interpreter,
-        BLOCK_V=block_v, num_warps=4),)
+        BLOCK_V=block_v, ROW_ALIGN=largest_power_of_two_dividing(logits.strides[0], 16) if logits.strides[0] else 16,
+        VOCAB_ALIGN=largest_power_of_two_dividing(vocab, 16), num_warps=4),)
     return Plan(outputs, launches, names, "one launch")
