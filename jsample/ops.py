@@ -59,12 +59,16 @@ DOCSTRINGS["gumbel_sample"] = """Seeded Gumbel-max sampling: token_b = argmax_k 
         num_valid: None, or the number of valid rows: an int in [0, B] or an int32 / int64 scalar array
             (unchecked: e.g. a CUDA graph's or a jitted bucket's live count); rows at or past it are
             padding: their token is -1 and their logits are not read. The valid rows' tokens do not change.
+        return_logprobs: also return the tokens' `Logprobs` (`token_logprobs` of the same logits,
+            temperature and tokens, exactly: its kernel runs after the sampling launches, reading the
+            rows again; kept == scaled here, no filters). Padding rows: NaN, rank 0.
+        num_top: with return_logprobs, the count of top logprobs a row (0 to 64).
 
     Returns:
 {{
-        [B] int32 token ids on the logits' device.
+        [B] int32 token ids on the logits' device; with return_logprobs, (tokens, Logprobs).
 ||
-        [B] int32 token ids.
+        [B] int32 token ids; with return_logprobs, (tokens, Logprobs).
 }}
 
     Example:
@@ -131,12 +135,17 @@ DOCSTRINGS["top_k_top_p_sample"] = """Seeded top-k / top-p / min-p sampling: gum
 }}
         > V keeps all; top_p >= 1 or NaN keeps all, <= 0 keeps only the largest logit; min_p <= 0
         or NaN keeps all, >= 1 keeps only the largest logit.
+        return_logprobs: also return the tokens' `Logprobs` (`token_logprobs` of the same logits,
+            temperature, filters and tokens, exactly: `kept` is the log-probability under the distribution
+            the token was drawn from, `log_kept_mass` the filters' kept mass; its kernel runs after the
+            sampling launches, reading the rows again). Padding rows: NaN, rank 0.
+        num_top: with return_logprobs, the count of top logprobs a row (0 to 64).
 
     Returns:
 {{
-        [B] int32 token ids on the logits' device.
+        [B] int32 token ids on the logits' device; with return_logprobs, (tokens, Logprobs).
 ||
-        [B] int32 token ids.
+        [B] int32 token ids; with return_logprobs, (tokens, Logprobs).
 }}
 
     Example:

@@ -295,3 +295,14 @@ def check_token_values(op: str, tokens, vocab: int) -> None:
     bad = (values < -1) | (values >= vocab)
     if bad.any():
         raise ValueError(f"{op}: tokens must be -1 or in [0, V) = [0, {vocab}), got {int(values[bad][0])}.")
+
+
+def check_logprobs_request(op: str, return_logprobs, num_top) -> None:
+    """The samplers' `return_logprobs` and `num_top` (token_logprobs' count of top logprobs)."""
+    check_flag(op, "return_logprobs", return_logprobs)
+    if isinstance(num_top, bool) or not isinstance(num_top, int):
+        raise TypeError(f"{op}: num_top must be an int in [0, {MAX_NUM_TOP}], got {type(num_top).__name__}.")
+    if not 0 <= num_top <= MAX_NUM_TOP:
+        raise ValueError(f"{op}: num_top must be in [0, {MAX_NUM_TOP}], got {num_top}.")
+    if num_top and not return_logprobs:
+        raise ValueError(f"{op}: num_top = {num_top} needs return_logprobs=True.")

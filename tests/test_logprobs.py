@@ -189,3 +189,57 @@ def test_jit_and_vmap_equal_the_eager_call():
     for i, name in enumerate(FIELDS):
         assert np.array_equal(np.asarray(getattr(jitted, name)), eager[i], equal_nan=True), name
         assert np.array_equal(np.asarray(getattr(mapped, name)).reshape(eager[i].shape), eager[i], equal_nan=True), name
+
+
+@pytest.mark.parametrize("op, filters", [("gumbel_sample", {}), ("gumbel_sample", dict(draft=True)),
+                                         ("top_k_top_p_sample", dict(top_k=20, top_p=0.9)),
+                                         ("top_k_top_p_sample", dict(min_p=0.05))])
+def test_return_logprobs_equals_token_logprobs_of_the_tokens(op, filters):
+    """The samplers' return_logprobs: the same tokens as without it, and Logprobs equal to token_logprobs of
+    the same inputs and tokens, bit for bit, in both frontends; padding rows (num_valid): token -1, NaN."""
+    x, _, temperature = _rows(5, 200, 9)
+    seeds, positions = np.arange(5, dtype=np.int32) * 5, np.arange(5, dtype=np.int32)
+    sample = getattr(jsample, op)
+    tokens = np.asarray(sample(x, seeds, positions, temperature, **filters))
+    fused_tokens, fused = sample(x, seeds, positions, temperature, return_logprobs=True, num_top=4, **filters)
+    assert np.array_equal(np.asarray(fused_tokens), tokens)
+    logprob_filters = {n: v for n, v in filters.items() if n != "draft"}
+    separate = _jax(x, tokens, temperature, num_top=4, **logprob_filters)
+    t = [torch.from_numpy(a).to(TORCH_DEVICE) for a in (x, seeds, positions, temperature)]
+    torch_tokens, torch_fused = getattr(torch_backend, op)(*t, return_logprobs=True, num_top=4, **filters)
+    assert np.array_equal(torch_tokens.cpu().numpy(), tokens)
+    for i, name in enumerate(FIELDS):
+        assert np.array_equal(np.asarray(getattr(fused, name)), separate[i], equal_nan=True), name
+        assert np.array_equal(getattr(torch_fused, name).cpu().numpy(), separate[i], equal_nan=True), name
+    padded_tokens, padded = sample(x, seeds, positions, temperature, return_logprobs=True, num_valid=3, **filters)
+    assert np.array_equal(np.asarray(padded_tokens)[:3], tokens[:3]) and (np.asarray(padded_tokens)[3:] == -1).all()
+    assert np.array_equal(np.asarray(padded.kept)[:3], separate[2][:3], equal_nan=True)
+    assert np.isnan(np.asarray(padded.raw)[3:]).all() and (np.asarray(padded.rank)[3:] == 0).all()
+
+
+def test_return_logprobs_arguments_are_checked():
+    x = np.zeros((2, 40), np.float32)
+    args = (x, np.int32([1, 2]), np.int32([0, 0]), 1.0)
+    for kwargs, error, text in ((dict(num_top=3), ValueError, "gumbel_sample: num_top = 3 needs return_logprobs=True."),
+                                (dict(return_logprobs=1), TypeError, "gumbel_sample: return_logprobs must be True or False"),
+                                (dict(return_logprobs=True, num_top=70), ValueError,
+                                 "gumbel_sample: num_top must be in [0, 64], got 70.")):
+        with pytest.raises(error) as jax_error:
+            jsample.gumbel_sample(*args, **kwargs)
+        with pytest.raises(error) as torch_error:
+            torch_backend.gumbel_sample(*(torch.from_numpy(a).to(TORCH_DEVICE) if isinstance(a, np.ndarray) else a
+                                          for a in args), **kwargs)
+        assert str(jax_error.value) == str(torch_error.value) and str(jax_error.value).startswith(text)
+
+
+def test_torch_fakes_give_the_logprobs_shapes():
+    """What torch.compile traces: the custom ops' fakes (shapes and dtypes of every output)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode():
+        x, s = torch.empty(3, 50), torch.zeros(3, dtype=torch.int64)
+        for out in (torch_backend.token_logprobs(x, s, 1.0, num_top=4),
+                    torch_backend.gumbel_sample(x, s, s, 1.0, return_logprobs=True, num_top=4)[1],
+                    torch_backend.top_k_top_p_sample(x, s, s, 1.0, top_k=3, return_logprobs=True, num_top=4)[1]):
+            assert [tuple(getattr(out, n).shape) for n in FIELDS] == [(3,)] * 5 + [(3, 4)] * 2
+            assert [getattr(out, n).dtype for n in FIELDS] == [torch.float32] * 4 + [torch.int32] * 2 + [torch.float32]

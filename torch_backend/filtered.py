@@ -5,26 +5,29 @@ from typing import Optional
 import torch
 
 from jsample import kernels
-from jsample.ops import docstring
-from jsample.validation import check_top_k_top_p_sample
+from jsample.ops import Logprobs, docstring
+from jsample.validation import check_logprobs_request, check_top_k_top_p_sample
 from torch_backend import _execute as execute
+from torch_backend.logprobs import num_top_tensor
 from torch_backend._launch import (dense, empty_outputs, float32_logits, per_row, row_valid, temperature_array,
                                    temperature_value, traced, validate)
 
 
 def top_k_top_p_sample(logits, seeds, positions, temperature, *, top_k=None, top_p=None, min_p=None,
-                       fp64=False, num_valid=None) -> torch.Tensor:
+                       fp64=False, num_valid=None, return_logprobs=False, num_top=0):
     # Docstring: jsample.ops (one text for both frontends).
     arguments = dict(logits=logits, seeds=seeds, positions=positions, temperature=temperature, top_k=top_k, top_p=top_p,
                      min_p=min_p)
     call = None
-    if num_valid is None:  # (a call with padding is not remembered for replay: its row flags are computed)
+    if return_logprobs is not False or num_top != 0:
+        check_logprobs_request("top_k_top_p_sample", return_logprobs, num_top)
+    if num_valid is None and not return_logprobs:  # (nor a call with padding: its row flags are computed)
         replayed, call = execute.replay("top_k_top_p_sample", arguments, (fp64,), kernels.plan_top_k_top_p_sample)
         if replayed is not None:
             return replayed[0]
     call = validate("top_k_top_p_sample", check_top_k_top_p_sample, arguments, (fp64,), call)
     valid = row_valid("top_k_top_p_sample", num_valid, logits.shape[0], logits.device)
-    if valid is not None:
+    if valid is not None or return_logprobs:
         call = None
     logits = float32_logits(logits)
     if logits.stride(1) != 1:
@@ -33,23 +36,33 @@ def top_k_top_p_sample(logits, seeds, positions, temperature, *, top_k=None, top
     top_k, top_p, min_p = (None if value is None else per_row(value, batch, dtype, device)
                            for value, dtype in ((top_k, torch.int64), (top_p, torch.float32), (min_p, torch.float32)))
     seeds, positions = dense(seeds), dense(positions)
+    if traced(logits) and return_logprobs:
+        outputs = _top_k_top_p_sample_logprobs_op(logits, seeds, positions, temperature_array(temperature, batch, device),
+                                                  top_k, top_p, min_p, fp64, valid, num_top)
+        return outputs[0], Logprobs(*outputs[1:])
     if traced(logits):
         return _top_k_top_p_sample_op(logits, seeds, positions, temperature_array(temperature, batch, device), top_k,
                                       top_p, min_p, fp64, valid)
     return _top_k_top_p_sample(logits, seeds, positions, temperature_value(temperature, batch, device), top_k, top_p,
-                               min_p, fp64, valid, call, arguments)
+                               min_p, fp64, valid, call, arguments, num_top if return_logprobs else None)
 
 
 top_k_top_p_sample.__doc__ = docstring("top_k_top_p_sample", "torch")
 
 
 def _top_k_top_p_sample(logits, seeds, positions, temperature, top_k, top_p, min_p, fp64, valid=None, call=None,
-                        arguments=None):
+                        arguments=None, num_top=None):
+    """The tokens; with num_top (not None: return_logprobs), (tokens, Logprobs)."""
+    logprobs = dict(return_logprobs=True, num_top=num_top) if num_top is not None else {}
     plan = execute.plan(kernels.plan_top_k_top_p_sample, (logits, seeds), logits.device, call,
                         has_top_k=top_k is not None, has_top_p=top_p is not None, has_min_p=min_p is not None,
-                        fp64=fp64, row_valid=valid is not None)
+                        fp64=fp64, row_valid=valid is not None, **logprobs)
     inputs = dict(logits=logits, seeds=seeds, positions=positions, temperature=temperature, top_k=top_k, top_p=top_p,
                   min_p=min_p, row_valid=valid)
+    if num_top is not None:
+        inputs["num_top"] = num_top_tensor(num_top, logits.device)
+        outputs = execute.run(plan, logits.device, {name: value for name, value in inputs.items() if value is not None})
+        return outputs[0], Logprobs(*outputs[1:])
     (tokens,) = execute.run(plan, logits.device, {name: value for name, value in inputs.items() if value is not None},
                             (call, arguments, kernels.plan_top_k_top_p_sample))
     return tokens
@@ -66,3 +79,20 @@ def _top_k_top_p_sample_op(logits: torch.Tensor, seeds: torch.Tensor, positions:
 @_top_k_top_p_sample_op.register_fake
 def _(logits, seeds, positions, temperature, top_k, top_p, min_p, fp64, valid=None):
     return empty_outputs("top_k_top_p_sample", logits, logits.shape[0])[0]
+
+
+@torch.library.custom_op("jsample::top_k_top_p_sample_logprobs", mutates_args=())
+def _top_k_top_p_sample_logprobs_op(logits: torch.Tensor, seeds: torch.Tensor, positions: torch.Tensor,
+                                    temperature: torch.Tensor, top_k: Optional[torch.Tensor],
+                                    top_p: Optional[torch.Tensor], min_p: Optional[torch.Tensor], fp64: bool,
+                                    valid: Optional[torch.Tensor], num_top: int) -> list[torch.Tensor]:
+    tokens, logprobs = _top_k_top_p_sample(logits, seeds, positions, temperature, top_k, top_p, min_p, fp64, valid,
+                                           num_top=num_top)
+    return [tokens, *logprobs]
+
+
+@_top_k_top_p_sample_logprobs_op.register_fake
+def _(logits, seeds, positions, temperature, top_k, top_p, min_p, fp64, valid, num_top):
+    batch = logits.shape[0]
+    return [*empty_outputs("top_k_top_p_sample", logits, batch),
+            *empty_outputs("token_logprobs", logits, batch, num_top)]

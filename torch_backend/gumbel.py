@@ -5,45 +5,61 @@ from typing import Optional
 import torch
 
 from jsample import kernels
-from jsample.ops import docstring
-from jsample.validation import check_gumbel_sample
+from jsample.ops import Logprobs, docstring
+from jsample.validation import check_gumbel_sample, check_logprobs_request
 from torch_backend import _execute as execute
+from torch_backend.logprobs import num_top_tensor
 from torch_backend._launch import (dense, empty_outputs, float32_logits, row_valid, temperature_array,
                                    temperature_value, traced, validate)
 
 
-def gumbel_sample(logits, seeds, positions, temperature, *, fp64=False, draft=False, num_valid=None) -> torch.Tensor:
+def gumbel_sample(logits, seeds, positions, temperature, *, fp64=False, draft=False, num_valid=None,
+                  return_logprobs=False, num_top=0):
     # Docstring: jsample.ops (one text for both frontends).
     arguments = dict(logits=logits, seeds=seeds, positions=positions, temperature=temperature)
     call = None
-    if num_valid is None:  # (a call with padding is not remembered for replay: its row flags are computed)
+    if return_logprobs is not False or num_top != 0:
+        check_logprobs_request("gumbel_sample", return_logprobs, num_top)
+    if num_valid is None and not return_logprobs:  # (nor a call with padding: its row flags are computed)
         replayed, call = execute.replay("gumbel_sample", arguments, (fp64, draft), kernels.plan_gumbel_sample)
         if replayed is not None:
             return replayed[0]
     call = validate("gumbel_sample", check_gumbel_sample, arguments, (fp64, draft), call)
     valid = row_valid("gumbel_sample", num_valid, logits.shape[0], logits.device)
-    if valid is not None:
+    if valid is not None or return_logprobs:
         call = None
     logits = float32_logits(logits)
     if logits.stride(1) != 1:
         logits = logits.contiguous()
     seeds, positions, batch = dense(seeds), dense(positions), logits.shape[0]
+    if traced(logits) and return_logprobs:
+        outputs = _gumbel_sample_logprobs_op(logits, seeds, positions,
+                                             temperature_array(temperature, batch, logits.device), fp64, draft, valid,
+                                             num_top)
+        return outputs[0], Logprobs(*outputs[1:])
     if traced(logits):
         return _gumbel_sample_op(logits, seeds, positions, temperature_array(temperature, batch, logits.device), fp64,
                                  draft, valid)
     return _gumbel_sample(logits, seeds, positions, temperature_value(temperature, batch, logits.device), fp64, draft,
-                          valid, call, arguments)
+                          valid, call, arguments, num_top if return_logprobs else None)
 
 
 gumbel_sample.__doc__ = docstring("gumbel_sample", "torch")
 
 
-def _gumbel_sample(logits, seeds, positions, temperature, fp64, draft, valid=None, call=None, arguments=None):
+def _gumbel_sample(logits, seeds, positions, temperature, fp64, draft, valid=None, call=None, arguments=None,
+                   num_top=None):
+    """The tokens; with num_top (not None: return_logprobs), (tokens, Logprobs)."""
+    logprobs = dict(return_logprobs=True, num_top=num_top) if num_top is not None else {}
     plan = execute.plan(kernels.plan_gumbel_sample, (logits, seeds), logits.device, call, fp64=fp64, draft=draft,
-                        row_valid=valid is not None)
+                        row_valid=valid is not None, **logprobs)
     inputs = dict(logits=logits, seeds=seeds, positions=positions, temperature=temperature)
     if valid is not None:
         inputs["row_valid"] = valid
+    if num_top is not None:
+        inputs["num_top"] = num_top_tensor(num_top, logits.device)
+        outputs = execute.run(plan, logits.device, inputs)
+        return outputs[0], Logprobs(*outputs[1:])
     (tokens,) = execute.run(plan, logits.device, inputs, (call, arguments, kernels.plan_gumbel_sample))
     return tokens
 
@@ -58,3 +74,17 @@ def _gumbel_sample_op(logits: torch.Tensor, seeds: torch.Tensor, positions: torc
 @_gumbel_sample_op.register_fake
 def _(logits, seeds, positions, temperature, fp64, draft, valid=None):
     return empty_outputs("gumbel_sample", logits, logits.shape[0])[0]
+
+
+@torch.library.custom_op("jsample::gumbel_sample_logprobs", mutates_args=())
+def _gumbel_sample_logprobs_op(logits: torch.Tensor, seeds: torch.Tensor, positions: torch.Tensor,
+                               temperature: torch.Tensor, fp64: bool, draft: bool, valid: Optional[torch.Tensor],
+                               num_top: int) -> list[torch.Tensor]:
+    tokens, logprobs = _gumbel_sample(logits, seeds, positions, temperature, fp64, draft, valid, num_top=num_top)
+    return [tokens, *logprobs]
+
+
+@_gumbel_sample_logprobs_op.register_fake
+def _(logits, seeds, positions, temperature, fp64, draft, valid, num_top):
+    batch = logits.shape[0]
+    return [*empty_outputs("gumbel_sample", logits, batch), *empty_outputs("token_logprobs", logits, batch, num_top)]

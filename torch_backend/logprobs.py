@@ -21,7 +21,7 @@ def token_logprobs(logits, tokens, temperature, *, top_k=None, top_p=None, min_p
     op = "token_logprobs"
     arguments = dict(logits=logits, tokens=tokens, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p)
     validate(op, check_token_logprobs, arguments, (num_top, fp64))
-    if tokens.device.type == "cpu":
+    if tokens.device.type == "cpu" and type(tokens) is torch.Tensor:  # (not a fake or traced tensor)
         check_token_values(op, tokens.numpy(), logits.shape[1])
     logits = float32_logits(logits)
     if logits.stride(1) != 1:
@@ -40,7 +40,7 @@ def token_logprobs(logits, tokens, temperature, *, top_k=None, top_p=None, min_p
 token_logprobs.__doc__ = docstring("token_logprobs", "torch")
 
 
-def _num_top_tensor(count: int, device) -> torch.Tensor:
+def num_top_tensor(count: int, device) -> torch.Tensor:
     found = _NUM_TOP.get((device, count))
     if found is None:
         found = torch.full((1,), count, dtype=torch.int32, device=device)
@@ -53,7 +53,7 @@ def _token_logprobs(logits, tokens, temperature, top_k, top_p, min_p, num_top, f
     plan = execute.plan(kernels.plan_token_logprobs, (logits,), logits.device, has_top_k=top_k is not None,
                         has_top_p=top_p is not None, has_min_p=min_p is not None, fp64=fp64, num_top=num_top)
     inputs = dict(logits=logits, tokens=tokens, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
-                  num_top=_num_top_tensor(num_top, logits.device))
+                  num_top=num_top_tensor(num_top, logits.device))
     return execute.run(plan, logits.device, {name: value for name, value in inputs.items() if value is not None})
 
 

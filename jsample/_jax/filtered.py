@@ -2,45 +2,49 @@
 
 import functools
 
-import jax
 import jax.numpy as jnp
 
 from jsample import kernels
-from jsample.ops import docstring
 from jsample._jax import _execute as execute
 from jsample._jax._execute import arg_spec, run
 from jsample._jax._launch import (empty_outputs, logits_array, not_differentiable, per_row, row_valid, rowwise, spec,
                                   temperature_array)
-from jsample.validation import check_top_k_top_p_sample
+from jsample.ops import Logprobs, docstring
+from jsample.validation import check_logprobs_request, check_top_k_top_p_sample
 
 
 @not_differentiable("top_k_top_p_sample")
 def top_k_top_p_sample(logits, seeds, positions, temperature, *, top_k=None, top_p=None, min_p=None,
-                       fp64=False, num_valid=None) -> jax.Array:
+                       fp64=False, num_valid=None, return_logprobs=False, num_top=0):
     # Docstring: jsample.ops (one text for both frontends).
     op = "top_k_top_p_sample"
     check_top_k_top_p_sample(op, spec(op, "logits", logits), spec(op, "seeds", seeds),
                              spec(op, "positions", positions), spec(op, "temperature", temperature),
                              spec(op, "top_k", top_k), spec(op, "top_p", top_p), spec(op, "min_p", min_p), fp64)
+    check_logprobs_request(op, return_logprobs, num_top)
     batch = logits.shape[0]
     if batch == 0:
-        return empty_outputs(op, 0)[0]
+        return empty_outputs(op, 0)[0] if not return_logprobs else (
+            empty_outputs(op, 0)[0], Logprobs(*empty_outputs("token_logprobs", 0, num_top)))
     top_k, top_p, min_p = (None if v is None else per_row(v, batch, d)
                            for v, d in ((top_k, jnp.int64), (top_p, jnp.float32), (min_p, jnp.float32)))
-    return rowwise(functools.partial(_filtered_rows, fp64=fp64), logits_array(logits), jnp.asarray(seeds),
-                   jnp.asarray(positions), temperature_array(temperature, batch), top_k, top_p, min_p,
-                   row_valid(op, num_valid, batch))
+    outputs = rowwise(functools.partial(_filtered_rows, fp64=fp64, num_top=num_top if return_logprobs else None),
+                      logits_array(logits), jnp.asarray(seeds), jnp.asarray(positions),
+                      temperature_array(temperature, batch), top_k, top_p, min_p, row_valid(op, num_valid, batch))
+    return (outputs[0], Logprobs(*outputs[1:])) if return_logprobs else outputs[0]
 
 
 top_k_top_p_sample.__doc__ = docstring("top_k_top_p_sample", "jax")
 
 
-def _filtered_rows(logits, seeds, positions, temperature, top_k, top_p, min_p, valid, *, fp64):
-    """top_k_top_p_sample on validated arrays, the requests on axis 0."""
-    plan = kernels.plan_top_k_top_p_sample(arg_spec(logits), arg_spec(seeds), execute.target(), has_top_k=top_k is not None,
-                                           has_top_p=top_p is not None, has_min_p=min_p is not None, fp64=fp64,
-                                           row_valid=valid is not None)
+def _filtered_rows(logits, seeds, positions, temperature, top_k, top_p, min_p, valid, *, fp64, num_top):
+    """top_k_top_p_sample on validated arrays, the requests on axis 0: (tokens,), and token_logprobs'
+    outputs where num_top is not None (return_logprobs)."""
+    logprobs = dict(return_logprobs=True, num_top=num_top) if num_top is not None else {}
+    plan = kernels.plan_top_k_top_p_sample(arg_spec(logits), arg_spec(seeds), execute.target(),
+                                           has_top_k=top_k is not None, has_top_p=top_p is not None,
+                                           has_min_p=min_p is not None, fp64=fp64, row_valid=valid is not None,
+                                           **logprobs)
     inputs = dict(logits=logits, seeds=seeds, positions=positions, temperature=temperature, top_k=top_k, top_p=top_p,
-                  min_p=min_p, row_valid=valid)
-    (tokens,) = run(plan, {name: value for name, value in inputs.items() if value is not None})
-    return tokens
+                  min_p=min_p, row_valid=valid, num_top=None if num_top is None else jnp.full((1,), num_top, jnp.int32))
+    return tuple(run(plan, {name: value for name, value in inputs.items() if value is not None}))

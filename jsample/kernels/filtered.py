@@ -1848,11 +1848,20 @@ def _keeps_winner(sums, key_w, key_max, count, b64, top_k_ptr, top_p_ptr, HAS_TO
 
 @functools.lru_cache(maxsize=512)
 def plan_top_k_top_p_sample(logits: ArgSpec, seeds: ArgSpec, target: Target, *, has_top_k: bool, has_top_p: bool,
-                            has_min_p: bool, fp64: bool, row_valid: bool = False) -> Plan:
+                            has_min_p: bool, fp64: bool, row_valid: bool = False, return_logprobs: bool = False,
+                            num_top: int = 0) -> Plan:
     """The launches of `top_k_top_p_sample` on inputs `logits` [B, V] (rows `logits.strides[0]` apart,
     columns contiguous), `seeds`, `positions`, `temperature` [B] f32 and, where present, `top_k` [B]
     int32|int64, `top_p` and `min_p` [B] f32, `row_valid` [B] i32 (0: a padding row, token -1, its logits
-    unread); output `tokens` [B] i32."""
+    unread); output `tokens` [B] i32. With `return_logprobs`, input `num_top` [1] i32 and the outputs
+    `sampled` (the tokens) and token_logprobs' (logprobs.with_logprobs)."""
+    if return_logprobs:
+        from jsample.kernels.logprobs import with_logprobs
+
+        sampling = plan_top_k_top_p_sample(logits, seeds, target, has_top_k=has_top_k, has_top_p=has_top_p,
+                                           has_min_p=has_min_p, fp64=fp64, row_valid=row_valid)
+        return with_logprobs(sampling, logits, target, has_top_k=has_top_k, has_top_p=has_top_p, has_min_p=has_min_p,
+                             fp64=fp64, num_top=num_top, row_valid=row_valid)
     batch, vocab = logits.shape
     tokens = Buffer("tokens", (batch,), "int32")
     if batch == 0:

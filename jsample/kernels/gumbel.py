@@ -267,10 +267,18 @@ def many_rows_config(config: GumbelLaunchConfig, vocab_size: int) -> GumbelLaunc
 
 @functools.lru_cache(maxsize=512)
 def plan_gumbel_sample(logits: ArgSpec, seeds: ArgSpec, target: Target, *, fp64: bool, draft: bool,
-                       row_valid: bool = False) -> Plan:
+                       row_valid: bool = False, return_logprobs: bool = False, num_top: int = 0) -> Plan:
     """The launches of `gumbel_sample` on inputs `logits` [B, V] (rows `logits.strides[0]` apart,
     columns contiguous), `seeds`, `positions` [B], `temperature` [B] f32 and, with `row_valid`,
-    `row_valid` [B] i32 (0: a padding row, token -1, its logits unread); output `tokens` [B] i32."""
+    `row_valid` [B] i32 (0: a padding row, token -1, its logits unread); output `tokens` [B] i32. With
+    `return_logprobs`, input `num_top` [1] i32 and the outputs `sampled` (the tokens) and token_logprobs'
+    (logprobs.with_logprobs)."""
+    if return_logprobs:
+        from jsample.kernels.logprobs import with_logprobs
+
+        sampling = plan_gumbel_sample(logits, seeds, target, fp64=fp64, draft=draft, row_valid=row_valid)
+        return with_logprobs(sampling, logits, target, has_top_k=False, has_top_p=False, has_min_p=False, fp64=fp64,
+                             num_top=num_top, row_valid=row_valid)
     batch, vocab = logits.shape
     tokens = Buffer("tokens", (batch,), "int32")
     if batch == 0:

@@ -24,6 +24,7 @@ Passes 2 and 4 cost a read of the row a step: this is the separate op, for repla
 samplers' fused `return_logprobs` is issue 41's other half (not built yet).
 """
 
+import dataclasses
 import functools
 
 import triton.language as tl
@@ -80,6 +81,20 @@ def _kept(x, threshold, temperature, key_max, min_p, filtered, HAS_MIN_P: tl.con
 
 
 @jit
+def _store_padding_row(b64, raw_ptr, scaled_ptr, kept_ptr, log_kept_mass_ptr, rank_ptr, top_ids_ptr, top_logprobs_ptr,
+                       num_top):
+    """The outputs of a padding row (at or past num_valid)."""
+    tl.store(raw_ptr + b64, float("nan"))
+    tl.store(scaled_ptr + b64, float("nan"))
+    tl.store(kept_ptr + b64, float("nan"))
+    tl.store(log_kept_mass_ptr + b64, float("nan"))
+    tl.store(rank_ptr + b64, 0)
+    for j in range(num_top):
+        tl.store(top_ids_ptr + b64 * num_top + j, -1)
+        tl.store(top_logprobs_ptr + b64 * num_top + j, float("-inf"))
+
+
+@jit
 def token_logprobs_kernel(
     logits_ptr,  # [B, V] f32|bf16|f16, rows `row_stride` elements apart, columns contiguous
     tokens_ptr,  # [B] i32|i64
@@ -88,6 +103,7 @@ def token_logprobs_kernel(
     top_p_ptr,  # [B] f32 (read with HAS_TOP_P)
     min_p_ptr,  # [B] f32 (read with HAS_MIN_P)
     num_top_ptr,  # [1] i32: the count of top_ids / top_logprobs a row, at most MAX_NUM_TOP
+    row_valid_ptr,  # [B] i32, 0 for a padding row (read with HAS_ROW_VALID): NaN, rank 0, its logits unread
     V,
     row_stride,
     raw_ptr,  # [B] f32 outputs: raw, scaled, kept, log_kept_mass
@@ -105,9 +121,15 @@ def token_logprobs_kernel(
     BLOCK_V: tl.constexpr,
     ROW_ALIGN: tl.constexpr,  # powers of two dividing the row stride and V: both frontends then compile the
     VOCAB_ALIGN: tl.constexpr,  # same vectorised code (jax-triton tells the compiler nothing: common.aligned)
+    HAS_ROW_VALID: tl.constexpr = False,
 ):
     b = tl.program_id(0)
     b64 = b.to(tl.int64)
+    if HAS_ROW_VALID:
+        if tl.load(row_valid_ptr + b64) == 0:
+            _store_padding_row(b64, raw_ptr, scaled_ptr, kept_ptr, log_kept_mass_ptr, rank_ptr, top_ids_ptr,
+                               top_logprobs_ptr, tl.load(num_top_ptr))
+            return
     V = aligned(V, VOCAB_ALIGN)
     row_ptr = logits_ptr + tl.multiple_of(b64 * row_stride, ROW_ALIGN)
     # 1. the largest finite logit, the count of finite logits, the largest finite |x|
@@ -229,12 +251,13 @@ def token_logprobs_kernel(
 
 @functools.lru_cache(maxsize=512)
 def plan_token_logprobs(logits: ArgSpec, target: Target, *, has_top_k: bool, has_top_p: bool, has_min_p: bool,
-                        fp64: bool, num_top: int) -> Plan:
+                        fp64: bool, num_top: int, row_valid: bool = False) -> Plan:
     """The launch of `token_logprobs` on inputs `logits` [B, V] (rows `logits.strides[0]` apart, columns
     contiguous), `tokens` [B], `temperature` [B] f32 (or one f32), `top_k` / `top_p` / `min_p` [B] where
     given, `num_top` [1] i32 (equal to `num_top`: the outputs' width; the kernel reads the count from the
     device, so no count costs a compilation); outputs raw, scaled, kept, log_kept_mass [B] f32, rank [B]
-    i32, top_ids [B, num_top] i32, top_logprobs [B, num_top] f32."""
+    i32, top_ids [B, num_top] i32, top_logprobs [B, num_top] f32. With `row_valid`, input `row_valid` [B] i32
+    (0: a padding row: NaN logprobs, rank 0, top_ids -1, its logits unread)."""
     batch, vocab = logits.shape
     outputs = (Buffer("raw", (batch,), "float32"), Buffer("scaled", (batch,), "float32"),
                Buffer("kept", (batch,), "float32"), Buffer("log_kept_mass", (batch,), "float32"),
@@ -248,8 +271,27 @@ def plan_token_logprobs(logits: ArgSpec, target: Target, *, has_top_k: bool, has
     launches = (launch(
         token_logprobs_kernel, (batch,),
         ("logits", "tokens", "temperature", "top_k" if has_top_k else stand_in, "top_p" if has_top_p else stand_in,
-         "min_p" if has_min_p else stand_in, "num_top", vocab, logits.strides[0]), names,
+         "min_p" if has_min_p else stand_in, "num_top", "row_valid" if row_valid else stand_in, vocab,
+         logits.strides[0]), names, HAS_ROW_VALID=row_valid,
         HAS_TOP_K=has_top_k, HAS_TOP_P=has_top_p, HAS_MIN_P=has_min_p, FP64=fp64, FAST_MATH=not target.interpreter,
         BLOCK_V=block_v, ROW_ALIGN=largest_power_of_two_dividing(logits.strides[0], 16) if logits.strides[0] else 16,
         VOCAB_ALIGN=largest_power_of_two_dividing(vocab, 16), num_warps=4),)
     return Plan(outputs, launches, names, "one launch")
+
+
+def with_logprobs(sampling: Plan, logits: ArgSpec, target: Target, *, has_top_k: bool, has_top_p: bool,
+                  has_min_p: bool, fp64: bool, num_top: int, row_valid: bool) -> Plan:
+    """A sampling plan (output `tokens`) followed by token_logprobs of its tokens: the samplers'
+    `return_logprobs` (outputs tokens, then token_logprobs' seven). The logprobs launch is this module's
+    kernel, so they equal token_logprobs of the same inputs and tokens exactly; it reads the rows again
+    (the fused single-pass form is issue 41's open half)."""
+    logprobs = plan_token_logprobs(logits, target, has_top_k=has_top_k, has_top_p=has_top_p, has_min_p=has_min_p,
+                                   fp64=fp64, num_top=num_top, row_valid=row_valid)
+    launches = tuple(dataclasses.replace(step, args=tuple("sampled" if a == "tokens" else a for a in step.args))
+                     for step in logprobs.launches)
+    renamed = tuple(dataclasses.replace(step, outputs=tuple("sampled" if o == "tokens" else o for o in step.outputs),
+                                        args=tuple("sampled" if a == "tokens" else a for a in step.args))
+                    for step in sampling.launches)
+    buffers = tuple(dataclasses.replace(b, name="sampled") if b.name == "tokens" else b for b in sampling.buffers)
+    return Plan(buffers + logprobs.buffers, renamed + launches, ("sampled",) + logprobs.outputs,
+                sampling.variant + " + logprobs")
