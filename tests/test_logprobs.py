@@ -221,7 +221,8 @@ def test_return_logprobs_arguments_are_checked():
     x = np.zeros((2, 40), np.float32)
     args = (x, np.int32([1, 2]), np.int32([0, 0]), 1.0)
     for kwargs, error, text in ((dict(num_top=3), ValueError, "gumbel_sample: num_top = 3 needs return_logprobs=True."),
-                                (dict(return_logprobs=1), TypeError, "gumbel_sample: return_logprobs must be True or False"),
+                                (dict(return_logprobs=1), TypeError,
+                                 "gumbel_sample: return_logprobs must be True or False"),
                                 (dict(return_logprobs=True, num_top=70), ValueError,
                                  "gumbel_sample: num_top must be in [0, 64], got 70.")):
         with pytest.raises(error) as jax_error:

@@ -122,6 +122,18 @@ def empty_outputs(op: str, like: torch.Tensor, batch: int, rows: int = 1):
     return tuple(like.new_empty(shape, dtype=getattr(torch, dtype)) for shape, dtype in output_shapes(op, batch, rows))
 
 
+def row_logits(logits: torch.Tensor) -> torch.Tensor:
+    """Logits as a row kernel reads them: float32_logits, columns contiguous (another column stride is copied)."""
+    logits = float32_logits(logits)
+    return logits if logits.stride(-1) == 1 else logits.contiguous()
+
+
+def filter_rows(top_k, top_p, min_p, batch: int, device) -> tuple:
+    """top_k (int64), top_p and min_p (float32) as [B] device tensors (None stays None: no such filter)."""
+    return tuple(None if value is None else per_row(value, batch, dtype, device)
+                 for value, dtype in ((top_k, torch.int64), (top_p, torch.float32), (min_p, torch.float32)))
+
+
 def float32_logits(tensor):
     """Logits as the kernels read them: float64 rounded to float32 (the one rule of both frontends), others as
     they are; None stays None."""

@@ -9,7 +9,7 @@ from jsample.ops import Logprobs, docstring
 from jsample.validation import check_logprobs_request, check_top_k_top_p_sample
 from torch_backend import _execute as execute
 from torch_backend.logprobs import num_top_tensor
-from torch_backend._launch import (dense, empty_outputs, float32_logits, per_row, row_valid, temperature_array,
+from torch_backend._launch import (dense, empty_outputs, filter_rows, row_logits, row_valid, temperature_array,
                                    temperature_value, traced, validate)
 
 
@@ -29,16 +29,14 @@ def top_k_top_p_sample(logits, seeds, positions, temperature, *, top_k=None, top
     valid = row_valid("top_k_top_p_sample", num_valid, logits.shape[0], logits.device)
     if valid is not None or return_logprobs:
         call = None
-    logits = float32_logits(logits)
-    if logits.stride(1) != 1:
-        logits = logits.contiguous()
+    logits = row_logits(logits)
     batch, device = logits.shape[0], logits.device
-    top_k, top_p, min_p = (None if value is None else per_row(value, batch, dtype, device)
-                           for value, dtype in ((top_k, torch.int64), (top_p, torch.float32), (min_p, torch.float32)))
+    top_k, top_p, min_p = filter_rows(top_k, top_p, min_p, batch, device)
     seeds, positions = dense(seeds), dense(positions)
     if traced(logits) and return_logprobs:
-        outputs = _top_k_top_p_sample_logprobs_op(logits, seeds, positions, temperature_array(temperature, batch, device),
-                                                  top_k, top_p, min_p, fp64, valid, num_top)
+        temperatures = temperature_array(temperature, batch, device)
+        outputs = _top_k_top_p_sample_logprobs_op(logits, seeds, positions, temperatures, top_k, top_p, min_p, fp64,
+                                                  valid, num_top)
         return outputs[0], Logprobs(*outputs[1:])
     if traced(logits):
         return _top_k_top_p_sample_op(logits, seeds, positions, temperature_array(temperature, batch, device), top_k,

@@ -9,8 +9,8 @@ from jsample.ops import Logprobs, docstring
 from jsample.validation import check_gumbel_sample, check_logprobs_request
 from torch_backend import _execute as execute
 from torch_backend.logprobs import num_top_tensor
-from torch_backend._launch import (dense, empty_outputs, float32_logits, row_valid, temperature_array,
-                                   temperature_value, traced, validate)
+from torch_backend._launch import (dense, empty_outputs, row_logits, row_valid, temperature_array, temperature_value,
+                                   traced, validate)
 
 
 def gumbel_sample(logits, seeds, positions, temperature, *, fp64=False, draft=False, num_valid=None,
@@ -28,9 +28,7 @@ def gumbel_sample(logits, seeds, positions, temperature, *, fp64=False, draft=Fa
     valid = row_valid("gumbel_sample", num_valid, logits.shape[0], logits.device)
     if valid is not None or return_logprobs:
         call = None
-    logits = float32_logits(logits)
-    if logits.stride(1) != 1:
-        logits = logits.contiguous()
+    logits = row_logits(logits)
     seeds, positions, batch = dense(seeds), dense(positions), logits.shape[0]
     if traced(logits) and return_logprobs:
         outputs = _gumbel_sample_logprobs_op(logits, seeds, positions,

@@ -9,7 +9,7 @@ from jsample.ops import Logprobs, docstring
 from jsample.validation import check_token_logprobs, check_token_values
 from torch_backend import _execute as execute
 from torch_backend import _fast_path
-from torch_backend._launch import (dense, empty_outputs, float32_logits, per_row, temperature_array, temperature_value,
+from torch_backend._launch import (dense, empty_outputs, filter_rows, row_logits, temperature_array, temperature_value,
                                    traced, validate)
 
 _NUM_TOP = {}  # (device, count) -> the [1] int32 tensor the kernel reads the count from
@@ -23,12 +23,9 @@ def token_logprobs(logits, tokens, temperature, *, top_k=None, top_p=None, min_p
     validate(op, check_token_logprobs, arguments, (num_top, fp64))
     if tokens.device.type == "cpu" and type(tokens) is torch.Tensor:  # (not a fake or traced tensor)
         check_token_values(op, tokens.numpy(), logits.shape[1])
-    logits = float32_logits(logits)
-    if logits.stride(1) != 1:
-        logits = logits.contiguous()
+    logits = row_logits(logits)
     batch, device = logits.shape[0], logits.device
-    top_k, top_p, min_p = (None if value is None else per_row(value, batch, dtype, device)
-                           for value, dtype in ((top_k, torch.int64), (top_p, torch.float32), (min_p, torch.float32)))
+    top_k, top_p, min_p = filter_rows(top_k, top_p, min_p, batch, device)
     tokens = dense(tokens)
     if traced(logits):
         return Logprobs(*_token_logprobs_op(logits, tokens, temperature_array(temperature, batch, device), top_k, top_p,

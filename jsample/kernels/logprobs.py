@@ -44,12 +44,18 @@ def _finite(x):
 
 
 @jit
+def _row_block(row_ptr, start, V, BLOCK_V: tl.constexpr):
+    """(columns, FP32 logits) of the row's block at `start` (-inf past V)."""
+    cols = start + tl.arange(0, BLOCK_V)
+    return cols, tl.load(row_ptr + cols, mask=cols < V, other=float("-inf")).to(tl.float32)
+
+
+@jit
 def _count_at_or_above(row_ptr, V, pivot, BLOCK_V: tl.constexpr):
     """The number of finite logits of the row whose key is >= pivot."""
     total = tl.zeros([BLOCK_V], tl.int32)
     for start in range(0, V, BLOCK_V):
-        cols = start + tl.arange(0, BLOCK_V)
-        x = tl.load(row_ptr + cols, mask=cols < V, other=float("-inf")).to(tl.float32)
+        cols, x = _row_block(row_ptr, start, V, BLOCK_V)
         total += (_finite(x) & (_key(x, 0).to(tl.int64) >= pivot)).to(tl.int32)
     return tl.sum(total, axis=0)
 
@@ -61,8 +67,7 @@ def _mass_above(row_ptr, V, pivot, floor, temperature, key_max, FP64: tl.constex
     threshold: top-p weighs what top-k keeps)."""
     total = tl.zeros([BLOCK_V], tl.int64)
     for start in range(0, V, BLOCK_V):
-        cols = start + tl.arange(0, BLOCK_V)
-        x = tl.load(row_ptr + cols, mask=cols < V, other=float("-inf")).to(tl.float32)
+        cols, x = _row_block(row_ptr, start, V, BLOCK_V)
         key = _key(x, 0).to(tl.int64)
         mass = _fixed_point_mass(x, temperature, key_max, 0, FP64, FAST_MATH)
         total += tl.where(_finite(x) & (key > pivot) & (key >= floor), mass, 0).to(tl.int64)
@@ -137,8 +142,7 @@ def token_logprobs_kernel(
     magnitude = tl.zeros([BLOCK_V], tl.float32)
     finite_count = tl.zeros([BLOCK_V], tl.int32)
     for start in range(0, V, BLOCK_V):
-        cols = start + tl.arange(0, BLOCK_V)
-        x = tl.load(row_ptr + cols, mask=cols < V, other=float("-inf")).to(tl.float32)
+        cols, x = _row_block(row_ptr, start, V, BLOCK_V)
         finite = _finite(x)
         largest = tl.maximum(largest, tl.where(finite, x, float("-inf")))
         magnitude = tl.maximum(magnitude, tl.where(finite, tl.abs(x), 0.0))
@@ -199,8 +203,7 @@ def token_logprobs_kernel(
     kept_terms = tl.zeros([BLOCK_V], tl.float32)
     larger = tl.zeros([BLOCK_V], tl.int32)
     for start in range(0, V, BLOCK_V):
-        cols = start + tl.arange(0, BLOCK_V)
-        x = tl.load(row_ptr + cols, mask=cols < V, other=float("-inf")).to(tl.float32)
+        cols, x = _row_block(row_ptr, start, V, BLOCK_V)
         finite = _finite(x)
         raw_terms += tl.where(finite, tl.exp(x - m), 0.0)
         scaled = tl.where(finite, tl.exp((x - m) * inverse_t), 0.0)
@@ -232,8 +235,7 @@ def token_logprobs_kernel(
         best_value = tl.full([], float("-inf"), tl.float32)
         best_col = tl.full([], -1, tl.int64)
         for start in range(0, V, BLOCK_V):
-            cols = start + tl.arange(0, BLOCK_V)
-            x = tl.load(row_ptr + cols, mask=cols < V, other=float("-inf")).to(tl.float32)
+            cols, x = _row_block(row_ptr, start, V, BLOCK_V)
             after = (x < previous_value) | ((x == previous_value) & (cols > previous_col))
             candidate = _finite(x) & after & (cols < V)
             block_value = tl.max(tl.where(candidate, x, float("-inf")), axis=0)

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from jsample.kernels.compiles import compile_key
 from jsample.kernels.plan import ArgSpec
 
-OPS = ("gumbel_sample", "top_k_top_p_sample", "rejection_sample", "synthetic_rejection_sample")
+OPS = ("gumbel_sample", "top_k_top_p_sample", "rejection_sample", "synthetic_rejection_sample", "token_logprobs")
 # the filter sets top_k_top_p_sample is warmed with unless told: every combination of the three filters
 FILTER_SETS = tuple(dict(zip(("top_k", "top_p", "min_p"), given))
                     for given in itertools.product((False, True), repeat=3) if any(given))
@@ -43,12 +43,17 @@ def _plan(op, batch, vocab, dtype, k, flags, target):
     if op == "gumbel_sample":
         return kernels.plan_gumbel_sample(ArgSpec.contiguous((batch, vocab), dtype), seeds, target,
                                           fp64=flags.get("fp64", False), draft=flags.get("draft", False),
-                                          row_valid=flags.get("num_valid", False))
+                                          row_valid=flags.get("num_valid", False), **_logprobs(flags))
     if op == "top_k_top_p_sample":
         return kernels.plan_top_k_top_p_sample(
             ArgSpec.contiguous((batch, vocab), dtype), seeds, target, has_top_k=flags.get("top_k", False),
             has_top_p=flags.get("top_p", False), has_min_p=flags.get("min_p", False), fp64=flags.get("fp64", False),
-            row_valid=flags.get("num_valid", False))
+            row_valid=flags.get("num_valid", False), **_logprobs(flags))
+    if op == "token_logprobs":
+        return kernels.plan_token_logprobs(
+            ArgSpec.contiguous((batch, vocab), dtype), target, has_top_k=flags.get("top_k", False),
+            has_top_p=flags.get("top_p", False), has_min_p=flags.get("min_p", False), fp64=flags.get("fp64", False),
+            num_top=0)
     if op == "rejection_sample":
         draft = ArgSpec.contiguous((batch, k, vocab), "float32") if flags.get("draft_logits") else None
         return kernels.plan_rejection_sample(ArgSpec.contiguous((batch, k + 1, vocab), dtype), draft, seeds, target,
@@ -60,6 +65,11 @@ def _plan(op, batch, vocab, dtype, k, flags, target):
             ArgSpec.contiguous((batch, k) if flags.get("batched_rates") else (k,), "float32"), seeds, target,
             fp64=flags.get("fp64", False), row_valid=flags.get("num_valid", False))
     raise ValueError(f"precompile: ops must be among {OPS}, got {op!r}")
+
+
+def _logprobs(flags) -> dict:
+    """The samplers' return_logprobs flag as plan arguments (any num_top runs the same kernel: warmed at 0)."""
+    return dict(return_logprobs=True, num_top=0) if flags.get("return_logprobs") else {}
 
 
 def input_specs(case: WarmupCase, wide: str = "int64") -> dict:
@@ -82,6 +92,10 @@ def input_specs(case: WarmupCase, wide: str = "int64") -> dict:
             specs["draft_logits"] = ((b, k, v), "float32")
         return specs
     specs = dict(requests, logits=((b, v), case.dtype))
+    if case.op == "token_logprobs":
+        specs = dict(logits=((b, v), case.dtype), tokens=((b,), wide), temperature=((b,), "float32"))
+    if case.op == "token_logprobs" or flags.get("return_logprobs"):
+        specs["num_top"] = ((1,), "int32")
     for name, dtype in (("top_k", wide), ("top_p", "float32"), ("min_p", "float32")):
         if flags.get(name):
             specs[name] = ((b,), dtype)
@@ -92,6 +106,7 @@ def _flag_sets(op, flags):
     if flags is not None:
         return [dict(f) for f in flags]
     return {"gumbel_sample": [{}], "top_k_top_p_sample": [dict(f) for f in FILTER_SETS],
+            "token_logprobs": [{}] + [dict(f) for f in FILTER_SETS],
             "rejection_sample": [dict(f) for f in REJECTION_SETS],
             "synthetic_rejection_sample": [{}, dict(batched_rates=True)]}[op]
 
@@ -101,7 +116,7 @@ def warmup_cases(vocab_sizes, dtypes, ops, flags, max_batch, num_speculative_tok
 
     Args:
         vocab_sizes, dtypes: the logits' widths and dtype names ("bfloat16", ...).
-        ops: op names (None: all four).
+        ops: op names (None: all five).
         flags: None (every filter combination; rejection's one-hot, draft-logit and strict methods), or a list
             of dicts of the op's flags, applied to each op in `ops` (e.g. [{"top_k": True, "top_p": True}]).
         max_batch: the largest batch size to cover.
