@@ -226,11 +226,18 @@ DOCSTRINGS["rejection_sample"] = """Speculative-decoding verification: accept a 
         num_valid: None, or the number of valid requests: an int in [0, B] or an int32 / int64 scalar
             array (unchecked); requests at or past it are padding: every token -1, num_sampled 0, their
             logits not read. The valid requests' outputs do not change.
+        return_logprobs: also return the `Logprobs` of every token under its target row
+            (`target_logits[b, j]` at the request's temperature, no filters: kept == scaled,
+            log_kept_mass 0), fields [B, K+1] (top ones [B, K+1, num_top]); a -1 token (past
+            num_sampled, or a padding request) gives NaN and rank 0. The launch runs after the sampling
+            launches and reads the target rows again.
+        num_top: with return_logprobs, the count of top logprobs a target row (0 to 64).
 
     Returns:
         tokens: [B, K+1] int32 — the accepted drafts, the emitted token, then -1 (the emitted token is
             -1 when its row has no finite logit).
         num_sampled: [B] int32, accepted drafts + 1.
+        With return_logprobs, (tokens, num_sampled, Logprobs).
 
     Example:
 {{
@@ -380,6 +387,12 @@ def docstring(op: str, frontend: str) -> str:
     """`op`'s docstring as `frontend` ("torch" or "jax") shows it."""
     side = FRONTENDS.index(frontend) + 1
     return _ALTERNATIVES.sub(lambda match: match.group(side), DOCSTRINGS[op])
+
+
+def logprobs_shapes(batch: int, rows: int, num_top: int) -> tuple:
+    """((shape, dtype name), ...) of rejection_sample's Logprobs: [B, K + 1] (top ones [B, K + 1, num_top])."""
+    return (((batch, rows), "float32"),) * 4 + (((batch, rows), "int32"), ((batch, rows, num_top), "int32"),
+                                               ((batch, rows, num_top), "float32"))
 
 
 def output_shapes(op: str, batch: int, rows: int = 1) -> tuple:

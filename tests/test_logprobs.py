@@ -244,3 +244,41 @@ def test_torch_fakes_give_the_logprobs_shapes():
                     torch_backend.top_k_top_p_sample(x, s, s, 1.0, top_k=3, return_logprobs=True, num_top=4)[1]):
             assert [tuple(getattr(out, n).shape) for n in FIELDS] == [(3,)] * 5 + [(3, 4)] * 2
             assert [getattr(out, n).dtype for n in FIELDS] == [torch.float32] * 4 + [torch.int32] * 2 + [torch.float32]
+        target, drafts = torch.empty(3, 3, 50), torch.zeros(3, 2, dtype=torch.int32)
+        out = torch_backend.rejection_sample(target, drafts, s.to(torch.int32), s, s, 1.0, return_logprobs=True,
+                                             num_top=4)[2]
+        assert [tuple(getattr(out, n).shape) for n in FIELDS] == [(3, 3)] * 5 + [(3, 3, 4)] * 2
+
+
+@pytest.mark.parametrize("draft", [False, True])
+def test_rejection_sample_return_logprobs(draft):
+    """rejection_sample(return_logprobs=True): the same tokens; each emitted token's logprobs under its target
+    row equal token_logprobs of that row and token (a -1 token: NaN, rank 0); torch == JAX; padding requests."""
+    rng = np.random.default_rng(21)
+    batch, k, vocab = 4, 3, 96
+    target = (rng.standard_normal((batch, k + 1, vocab)) * 2).astype(np.float32)
+    drafts = target[:, :k].argmax(-1).astype(np.int32)
+    drafts[1, 1] = 0  # a likely rejection
+    counts = np.int32([3, 3, 1, 0])
+    seeds, positions = np.arange(batch, dtype=np.int32) + 9, np.arange(batch, dtype=np.int32)
+    temperature = np.float32([0.8, 1.0, 0.0, 1.3])
+    extra = dict(draft_logits=(target[:, :k] + rng.standard_normal((batch, k, vocab))).astype(np.float32)) if draft else {}
+    args = (target, drafts, counts, seeds, positions, temperature)
+    tokens, num_sampled = (np.asarray(a) for a in jsample.rejection_sample(*args, **extra))
+    got_tokens, got_num, lp = jsample.rejection_sample(*args, return_logprobs=True, num_top=3, **extra)
+    assert np.array_equal(np.asarray(got_tokens), tokens) and np.array_equal(np.asarray(got_num), num_sampled)
+    rows = _jax(target.reshape(-1, vocab), tokens.reshape(-1), np.repeat(temperature, k + 1), num_top=3)
+    for i, name in enumerate(FIELDS):
+        got = np.asarray(getattr(lp, name))
+        assert got.shape[:2] == (batch, k + 1)
+        assert np.array_equal(got.reshape(rows[i].shape), rows[i], equal_nan=True), name
+    assert np.isnan(np.asarray(lp.scaled)[tokens < 0]).all() and (np.asarray(lp.rank)[tokens < 0] == 0).all()
+    t = [torch.from_numpy(a).to(TORCH_DEVICE) for a in args]
+    torch_extra = {n: torch.from_numpy(v).to(TORCH_DEVICE) for n, v in extra.items()}
+    torch_out = torch_backend.rejection_sample(*t, return_logprobs=True, num_top=3, **torch_extra)
+    for name in FIELDS:
+        assert np.array_equal(getattr(torch_out[2], name).cpu().numpy(), np.asarray(getattr(lp, name)),
+                              equal_nan=True), name
+    _, _, padded = jsample.rejection_sample(*args, return_logprobs=True, num_valid=2, **extra)
+    assert np.isnan(np.asarray(padded.scaled)[2:]).all()
+    assert np.array_equal(np.asarray(padded.scaled)[:2], np.asarray(lp.scaled)[:2], equal_nan=True)

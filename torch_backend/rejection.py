@@ -5,26 +5,31 @@ from typing import Optional
 import torch
 
 from jsample import kernels
-from jsample.ops import docstring
-from jsample.validation import check_rejection_sample, check_synthetic_rejection_sample, rates_from_list
+from jsample.ops import Logprobs, docstring, logprobs_shapes
+from jsample.validation import (check_logprobs_request, check_rejection_sample, check_synthetic_rejection_sample,
+                                rates_from_list)
 from torch_backend import _execute as execute
+from torch_backend.logprobs import num_top_tensor
 from torch_backend._launch import (dense, empty_outputs, float32_logits, row_valid, temperature_array,
                                    temperature_value, traced, validate)
 
 
 def rejection_sample(target_logits, draft_tokens, num_draft_tokens, seeds, positions, temperature, *,
-                     draft_logits=None, method="probabilistic", fp64=False, num_valid=None):
+                     draft_logits=None, method="probabilistic", fp64=False, num_valid=None, return_logprobs=False,
+                     num_top=0):
     # Docstring: jsample.ops (one text for both frontends).
     arguments = dict(target_logits=target_logits, draft_tokens=draft_tokens, num_draft_tokens=num_draft_tokens,
                      seeds=seeds, positions=positions, temperature=temperature, draft_logits=draft_logits)
     call = None
-    if num_valid is None:  # (a call with padding is not remembered for replay: its row flags are computed)
+    if return_logprobs is not False or num_top != 0:
+        check_logprobs_request("rejection_sample", return_logprobs, num_top)
+    if num_valid is None and not return_logprobs:  # (nor a call with padding: its row flags are computed)
         replayed, call = execute.replay("rejection_sample", arguments, (method, fp64), kernels.plan_rejection_sample)
         if replayed is not None:
             return replayed
     call = validate("rejection_sample", check_rejection_sample, arguments, (method, fp64), call)
     valid = row_valid("rejection_sample", num_valid, target_logits.shape[0], target_logits.device)
-    if valid is not None:
+    if valid is not None or return_logprobs:
         call = None
     target_logits, draft_logits = float32_logits(target_logits), float32_logits(draft_logits)
     if target_logits.stride(2) != 1:
@@ -34,27 +39,56 @@ def rejection_sample(target_logits, draft_tokens, num_draft_tokens, seeds, posit
     batch, device = target_logits.shape[0], target_logits.device
     requests = (dense(draft_tokens), dense(num_draft_tokens), dense(seeds), dense(positions))
     draft_logits = None if method == "strict" else draft_logits
+    if traced(target_logits) and return_logprobs:
+        outputs = _rejection_sample_logprobs_op(target_logits, *requests, temperature_array(temperature, batch, device),
+                                                draft_logits, method == "strict", fp64, valid, num_top)
+        return outputs[0], outputs[1], Logprobs(*outputs[2:])
     if traced(target_logits):
         return _rejection_sample_op(target_logits, *requests, temperature_array(temperature, batch, device),
                                     draft_logits, method == "strict", fp64, valid)
     return _rejection_sample(target_logits, *requests, temperature_value(temperature, batch, device), draft_logits,
-                             method == "strict", fp64, valid, call, arguments)
+                             method == "strict", fp64, valid, call, arguments, num_top if return_logprobs else None)
 
 
 rejection_sample.__doc__ = docstring("rejection_sample", "torch")
 
 
 def _rejection_sample(target_logits, draft_tokens, num_draft_tokens, seeds, positions, temperature, draft_logits, strict,
-                      fp64, valid=None, call=None, arguments=None):
+                      fp64, valid=None, call=None, arguments=None, num_top=None):
+    """(tokens, num_sampled); with num_top (not None: return_logprobs), (tokens, num_sampled, Logprobs)."""
+    logprobs = dict(return_logprobs=True, num_top=num_top) if num_top is not None else {}
     plan = execute.plan(kernels.plan_rejection_sample, (target_logits, draft_logits, seeds), target_logits.device,
-                        strict=strict, fp64=fp64, row_valid=valid is not None)
+                        strict=strict, fp64=fp64, row_valid=valid is not None, **logprobs)
     inputs = dict(target_logits=target_logits, draft_tokens=draft_tokens, num_draft_tokens=num_draft_tokens,
                   seeds=seeds, positions=positions, temperature=temperature)
     if draft_logits is not None:
         inputs["draft_logits"] = draft_logits
     if valid is not None:
         inputs["row_valid"] = valid
+    if num_top is not None:
+        inputs["num_top"] = num_top_tensor(num_top, target_logits.device)
+        outputs = execute.run(plan, target_logits.device, inputs)
+        return outputs[0], outputs[1], Logprobs(*outputs[2:])
     return execute.run(plan, target_logits.device, inputs, (call, arguments, kernels.plan_rejection_sample))
+
+
+@torch.library.custom_op("jsample::rejection_sample_logprobs", mutates_args=())
+def _rejection_sample_logprobs_op(target_logits: torch.Tensor, draft_tokens: torch.Tensor,
+                                  num_draft_tokens: torch.Tensor, seeds: torch.Tensor, positions: torch.Tensor,
+                                  temperature: torch.Tensor, draft_logits: Optional[torch.Tensor], strict: bool,
+                                  fp64: bool, valid: Optional[torch.Tensor], num_top: int) -> list[torch.Tensor]:
+    tokens, num_sampled, logprobs = _rejection_sample(target_logits, draft_tokens, num_draft_tokens, seeds, positions,
+                                                      temperature, draft_logits, strict, fp64, valid, num_top=num_top)
+    return [tokens, num_sampled, *logprobs]
+
+
+@_rejection_sample_logprobs_op.register_fake
+def _(target_logits, draft_tokens, num_draft_tokens, seeds, positions, temperature, draft_logits, strict, fp64, valid,
+      num_top):
+    batch, rows, _ = target_logits.shape
+    return [*empty_outputs("rejection_sample", target_logits, batch, rows),
+            *(target_logits.new_empty(shape, dtype=getattr(torch, dtype)) for shape, dtype in
+              logprobs_shapes(batch, rows, num_top))]
 
 
 # A custom op, so torch.compile sees one opaque call (no graph break, shapes known from the fake).

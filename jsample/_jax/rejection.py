@@ -5,49 +5,60 @@ import functools
 import jax.numpy as jnp
 
 from jsample import kernels
-from jsample.ops import docstring
+from jsample.ops import Logprobs, docstring, logprobs_shapes
 from jsample._jax import _execute as execute
 from jsample._jax._execute import arg_spec, run
 from jsample._jax._launch import (empty_outputs, logits_array, not_differentiable, row_valid, rowwise, spec,
                                   temperature_array)
-from jsample.validation import check_rejection_sample, check_synthetic_rejection_sample, rates_from_list
+from jsample.validation import (check_logprobs_request, check_rejection_sample, check_synthetic_rejection_sample,
+                                rates_from_list)
 
 
 @not_differentiable("rejection_sample")
 def rejection_sample(target_logits, draft_tokens, num_draft_tokens, seeds, positions, temperature, *,
-                     draft_logits=None, method="probabilistic", fp64=False, num_valid=None):
+                     draft_logits=None, method="probabilistic", fp64=False, num_valid=None, return_logprobs=False,
+                     num_top=0):
     # Docstring: jsample.ops (one text for both frontends).
     op = "rejection_sample"
     check_rejection_sample(op, spec(op, "target_logits", target_logits), spec(op, "draft_tokens", draft_tokens),
                            spec(op, "num_draft_tokens", num_draft_tokens), spec(op, "seeds", seeds),
                            spec(op, "positions", positions), spec(op, "temperature", temperature),
                            spec(op, "draft_logits", draft_logits), method, fp64)
+    check_logprobs_request(op, return_logprobs, num_top)
     batch, rows, _ = target_logits.shape
     if batch == 0:
-        return empty_outputs(op, 0, rows)
+        empty = empty_outputs(op, 0, rows)
+        return empty if not return_logprobs else (
+            *empty, Logprobs(*(jnp.zeros(shape, dtype) for shape, dtype in logprobs_shapes(0, rows, num_top))))
     strict = method == "strict"
     one_hot = draft_logits is None or strict
-    return rowwise(functools.partial(_rejection_rows, strict=strict, fp64=fp64), logits_array(target_logits),
-                   jnp.asarray(draft_tokens), jnp.asarray(num_draft_tokens), jnp.asarray(seeds),
-                   jnp.asarray(positions), temperature_array(temperature, batch),
-                   None if one_hot else logits_array(draft_logits), row_valid(op, num_valid, batch))
+    outputs = rowwise(functools.partial(_rejection_rows, strict=strict, fp64=fp64,
+                                        num_top=num_top if return_logprobs else None),
+                      logits_array(target_logits), jnp.asarray(draft_tokens), jnp.asarray(num_draft_tokens),
+                      jnp.asarray(seeds), jnp.asarray(positions), temperature_array(temperature, batch),
+                      None if one_hot else logits_array(draft_logits), row_valid(op, num_valid, batch))
+    return (outputs[0], outputs[1], Logprobs(*outputs[2:])) if return_logprobs else tuple(outputs)
 
 
 rejection_sample.__doc__ = docstring("rejection_sample", "jax")
 
 
 def _rejection_rows(target_logits, draft_tokens, num_draft_tokens, seeds, positions, temperature, draft_logits, valid,
-                    *, strict, fp64):
-    """rejection_sample on validated arrays, the requests on axis 0."""
+                    *, strict, fp64, num_top):
+    """rejection_sample on validated arrays, the requests on axis 0 (with num_top, not None: return_logprobs,
+    then token_logprobs' outputs too)."""
+    logprobs = dict(return_logprobs=True, num_top=num_top) if num_top is not None else {}
     plan = kernels.plan_rejection_sample(arg_spec(target_logits), None if draft_logits is None else arg_spec(draft_logits),
                                          arg_spec(seeds), execute.target(), strict=strict, fp64=fp64,
-                                         row_valid=valid is not None)
+                                         row_valid=valid is not None, **logprobs)
     inputs = dict(target_logits=target_logits, draft_tokens=draft_tokens, num_draft_tokens=num_draft_tokens,
                   seeds=seeds, positions=positions, temperature=temperature)
     if draft_logits is not None:
         inputs["draft_logits"] = draft_logits
     if valid is not None:
         inputs["row_valid"] = valid
+    if num_top is not None:
+        inputs["num_top"] = jnp.full((1,), num_top, jnp.int32)
     return run(plan, inputs)
 
 

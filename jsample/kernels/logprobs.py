@@ -26,6 +26,7 @@ samplers' fused `return_logprobs` is issue 41's other half (not built yet).
 
 import dataclasses
 import functools
+import math
 
 import triton.language as tl
 
@@ -101,7 +102,8 @@ def _store_padding_row(b64, raw_ptr, scaled_ptr, kept_ptr, log_kept_mass_ptr, ra
 
 @jit
 def token_logprobs_kernel(
-    logits_ptr,  # [B, V] f32|bf16|f16, rows `row_stride` elements apart, columns contiguous
+    logits_ptr,  # [B, V] f32|bf16|f16 (ROWS = 1), or [B / ROWS, ROWS, V]: rows `row_stride` elements apart within
+    # a request, requests `request_stride` apart, columns contiguous
     tokens_ptr,  # [B] i32|i64
     temperature_ptr,  # [B] f32, or one f32 for all rows (load_temperature)
     top_k_ptr,  # [B] i32|i64 (read with HAS_TOP_K)
@@ -111,6 +113,7 @@ def token_logprobs_kernel(
     row_valid_ptr,  # [B] i32, 0 for a padding row (read with HAS_ROW_VALID): NaN, rank 0, its logits unread
     V,
     row_stride,
+    request_stride,
     raw_ptr,  # [B] f32 outputs: raw, scaled, kept, log_kept_mass
     scaled_ptr,
     kept_ptr,
@@ -127,16 +130,18 @@ def token_logprobs_kernel(
     ROW_ALIGN: tl.constexpr,  # powers of two dividing the row stride and V: both frontends then compile the
     VOCAB_ALIGN: tl.constexpr,  # same vectorised code (jax-triton tells the compiler nothing: common.aligned)
     HAS_ROW_VALID: tl.constexpr = False,
+    ROWS: tl.constexpr = 1,  # rows a request (rejection_sample's K + 1): temperature, filters, row_valid per request
 ):
     b = tl.program_id(0)
     b64 = b.to(tl.int64)
+    request = b64 // ROWS
     if HAS_ROW_VALID:
-        if tl.load(row_valid_ptr + b64) == 0:
+        if tl.load(row_valid_ptr + request) == 0:
             _store_padding_row(b64, raw_ptr, scaled_ptr, kept_ptr, log_kept_mass_ptr, rank_ptr, top_ids_ptr,
                                top_logprobs_ptr, tl.load(num_top_ptr))
             return
     V = aligned(V, VOCAB_ALIGN)
-    row_ptr = logits_ptr + tl.multiple_of(b64 * row_stride, ROW_ALIGN)
+    row_ptr = logits_ptr + tl.multiple_of(request * request_stride + (b64 % ROWS) * row_stride, ROW_ALIGN)
     # 1. the largest finite logit, the count of finite logits, the largest finite |x|
     largest = tl.full([BLOCK_V], float("-inf"), tl.float32)
     magnitude = tl.zeros([BLOCK_V], tl.float32)
@@ -149,7 +154,7 @@ def token_logprobs_kernel(
         finite_count += finite.to(tl.int32)
     m = tl.max(largest, axis=0)
     count = tl.sum(finite_count, axis=0)
-    temperature = load_temperature(temperature_ptr, b)
+    temperature = load_temperature(temperature_ptr, request)
     overflow = tl.max(magnitude, axis=0) * (1.0 / temperature) == float("inf")
     greedy = is_greedy(temperature) | overflow
     filtered = (not greedy) & (count > 0)
@@ -159,7 +164,7 @@ def token_logprobs_kernel(
     # 2. the kept set: the filters' threshold key (top-k's, then top-p's) and min-p's limit
     threshold = tl.full([], _KEY_FLOOR, tl.int64)
     if HAS_TOP_K:
-        k = tl.load(top_k_ptr + b64).to(tl.int64)
+        k = tl.load(top_k_ptr + request).to(tl.int64)
         if filtered & (k >= 1) & (k < count):
             lo = tl.full([], _KEY_FLOOR, tl.int64)  # count(>= lo) >= k; count(>= hi) < k
             hi = key_max.to(tl.int64) + 1
@@ -172,7 +177,7 @@ def token_logprobs_kernel(
                         hi = mid
             threshold = lo
     if HAS_TOP_P:
-        p = tl.load(top_p_ptr + b64)
+        p = tl.load(top_p_ptr + request)
         if filtered & (p <= 0.0):
             threshold = key_max.to(tl.int64)  # the largest logit only
         elif filtered & (p > 0.0) & (p < 1.0):
@@ -192,7 +197,7 @@ def token_logprobs_kernel(
             threshold = hi
     min_p = 0.0
     if HAS_MIN_P:
-        min_p = _min_p(min_p_ptr, b64)
+        min_p = _min_p(min_p_ptr, request)
 
     # 3. normalisers, the token's logit and rank
     token = tl.load(tokens_ptr + b64).to(tl.int64)
@@ -259,41 +264,53 @@ def plan_token_logprobs(logits: ArgSpec, target: Target, *, has_top_k: bool, has
     given, `num_top` [1] i32 (equal to `num_top`: the outputs' width; the kernel reads the count from the
     device, so no count costs a compilation); outputs raw, scaled, kept, log_kept_mass [B] f32, rank [B]
     i32, top_ids [B, num_top] i32, top_logprobs [B, num_top] f32. With `row_valid`, input `row_valid` [B] i32
-    (0: a padding row: NaN logprobs, rank 0, top_ids -1, its logits unread)."""
-    batch, vocab = logits.shape
-    outputs = (Buffer("raw", (batch,), "float32"), Buffer("scaled", (batch,), "float32"),
-               Buffer("kept", (batch,), "float32"), Buffer("log_kept_mass", (batch,), "float32"),
-               Buffer("rank", (batch,), "int32"), Buffer("top_ids", (batch, num_top), "int32"),
-               Buffer("top_logprobs", (batch, num_top), "float32"))
+    (0: a padding row: NaN logprobs, rank 0, top_ids -1, its logits unread).
+
+    `logits` may be [B, R, V] (rejection_sample's target logits, R = K + 1): then `tokens` is [B, R], the
+    outputs [B, R] (top ones [B, R, num_top]), and temperature, filters and row_valid are per request b."""
+    batch, vocab = logits.shape[0], logits.shape[-1]
+    rows = logits.shape[1] if len(logits.shape) == 3 else 1
+    lead = (batch, rows) if len(logits.shape) == 3 else (batch,)
+    outputs = (Buffer("raw", lead, "float32"), Buffer("scaled", lead, "float32"),
+               Buffer("kept", lead, "float32"), Buffer("log_kept_mass", lead, "float32"),
+               Buffer("rank", lead, "int32"), Buffer("top_ids", lead + (num_top,), "int32"),
+               Buffer("top_logprobs", lead + (num_top,), "float32"))
     names = tuple(b.name for b in outputs)
-    if batch == 0:
+    if batch * rows == 0:
         return Plan(outputs, (), names, "empty")
     block_v = 4096 if target.large_programs else 1024
+    request_stride, row_stride = logits.strides[0], logits.strides[-2]
+    align = math.gcd(request_stride, row_stride if rows > 1 else 0)
     stand_in = "tokens"  # for an absent filter: never read
     launches = (launch(
-        token_logprobs_kernel, (batch,),
+        token_logprobs_kernel, (batch * rows,),
         ("logits", "tokens", "temperature", "top_k" if has_top_k else stand_in, "top_p" if has_top_p else stand_in,
-         "min_p" if has_min_p else stand_in, "num_top", "row_valid" if row_valid else stand_in, vocab,
-         logits.strides[0]), names, HAS_ROW_VALID=row_valid,
+         "min_p" if has_min_p else stand_in, "num_top", "row_valid" if row_valid else stand_in, vocab, row_stride,
+         request_stride), names, HAS_ROW_VALID=row_valid, ROWS=rows,
         HAS_TOP_K=has_top_k, HAS_TOP_P=has_top_p, HAS_MIN_P=has_min_p, FP64=fp64, FAST_MATH=not target.interpreter,
-        BLOCK_V=block_v, ROW_ALIGN=largest_power_of_two_dividing(logits.strides[0], 16) if logits.strides[0] else 16,
+        BLOCK_V=block_v, ROW_ALIGN=largest_power_of_two_dividing(align, 16) if align else 16,
         VOCAB_ALIGN=largest_power_of_two_dividing(vocab, 16), num_warps=4),)
     return Plan(outputs, launches, names, "one launch")
 
 
 def with_logprobs(sampling: Plan, logits: ArgSpec, target: Target, *, has_top_k: bool, has_top_p: bool,
-                  has_min_p: bool, fp64: bool, num_top: int, row_valid: bool) -> Plan:
-    """A sampling plan (output `tokens`) followed by token_logprobs of its tokens: the samplers'
-    `return_logprobs` (outputs tokens, then token_logprobs' seven). The logprobs launch is this module's
-    kernel, so they equal token_logprobs of the same inputs and tokens exactly; it reads the rows again
-    (the fused single-pass form is issue 41's open half)."""
+                  has_min_p: bool, fp64: bool, num_top: int, row_valid: bool, logits_name: str = "logits") -> Plan:
+    """A sampling plan (output `tokens`, then any others) followed by token_logprobs of its tokens: the
+    samplers' `return_logprobs` (outputs the sampling plan's, then token_logprobs' seven). The logprobs
+    launch is this module's kernel, so they equal token_logprobs of the same inputs and tokens exactly; it
+    reads the rows again (the fused single-pass form is issue 41's open half). The sampled tokens are
+    renamed `sampled` in the plan (`tokens` is the logprobs launch's input name); the logprobs launch reads the
+    sampling plan's `logits_name` input (rejection_sample: `target_logits`, [B, K + 1, V])."""
     logprobs = plan_token_logprobs(logits, target, has_top_k=has_top_k, has_top_p=has_top_p, has_min_p=has_min_p,
                                    fp64=fp64, num_top=num_top, row_valid=row_valid)
-    launches = tuple(dataclasses.replace(step, args=tuple("sampled" if a == "tokens" else a for a in step.args))
-                     for step in logprobs.launches)
-    renamed = tuple(dataclasses.replace(step, outputs=tuple("sampled" if o == "tokens" else o for o in step.outputs),
-                                        args=tuple("sampled" if a == "tokens" else a for a in step.args))
-                    for step in sampling.launches)
+
+    def rename(names):
+        return tuple("sampled" if name == "tokens" else name for name in names)
+
+    scoring = tuple(dataclasses.replace(step, args=tuple(logits_name if a == "logits" else a for a in step.args))
+                    for step in logprobs.launches)
+    steps = tuple(dataclasses.replace(step, args=rename(step.args), outputs=rename(step.outputs))
+                  for step in sampling.launches + scoring)
     buffers = tuple(dataclasses.replace(b, name="sampled") if b.name == "tokens" else b for b in sampling.buffers)
-    return Plan(buffers + logprobs.buffers, renamed + launches, ("sampled",) + logprobs.outputs,
+    return Plan(buffers + logprobs.buffers, steps, rename(sampling.outputs) + logprobs.outputs,
                 sampling.variant + " + logprobs")

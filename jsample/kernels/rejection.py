@@ -1105,7 +1105,8 @@ REJECTION_VARIANTS = ("four launches", "three launches", "one launch")
 
 @functools.lru_cache(maxsize=512)
 def plan_rejection_sample(target_logits: ArgSpec, draft_logits: ArgSpec, seeds: ArgSpec, target: Target, *,
-                          strict: bool, fp64: bool, variant: str = None, row_valid: bool = False) -> Plan:
+                          strict: bool, fp64: bool, variant: str = None, row_valid: bool = False,
+                          return_logprobs: bool = False, num_top: int = 0) -> Plan:
     """The launches of `rejection_sample` on inputs `target_logits` [B, K+1, V], `draft_logits`
     [B, K, V] (None: one-hot drafts; columns contiguous, any batch and row strides), `draft_tokens`
     [B, K] i32, `num_draft_tokens` [B] i32, `seeds`, `positions`, `temperature` [B] f32; outputs
@@ -1116,7 +1117,18 @@ def plan_rejection_sample(target_logits: ArgSpec, draft_logits: ArgSpec, seeds: 
     for large batches; "three launches" for small ones (decide_in_emit), chained by programmatic
     dependent launch where the target has it; "one launch" (rejection_one_launch_kernel) instead
     where every launch costs the caller host time (Target.launch_bound) and K <= 1. Tokens never
-    depend on the variant."""
+    depend on the variant.
+
+    With `return_logprobs`, input `num_top` [1] i32 and the outputs `sampled` (the tokens), `num_sampled`,
+    then token_logprobs' of every emitted token under its target row [B, K + 1] (logprobs.with_logprobs:
+    no filters, so kept == scaled; a token -1 past num_sampled gives NaN and rank 0)."""
+    if return_logprobs:
+        from jsample.kernels.logprobs import with_logprobs
+
+        sampling = plan_rejection_sample(target_logits, draft_logits, seeds, target, strict=strict, fp64=fp64,
+                                         variant=variant, row_valid=row_valid)
+        return with_logprobs(sampling, target_logits, target, has_top_k=False, has_top_p=False, has_min_p=False,
+                             fp64=fp64, num_top=num_top, row_valid=row_valid, logits_name="target_logits")
     batch, rows, vocab = target_logits.shape
     k = rows - 1
     outputs = (Buffer("tokens", (batch, rows), "int32"), Buffer("num_sampled", (batch,), "int32"))
