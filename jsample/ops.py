@@ -389,6 +389,16 @@ def docstring(op: str, frontend: str) -> str:
     return _ALTERNATIVES.sub(lambda match: match.group(side), DOCSTRINGS[op])
 
 
+# The per-row arrays both frontends make of top_k_top_p_sample's and token_logprobs' filters (a number, or an
+# array of any integer / float dtype): (name, dtype name), in the planning functions' order.
+FILTER_DTYPES = (("top_k", "int64"), ("top_p", "float32"), ("min_p", "float32"))
+
+
+def logprobs_plan_flags(num_top) -> dict:
+    """The planning functions' keywords for a sampler's return_logprobs (`num_top` not None) or not (None)."""
+    return {} if num_top is None else dict(return_logprobs=True, num_top=num_top)
+
+
 def logprobs_shapes(batch: int, rows: int, num_top: int) -> tuple:
     """((shape, dtype name), ...) of rejection_sample's Logprobs: [B, K + 1] (top ones [B, K + 1, num_top])."""
     return (((batch, rows), "float32"),) * 4 + (((batch, rows), "int32"), ((batch, rows, num_top), "int32"),

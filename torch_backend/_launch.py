@@ -4,7 +4,7 @@ import numpy as np
 import torch
 
 from jsample import kernels
-from jsample.ops import output_shapes
+from jsample.ops import FILTER_DTYPES, output_shapes
 from jsample.validation import ArraySpec, check_num_valid, check_same_device
 from torch_backend import _fast_path
 
@@ -130,8 +130,8 @@ def row_logits(logits: torch.Tensor) -> torch.Tensor:
 
 def filter_rows(top_k, top_p, min_p, batch: int, device) -> tuple:
     """top_k (int64), top_p and min_p (float32) as [B] device tensors (None stays None: no such filter)."""
-    return tuple(None if value is None else per_row(value, batch, dtype, device)
-                 for value, dtype in ((top_k, torch.int64), (top_p, torch.float32), (min_p, torch.float32)))
+    return tuple(None if value is None else per_row(value, batch, getattr(torch, dtype), device)
+                 for value, (_, dtype) in zip((top_k, top_p, min_p), FILTER_DTYPES))
 
 
 def float32_logits(tensor):

@@ -5,7 +5,7 @@ from typing import Optional
 import torch
 
 from jsample import kernels
-from jsample.ops import Logprobs, docstring
+from jsample.ops import Logprobs, docstring, logprobs_plan_flags
 from jsample.validation import check_logprobs_request, check_top_k_top_p_sample
 from torch_backend import _execute as execute
 from torch_backend.logprobs import num_top_tensor
@@ -51,7 +51,7 @@ top_k_top_p_sample.__doc__ = docstring("top_k_top_p_sample", "torch")
 def _top_k_top_p_sample(logits, seeds, positions, temperature, top_k, top_p, min_p, fp64, valid=None, call=None,
                         arguments=None, num_top=None):
     """The tokens; with num_top (not None: return_logprobs), (tokens, Logprobs)."""
-    logprobs = dict(return_logprobs=True, num_top=num_top) if num_top is not None else {}
+    logprobs = logprobs_plan_flags(num_top)
     plan = execute.plan(kernels.plan_top_k_top_p_sample, (logits, seeds), logits.device, call,
                         has_top_k=top_k is not None, has_top_p=top_p is not None, has_min_p=min_p is not None,
                         fp64=fp64, row_valid=valid is not None, **logprobs)

@@ -5,7 +5,7 @@ from typing import Optional
 import torch
 
 from jsample import kernels
-from jsample.ops import Logprobs, docstring
+from jsample.ops import Logprobs, docstring, logprobs_plan_flags
 from jsample.validation import check_gumbel_sample, check_logprobs_request
 from torch_backend import _execute as execute
 from torch_backend.logprobs import num_top_tensor
@@ -48,7 +48,7 @@ gumbel_sample.__doc__ = docstring("gumbel_sample", "torch")
 def _gumbel_sample(logits, seeds, positions, temperature, fp64, draft, valid=None, call=None, arguments=None,
                    num_top=None):
     """The tokens; with num_top (not None: return_logprobs), (tokens, Logprobs)."""
-    logprobs = dict(return_logprobs=True, num_top=num_top) if num_top is not None else {}
+    logprobs = logprobs_plan_flags(num_top)
     plan = execute.plan(kernels.plan_gumbel_sample, (logits, seeds), logits.device, call, fp64=fp64, draft=draft,
                         row_valid=valid is not None, **logprobs)
     inputs = dict(logits=logits, seeds=seeds, positions=positions, temperature=temperature)

@@ -5,7 +5,7 @@ from typing import Optional
 import torch
 
 from jsample import kernels
-from jsample.ops import Logprobs, docstring, logprobs_shapes
+from jsample.ops import Logprobs, docstring, logprobs_plan_flags, logprobs_shapes
 from jsample.validation import (check_logprobs_request, check_rejection_sample, check_synthetic_rejection_sample,
                                 rates_from_list)
 from torch_backend import _execute as execute
@@ -56,7 +56,7 @@ rejection_sample.__doc__ = docstring("rejection_sample", "torch")
 def _rejection_sample(target_logits, draft_tokens, num_draft_tokens, seeds, positions, temperature, draft_logits, strict,
                       fp64, valid=None, call=None, arguments=None, num_top=None):
     """(tokens, num_sampled); with num_top (not None: return_logprobs), (tokens, num_sampled, Logprobs)."""
-    logprobs = dict(return_logprobs=True, num_top=num_top) if num_top is not None else {}
+    logprobs = logprobs_plan_flags(num_top)
     plan = execute.plan(kernels.plan_rejection_sample, (target_logits, draft_logits, seeds), target_logits.device,
                         strict=strict, fp64=fp64, row_valid=valid is not None, **logprobs)
     inputs = dict(target_logits=target_logits, draft_tokens=draft_tokens, num_draft_tokens=num_draft_tokens,

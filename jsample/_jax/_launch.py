@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jsample._jax import _host_call, _ptx
-from jsample.ops import output_shapes
+from jsample.ops import FILTER_DTYPES, output_shapes
 from jsample.validation import ArraySpec
 
 _jax_triton = None
@@ -162,6 +162,12 @@ def per_row(value, batch: int, dtype) -> jax.Array:
             value = value.astype(dtype)
         return jnp.broadcast_to(value, (batch,))
     return jnp.full((batch,), value, dtype=dtype)
+
+
+def filter_rows(top_k, top_p, min_p, batch: int) -> tuple:
+    """top_k (int64), top_p and min_p (float32) as [B] arrays (jsample.ops.FILTER_DTYPES; None stays None)."""
+    return tuple(None if value is None else per_row(value, batch, jnp.dtype(dtype))
+                 for value, (_, dtype) in zip((top_k, top_p, min_p), FILTER_DTYPES))
 
 
 def temperature_array(temperature, batch: int) -> jax.Array:

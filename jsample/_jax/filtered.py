@@ -7,9 +7,9 @@ import jax.numpy as jnp
 from jsample import kernels
 from jsample._jax import _execute as execute
 from jsample._jax._execute import arg_spec, run
-from jsample._jax._launch import (empty_outputs, logits_array, not_differentiable, per_row, row_valid, rowwise, spec,
-                                  temperature_array)
-from jsample.ops import Logprobs, docstring
+from jsample._jax._launch import (empty_outputs, filter_rows, logits_array, not_differentiable, row_valid, rowwise,
+                                  spec, temperature_array)
+from jsample.ops import Logprobs, docstring, logprobs_plan_flags
 from jsample.validation import check_logprobs_request, check_top_k_top_p_sample
 
 
@@ -26,8 +26,7 @@ def top_k_top_p_sample(logits, seeds, positions, temperature, *, top_k=None, top
     if batch == 0:
         return empty_outputs(op, 0)[0] if not return_logprobs else (
             empty_outputs(op, 0)[0], Logprobs(*empty_outputs("token_logprobs", 0, num_top)))
-    top_k, top_p, min_p = (None if v is None else per_row(v, batch, d)
-                           for v, d in ((top_k, jnp.int64), (top_p, jnp.float32), (min_p, jnp.float32)))
+    top_k, top_p, min_p = filter_rows(top_k, top_p, min_p, batch)
     outputs = rowwise(functools.partial(_filtered_rows, fp64=fp64, num_top=num_top if return_logprobs else None),
                       logits_array(logits), jnp.asarray(seeds), jnp.asarray(positions),
                       temperature_array(temperature, batch), top_k, top_p, min_p, row_valid(op, num_valid, batch))
@@ -40,7 +39,7 @@ top_k_top_p_sample.__doc__ = docstring("top_k_top_p_sample", "jax")
 def _filtered_rows(logits, seeds, positions, temperature, top_k, top_p, min_p, valid, *, fp64, num_top):
     """top_k_top_p_sample on validated arrays, the requests on axis 0: (tokens,), and token_logprobs'
     outputs where num_top is not None (return_logprobs)."""
-    logprobs = dict(return_logprobs=True, num_top=num_top) if num_top is not None else {}
+    logprobs = logprobs_plan_flags(num_top)
     plan = kernels.plan_top_k_top_p_sample(arg_spec(logits), arg_spec(seeds), execute.target(),
                                            has_top_k=top_k is not None, has_top_p=top_p is not None,
                                            has_min_p=min_p is not None, fp64=fp64, row_valid=valid is not None,

@@ -9,7 +9,7 @@ from jsample._jax import _execute as execute
 from jsample._jax._execute import arg_spec, run
 from jsample._jax._launch import (empty_outputs, logits_array, not_differentiable, row_valid, rowwise, spec,
                                   temperature_array)
-from jsample.ops import Logprobs, docstring
+from jsample.ops import Logprobs, docstring, logprobs_plan_flags
 from jsample.validation import check_gumbel_sample, check_logprobs_request
 
 
@@ -38,7 +38,7 @@ gumbel_sample.__doc__ = docstring("gumbel_sample", "jax")
 def _gumbel_rows(logits, seeds, positions, temperature, valid, *, fp64, draft, num_top):
     """gumbel_sample on validated arrays, the requests on axis 0: (tokens,), and token_logprobs' outputs
     where num_top is not None (return_logprobs)."""
-    logprobs = dict(return_logprobs=True, num_top=num_top) if num_top is not None else {}
+    logprobs = logprobs_plan_flags(num_top)
     plan = kernels.plan_gumbel_sample(arg_spec(logits), arg_spec(seeds), execute.target(), fp64=fp64, draft=draft,
                                       row_valid=valid is not None, **logprobs)
     inputs = dict(logits=logits, seeds=seeds, positions=positions, temperature=temperature)

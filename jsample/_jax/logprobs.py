@@ -8,7 +8,7 @@ import numpy as np
 from jsample import kernels
 from jsample._jax import _execute as execute
 from jsample._jax._execute import arg_spec, run
-from jsample._jax._launch import (empty_outputs, logits_array, not_differentiable, per_row, rowwise, spec,
+from jsample._jax._launch import (empty_outputs, filter_rows, logits_array, not_differentiable, rowwise, spec,
                                   temperature_array)
 from jsample.ops import Logprobs, docstring
 from jsample.validation import check_token_logprobs, check_token_values
@@ -27,8 +27,7 @@ def token_logprobs(logits, tokens, temperature, *, top_k=None, top_p=None, min_p
     batch = logits.shape[0]
     if batch == 0:
         return Logprobs(*empty_outputs(op, 0, num_top))
-    top_k, top_p, min_p = (None if v is None else per_row(v, batch, d)
-                           for v, d in ((top_k, jnp.int64), (top_p, jnp.float32), (min_p, jnp.float32)))
+    top_k, top_p, min_p = filter_rows(top_k, top_p, min_p, batch)
     return Logprobs(*rowwise(functools.partial(_logprobs_rows, num_top=num_top, fp64=fp64), logits_array(logits),
                              jnp.asarray(tokens), temperature_array(temperature, batch), top_k, top_p, min_p))
 

@@ -5,7 +5,7 @@ import functools
 import jax.numpy as jnp
 
 from jsample import kernels
-from jsample.ops import Logprobs, docstring, logprobs_shapes
+from jsample.ops import Logprobs, docstring, logprobs_plan_flags, logprobs_shapes
 from jsample._jax import _execute as execute
 from jsample._jax._execute import arg_spec, run
 from jsample._jax._launch import (empty_outputs, logits_array, not_differentiable, row_valid, rowwise, spec,
@@ -47,7 +47,7 @@ def _rejection_rows(target_logits, draft_tokens, num_draft_tokens, seeds, positi
                     *, strict, fp64, num_top):
     """rejection_sample on validated arrays, the requests on axis 0 (with num_top, not None: return_logprobs,
     then token_logprobs' outputs too)."""
-    logprobs = dict(return_logprobs=True, num_top=num_top) if num_top is not None else {}
+    logprobs = logprobs_plan_flags(num_top)
     plan = kernels.plan_rejection_sample(arg_spec(target_logits), None if draft_logits is None else arg_spec(draft_logits),
                                          arg_spec(seeds), execute.target(), strict=strict, fp64=fp64,
                                          row_valid=valid is not None, **logprobs)

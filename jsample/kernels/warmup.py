@@ -58,7 +58,7 @@ def _plan(op, batch, vocab, dtype, k, flags, target):
         draft = ArgSpec.contiguous((batch, k, vocab), "float32") if flags.get("draft_logits") else None
         return kernels.plan_rejection_sample(ArgSpec.contiguous((batch, k + 1, vocab), dtype), draft, seeds, target,
                                              strict=flags.get("method") == "strict", fp64=flags.get("fp64", False),
-                                             row_valid=flags.get("num_valid", False))
+                                             row_valid=flags.get("num_valid", False), **_logprobs(flags))
     if op == "synthetic_rejection_sample":
         return kernels.plan_synthetic_rejection_sample(
             ArgSpec.contiguous((batch, k + 1), "int32"),
@@ -90,6 +90,8 @@ def input_specs(case: WarmupCase, wide: str = "int64") -> dict:
                      target_logits=((b, k + 1, v), case.dtype))
         if flags.get("draft_logits"):
             specs["draft_logits"] = ((b, k, v), "float32")
+        if flags.get("return_logprobs"):
+            specs["num_top"] = ((1,), "int32")
         return specs
     specs = dict(requests, logits=((b, v), case.dtype))
     if case.op == "token_logprobs":
