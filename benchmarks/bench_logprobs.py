@@ -7,20 +7,19 @@
 import argparse
 import json
 import os
+import sys
 
-import torch
-import triton
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import torch_backend
+import torch  # noqa: E402
+
+import harness  # noqa: E402
+import torch_backend  # noqa: E402
 
 
 def graph_us(fn):
-    fn()
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        fn()
-    return triton.testing.do_bench(graph.replay, warmup=25, rep=200, return_mode="median") * 1e3
+    return harness.time_graph_us(lambda i: fn())
 
 
 def main():
