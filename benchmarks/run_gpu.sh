@@ -2,7 +2,7 @@
 # Every GPU result in benchmarks/results/, in one command on a CUDA machine (the device image lacks
 # jax-triton: see benchmarks/results/README.md). Writes to $OUT (default benchmarks/results).
 #   bash benchmarks/run_gpu.sh [tests] [multi] [bench] [eager] [loop] [rejection] [filtered] [variants] [digest]
-#                              [digest_filtered] [compile] [padding] [digest_ab] [second_process]
+#                              [digest_filtered] [compile] [padding] [digest_ab] [second_process] [logprobs]
 #   (default: tests bench)
 # `multi` needs two or more GPUs.
 set -uo pipefail
@@ -81,6 +81,10 @@ for step in $steps; do
         done
       done
       wait; tail -qn 1 "$OUT"/digest/*.log ;;
+    logprobs)  # token_logprobs: its GPU tests and its time against torch's log_softmax + gather (+ topk)
+      export CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0}
+      python3 -m pytest -q -n 6 -p no:cacheprovider tests/test_logprobs.py > "$OUT/gpu_tests_logprobs.txt" 2>&1
+      python3 benchmarks/bench_logprobs.py --out "$OUT" > "$OUT/logprobs.md" 2>&1; tail -n 3 "$OUT/gpu_tests_logprobs.txt" ;;
     second_process)  # does a second process reuse what precompile compiled? (issue 39: under 1 s)
       bash benchmarks/lab/diag_second_process.sh > "$OUT/second_process.txt" 2>&1; tail -n 12 "$OUT/second_process.txt" ;;
     digest)  # every op's tokens over benchmarks/token_digest.py's grid: compare with results/digest/
