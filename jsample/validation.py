@@ -266,7 +266,14 @@ def check_top_k_top_p_sample(op: str, logits, seeds, positions, temperature, top
     check_flag(op, "fp64", fp64)
 
 
-MAX_NUM_TOP = 64  # jsample.kernels.logprobs.MAX_NUM_TOP
+MAX_NUM_TOP = 64  # top_ids / top_logprobs: at most this many a row (the logprobs kernel reads the count on the device)
+
+
+def check_num_top(op: str, num_top) -> None:
+    if isinstance(num_top, bool) or not isinstance(num_top, int):
+        raise TypeError(f"{op}: num_top must be an int in [0, {MAX_NUM_TOP}], got {type(num_top).__name__}.")
+    if not 0 <= num_top <= MAX_NUM_TOP:
+        raise ValueError(f"{op}: num_top must be in [0, {MAX_NUM_TOP}], got {num_top}.")
 
 
 def check_token_logprobs(op: str, logits, tokens, temperature, top_k, top_p, min_p, num_top, fp64) -> None:
@@ -279,10 +286,7 @@ def check_token_logprobs(op: str, logits, tokens, temperature, top_k, top_p, min
     check_filter(op, "top_k", top_k, batch)
     check_filter(op, "top_p", top_p, batch)
     check_filter(op, "min_p", min_p, batch)
-    if isinstance(num_top, bool) or not isinstance(num_top, int):
-        raise TypeError(f"{op}: num_top must be an int in [0, {MAX_NUM_TOP}], got {type(num_top).__name__}.")
-    if not 0 <= num_top <= MAX_NUM_TOP:
-        raise ValueError(f"{op}: num_top must be in [0, {MAX_NUM_TOP}], got {num_top}.")
+    check_num_top(op, num_top)
     check_flag(op, "fp64", fp64)
 
 
@@ -300,9 +304,6 @@ def check_token_values(op: str, tokens, vocab: int) -> None:
 def check_logprobs_request(op: str, return_logprobs, num_top) -> None:
     """The samplers' `return_logprobs` and `num_top` (token_logprobs' count of top logprobs)."""
     check_flag(op, "return_logprobs", return_logprobs)
-    if isinstance(num_top, bool) or not isinstance(num_top, int):
-        raise TypeError(f"{op}: num_top must be an int in [0, {MAX_NUM_TOP}], got {type(num_top).__name__}.")
-    if not 0 <= num_top <= MAX_NUM_TOP:
-        raise ValueError(f"{op}: num_top must be in [0, {MAX_NUM_TOP}], got {num_top}.")
+    check_num_top(op, num_top)
     if num_top and not return_logprobs:
         raise ValueError(f"{op}: num_top = {num_top} needs return_logprobs=True.")

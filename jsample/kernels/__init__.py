@@ -32,7 +32,8 @@ from jsample.kernels.filtered import (
     filtered_partial_kernel,
     plan_top_k_top_p_sample,
 )
-from jsample.kernels.logprobs import MAX_NUM_TOP, plan_token_logprobs, token_logprobs_kernel
+from jsample.kernels.logprobs import plan_token_logprobs, token_logprobs_kernel
+from jsample.validation import MAX_NUM_TOP
 from jsample.kernels.rejection import (
     REJECTION_VARIANTS,
     RejectionLaunchConfig,

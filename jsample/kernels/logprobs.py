@@ -35,7 +35,6 @@ from jsample.kernels.filtered import _fixed_point_mass, _key, _min_p, _relative_
 from jsample.kernels.host import jit
 from jsample.kernels.plan import ArgSpec, Buffer, Plan, Target, launch
 
-MAX_NUM_TOP = 64  # top_ids / top_logprobs: at most this many a row
 _KEY_FLOOR = tl.constexpr(-(2**31))
 
 
