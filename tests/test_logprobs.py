@@ -70,7 +70,7 @@ def _assert_close_to_reference(out, ref, what):
             assert np.array_equal(np.isnan(got), np.isnan(want)), (what, name, got, want)
             assert np.array_equal(np.isinf(got), np.isinf(want)), (what, name, got, want)
             finite = np.isfinite(want)
-            np.testing.assert_allclose(got[finite], want[finite], rtol=2e-6, atol=1e-5, err_msg=f"{what} {name}")
+            np.testing.assert_allclose(got[finite], want[finite], rtol=0, atol=1e-5, err_msg=f"{what} {name}")
         else:
             np.testing.assert_array_equal(got, want, err_msg=f"{what} {name}")
 
