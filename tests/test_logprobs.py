@@ -213,8 +213,52 @@ def test_return_logprobs_equals_token_logprobs_of_the_tokens(op, filters):
         assert np.array_equal(getattr(torch_fused, name).cpu().numpy(), separate[i], equal_nan=True), name
     padded_tokens, padded = sample(x, seeds, positions, temperature, return_logprobs=True, num_valid=3, **filters)
     assert np.array_equal(np.asarray(padded_tokens)[:3], tokens[:3]) and (np.asarray(padded_tokens)[3:] == -1).all()
-    assert np.array_equal(np.asarray(padded.kept)[:3], separate[2][:3], equal_nan=True)
+    without_top = _jax(x, tokens, temperature, **logprob_filters)  # (num_top = 0: gumbel's single read)
+    assert np.array_equal(np.asarray(padded.kept)[:3], without_top[2][:3], equal_nan=True)
     assert np.isnan(np.asarray(padded.raw)[3:]).all() and (np.asarray(padded.rank)[3:] == 0).all()
+
+
+def test_single_read_over_several_blocks_fused_equals_separate():
+    """The single read (token_logprobs without filters or top list, gumbel_sample(return_logprobs=True)): rows
+    of several blocks (4096 columns a block in the interpreter, 512 on a GPU), their statistics combined; the
+    fused rank counts again only in blocks with a larger logit. Against the reference (1e-5, exact rank), fused
+    == separate and torch == JAX bit for bit; edge rows: +inf and NaN logits in other blocks than the token's,
+    a token far down (every block counted again), a row without a finite logit, a row whose scaled logits
+    overflow (greedy), greedy and hot temperatures."""
+    from torch_backend import _execute as torch_execute
+
+    vocab, batch = 9000, 8
+    rng = np.random.default_rng(41)
+    x = (rng.standard_normal((batch, vocab)) * 3).astype(np.float32)
+    x[1, 8192:] = -50.0  # the last block: low logits, and a +inf, which rank counts
+    x[1, 8500], x[1, 100] = np.inf, np.nan
+    x[2] = -np.inf  # no finite logit: token -1, NaN logprobs
+    x[3, 5000] = 3e38  # 3e38 / 0.05 overflows float32: greedy at T = 1 (the largest logit)
+    x[4, 4095:4097] = x[4].max() + 1  # a tie across a block boundary
+    temperature = np.float32([1.0, 0.7, 1.0, 0.05, 0.0, 2.5, 1.0, 100.0])
+    seeds, positions = np.arange(batch, dtype=np.int64) * 3, np.arange(batch, dtype=np.int64)
+    tokens, fused = jsample.gumbel_sample(x, seeds, positions, temperature, return_logprobs=True)
+    tokens = np.asarray(tokens)
+    assert tokens[2] == -1 and tokens[3] == 5000 and tokens[4] == 4095
+    assert np.array_equal(tokens, np.asarray(jsample.gumbel_sample(x, seeds, positions, temperature)))
+    replay = tokens.copy()
+    replay[6] = int(np.argmin(np.where(np.isfinite(x[6]), x[6], np.inf)))  # the lowest logit: every block recounted
+    separate = _jax(x, tokens, temperature)
+    for i, name in enumerate(FIELDS):
+        assert np.array_equal(np.asarray(getattr(fused, name)), separate[i], equal_nan=True), name
+    t = [torch.from_numpy(a).to(TORCH_DEVICE) for a in (x, seeds, positions, temperature)]
+    torch_tokens, torch_fused = torch_backend.gumbel_sample(*t, return_logprobs=True)
+    assert np.array_equal(torch_tokens.cpu().numpy(), tokens)
+    for i, name in enumerate(FIELDS):
+        assert np.array_equal(getattr(torch_fused, name).cpu().numpy(), separate[i], equal_nan=True), name
+    for chosen in (tokens, replay):
+        got = _jax(x, chosen, temperature)
+        assert all(np.array_equal(a, b, equal_nan=True) for a, b in zip(got, _torch(x, chosen, temperature)))
+        _assert_close_to_reference(got, token_logprobs_reference(x, chosen, temperature), "single read")
+    assert _jax(x, replay, temperature)[4][6] == np.isfinite(x[6]).sum()  # the last of the finite logits
+    plan = kernels.plan_token_logprobs(ArgSpec.contiguous((batch, vocab), "float32"), torch_execute.target(torch.device(TORCH_DEVICE)), has_top_k=False,
+                                       has_top_p=False, has_min_p=False, fp64=False, num_top=0)
+    assert plan.variant == "single read" and plan.launches[0].grid[1] >= 3
 
 
 def test_return_logprobs_arguments_are_checked():

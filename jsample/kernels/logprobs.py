@@ -28,12 +28,16 @@ import dataclasses
 import functools
 import math
 
+import triton
 import triton.language as tl
 
-from jsample.kernels.common import aligned, is_greedy, largest_power_of_two_dividing, load_temperature
+from jsample.kernels.common import (aligned, greedy_argmax_row, is_greedy, largest_power_of_two_dividing,
+                                    load_temperature, reduce_block_best_flagged, store_sampled_block)
 from jsample.kernels.filtered import _fixed_point_mass, _key, _min_p, _relative_probability
+from jsample.kernels.gumbel import gumbel_launch_config, many_rows_config
 from jsample.kernels.host import jit
 from jsample.kernels.plan import ArgSpec, Buffer, Plan, Target, launch
+from jsample.kernels.stream import STREAM_DRAFT, STREAM_TOKEN, load_seed, seed_word_count
 
 _KEY_FLOOR = tl.constexpr(-(2**31))
 
@@ -255,6 +259,229 @@ def token_logprobs_kernel(
         previous_col = tl.where(best_col >= 0, best_col, V)
 
 
+# ---- the single read: block statistics, reduced per row (no filters, no top list) ----
+
+STATS = 6  # a block's: largest finite x, largest non-NaN x, raw sum, scaled sum, largest finite |x|, count above
+
+
+@jit
+def store_block_stats(x, temperature, stats_ptr, row64, block, num_blocks, x_token=None):
+    """The log-softmax statistics of a block of FP32 logits `x` (-inf for padding), at
+    stats_ptr[row, :, block] ([rows, STATS, num_blocks] f32): its largest finite logit m_b, its largest
+    non-NaN logit (a +inf counts: rank's bound), sum exp(x - m_b) and sum exp((x - m_b) / T) over its
+    finite logits (T = 1 for a greedy temperature), its largest finite |x| (the overflow rule); with
+    `x_token`, the count of logits > x_token (exact in f32: at most 2**24 columns a block)."""
+    finite = tl.abs(x) < float("inf")
+    largest = tl.max(tl.where(finite, x, float("-inf")), axis=0)
+    d = tl.where(finite, x - largest, float("-inf"))
+    inverse_t = tl.where(is_greedy(temperature), 1.0, 1.0 / temperature)
+    out = stats_ptr + (row64 * STATS) * num_blocks + block
+    tl.store(out, largest)
+    tl.store(out + num_blocks, tl.max(tl.where(x == x, x, float("-inf")), axis=0))
+    tl.store(out + 2 * num_blocks, tl.sum(tl.exp(d), axis=0))
+    tl.store(out + 3 * num_blocks, tl.sum(tl.exp(d * inverse_t), axis=0))
+    tl.store(out + 4 * num_blocks, tl.max(tl.where(finite, tl.abs(x), 0.0), axis=0))
+    if x_token is not None:
+        tl.store(out + 5 * num_blocks, tl.sum((x > x_token).to(tl.float32), axis=0))
+
+
+@jit
+def store_row_logprobs(stats_ptr, row64, num_blocks, row_ptr, V, token, temperature, raw_ptr, scaled_ptr, kept_ptr,
+                       log_kept_mass_ptr, rank_ptr, out, COUNTED: tl.constexpr, BLOCK_V: tl.constexpr,
+                       REDUCE_BLOCK: tl.constexpr):
+    """token_logprobs' outputs (no filters: kept = scaled, log_kept_mass = 0) of one row at `out`, from its
+    blocks' statistics (store_block_stats): the normalisers combined in FP64 over the blocks, the rules of
+    token_logprobs_kernel (greedy rows read at T = 1, NaN where undefined, rank 0 for an invalid token).
+    The rank from the blocks' counts (COUNTED), or, where the token was not known when the blocks were
+    read (the samplers' fused pass), by counting again in the blocks whose largest logit exceeds the
+    token's: about none on sampled tokens."""
+    blocks = tl.arange(0, REDUCE_BLOCK)
+    in_row = blocks < num_blocks
+    base = stats_ptr + (row64 * STATS) * num_blocks + blocks
+    block_max = tl.load(base, mask=in_row, other=float("-inf"))
+    block_top = tl.load(base + num_blocks, mask=in_row, other=float("-inf"))
+    raw_b = tl.load(base + 2 * num_blocks, mask=in_row, other=0.0)
+    scaled_b = tl.load(base + 3 * num_blocks, mask=in_row, other=0.0)
+    m = tl.max(block_max, axis=0)
+    overflow = tl.max(tl.load(base + 4 * num_blocks, mask=in_row, other=0.0), axis=0) * (1.0 / temperature) == float(
+        "inf")
+    greedy = is_greedy(temperature) | overflow
+    blocks_t = tl.where(is_greedy(temperature), 1.0, 1.0 / temperature)  # the blocks' scaled sums' 1 / T
+    shift = tl.where(block_max > float("-inf"), block_max.to(tl.float64) - m.to(tl.float64), float("-inf"))
+    log_raw_sum = tl.log(tl.sum(raw_b.to(tl.float64) * tl.exp(shift), axis=0))
+    log_scaled_sum = tl.log(tl.sum(scaled_b.to(tl.float64) * tl.exp(shift * blocks_t.to(tl.float64)), axis=0))
+    log_scaled_sum = tl.where(overflow, log_raw_sum, log_scaled_sum)
+    inverse_t = tl.where(greedy, 1.0, 1.0 / temperature)
+    valid = (token >= 0) & (token < V) & (m > float("-inf"))
+    x_token = tl.load(row_ptr + tl.where(valid, token, 0)).to(tl.float32)
+    if COUNTED:
+        larger = tl.sum(tl.load(base + 5 * num_blocks, mask=in_row, other=0.0), axis=0).to(tl.int32)
+    else:
+        larger = tl.zeros([], tl.int32)
+        pending = in_row & (block_top > x_token)
+        for _ in range(tl.sum(pending.to(tl.int32), axis=0)):
+            block = tl.min(tl.where(pending, blocks, REDUCE_BLOCK), axis=0)
+            cols = block * BLOCK_V + tl.arange(0, BLOCK_V)
+            x = tl.load(row_ptr + cols, mask=cols < V, other=float("-inf")).to(tl.float32)
+            larger += tl.sum((x > x_token).to(tl.int32), axis=0)
+            pending = pending & (blocks != block)
+    d = x_token.to(tl.float64) - m.to(tl.float64)
+    scaled = d * inverse_t.to(tl.float64) - log_scaled_sum
+    nan = float("nan")
+    defined = valid & (x_token == x_token) & (x_token < float("inf"))  # NaN or +inf at the token: NaN
+    tl.store(raw_ptr + out, tl.where(defined, d - log_raw_sum, nan).to(tl.float32))
+    tl.store(scaled_ptr + out, tl.where(defined, scaled, nan).to(tl.float32))
+    tl.store(kept_ptr + out, tl.where(defined, scaled, nan).to(tl.float32))
+    tl.store(log_kept_mass_ptr + out, tl.where(defined, 0.0, nan).to(tl.float32))
+    tl.store(rank_ptr + out, tl.where(valid, 1 + larger, 0))
+
+
+@jit
+def logprobs_stats_kernel(
+    logits_ptr,  # [B, V] f32|bf16|f16 (ROWS = 1), or [B / ROWS, ROWS, V], as token_logprobs_kernel's
+    tokens_ptr,  # [B] i32|i64
+    temperature_ptr,  # [B] f32, or one f32 for all rows
+    row_valid_ptr,  # [B] i32, 0 for a padding row (read with HAS_ROW_VALID): nothing read
+    V,
+    row_stride,
+    request_stride,
+    stats_ptr,  # [B, STATS, num_blocks] f32 output
+    BLOCK_V: tl.constexpr,
+    ROW_ALIGN: tl.constexpr,
+    VOCAB_ALIGN: tl.constexpr,
+    HAS_ROW_VALID: tl.constexpr = False,
+    ROWS: tl.constexpr = 1,
+):
+    """Grid (B, num_blocks): token_logprobs' single read (no filters, no top list): each program the
+    statistics of a block of its row (store_block_stats, with the count above the token's logit)."""
+    b64 = tl.program_id(0).to(tl.int64)
+    request = b64 // ROWS
+    if HAS_ROW_VALID:
+        if tl.load(row_valid_ptr + request) == 0:
+            return
+    V = aligned(V, VOCAB_ALIGN)
+    block = tl.program_id(1)
+    row_ptr = logits_ptr + tl.multiple_of(request * request_stride + (b64 % ROWS) * row_stride, ROW_ALIGN)
+    cols = block * BLOCK_V + tl.arange(0, BLOCK_V)
+    x = tl.load(row_ptr + cols, mask=cols < V, other=float("-inf")).to(tl.float32)
+    token = tl.load(tokens_ptr + b64).to(tl.int64)
+    x_token = tl.load(row_ptr + tl.where((token >= 0) & (token < V), token, 0)).to(tl.float32)
+    store_block_stats(x, load_temperature(temperature_ptr, request), stats_ptr, b64, block, tl.num_programs(1),
+                      x_token)
+
+
+@jit
+def logprobs_reduce_kernel(
+    logits_ptr,  # as logprobs_stats_kernel's
+    tokens_ptr,  # [B] i32|i64
+    temperature_ptr,
+    row_valid_ptr,
+    V,
+    row_stride,
+    request_stride,
+    num_blocks,
+    stats_ptr,  # [B, STATS, num_blocks] f32: logprobs_stats_kernel's
+    raw_ptr,  # [B] f32 outputs: raw, scaled, kept, log_kept_mass
+    scaled_ptr,
+    kept_ptr,
+    log_kept_mass_ptr,
+    rank_ptr,  # [B] i32
+    BLOCK_V: tl.constexpr,
+    REDUCE_BLOCK: tl.constexpr,  # a power of two >= num_blocks
+    HAS_ROW_VALID: tl.constexpr = False,
+    ROWS: tl.constexpr = 1,
+):
+    """Grid (B,): a row's token_logprobs from its blocks' statistics (store_row_logprobs)."""
+    b64 = tl.program_id(0).to(tl.int64)
+    request = b64 // ROWS
+    if HAS_ROW_VALID:
+        if tl.load(row_valid_ptr + request) == 0:
+            _store_padding_row(b64, raw_ptr, scaled_ptr, kept_ptr, log_kept_mass_ptr, rank_ptr, rank_ptr, raw_ptr, 0)
+            return
+    row_ptr = logits_ptr + request * request_stride + (b64 % ROWS) * row_stride
+    store_row_logprobs(stats_ptr, b64, num_blocks, row_ptr, V, tl.load(tokens_ptr + b64).to(tl.int64),
+                       load_temperature(temperature_ptr, request), raw_ptr, scaled_ptr, kept_ptr, log_kept_mass_ptr,
+                       rank_ptr, b64, True, BLOCK_V, REDUCE_BLOCK)
+
+
+@jit
+def gumbel_logprobs_partial_kernel(
+    logits_ptr,  # [B, V] f32|bf16|f16, as gumbel_partial_kernel's
+    seeds_ptr,
+    positions_ptr,
+    temperature_ptr,
+    row_valid_ptr,  # [B] i32, 0 for a padding row (read with HAS_ROW_VALID): its programs read nothing
+    V,
+    row_stride,
+    partial_score_ptr,  # [B, num_blocks] f32: gumbel_partial_kernel's (FP32 scores)
+    partial_index_ptr,  # [B, num_blocks] i32
+    stats_ptr,  # [B, STATS, num_blocks] f32: store_block_stats'
+    STREAM: tl.constexpr,
+    BLOCK_V: tl.constexpr,
+    ROW_ALIGN: tl.constexpr,
+    VOCAB_ALIGN: tl.constexpr,
+    FAST_MATH: tl.constexpr,
+    SEED_WORDS: tl.constexpr = 1,
+    HAS_ROW_VALID: tl.constexpr = False,
+):
+    """gumbel_sample(return_logprobs=True)'s single read, grid (B, num_blocks): each program writes its
+    block's Gumbel-max partials with gumbel_partial_kernel's code (store_sampled_block: the same token)
+    and, from the same loaded logits, the block's log-softmax statistics (store_block_stats)."""
+    row = tl.program_id(0)
+    if HAS_ROW_VALID:
+        if tl.load(row_valid_ptr + row) == 0:
+            return
+    V = aligned(V, VOCAB_ALIGN)
+    block = tl.program_id(1)
+    num_blocks = tl.num_programs(1)
+    temperature = load_temperature(temperature_ptr, row)
+    x = store_sampled_block(logits_ptr, row, row_stride, V, block * BLOCK_V, load_seed(seeds_ptr, row, SEED_WORDS),
+                            tl.load(positions_ptr + row).to(tl.int64), temperature, partial_score_ptr,
+                            partial_index_ptr, row.to(tl.int64) * num_blocks + block, STREAM, BLOCK_V, ROW_ALIGN,
+                            False, FAST_MATH)
+    store_block_stats(x, temperature, stats_ptr, row.to(tl.int64), block, num_blocks)
+
+
+@jit
+def gumbel_logprobs_reduce_kernel(
+    partial_score_ptr,  # gumbel_logprobs_partial_kernel's
+    partial_index_ptr,
+    stats_ptr,
+    logits_ptr,  # [B, V]: read for rows that overflow, and for the rank's blocks
+    temperature_ptr,
+    row_valid_ptr,  # [B] i32, 0 for a padding row (read with HAS_ROW_VALID): token -1, NaN logprobs, rank 0
+    V,
+    row_stride,
+    num_blocks,
+    tokens_ptr,  # [B] i32 output: the sampled tokens
+    raw_ptr,  # [B] f32 outputs, as logprobs_reduce_kernel's
+    scaled_ptr,
+    kept_ptr,
+    log_kept_mass_ptr,
+    rank_ptr,
+    BLOCK_V: tl.constexpr,
+    REDUCE_BLOCK: tl.constexpr,
+    HAS_ROW_VALID: tl.constexpr = False,
+):
+    """Grid (B,): the row's token, as argmax_reduce_kernel takes it (the same code: a row that overflows
+    is greedy), then its logprobs from the blocks' statistics (store_row_logprobs)."""
+    row = tl.program_id(0)
+    b64 = row.to(tl.int64)
+    if HAS_ROW_VALID:
+        if tl.load(row_valid_ptr + row) == 0:
+            tl.store(tokens_ptr + row, -1)
+            _store_padding_row(b64, raw_ptr, scaled_ptr, kept_ptr, log_kept_mass_ptr, rank_ptr, rank_ptr, raw_ptr, 0)
+            return
+    row_ptr = logits_ptr + b64 * row_stride
+    token, overflow = reduce_block_best_flagged(partial_score_ptr, partial_index_ptr, row, num_blocks, False,
+                                                REDUCE_BLOCK, False)
+    if overflow:
+        token = greedy_argmax_row(row_ptr, V, 1024)
+    tl.store(tokens_ptr + row, token)
+    store_row_logprobs(stats_ptr, b64, num_blocks, row_ptr, V, token.to(tl.int64), load_temperature(temperature_ptr, row),
+                       raw_ptr, scaled_ptr, kept_ptr, log_kept_mass_ptr, rank_ptr, b64, False, BLOCK_V, REDUCE_BLOCK)
+
+
 @functools.lru_cache(maxsize=512)
 def plan_token_logprobs(logits: ArgSpec, target: Target, *, has_top_k: bool, has_top_p: bool, has_min_p: bool,
                         fp64: bool, num_top: int, row_valid: bool = False) -> Plan:
@@ -277,19 +504,80 @@ def plan_token_logprobs(logits: ArgSpec, target: Target, *, has_top_k: bool, has
     names = tuple(b.name for b in outputs)
     if batch * rows == 0:
         return Plan(outputs, (), names, "empty")
-    block_v = 4096 if target.large_programs else 1024
     request_stride, row_stride = logits.strides[0], logits.strides[-2]
     align = math.gcd(request_stride, row_stride if rows > 1 else 0)
+    row_align = largest_power_of_two_dividing(align, 16) if align else 16
     stand_in = "tokens"  # for an absent filter: never read
+    if not (has_top_k or has_top_p or has_min_p) and num_top == 0:
+        # the single read: the blocks of the samplers' fused pass (the same sums: fused == separate exactly)
+        config = single_read_config(vocab, target)
+        args = ("logits", "tokens", "temperature", "row_valid" if row_valid else stand_in, vocab, row_stride,
+                request_stride)
+        stats = Buffer("logprob_stats", (batch * rows, STATS, config.num_blocks), "float32")
+        launches = (
+            launch(logprobs_stats_kernel, (batch * rows, config.num_blocks), args, ("logprob_stats",),
+                   BLOCK_V=config.block_v, ROW_ALIGN=row_align, VOCAB_ALIGN=config.vocab_align,
+                   HAS_ROW_VALID=row_valid, ROWS=rows, num_warps=config.num_warps),
+            launch(logprobs_reduce_kernel, (batch * rows,), args + (config.num_blocks, "logprob_stats"), names[:5],
+                   BLOCK_V=config.block_v, REDUCE_BLOCK=config.reduce_block, HAS_ROW_VALID=row_valid, ROWS=rows,
+                   num_warps=4))
+        return Plan((stats,) + outputs, launches, names, "single read")
+    block_v = 4096 if target.large_programs else 1024
     launches = (launch(
         token_logprobs_kernel, (batch * rows,),
         ("logits", "tokens", "temperature", "top_k" if has_top_k else stand_in, "top_p" if has_top_p else stand_in,
          "min_p" if has_min_p else stand_in, "num_top", "row_valid" if row_valid else stand_in, vocab, row_stride,
          request_stride), names, HAS_ROW_VALID=row_valid, ROWS=rows,
         HAS_TOP_K=has_top_k, HAS_TOP_P=has_top_p, HAS_MIN_P=has_min_p, FP64=fp64, FAST_MATH=not target.interpreter,
-        BLOCK_V=block_v, ROW_ALIGN=largest_power_of_two_dividing(align, 16) if align else 16,
-        VOCAB_ALIGN=largest_power_of_two_dividing(vocab, 16), num_warps=4),)
+        BLOCK_V=block_v, ROW_ALIGN=row_align, VOCAB_ALIGN=largest_power_of_two_dividing(vocab, 16), num_warps=4),)
     return Plan(outputs, launches, names, "one launch")
+
+
+def single_read_config(vocab: int, target: Target):
+    """The blocks of the single-read logprobs (token_logprobs without filters or top list, and
+    gumbel_sample's fused return_logprobs): gumbel_sample's many-rows tiling (512 columns, one warp), or
+    blocks of at most 4096 in the interpreter."""
+    config = gumbel_launch_config(vocab, 0, False, fast_math=not target.interpreter,
+                                  large_programs=target.large_programs)
+    if target.large_programs:  # (blocks of 4096: the CPU tests combine several blocks a row)
+        block_v = min(config.block_v, 4096)
+        num_blocks = -(-vocab // block_v)
+        return dataclasses.replace(config, block_v=block_v, num_blocks=num_blocks,
+                                   reduce_block=triton.next_power_of_2(num_blocks))
+    return many_rows_config(config, vocab)
+
+
+def plan_gumbel_logprobs(logits: ArgSpec, seeds: ArgSpec, target: Target, *, draft: bool, row_valid: bool) -> Plan:
+    """gumbel_sample(return_logprobs=True, num_top=0) in FP32 in one read of the logits: the token of
+    gumbel_partial_kernel's code and the logprobs of token_logprobs' single read (the same blocks and
+    sums: equal to token_logprobs of the sampled tokens bit for bit). Inputs and outputs as
+    plan_gumbel_sample's with return_logprobs."""
+    batch, vocab = logits.shape
+    row_stride = logits.strides[0]
+    config = single_read_config(vocab, target)
+    names = ("sampled", "raw", "scaled", "kept", "log_kept_mass", "rank", "top_ids", "top_logprobs")
+    outputs = (Buffer("sampled", (batch,), "int32"),) + tuple(
+        Buffer(name, (batch,), "int32" if name == "rank" else "float32") for name in names[1:6]) + (
+        Buffer("top_ids", (batch, 0), "int32"), Buffer("top_logprobs", (batch, 0), "float32"))
+    if batch == 0:
+        return Plan(outputs, (), names, "empty")
+    valid = "row_valid" if row_valid else "positions"  # the stand-in is never read
+    scratch = (Buffer("partial_score", (batch, config.num_blocks), "float32"),
+               Buffer("partial_index", (batch, config.num_blocks), "int32"),
+               Buffer("logprob_stats", (batch, STATS, config.num_blocks), "float32"))
+    row_align = largest_power_of_two_dividing(row_stride, 16) if row_stride else 16
+    launches = (
+        launch(gumbel_logprobs_partial_kernel, (batch, config.num_blocks),
+               ("logits", "seeds", "positions", "temperature", valid, vocab, row_stride),
+               ("partial_score", "partial_index", "logprob_stats"), HAS_ROW_VALID=row_valid,
+               STREAM=(STREAM_DRAFT if draft else STREAM_TOKEN).value, BLOCK_V=config.block_v, ROW_ALIGN=row_align,
+               VOCAB_ALIGN=config.vocab_align, FAST_MATH=config.fast_math, SEED_WORDS=seed_word_count(seeds.shape),
+               num_warps=config.num_warps),
+        launch(gumbel_logprobs_reduce_kernel, (batch,),
+               ("partial_score", "partial_index", "logprob_stats", "logits", "temperature", valid, vocab, row_stride,
+                config.num_blocks), names[:6], BLOCK_V=config.block_v, REDUCE_BLOCK=config.reduce_block,
+               HAS_ROW_VALID=row_valid, num_warps=4))
+    return Plan(scratch + outputs, launches, names, "single read")
 
 
 def with_logprobs(sampling: Plan, logits: ArgSpec, target: Target, *, has_top_k: bool, has_top_p: bool,
