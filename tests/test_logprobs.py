@@ -326,3 +326,49 @@ def test_rejection_sample_return_logprobs(draft):
     _, _, padded = jsample.rejection_sample(*args, return_logprobs=True, num_valid=2, **extra)
     assert np.isnan(np.asarray(padded.scaled)[2:]).all()
     assert np.array_equal(np.asarray(padded.scaled)[:2], np.asarray(lp.scaled)[:2], equal_nan=True)
+
+
+_COMPILE_SINGLE_READ = """
+import compiled_kernels as ck
+from jsample import kernels
+from jsample.kernels.plan import ArgSpec
+from torch_backend import _execute as torch_execute
+
+target = torch_execute.compiled_target(132, 9)
+seeds = ArgSpec.contiguous((64,), "int64")
+plans = [(kernels.plan_token_logprobs(ArgSpec.contiguous((64, 151936), "bfloat16"), target, has_top_k=False,
+                                      has_top_p=False, has_min_p=False, fp64=False, num_top=0), "*bf16"),
+         (kernels.plan_token_logprobs(ArgSpec.contiguous((8, 5, 32000), "float32"), target, has_top_k=False,
+                                      has_top_p=False, has_min_p=False, fp64=False, num_top=0, row_valid=True), "*fp32"),
+         (kernels.plan_gumbel_sample(ArgSpec.contiguous((64, 151936), "bfloat16"), seeds, target, fp64=False,
+                                     draft=False, return_logprobs=True), "*bf16"),
+         (kernels.plan_gumbel_sample(ArgSpec.contiguous((64, 151936), "float32"), seeds, target, fp64=False,
+                                     draft=True, row_valid=True, return_logprobs=True), "*fp32")]
+inputs = {"tokens": "*i32", "row_valid": "*i32", "seeds": "*i64", "positions": "*i64", "temperature": "*fp32"}
+for plan, logits in plans:
+    assert plan.variant == "single read", plan.variant
+    for step in plan.launches:
+        names = [name for name in step.kernel.arg_names if name not in dict(step.constexprs)]
+        types = {name: ({"logits": logits, **inputs}.get(value) or ck.POINTER_TYPES[plan.buffer(value).dtype])
+                 if isinstance(value, str) else "i32" for name, value in zip(names, list(step.args) + list(step.outputs))}
+        ck.compile_for_sm90(step.kernel, types, dict(step.constexprs), step.num_warps)
+        print("compiled", step.kernel.fn.__name__)
+"""
+
+
+def test_the_single_read_kernels_compile_for_sm90():
+    """The single read's kernels as compiled for an H100/H200, in a process of compiled kernels (the
+    interpreter accepts what Triton's compiler may not: a plain global, a mistyped branch)."""
+    import os
+    import pathlib
+    import subprocess
+    import sys
+
+    pytest.importorskip("triton.backends.nvidia")
+    tests = pathlib.Path(__file__).parent
+    env = {**os.environ, "TRITON_INTERPRET": "0", "JSAMPLE_INTERPRET": "0",
+           "PYTHONPATH": os.pathsep.join([str(tests), str(tests.parent), os.environ.get("PYTHONPATH", "")])}
+    result = subprocess.run([sys.executable, "-c", _COMPILE_SINGLE_READ], capture_output=True, text=True, env=env,
+                            timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.count("compiled") == 8

@@ -261,7 +261,7 @@ def token_logprobs_kernel(
 
 # ---- the single read: block statistics, reduced per row (no filters, no top list) ----
 
-STATS = 6  # a block's: largest finite x, largest non-NaN x, raw sum, scaled sum, largest finite |x|, count above
+STATS = tl.constexpr(6)  # a block's: largest finite x, largest non-NaN x, raw sum, scaled sum, largest finite |x|, count above
 
 
 @jit
@@ -513,7 +513,7 @@ def plan_token_logprobs(logits: ArgSpec, target: Target, *, has_top_k: bool, has
         config = single_read_config(vocab, target)
         args = ("logits", "tokens", "temperature", "row_valid" if row_valid else stand_in, vocab, row_stride,
                 request_stride)
-        stats = Buffer("logprob_stats", (batch * rows, STATS, config.num_blocks), "float32")
+        stats = Buffer("logprob_stats", (batch * rows, STATS.value, config.num_blocks), "float32")
         launches = (
             launch(logprobs_stats_kernel, (batch * rows, config.num_blocks), args, ("logprob_stats",),
                    BLOCK_V=config.block_v, ROW_ALIGN=row_align, VOCAB_ALIGN=config.vocab_align,
@@ -564,7 +564,7 @@ def plan_gumbel_logprobs(logits: ArgSpec, seeds: ArgSpec, target: Target, *, dra
     valid = "row_valid" if row_valid else "positions"  # the stand-in is never read
     scratch = (Buffer("partial_score", (batch, config.num_blocks), "float32"),
                Buffer("partial_index", (batch, config.num_blocks), "int32"),
-               Buffer("logprob_stats", (batch, STATS, config.num_blocks), "float32"))
+               Buffer("logprob_stats", (batch, STATS.value, config.num_blocks), "float32"))
     row_align = largest_power_of_two_dividing(row_stride, 16) if row_stride else 16
     launches = (
         launch(gumbel_logprobs_partial_kernel, (batch, config.num_blocks),
