@@ -31,15 +31,27 @@ import math
 import triton
 import triton.language as tl
 
-from jsample.kernels.common import (aligned, greedy_argmax_row, is_greedy, largest_power_of_two_dividing,
-                                    load_temperature, reduce_block_best_flagged, store_sampled_block)
+from jsample.kernels.common import (aligned, is_greedy, largest_power_of_two_dividing, load_temperature,
+                                    store_sampled_block)
 from jsample.kernels.filtered import _fixed_point_mass, _key, _min_p, _relative_probability
-from jsample.kernels.gumbel import gumbel_launch_config, many_rows_config
+from jsample.kernels.gumbel import argmax_reduce_kernel, gumbel_launch_config, many_rows_config
 from jsample.kernels.host import jit
 from jsample.kernels.plan import ArgSpec, Buffer, Plan, Target, launch
 from jsample.kernels.stream import STREAM_DRAFT, STREAM_TOKEN, load_seed, seed_word_count
 
 _KEY_FLOOR = tl.constexpr(-(2**31))
+# The normalisers' terms exp(x - m) (in (0, 1]) are summed as integers, floor(term * 2**40): a sum that
+# does not depend on its order, so neither the tiling nor the compiled layout (torch's and JAX's
+# compilers may lay a block out differently, and a float sum's rounding follows the layout) changes
+# a bit of it; a term below 2**-40 weighs nothing (at most V * 2**-40 of a sum >= 1).
+_FIXED_ONE = tl.constexpr(2.0**40)
+_LOG_FIXED_ONE = tl.constexpr(40 * math.log(2.0))
+
+
+@jit
+def _fixed(term):
+    """floor(term * 2**40) as int64, for terms in [0, 1] (exact: a power-of-two scaling, then truncation)."""
+    return (term * _FIXED_ONE).to(tl.int64)
 
 
 @jit
@@ -206,22 +218,21 @@ def token_logprobs_kernel(
     token = tl.load(tokens_ptr + b64).to(tl.int64)
     valid = (token >= 0) & (token < V) & (count > 0)
     x_token = tl.load(row_ptr + tl.where(valid, token, 0)).to(tl.float32)
-    raw_terms = tl.zeros([BLOCK_V], tl.float32)
-    scaled_terms = tl.zeros([BLOCK_V], tl.float32)
-    kept_terms = tl.zeros([BLOCK_V], tl.float32)
+    raw_terms = tl.zeros([BLOCK_V], tl.int64)
+    scaled_terms = tl.zeros([BLOCK_V], tl.int64)
+    kept_terms = tl.zeros([BLOCK_V], tl.int64)
     larger = tl.zeros([BLOCK_V], tl.int32)
     for start in range(0, V, BLOCK_V):
         cols, x = _row_block(row_ptr, start, V, BLOCK_V)
         finite = _finite(x)
-        raw_terms += tl.where(finite, tl.exp(x - m), 0.0)
-        scaled = tl.where(finite, tl.exp((x - m) * inverse_t), 0.0)
+        raw_terms += _fixed(tl.where(finite, tl.exp(x - m), 0.0))
+        scaled = _fixed(tl.where(finite, tl.exp((x - m) * inverse_t), 0.0))
         scaled_terms += scaled
-        kept_terms += tl.where(_kept(x, threshold, temperature, key_max, min_p, filtered, HAS_MIN_P, FP64),
-                               scaled, 0.0)
+        kept_terms += tl.where(_kept(x, threshold, temperature, key_max, min_p, filtered, HAS_MIN_P, FP64), scaled, 0)
         larger += ((x > x_token) & (cols < V)).to(tl.int32)
-    log_raw_sum = tl.log(tl.sum(raw_terms, axis=0).to(tl.float64))
-    log_scaled_sum = tl.log(tl.sum(scaled_terms, axis=0).to(tl.float64))
-    log_kept_mass = tl.log(tl.sum(kept_terms, axis=0).to(tl.float64)) - log_scaled_sum
+    log_raw_sum = tl.log(tl.sum(raw_terms, axis=0).to(tl.float64)) - _LOG_FIXED_ONE
+    log_scaled_sum = tl.log(tl.sum(scaled_terms, axis=0).to(tl.float64)) - _LOG_FIXED_ONE
+    log_kept_mass = tl.log(tl.sum(kept_terms, axis=0).to(tl.float64)) - _LOG_FIXED_ONE - log_scaled_sum
     token_kept = _kept(x_token, threshold, temperature, key_max, min_p, filtered, HAS_MIN_P, FP64)
     d = x_token.to(tl.float64) - m.to(tl.float64)
     raw = d - log_raw_sum
@@ -261,79 +272,27 @@ def token_logprobs_kernel(
 
 # ---- the single read: block statistics, reduced per row (no filters, no top list) ----
 
-STATS = tl.constexpr(6)  # a block's: largest finite x, largest non-NaN x, raw sum, scaled sum, largest finite |x|, count above
+STATS = tl.constexpr(5)  # a block's: largest finite x, largest non-NaN x, raw sum, scaled sum, largest finite |x|
+# (each an f64, stored as two f32 words of the plan's float32 buffer: [rows, 2 * STATS, num_blocks] f32)
 
 
 @jit
-def store_block_stats(x, temperature, stats_ptr, row64, block, num_blocks, x_token=None):
+def store_block_stats(x, temperature, stats_ptr, row64, block, num_blocks):
     """The log-softmax statistics of a block of FP32 logits `x` (-inf for padding), at
-    stats_ptr[row, :, block] ([rows, STATS, num_blocks] f32): its largest finite logit m_b, its largest
-    non-NaN logit (a +inf counts: rank's bound), sum exp(x - m_b) and sum exp((x - m_b) / T) over its
-    finite logits (T = 1 for a greedy temperature), its largest finite |x| (the overflow rule); with
-    `x_token`, the count of logits > x_token (exact in f32: at most 2**24 columns a block)."""
+    stats_ptr[row, :, block] ([rows, STATS, num_blocks] f64): its largest finite logit m_b, its largest
+    non-NaN logit (a +inf counts: rank's bound), the fixed-point sums (_fixed) of exp(x - m_b) and of
+    exp((x - m_b) / T) over its finite logits (T = 1 for a greedy temperature), its largest finite |x| (the
+    overflow rule). Every one exact whatever the layout the compiler chose."""
     finite = tl.abs(x) < float("inf")
     largest = tl.max(tl.where(finite, x, float("-inf")), axis=0)
     d = tl.where(finite, x - largest, float("-inf"))
     inverse_t = tl.where(is_greedy(temperature), 1.0, 1.0 / temperature)
-    out = stats_ptr + (row64 * STATS) * num_blocks + block
-    tl.store(out, largest)
-    tl.store(out + num_blocks, tl.max(tl.where(x == x, x, float("-inf")), axis=0))
-    tl.store(out + 2 * num_blocks, tl.sum(tl.exp(d), axis=0))
-    tl.store(out + 3 * num_blocks, tl.sum(tl.exp(d * inverse_t), axis=0))
-    tl.store(out + 4 * num_blocks, tl.max(tl.where(finite, tl.abs(x), 0.0), axis=0))
-    if x_token is not None:
-        tl.store(out + 5 * num_blocks, tl.sum((x > x_token).to(tl.float32), axis=0))
-
-
-@jit
-def store_row_logprobs(stats_ptr, row64, num_blocks, row_ptr, V, token, temperature, raw_ptr, scaled_ptr, kept_ptr,
-                       log_kept_mass_ptr, rank_ptr, out, COUNTED: tl.constexpr, BLOCK_V: tl.constexpr,
-                       REDUCE_BLOCK: tl.constexpr):
-    """token_logprobs' outputs (no filters: kept = scaled, log_kept_mass = 0) of one row at `out`, from its
-    blocks' statistics (store_block_stats): the normalisers combined in FP64 over the blocks, the rules of
-    token_logprobs_kernel (greedy rows read at T = 1, NaN where undefined, rank 0 for an invalid token).
-    The rank from the blocks' counts (COUNTED), or, where the token was not known when the blocks were
-    read (the samplers' fused pass), by counting again in the blocks whose largest logit exceeds the
-    token's: about none on sampled tokens."""
-    blocks = tl.arange(0, REDUCE_BLOCK)
-    in_row = blocks < num_blocks
-    base = stats_ptr + (row64 * STATS) * num_blocks + blocks
-    block_max = tl.load(base, mask=in_row, other=float("-inf"))
-    block_top = tl.load(base + num_blocks, mask=in_row, other=float("-inf"))
-    raw_b = tl.load(base + 2 * num_blocks, mask=in_row, other=0.0)
-    scaled_b = tl.load(base + 3 * num_blocks, mask=in_row, other=0.0)
-    m = tl.max(block_max, axis=0)
-    overflow = tl.max(tl.load(base + 4 * num_blocks, mask=in_row, other=0.0), axis=0) * (1.0 / temperature) == float(
-        "inf")
-    greedy = is_greedy(temperature) | overflow
-    blocks_t = tl.where(is_greedy(temperature), 1.0, 1.0 / temperature)  # the blocks' scaled sums' 1 / T
-    shift = tl.where(block_max > float("-inf"), block_max.to(tl.float64) - m.to(tl.float64), float("-inf"))
-    log_raw_sum = tl.log(tl.sum(raw_b.to(tl.float64) * tl.exp(shift), axis=0))
-    log_scaled_sum = tl.log(tl.sum(scaled_b.to(tl.float64) * tl.exp(shift * blocks_t.to(tl.float64)), axis=0))
-    log_scaled_sum = tl.where(overflow, log_raw_sum, log_scaled_sum)
-    inverse_t = tl.where(greedy, 1.0, 1.0 / temperature)
-    valid = (token >= 0) & (token < V) & (m > float("-inf"))
-    x_token = tl.load(row_ptr + tl.where(valid, token, 0)).to(tl.float32)
-    if COUNTED:
-        larger = tl.sum(tl.load(base + 5 * num_blocks, mask=in_row, other=0.0), axis=0).to(tl.int32)
-    else:
-        larger = tl.zeros([], tl.int32)
-        pending = in_row & (block_top > x_token)
-        for _ in range(tl.sum(pending.to(tl.int32), axis=0)):
-            block = tl.min(tl.where(pending, blocks, REDUCE_BLOCK), axis=0)
-            cols = block * BLOCK_V + tl.arange(0, BLOCK_V)
-            x = tl.load(row_ptr + cols, mask=cols < V, other=float("-inf")).to(tl.float32)
-            larger += tl.sum((x > x_token).to(tl.int32), axis=0)
-            pending = pending & (blocks != block)
-    d = x_token.to(tl.float64) - m.to(tl.float64)
-    scaled = d * inverse_t.to(tl.float64) - log_scaled_sum
-    nan = float("nan")
-    defined = valid & (x_token == x_token) & (x_token < float("inf"))  # NaN or +inf at the token: NaN
-    tl.store(raw_ptr + out, tl.where(defined, d - log_raw_sum, nan).to(tl.float32))
-    tl.store(scaled_ptr + out, tl.where(defined, scaled, nan).to(tl.float32))
-    tl.store(kept_ptr + out, tl.where(defined, scaled, nan).to(tl.float32))
-    tl.store(log_kept_mass_ptr + out, tl.where(defined, 0.0, nan).to(tl.float32))
-    tl.store(rank_ptr + out, tl.where(valid, 1 + larger, 0))
+    out = stats_ptr.to(tl.pointer_type(tl.float64)) + (row64 * STATS) * num_blocks + block
+    tl.store(out, largest.to(tl.float64))
+    tl.store(out + num_blocks, tl.max(tl.where(x == x, x, float("-inf")), axis=0).to(tl.float64))
+    tl.store(out + 2 * num_blocks, tl.sum(_fixed(tl.exp(d)), axis=0).to(tl.float64))
+    tl.store(out + 3 * num_blocks, tl.sum(_fixed(tl.exp(d * inverse_t)), axis=0).to(tl.float64))
+    tl.store(out + 4 * num_blocks, tl.max(tl.where(finite, tl.abs(x), 0.0), axis=0).to(tl.float64))
 
 
 @jit
@@ -345,7 +304,8 @@ def logprobs_stats_kernel(
     V,
     row_stride,
     request_stride,
-    stats_ptr,  # [B, STATS, num_blocks] f32 output
+    stats_ptr,  # [B, STATS, num_blocks] f64 output (store_block_stats)
+    counts_ptr,  # [B, num_blocks] i32 output: the count of logits > the token's a block
     BLOCK_V: tl.constexpr,
     ROW_ALIGN: tl.constexpr,
     VOCAB_ALIGN: tl.constexpr,
@@ -353,7 +313,7 @@ def logprobs_stats_kernel(
     ROWS: tl.constexpr = 1,
 ):
     """Grid (B, num_blocks): token_logprobs' single read (no filters, no top list): each program the
-    statistics of a block of its row (store_block_stats, with the count above the token's logit)."""
+    statistics of a block of its row, and its count of logits above the token's (rank)."""
     b64 = tl.program_id(0).to(tl.int64)
     request = b64 // ROWS
     if HAS_ROW_VALID:
@@ -361,47 +321,14 @@ def logprobs_stats_kernel(
             return
     V = aligned(V, VOCAB_ALIGN)
     block = tl.program_id(1)
+    num_blocks = tl.num_programs(1)
     row_ptr = logits_ptr + tl.multiple_of(request * request_stride + (b64 % ROWS) * row_stride, ROW_ALIGN)
     cols = block * BLOCK_V + tl.arange(0, BLOCK_V)
     x = tl.load(row_ptr + cols, mask=cols < V, other=float("-inf")).to(tl.float32)
     token = tl.load(tokens_ptr + b64).to(tl.int64)
     x_token = tl.load(row_ptr + tl.where((token >= 0) & (token < V), token, 0)).to(tl.float32)
-    store_block_stats(x, load_temperature(temperature_ptr, request), stats_ptr, b64, block, tl.num_programs(1),
-                      x_token)
-
-
-@jit
-def logprobs_reduce_kernel(
-    logits_ptr,  # as logprobs_stats_kernel's
-    tokens_ptr,  # [B] i32|i64
-    temperature_ptr,
-    row_valid_ptr,
-    V,
-    row_stride,
-    request_stride,
-    num_blocks,
-    stats_ptr,  # [B, STATS, num_blocks] f32: logprobs_stats_kernel's
-    raw_ptr,  # [B] f32 outputs: raw, scaled, kept, log_kept_mass
-    scaled_ptr,
-    kept_ptr,
-    log_kept_mass_ptr,
-    rank_ptr,  # [B] i32
-    BLOCK_V: tl.constexpr,
-    REDUCE_BLOCK: tl.constexpr,  # a power of two >= num_blocks
-    HAS_ROW_VALID: tl.constexpr = False,
-    ROWS: tl.constexpr = 1,
-):
-    """Grid (B,): a row's token_logprobs from its blocks' statistics (store_row_logprobs)."""
-    b64 = tl.program_id(0).to(tl.int64)
-    request = b64 // ROWS
-    if HAS_ROW_VALID:
-        if tl.load(row_valid_ptr + request) == 0:
-            _store_padding_row(b64, raw_ptr, scaled_ptr, kept_ptr, log_kept_mass_ptr, rank_ptr, rank_ptr, raw_ptr, 0)
-            return
-    row_ptr = logits_ptr + request * request_stride + (b64 % ROWS) * row_stride
-    store_row_logprobs(stats_ptr, b64, num_blocks, row_ptr, V, tl.load(tokens_ptr + b64).to(tl.int64),
-                       load_temperature(temperature_ptr, request), raw_ptr, scaled_ptr, kept_ptr, log_kept_mass_ptr,
-                       rank_ptr, b64, True, BLOCK_V, REDUCE_BLOCK)
+    store_block_stats(x, load_temperature(temperature_ptr, request), stats_ptr, b64, block, num_blocks)
+    tl.store(counts_ptr + b64 * num_blocks + block, tl.sum((x > x_token).to(tl.int32), axis=0))
 
 
 @jit
@@ -415,7 +342,7 @@ def gumbel_logprobs_partial_kernel(
     row_stride,
     partial_score_ptr,  # [B, num_blocks] f32: gumbel_partial_kernel's (FP32 scores)
     partial_index_ptr,  # [B, num_blocks] i32
-    stats_ptr,  # [B, STATS, num_blocks] f32: store_block_stats'
+    stats_ptr,  # [B, STATS, num_blocks] f64: store_block_stats'
     STREAM: tl.constexpr,
     BLOCK_V: tl.constexpr,
     ROW_ALIGN: tl.constexpr,
@@ -425,8 +352,9 @@ def gumbel_logprobs_partial_kernel(
     HAS_ROW_VALID: tl.constexpr = False,
 ):
     """gumbel_sample(return_logprobs=True)'s single read, grid (B, num_blocks): each program writes its
-    block's Gumbel-max partials with gumbel_partial_kernel's code (store_sampled_block: the same token)
-    and, from the same loaded logits, the block's log-softmax statistics (store_block_stats)."""
+    block's Gumbel-max partials with gumbel_partial_kernel's code (store_sampled_block: the same token,
+    which argmax_reduce_kernel then takes) and, from the same loaded logits, the block's log-softmax
+    statistics (store_block_stats)."""
     row = tl.program_id(0)
     if HAS_ROW_VALID:
         if tl.load(row_valid_ptr + row) == 0:
@@ -443,43 +371,100 @@ def gumbel_logprobs_partial_kernel(
 
 
 @jit
-def gumbel_logprobs_reduce_kernel(
-    partial_score_ptr,  # gumbel_logprobs_partial_kernel's
-    partial_index_ptr,
-    stats_ptr,
-    logits_ptr,  # [B, V]: read for rows that overflow, and for the rank's blocks
-    temperature_ptr,
-    row_valid_ptr,  # [B] i32, 0 for a padding row (read with HAS_ROW_VALID): token -1, NaN logprobs, rank 0
+def rank_count_kernel(
+    logits_ptr,  # [B, V] f32|bf16|f16, rows `row_stride` elements apart
+    tokens_ptr,  # [B] i32: the sampled tokens (-1: no rank to count)
+    stats_ptr,  # [B, STATS, num_blocks] f64: store_block_stats'
     V,
     row_stride,
+    counts_ptr,  # [B, num_blocks] i32 output: the count of logits > the token's a block
+    BLOCK_V: tl.constexpr,
+    ROW_ALIGN: tl.constexpr,
+    VOCAB_ALIGN: tl.constexpr,
+):
+    """Grid (B, num_blocks): logprobs_stats_kernel's counts for the samplers' fused pass, taken once the
+    token is known: a block is read again only where its largest logit (a +inf counts) exceeds the token's
+    (sampled tokens lie mostly near the top: few blocks read)."""
+    b64 = tl.program_id(0).to(tl.int64)
+    block = tl.program_id(1)
+    num_blocks = tl.num_programs(1)
+    token = tl.load(tokens_ptr + b64)
+    count = tl.zeros([], tl.int32)
+    if token >= 0:
+        V = aligned(V, VOCAB_ALIGN)
+        row_ptr = logits_ptr + tl.multiple_of(b64 * row_stride, ROW_ALIGN)
+        x_token = tl.load(row_ptr + token).to(tl.float32)
+        top = tl.load(stats_ptr.to(tl.pointer_type(tl.float64)) + (b64 * STATS + 1) * num_blocks + block)
+        if top.to(tl.float32) > x_token:
+            cols = block * BLOCK_V + tl.arange(0, BLOCK_V)
+            x = tl.load(row_ptr + cols, mask=cols < V, other=float("-inf")).to(tl.float32)
+            count = tl.sum((x > x_token).to(tl.int32), axis=0)
+    tl.store(counts_ptr + b64 * num_blocks + block, count)
+
+
+@jit
+def logprobs_reduce_kernel(
+    logits_ptr,  # as logprobs_stats_kernel's
+    tokens_ptr,  # [B] i32|i64
+    temperature_ptr,
+    row_valid_ptr,
+    V,
+    row_stride,
+    request_stride,
     num_blocks,
-    tokens_ptr,  # [B] i32 output: the sampled tokens
-    raw_ptr,  # [B] f32 outputs, as logprobs_reduce_kernel's
+    stats_ptr,  # [B, STATS, num_blocks] f64: store_block_stats'
+    counts_ptr,  # [B, num_blocks] i32: logprobs_stats_kernel's or rank_count_kernel's
+    raw_ptr,  # [B] f32 outputs: raw, scaled, kept, log_kept_mass
     scaled_ptr,
     kept_ptr,
     log_kept_mass_ptr,
-    rank_ptr,
-    BLOCK_V: tl.constexpr,
-    REDUCE_BLOCK: tl.constexpr,
+    rank_ptr,  # [B] i32
+    REDUCE_BLOCK: tl.constexpr,  # a power of two >= num_blocks
     HAS_ROW_VALID: tl.constexpr = False,
+    ROWS: tl.constexpr = 1,
 ):
-    """Grid (B,): the row's token, as argmax_reduce_kernel takes it (the same code: a row that overflows
-    is greedy), then its logprobs from the blocks' statistics (store_row_logprobs)."""
-    row = tl.program_id(0)
-    b64 = row.to(tl.int64)
+    """Grid (B,): a row's token_logprobs (no filters: kept = scaled, log_kept_mass = 0) from its blocks'
+    statistics, by token_logprobs_kernel's rules (greedy rows read at T = 1, NaN where undefined, rank 0
+    for an invalid token): the normalisers combined in FP64 over the blocks (the blocks' integer sums
+    times exp(m_b - m)), the rank from the blocks' counts. The separate op and the samplers' fused pass
+    both end here: the same numbers bit for bit."""
+    b64 = tl.program_id(0).to(tl.int64)
+    request = b64 // ROWS
     if HAS_ROW_VALID:
-        if tl.load(row_valid_ptr + row) == 0:
-            tl.store(tokens_ptr + row, -1)
+        if tl.load(row_valid_ptr + request) == 0:
             _store_padding_row(b64, raw_ptr, scaled_ptr, kept_ptr, log_kept_mass_ptr, rank_ptr, rank_ptr, raw_ptr, 0)
             return
-    row_ptr = logits_ptr + b64 * row_stride
-    token, overflow = reduce_block_best_flagged(partial_score_ptr, partial_index_ptr, row, num_blocks, False,
-                                                REDUCE_BLOCK, False)
-    if overflow:
-        token = greedy_argmax_row(row_ptr, V, 1024)
-    tl.store(tokens_ptr + row, token)
-    store_row_logprobs(stats_ptr, b64, num_blocks, row_ptr, V, token.to(tl.int64), load_temperature(temperature_ptr, row),
-                       raw_ptr, scaled_ptr, kept_ptr, log_kept_mass_ptr, rank_ptr, b64, False, BLOCK_V, REDUCE_BLOCK)
+    row_ptr = logits_ptr + request * request_stride + (b64 % ROWS) * row_stride
+    temperature = load_temperature(temperature_ptr, request)
+    token = tl.load(tokens_ptr + b64).to(tl.int64)
+    blocks = tl.arange(0, REDUCE_BLOCK)
+    in_row = blocks < num_blocks
+    base = stats_ptr.to(tl.pointer_type(tl.float64)) + (b64 * STATS) * num_blocks + blocks
+    block_max = tl.load(base, mask=in_row, other=float("-inf")).to(tl.float32)  # (f32 values, stored as f64)
+    raw_b = tl.load(base + 2 * num_blocks, mask=in_row, other=0.0)
+    scaled_b = tl.load(base + 3 * num_blocks, mask=in_row, other=0.0)
+    magnitude = tl.max(tl.load(base + 4 * num_blocks, mask=in_row, other=0.0), axis=0).to(tl.float32)
+    larger = tl.sum(tl.load(counts_ptr + b64 * num_blocks + blocks, mask=in_row, other=0), axis=0)
+    m = tl.max(block_max, axis=0)
+    overflow = magnitude * (1.0 / temperature) == float("inf")
+    greedy = is_greedy(temperature) | overflow
+    blocks_t = tl.where(is_greedy(temperature), 1.0, 1.0 / temperature)  # the blocks' scaled sums' 1 / T
+    shift = tl.where(block_max > float("-inf"), block_max.to(tl.float64) - m.to(tl.float64), float("-inf"))
+    log_raw_sum = tl.log(tl.sum(raw_b * tl.exp(shift), axis=0)) - _LOG_FIXED_ONE
+    log_scaled_sum = tl.log(tl.sum(scaled_b * tl.exp(shift * blocks_t.to(tl.float64)), axis=0)) - _LOG_FIXED_ONE
+    log_scaled_sum = tl.where(overflow, log_raw_sum, log_scaled_sum)
+    inverse_t = tl.where(greedy, 1.0, 1.0 / temperature)
+    valid = (token >= 0) & (token < V) & (m > float("-inf"))
+    x_token = tl.load(row_ptr + tl.where(valid, token, 0)).to(tl.float32)
+    d = x_token.to(tl.float64) - m.to(tl.float64)
+    scaled = d * inverse_t.to(tl.float64) - log_scaled_sum
+    nan = float("nan")
+    defined = valid & (x_token == x_token) & (x_token < float("inf"))  # NaN or +inf at the token: NaN
+    tl.store(raw_ptr + b64, tl.where(defined, d - log_raw_sum, nan).to(tl.float32))
+    tl.store(scaled_ptr + b64, tl.where(defined, scaled, nan).to(tl.float32))
+    tl.store(kept_ptr + b64, tl.where(defined, scaled, nan).to(tl.float32))
+    tl.store(log_kept_mass_ptr + b64, tl.where(defined, 0.0, nan).to(tl.float32))
+    tl.store(rank_ptr + b64, tl.where(valid, 1 + larger, 0))
 
 
 @functools.lru_cache(maxsize=512)
@@ -513,15 +498,15 @@ def plan_token_logprobs(logits: ArgSpec, target: Target, *, has_top_k: bool, has
         config = single_read_config(vocab, target)
         args = ("logits", "tokens", "temperature", "row_valid" if row_valid else stand_in, vocab, row_stride,
                 request_stride)
-        stats = Buffer("logprob_stats", (batch * rows, STATS.value, config.num_blocks), "float32")
+        scratch = (Buffer("logprob_stats", (batch * rows, 2 * STATS.value, config.num_blocks), "float32"),
+                   Buffer("rank_counts", (batch * rows, config.num_blocks), "int32"))
         launches = (
-            launch(logprobs_stats_kernel, (batch * rows, config.num_blocks), args, ("logprob_stats",),
+            launch(logprobs_stats_kernel, (batch * rows, config.num_blocks), args, ("logprob_stats", "rank_counts"),
                    BLOCK_V=config.block_v, ROW_ALIGN=row_align, VOCAB_ALIGN=config.vocab_align,
                    HAS_ROW_VALID=row_valid, ROWS=rows, num_warps=config.num_warps),
-            launch(logprobs_reduce_kernel, (batch * rows,), args + (config.num_blocks, "logprob_stats"), names[:5],
-                   BLOCK_V=config.block_v, REDUCE_BLOCK=config.reduce_block, HAS_ROW_VALID=row_valid, ROWS=rows,
-                   num_warps=4))
-        return Plan((stats,) + outputs, launches, names, "single read")
+            launch(logprobs_reduce_kernel, (batch * rows,), args + (config.num_blocks, "logprob_stats", "rank_counts"),
+                   names[:5], REDUCE_BLOCK=config.reduce_block, HAS_ROW_VALID=row_valid, ROWS=rows, num_warps=4))
+        return Plan(scratch + outputs, launches, names, "single read")
     block_v = 4096 if target.large_programs else 1024
     launches = (launch(
         token_logprobs_kernel, (batch * rows,),
@@ -564,7 +549,8 @@ def plan_gumbel_logprobs(logits: ArgSpec, seeds: ArgSpec, target: Target, *, dra
     valid = "row_valid" if row_valid else "positions"  # the stand-in is never read
     scratch = (Buffer("partial_score", (batch, config.num_blocks), "float32"),
                Buffer("partial_index", (batch, config.num_blocks), "int32"),
-               Buffer("logprob_stats", (batch, STATS.value, config.num_blocks), "float32"))
+               Buffer("logprob_stats", (batch, 2 * STATS.value, config.num_blocks), "float32"),
+               Buffer("rank_counts", (batch, config.num_blocks), "int32"))
     row_align = largest_power_of_two_dividing(row_stride, 16) if row_stride else 16
     launches = (
         launch(gumbel_logprobs_partial_kernel, (batch, config.num_blocks),
@@ -573,10 +559,16 @@ def plan_gumbel_logprobs(logits: ArgSpec, seeds: ArgSpec, target: Target, *, dra
                STREAM=(STREAM_DRAFT if draft else STREAM_TOKEN).value, BLOCK_V=config.block_v, ROW_ALIGN=row_align,
                VOCAB_ALIGN=config.vocab_align, FAST_MATH=config.fast_math, SEED_WORDS=seed_word_count(seeds.shape),
                num_warps=config.num_warps),
-        launch(gumbel_logprobs_reduce_kernel, (batch,),
-               ("partial_score", "partial_index", "logprob_stats", "logits", "temperature", valid, vocab, row_stride,
-                config.num_blocks), names[:6], BLOCK_V=config.block_v, REDUCE_BLOCK=config.reduce_block,
-               HAS_ROW_VALID=row_valid, num_warps=4))
+        launch(argmax_reduce_kernel, (batch,),
+               ("partial_score", "partial_index", "logits", valid, vocab, row_stride, config.num_blocks), ("sampled",),
+               HAS_ROW_VALID=row_valid, FP64=False, REDUCE_BLOCK=config.reduce_block, num_warps=1),
+        launch(rank_count_kernel, (batch, config.num_blocks), ("logits", "sampled", "logprob_stats", vocab, row_stride),
+               ("rank_counts",), BLOCK_V=config.block_v, ROW_ALIGN=row_align, VOCAB_ALIGN=config.vocab_align,
+               num_warps=config.num_warps),
+        launch(logprobs_reduce_kernel, (batch,),
+               ("logits", "sampled", "temperature", valid, vocab, row_stride, row_stride, config.num_blocks,
+                "logprob_stats", "rank_counts"), names[1:6], REDUCE_BLOCK=config.reduce_block, HAS_ROW_VALID=row_valid,
+               ROWS=1, num_warps=4))
     return Plan(scratch + outputs, launches, names, "single read")
 
 
