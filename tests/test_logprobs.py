@@ -282,13 +282,14 @@ def test_torch_fakes_give_the_logprobs_shapes():
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     with FakeTensorMode():
-        x, s = torch.empty(3, 50), torch.zeros(3, dtype=torch.int64)
+        x, s = torch.empty(3, 50, device=TORCH_DEVICE), torch.zeros(3, dtype=torch.int64, device=TORCH_DEVICE)
         for out in (torch_backend.token_logprobs(x, s, 1.0, num_top=4),
                     torch_backend.gumbel_sample(x, s, s, 1.0, return_logprobs=True, num_top=4)[1],
                     torch_backend.top_k_top_p_sample(x, s, s, 1.0, top_k=3, return_logprobs=True, num_top=4)[1]):
             assert [tuple(getattr(out, n).shape) for n in FIELDS] == [(3,)] * 5 + [(3, 4)] * 2
             assert [getattr(out, n).dtype for n in FIELDS] == [torch.float32] * 4 + [torch.int32] * 2 + [torch.float32]
-        target, drafts = torch.empty(3, 3, 50), torch.zeros(3, 2, dtype=torch.int32)
+        target = torch.empty(3, 3, 50, device=TORCH_DEVICE)
+        drafts = torch.zeros(3, 2, dtype=torch.int32, device=TORCH_DEVICE)
         out = torch_backend.rejection_sample(target, drafts, s.to(torch.int32), s, s, 1.0, return_logprobs=True,
                                              num_top=4)[2]
         assert [tuple(getattr(out, n).shape) for n in FIELDS] == [(3, 3)] * 5 + [(3, 3, 4)] * 2
