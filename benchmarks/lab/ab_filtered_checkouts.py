@@ -49,6 +49,7 @@ def graph_us(fn):
 FILTERS = {"top_k=50,top_p=0.9": dict(top_k=50, top_p=0.9), "top_k=50": dict(top_k=50), "top_p=0.9": dict(top_p=0.9),
            "min_p=0.05": dict(min_p=0.05), "top_k=1000": dict(top_k=1000)}
 results = {}
+ONLY = [c for c in sys.argv[2].split(";") if c] if len(sys.argv) > 2 else []
 for V in (32000, 151936):
     for dtype in (torch.bfloat16, torch.float32):
         for B in (1, 4, 16, 64, 256):
@@ -62,6 +63,8 @@ for V in (32000, 151936):
                 call = lambda: torch_backend.top_k_top_p_sample(logits, seeds, seeds, temperature, **args)
                 tokens = call().cpu().numpy().tobytes()
                 key = f"V={V} {str(dtype)[6:]} B={B} {name}"
+                if ONLY and not any(key.startswith(prefix) for prefix in ONLY):
+                    continue
                 results[key] = [graph_us(call), hashlib.sha256(tokens).hexdigest()[:16]]
 print(json.dumps(results))
 """
@@ -82,18 +85,29 @@ def main():
     parser.add_argument("base")
     parser.add_argument("new")
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--no-first-call", action="store_true")
+    parser.add_argument("--only", default="", help="';'-separated case prefixes, e.g. 'V=32000 float32 B=256'")
     args = parser.parse_args()
     checkouts = {"base": os.path.abspath(args.base), "new": os.path.abspath(args.new)}
+    if not args.no_first_call:
+        first_calls(checkouts)
+    device_times(checkouts, args)
+
+
+def first_calls(checkouts):
     print("# first call, empty Triton cache, V = 151936 bf16 (seconds, the call to its end)", flush=True)
     for filters in ({"top_k": 50, "top_p": 0.9}, {"top_k": 50}, {"top_p": 0.9}, {"min_p": 0.05}):
         for B in (1, 256):
             row = {name: run(FIRST_CALL, path, str(B), json.dumps(filters), cache=tempfile.mkdtemp())
                    for name, path in checkouts.items()}
             print(f"{json.dumps(filters):34s} B={B:<4d} base {row['base']:6.2f} s   new {row['new']:6.2f} s", flush=True)
+
+
+def device_times(checkouts, args):
     times = {name: [] for name in checkouts}
     for _ in range(args.rounds):
         for name, path in checkouts.items():
-            times[name].append(run(DEVICE_TIME, path))
+            times[name].append(run(DEVICE_TIME, path, args.only))
     print("\n# device time (us, CUDA-graph replay median, the better of the rounds), tokens compared", flush=True)
     worst = 0.0
     for key in times["base"][0]:
