@@ -60,9 +60,25 @@ DOCSTRINGS["gumbel_sample"] = """Seeded Gumbel-max sampling: token_b = argmax_k 
             (unchecked: e.g. a CUDA graph's or a jitted bucket's live count); rows at or past it are
             padding: their token is -1 and their logits are not read. The valid rows' tokens do not change.
         return_logprobs: also return the tokens' `Logprobs` (`token_logprobs` of the same logits,
-            temperature and tokens, exactly: its kernel runs after the sampling launches, reading the
-            rows again; kept == scaled here, no filters). Padding rows: NaN, rank 0.
+            temperature and tokens, exactly; kept == scaled here, no filters). In FP32 with num_top = 0
+            they come from the sampling pass's own read of the logits (block statistics), else from
+            token_logprobs' kernel after it. Padding rows: NaN, rank 0.
         num_top: with return_logprobs, the count of top logprobs a row (0 to 64).
+{{
+        vocab_group: None, or a torch.distributed process group over which the vocabulary is split:
+            `logits` is then this rank's [B, V_r] shard, rank r holding the r-th contiguous columns
+            (sizes may differ; every shard but the first starts at a multiple of 4 columns). Only a
+            summary of 6 int32 words a row crosses the group (one all-gather); every rank returns the
+            unsharded call's tokens, bit for bit. The shard sizes are asked of the group at the first
+            call of each size. Not with num_valid or return_logprobs (yet).
+||
+        vocab_axis: None, or the name of a mesh axis over which the vocabulary is split (inside
+            shard_map): `logits` is then this device's [B, V / n] shard, the shards in axis order, equal
+            sizes (a multiple of 4 columns with more than one shard). Seeds, positions and temperature
+            are replicated over the axis, and so is the result: the unsharded call's tokens, bit for bit;
+            only a summary of 6 int32 words a row is all-gathered. Not with num_valid or return_logprobs
+            (yet).
+}}
 
     Returns:
 {{

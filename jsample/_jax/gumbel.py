@@ -10,18 +10,22 @@ from jsample._jax._execute import arg_spec, run
 from jsample._jax._launch import (empty_outputs, logits_array, not_differentiable, row_valid, rowwise, spec,
                                   temperature_array)
 from jsample.ops import Logprobs, docstring, logprobs_plan_flags
-from jsample.validation import check_gumbel_sample, check_logprobs_request
+from jsample.validation import check_gumbel_sample, check_logprobs_request, check_vocab_parallel
 
 
 @not_differentiable("gumbel_sample")
 def gumbel_sample(logits, seeds, positions, temperature, *, fp64=False, draft=False, num_valid=None,
-                  return_logprobs=False, num_top=0):
+                  return_logprobs=False, num_top=0, vocab_axis=None):
     # Docstring: jsample.ops (one text for both frontends).
     op = "gumbel_sample"
     check_gumbel_sample(op, spec(op, "logits", logits), spec(op, "seeds", seeds),
                         spec(op, "positions", positions), spec(op, "temperature", temperature), fp64, draft)
     check_logprobs_request(op, return_logprobs, num_top)
     batch = logits.shape[0]
+    if vocab_axis is not None:
+        return _vocab_parallel(logits_array(logits), jnp.asarray(seeds), jnp.asarray(positions),
+                               temperature_array(temperature, batch), fp64=fp64, draft=draft, axis=vocab_axis,
+                               num_valid=num_valid, return_logprobs=return_logprobs)
     if batch == 0:
         return empty_outputs(op, 0)[0] if not return_logprobs else (
             empty_outputs(op, 0)[0], Logprobs(*empty_outputs("token_logprobs", 0, num_top)))
@@ -47,3 +51,27 @@ def _gumbel_rows(logits, seeds, positions, temperature, valid, *, fp64, draft, n
     if num_top is not None:
         inputs["num_top"] = jnp.full((1,), num_top, jnp.int32)
     return tuple(run(plan, inputs))
+
+
+def _vocab_parallel(logits, seeds, positions, temperature, *, fp64, draft, axis, num_valid, return_logprobs):
+    """gumbel_sample of the logits whose vocabulary is split over mesh axis `axis` (inside shard_map: this
+    device's columns, the shards in axis order, equal sizes): each device's summary of its rows, one
+    all-gather of the summaries (B x SUMMARY_WORDS int32 words a device), the token from them on every device
+    (jsample/kernels/vocab_parallel.py): the unsharded call's tokens."""
+    import jax
+
+    batch, shard = logits.shape
+    shards = int(jax.lax.axis_size(axis) if hasattr(jax.lax, "axis_size") else jax.lax.psum(1, axis))
+    starts = [i * shard for i in range(shards)]
+    check_vocab_parallel("gumbel_sample", "vocab_axis", logits.shape, num_valid, return_logprobs, starts)
+    start = (jax.lax.axis_index(axis) * shard).astype(jnp.int32).reshape(1)
+    target = execute.target()
+    if batch == 0:
+        return jnp.zeros((0,), jnp.int32)
+    plan = kernels.plan_gumbel_shard(arg_spec(logits), arg_spec(seeds), target, fp64=fp64, draft=draft,
+                                     start_align=kernels.start_alignment(starts))
+    (summary,) = run(plan, dict(logits=logits, seeds=seeds, positions=positions, temperature=temperature,
+                                vocab_start=start))
+    gathered = jax.lax.all_gather(summary, axis)  # [shards, B, SUMMARY_WORDS]
+    (tokens,) = run(kernels.plan_shard_combine(target, batch=batch, shards=shards), dict(gathered=gathered))
+    return tokens

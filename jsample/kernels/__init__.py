@@ -49,6 +49,12 @@ from jsample.kernels.rejection import (
     rejection_stats_kernel,
     synthetic_rejection_kernel,
 )
+from jsample.kernels.vocab_parallel import (
+    SUMMARY_WORDS,
+    plan_gumbel_shard,
+    plan_shard_combine,
+    start_alignment,
+)
 from jsample.kernels.stream import (
     fp64_noise_bound_kernel,
     philox_words_kernel,
@@ -69,6 +75,10 @@ __all__ = [
     "plan_synthetic_rejection_sample",
     "plan_top_k_top_p_sample",
     "plan_token_logprobs",
+    "plan_gumbel_shard",
+    "plan_shard_combine",
+    "start_alignment",
+    "SUMMARY_WORDS",
     "token_logprobs_kernel",
     "MAX_NUM_TOP",
     "FilteredLaunchConfig",

@@ -42,7 +42,7 @@ frontends (plan_top_k_top_p_sample lists them):
    TOP_K_LIST (and at most its blocks with a finite logit) takes no sums: its chunks list the row's
    columns whose key is at or above top-k's bound instead (one atomic a tile).
 4. `filter_decide_kernel`, grid (B,): every row's status, final from here on. A listed row's
-   thresholds (top-k's, then top-p's) come from searches of its list's keys (about k on language-model-like
+   thresholds (top-k's, then top-p's) come from its list's keys (about k on language-model-like
    logits), and its winner is STATUS_DONE, or STATUS_SAMPLED, its token the Gumbel-max of the listed
    columns the filters keep (the noise of those columns only); a list that overflows leaves the row
    to the searches (STATUS_FILTER). A STATUS_CHECK row is decided from its winner's sums. Each
@@ -147,7 +147,8 @@ STATUS_SAMPLED = 3  # filter_decide_kernel sampled its kept set from its candida
 # k is at most this (a power of two; 0: none) list their keys >= the search's lower bound, and where those
 # fit, their thresholds come from the list instead of the searches
 TOP_K_LIST = 1024
-SHORT_TOP_K_LIST = 128  # lists no longer than this (most: about k) are searched in this many slots
+SHORT_TOP_K_LIST = 128  # lists no longer than this (most: about k) are sorted in this many slots
+SORTED_SLOTS = tl.constexpr(SHORT_TOP_K_LIST)  # _list_decision sorts lists of this many slots, searches longer ones
 # pivots a search launch of the large-batch tiling takes when the plan lists top-k's candidates or starts
 # top-p's search with a histogram: its searches then run only for the few rows (or brackets) those leave,
 # and most of their launches are idle, so take fewer of them (16 ways: 4 launches a bfloat16 search, 8 a
@@ -747,7 +748,8 @@ def filter_row_kernel(
 def _largest_reaching(keys, weights, need, lo, hi, WAYS: tl.constexpr):
     """The largest t in [lo, hi] such that the `weights` of the `keys` >= t sum to at least `need`
     (lo when no t above lo does): a search of WAYS pivots a step, each step one reduction. It stands
-    where a sort of the keys stood: the same key, and a far smaller kernel to compile (issue 39)."""
+    where a sort of the long lists' LIST keys stood: the same key, and a far smaller kernel to compile
+    (issue 39: the sort of 1024 keys was about 3 s of a first call)."""
     ways = tl.arange(0, WAYS).to(tl.int64)
     lo = lo.to(tl.int64)
     hi = hi.to(tl.int64)
@@ -765,9 +767,12 @@ def _kth_largest_block_key(block_max, k, lo, key_max):
     """The largest key t in [lo, key_max] that at least k of the blocks' largest keys `block_max`
     reach (lo if fewer do): a lower bound of top-k's threshold, since those blocks hold k keys >= t
     (and its search skips the tiles below it). That t is the k-th largest block maximum (with
-    multiplicity), or lo above it."""
-    # 4 pivots a step: [blocks, 4] values stay in registers (16 pivots spilled at 512 blocks)
-    return _largest_reaching(block_max, (block_max > -(2**31)).to(tl.int32), k, lo, tl.maximum(lo, key_max), 4)
+    multiplicity), or lo above it: one sort, where a bisection over the keys took a reduction a
+    step (lab INDEX; a search of 4 pivots a step measured 4-7% slower on float32 top-k at B = 64-256)."""
+    ranks = tl.arange(0, block_max.shape[0])
+    kth = tl.max(tl.where(ranks == k - 1, tl.sort(block_max, descending=True), -(2**31)), axis=0)
+    # -2**31: fewer than k blocks with a finite logit (or k beyond the blocks): lo
+    return tl.where(kth > -(2**31), tl.maximum(lo, kth.to(tl.int64)), lo)
 
 
 @jit
@@ -925,9 +930,10 @@ def filter_decide_kernel(
     (_kth_largest_block_key: k blocks reach it, so at least k keys do; _listed), so its k-th largest key
     (with multiplicity) is the threshold the top-k search finds: the largest t with at least k keys >=
     t. Top-p then keeps the keys >= the largest listed key t with mass(keys >= t) >= top_p * N, N the
-    mass of what top-k keeps (every larger key has less mass at or above it): both found by
-    _largest_reaching over the listed keys, pivots a step, with no sort. Same integer masses, same
-    float64 comparison as the search (_narrow): the same thresholds. The row's winner is then kept iff its key reaches them (STATUS_DONE); else
+    mass of what top-k keeps (every larger key has less mass at or above it): from one sort of a short
+    list, or _largest_reaching's searches over a long one. Same integer masses, same float64
+    comparison as the search (_narrow): the same thresholds. The row's winner is then kept iff its
+    key reaches them (STATUS_DONE); else
     every column the filters keep is in the list, and the token is their Gumbel-max (_list_token:
     STATUS_SAMPLED). A list that overflowed sends the row to the search (STATUS_FILTER: it took no
     winner's sums). Every row's count is reset to zero.
@@ -995,24 +1001,44 @@ def _list_decision(list_ptr, listed_count, k, key_max, key_w, winner_may_stay, s
     # a listed logit is its key's value (_tile_logits: the only finite value of the dtype with that key;
     # -0.0 comes back as +0.0, which scores the same)
     x32 = tl.where(in_list, _key_value(listed_keys, KEY_SHIFT), float("-inf"))
-    # top-k's threshold: the min(k, listed_count)-th largest listed key (with multiplicity)
-    lowest = tl.min(tl.where(in_list, listed_keys, 2**31 - 1), axis=0)  # every listed key reaches it
-    need = tl.minimum(k, listed_count)
-    # 2048 // SLOTS pivots a step (16 for the short lists): [SLOTS, pivots] values in registers, no spills
-    threshold = _largest_reaching(listed_keys, in_list.to(tl.int32), need, lowest, key_max, 2048 // SLOTS)
-    threshold = tl.where(need >= 1, threshold, 0)  # (a listed row has k >= 1 keys)
-    if HAS_TOP_P:
-        p = tl.load(top_p_ptr + b64)
-        kept = in_list & (listed_keys >= threshold)
-        mass = tl.where(kept, _fixed_point_mass(x32, temperature, key_max, KEY_SHIFT, FP64, FAST_MATH), 0).to(tl.int64)
-        limit = p.to(tl.float64) * tl.sum(mass, axis=0).to(tl.float64)
-        # the smallest kept key t whose kept keys above it weigh < limit (that key exists for 0 < p < 1:
-        # the largest key has none above it; the boundary key and its ties are kept): u, the largest key
-        # whose keys at or above it weigh >= limit (the threshold's do), has those above it weigh less
-        u = _largest_reaching(listed_keys, mass, limit, threshold, key_max, 2048 // SLOTS)
-        top_p_threshold = tl.min(tl.where(kept & (listed_keys >= u), listed_keys, 2**31 - 1), axis=0).to(tl.int64)
-        threshold = tl.where((p > 0) & (p < 1), top_p_threshold, threshold)
-        threshold = tl.where(p <= 0, key_max, threshold)  # p <= 0 keeps the largest logit only
+    if SLOTS <= SORTED_SLOTS:  # the short lists (most rows): one sort, the fastest at run time
+        keys = tl.sort(listed_keys, descending=True)
+        threshold = tl.sum(tl.where(slots == tl.minimum(k, listed_count) - 1, keys, 0), axis=0).to(tl.int64)
+        if HAS_TOP_P:
+            p = tl.load(top_p_ptr + b64)
+            kept = in_list & (keys >= threshold)
+            mass = tl.where(kept, _fixed_point_mass(_key_value(keys, KEY_SHIFT), temperature, key_max, KEY_SHIFT,
+                                                    FP64, FAST_MATH), 0).to(tl.int64)
+            limit = p.to(tl.float64) * tl.sum(mass, axis=0).to(tl.float64)
+            # the kept keys (a prefix) up to the first whose running sum reaches the limit, which every
+            # kept key after it also reaches (masses >= 0; it exists for 0 < p < 1: the sum of them all
+            # is above the limit): the smallest of them is its key
+            before = tl.cumsum(mass, 0) - mass  # the mass of the keys ahead of each
+            short = kept & (before.to(tl.float64) < limit)
+            top_p_threshold = tl.min(tl.where(short, keys, 2**31 - 1), axis=0).to(tl.int64)
+            threshold = tl.where((p > 0) & (p < 1), top_p_threshold, threshold)
+            threshold = tl.where(p <= 0, key_max, threshold)  # p <= 0 keeps the largest logit only
+    else:  # the long lists (rare): searches over the keys, no sort of LIST slots (8 s of a first call's compile)
+        # top-k's threshold: the min(k, listed_count)-th largest listed key (with multiplicity)
+        lowest = tl.min(tl.where(in_list, listed_keys, 2**31 - 1), axis=0)  # every listed key reaches it
+        need = tl.minimum(k, listed_count)
+        # 2048 // SLOTS pivots a step: [SLOTS, pivots] values in registers, no spills
+        threshold = _largest_reaching(listed_keys, in_list.to(tl.int32), need, lowest, key_max, 2048 // SLOTS)
+        threshold = tl.where(need >= 1, threshold, 0)  # (a listed row has k >= 1 keys)
+        if HAS_TOP_P:
+            p = tl.load(top_p_ptr + b64)
+            kept = in_list & (listed_keys >= threshold)
+            mass = tl.where(kept, _fixed_point_mass(x32, temperature, key_max, KEY_SHIFT, FP64, FAST_MATH),
+                            0).to(tl.int64)
+            limit = p.to(tl.float64) * tl.sum(mass, axis=0).to(tl.float64)
+            # the smallest kept key t whose kept keys above it weigh < limit (it exists for 0 < p < 1: the
+            # largest key has none above it): u, the largest key whose keys at or above it weigh >= limit
+            # (the threshold's do), has those above it weigh less, and t is the smallest kept key >= u
+            u = _largest_reaching(listed_keys, mass, limit, threshold, key_max, 2048 // SLOTS)
+            top_p_threshold = tl.min(tl.where(kept & (listed_keys >= u), listed_keys, 2**31 - 1),
+                                     axis=0).to(tl.int64)
+            threshold = tl.where((p > 0) & (p < 1), top_p_threshold, threshold)
+            threshold = tl.where(p <= 0, key_max, threshold)  # p <= 0 keeps the largest logit only
     token = (threshold * 0 - 1).to(tl.int32)
     if ~(winner_may_stay & (key_w >= threshold)):
         token = _list_token(cols, x32, in_list, threshold, seed, position, temperature, key_max, min_p_ptr, b64,

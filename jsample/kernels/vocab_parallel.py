@@ -1,0 +1,203 @@
+"""Vocab-parallel sampling (issue 42): logits split along the vocabulary over devices (tensor
+parallelism), sampled without gathering them: the unsharded call's tokens, bit for bit.
+
+gumbel_sample's noise is keyed by the global column (STREAM.md), and its token is the lowest column
+among the best scores: an argmax, which splits over any partition of the columns. So each device
+scores its own columns with gumbel_sample's own code (`store_sampled_block`, given the shard's global
+columns: the same noise, the same scores, FP32 or FP64) and reduces them to a summary of its row:
+
+    words 0-1  the shard's best score (float64; an FP32 score is exact in it)
+    word 2     its lowest column among that score (global), as store_block_best stores it
+    word 3     1 if a block of the shard found the row's scaled logits overflowing (the row is greedy)
+    word 4     the shard's largest finite logit (float32 bits): the greedy argmax's candidate
+    word 5     its lowest column (global; -1 when the shard has no finite logit)
+
+Only these SUMMARY_WORDS int32 words a row cross devices (one all-gather, done by the frontends with
+their framework's collective); `shard_combine_kernel` then takes the token on every device: the best
+score, lowest column among equal ones (the shards lie in column order), or, where any shard saw the
+row overflow, the greedy argmax over the shards' candidates (gumbel_sample's rule for such rows):
+exactly argmax_reduce_kernel's decision over the unsharded row's blocks. A row with no finite logit
+anywhere gives -1.
+
+A shard's columns start at `vocab_start` (a device scalar: under jit the shard's index is not known on
+the host), a multiple of 4 (the stream generates the noise of four columns at a time); the batch is
+the grid and the start a runtime value, so neither costs a compilation.
+"""
+
+import functools
+
+import triton
+import triton.language as tl
+
+from jsample.kernels.common import aligned, load_temperature, store_sampled_block
+from jsample.kernels.gumbel import gumbel_launch_config, many_rows_config
+from jsample.kernels.host import jit
+from jsample.kernels.plan import ArgSpec, Buffer, Plan, Target, launch
+from jsample.kernels.stream import STREAM_DRAFT, STREAM_TOKEN, load_seed, seed_word_count
+
+SUMMARY_WORDS = 6
+START_MULTIPLE = 4  # a shard's first global column is a multiple of this (the stream's four columns a call)
+
+
+@jit
+def shard_partial_kernel(
+    logits_ptr,  # [B, V_shard] f32|bf16|f16: this device's columns, rows `row_stride` elements apart
+    seeds_ptr,  # as gumbel_partial_kernel's
+    positions_ptr,
+    temperature_ptr,
+    vocab_start_ptr,  # [1] i32: the global column of this shard's first column (a multiple of 4)
+    V_shard,
+    row_stride,
+    partial_score_ptr,  # [B, num_blocks] f32 (FP64: f64 as f32 pairs)
+    partial_index_ptr,  # [B, num_blocks] i32: global columns (-1 - column: the row overflows)
+    greedy_value_ptr,  # [B, num_blocks] f32: the block's largest finite logit
+    greedy_index_ptr,  # [B, num_blocks] i32: its lowest global column (-1: none finite)
+    STREAM: tl.constexpr,
+    FP64: tl.constexpr,
+    BLOCK_V: tl.constexpr,
+    ROW_ALIGN: tl.constexpr,
+    START_ALIGN: tl.constexpr,  # a power of two >= 4 dividing vocab_start (both frontends know it)
+    VOCAB_ALIGN: tl.constexpr,  # a power of two dividing V_shard
+    FAST_MATH: tl.constexpr,
+    SEED_WORDS: tl.constexpr = 1,
+):
+    """Grid (B, num_blocks): gumbel_partial_kernel's blocks over this shard's global columns (the row
+    pointer moved back by vocab_start, so column c of the row is global column c: store_sampled_block's
+    noise, scores, FP64 shortlist and stored columns are the unsharded call's), and each block's greedy
+    candidate."""
+    row = tl.program_id(0)
+    block = tl.program_id(1)
+    num_blocks = tl.num_programs(1)
+    start = aligned(tl.load(vocab_start_ptr), START_ALIGN)
+    end = start + aligned(V_shard, VOCAB_ALIGN)
+    first_col = start + block * BLOCK_V
+    out = row.to(tl.int64) * num_blocks + block
+    x = store_sampled_block(logits_ptr - start, row, row_stride, end, first_col, load_seed(seeds_ptr, row, SEED_WORDS),
+                            tl.load(positions_ptr + row).to(tl.int64), load_temperature(temperature_ptr, row),
+                            partial_score_ptr, partial_index_ptr, out, STREAM, BLOCK_V, ROW_ALIGN, FP64, FAST_MATH)
+    finite = tl.abs(x) < float("inf")
+    largest = tl.max(tl.where(finite, x, float("-inf")), axis=0)
+    cols = first_col + tl.arange(0, BLOCK_V)
+    column = tl.min(tl.where(finite & (x == largest), cols, 2147483647), axis=0)
+    tl.store(greedy_value_ptr + out, largest)
+    tl.store(greedy_index_ptr + out, tl.where(largest > float("-inf"), column, -1))
+
+
+@jit
+def shard_summary_kernel(
+    partial_score_ptr,  # shard_partial_kernel's
+    partial_index_ptr,
+    greedy_value_ptr,
+    greedy_index_ptr,
+    num_blocks,
+    summary_ptr,  # [B, SUMMARY_WORDS] i32 output
+    FP64: tl.constexpr,
+    REDUCE_BLOCK: tl.constexpr,  # a power of two >= num_blocks
+):
+    """Grid (B,): the shard's summary of a row (the module's docstring), from its blocks as
+    reduce_block_best_flagged reduces them."""
+    row = tl.program_id(0).to(tl.int64)
+    blocks = tl.arange(0, REDUCE_BLOCK)
+    in_row = blocks < num_blocks
+    offsets = row * num_blocks + blocks
+    score_ptr = partial_score_ptr.to(tl.pointer_type(tl.float64)) if FP64 else partial_score_ptr
+    scores = tl.load(score_ptr + offsets, mask=in_row, other=float("-inf")).to(tl.float64)
+    columns = tl.load(partial_index_ptr + offsets, mask=in_row, other=0)
+    best = tl.max(scores, axis=0)
+    column = tl.min(tl.where(scores == best, columns, 2147483647), axis=0)
+    values = tl.load(greedy_value_ptr + offsets, mask=in_row, other=float("-inf"))
+    value_columns = tl.load(greedy_index_ptr + offsets, mask=in_row, other=-1)
+    largest = tl.max(values, axis=0)
+    greedy_column = tl.min(tl.where((values == largest) & (value_columns >= 0), value_columns, 2147483647), axis=0)
+    out = summary_ptr + row * SUMMARY_WORDS
+    tl.store(out.to(tl.pointer_type(tl.float64)), best)
+    tl.store(out + 2, tl.where(best > float("-inf"), column, -1))
+    tl.store(out + 3, (tl.min(columns, axis=0) < 0).to(tl.int32))
+    tl.store((out + 4).to(tl.pointer_type(tl.float32)), largest)
+    tl.store(out + 5, tl.where(largest > float("-inf"), greedy_column, -1))
+
+
+@jit
+def shard_combine_kernel(
+    gathered_ptr,  # [SHARDS, B, SUMMARY_WORDS] i32: every shard's summaries, the shards in column order
+    tokens_ptr,  # [B] i32 output
+    SHARDS: tl.constexpr,
+    SHARDS_BLOCK: tl.constexpr,  # a power of two >= SHARDS
+):
+    """Grid (B,): the row's token from the shards' summaries (the module's docstring)."""
+    row = tl.program_id(0).to(tl.int64)
+    batch = tl.num_programs(0).to(tl.int64)
+    shards = tl.arange(0, SHARDS_BLOCK)
+    present = shards < SHARDS
+    base = gathered_ptr + (shards * batch + row) * SUMMARY_WORDS
+    scores = tl.load(base.to(tl.pointer_type(tl.float64)), mask=present, other=float("-inf"))
+    columns = tl.load(base + 2, mask=present, other=-1)
+    overflow = tl.max(tl.load(base + 3, mask=present, other=0), axis=0) > 0
+    values = tl.load((base + 4).to(tl.pointer_type(tl.float32)), mask=present, other=float("-inf"))
+    value_columns = tl.load(base + 5, mask=present, other=-1)
+    best = tl.max(scores, axis=0)
+    token = tl.min(tl.where((scores == best) & (columns >= 0), columns, 2147483647), axis=0)
+    token = tl.where(best > float("-inf"), token, -1)
+    if overflow:  # gumbel_sample's rule: a row whose scaled logits overflow is greedy
+        largest = tl.max(values, axis=0)
+        token = tl.min(tl.where((values == largest) & (value_columns >= 0), value_columns, 2147483647), axis=0)
+        token = tl.where(largest > float("-inf"), token, -1)
+    tl.store(tokens_ptr + row, token)
+
+
+def start_alignment(starts) -> int:
+    """The largest power of two (at most 16) dividing every one of `starts`."""
+    align = 16
+    for value in starts:
+        while value % align:
+            align //= 2
+    return align
+
+
+@functools.lru_cache(maxsize=512)
+def plan_gumbel_shard(logits: ArgSpec, seeds: ArgSpec, target: Target, *, fp64: bool, draft: bool,
+                      start_align: int) -> Plan:
+    """A shard's part of vocab-parallel `gumbel_sample`: inputs `logits` [B, V_shard] (this device's
+    columns), `seeds`, `positions`, `temperature` as gumbel_sample's, `vocab_start` [1] i32 (the shard's
+    first global column, a multiple of `start_align`, a power of two >= 4); output `summary`
+    [B, SUMMARY_WORDS] i32, for the all-gather."""
+    if start_align < START_MULTIPLE or start_align & (start_align - 1):
+        raise ValueError(f"start_align must be a power of two >= {START_MULTIPLE}, got {start_align}")
+    batch, vocab = logits.shape
+    summary = Buffer("summary", (batch, SUMMARY_WORDS), "int32")
+    if batch == 0:
+        return Plan((summary,), (), ("summary",), "empty")
+    row_stride = logits.strides[0]
+    config = gumbel_launch_config(vocab, row_stride, fp64, fast_math=not target.interpreter,
+                                  large_programs=target.large_programs)
+    if not target.large_programs:
+        config = many_rows_config(config, vocab)
+    blocks = config.num_blocks
+    buffers = (Buffer("partial_score", (batch, blocks * (2 if fp64 else 1)), "float32"),
+               Buffer("partial_index", (batch, blocks), "int32"), Buffer("greedy_value", (batch, blocks), "float32"),
+               Buffer("greedy_index", (batch, blocks), "int32"), summary)
+    launches = (
+        launch(shard_partial_kernel, (batch, blocks),
+               ("logits", "seeds", "positions", "temperature", "vocab_start", vocab, row_stride),
+               ("partial_score", "partial_index", "greedy_value", "greedy_index"),
+               STREAM=(STREAM_DRAFT if draft else STREAM_TOKEN).value, FP64=fp64, BLOCK_V=config.block_v,
+               ROW_ALIGN=config.row_align, START_ALIGN=start_align, VOCAB_ALIGN=config.vocab_align,
+               FAST_MATH=config.fast_math,
+               SEED_WORDS=seed_word_count(seeds.shape), num_warps=config.num_warps),
+        launch(shard_summary_kernel, (batch,),
+               ("partial_score", "partial_index", "greedy_value", "greedy_index", blocks), ("summary",), FP64=fp64,
+               REDUCE_BLOCK=config.reduce_block, num_warps=1),
+    )
+    return Plan(buffers, launches, ("summary",), "vocab shard")
+
+
+@functools.lru_cache(maxsize=512)
+def plan_shard_combine(target: Target, *, batch: int, shards: int) -> Plan:
+    """The token of vocab-parallel `gumbel_sample` from the all-gathered summaries: input `gathered`
+    [shards, B, SUMMARY_WORDS] i32, output `tokens` [B] i32."""
+    tokens = Buffer("tokens", (batch,), "int32")
+    if batch == 0:
+        return Plan((tokens,), (), ("tokens",), "empty")
+    return Plan((tokens,), (launch(shard_combine_kernel, (batch,), ("gathered",), ("tokens",), SHARDS=shards,
+                                   SHARDS_BLOCK=triton.next_power_of_2(shards), num_warps=1),),
+                ("tokens",), "vocab combine")

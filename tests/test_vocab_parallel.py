@@ -1,0 +1,143 @@
+"""Vocab-parallel gumbel_sample (issue 42): logits split along the vocabulary, sampled without gathering them,
+give the unsharded call's tokens bit for bit. JAX: shard_map over forced host devices (a subprocess: the
+device count is fixed when JAX starts), 1-4 shards, and the compiled module all-gathers only the B x 6 summaries;
+torch: ranks of a gloo group in subprocesses, uneven splits."""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+JAX_SCRIPT = textwrap.dedent('''
+    import os, re, sys
+    os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=4"
+    import numpy as np, jax, jax.numpy as jnp, ml_dtypes
+    jax.config.update("jax_enable_x64", True)
+    from jax.sharding import Mesh, PartitionSpec as P
+    import jsample
+    shard_map = getattr(jax, "shard_map", None)
+    if shard_map is None:
+        from jax.experimental.shard_map import shard_map
+
+    rng = np.random.default_rng(42)
+    batch = 7
+    for shards, vocab in ((1, 301), (2, 808), (3, 1212), (4, 1600)):
+        mesh = Mesh(np.array(jax.devices()[:shards]), ("tp",))
+        x = (rng.standard_normal((batch, vocab)) * 3).astype(np.float32)
+        x[1] = -np.inf  # no finite logit: -1
+        x[2, vocab - 3] = 3e38  # overflows at T = 0.05: greedy, its largest logit on the last shard
+        x[3, -vocab // 4:] = -np.inf  # a padded vocabulary: -inf columns
+        x[4, 2], x[4, vocab - 1] = np.nan, np.inf  # non-finite logits: never chosen
+        x[5, 0] = x[5, vocab - 1] = x[5].max() + 5  # a greedy tie across the first and last shards: the lowest
+        seeds = rng.integers(-(2**62), 2**62, batch)
+        positions = rng.integers(0, 2**40, batch)
+        temperature = np.float32([1.0, 0.7, 0.05, 1.3, 2.0, 0.0, 0.9])
+        # every shard count in FP32; bfloat16, FP64 and the draft stream at 2 and 3 shards
+        variants = [("float32", False, False)] + ([("bfloat16", False, False), ("float32", True, False),
+                                                  ("bfloat16", False, True)] if shards in (2, 3) else [])
+        for dtype, fp64, draft in variants:
+            logits = x.astype(getattr(ml_dtypes, dtype, dtype))
+            if True:
+                want = np.asarray(jsample.gumbel_sample(logits, seeds, positions, temperature, fp64=fp64, draft=draft))
+                call = lambda l, s, p, t: jsample.gumbel_sample(l, s, p, t, fp64=fp64, draft=draft, vocab_axis="tp")
+                sharded = jax.jit(shard_map(call, mesh=mesh, in_specs=(P(None, "tp"), P(), P(), P()), out_specs=P()))
+                got = np.asarray(sharded(logits, seeds, positions, temperature))
+                assert np.array_equal(got, want), (shards, dtype, fp64, draft, got, want)
+                assert want[1] == -1 and want[2] == vocab - 3 and want[5] == 0, want
+                if shards > 1 and dtype == "float32" and not fp64 and not draft:
+                    hlo = sharded.lower(logits, seeds, positions, temperature).compile().as_text()
+                    gathers = [line for line in hlo.splitlines() if "all-gather(" in line]
+                    assert gathers and all(f"{vocab // shards}" not in line.split("all-gather(")[0] for line in gathers), gathers
+                    assert all(f"[{shards},{batch},6]" in line.split("all-gather(")[0] for line in gathers), gathers
+        print("shards", shards, "ok")
+    mesh = Mesh(np.array(jax.devices()[:2]), ("tp",))
+    x = np.zeros((2, 802), np.float32)  # 401 columns a shard: the second starts at 401, not a multiple of 4
+    call = lambda l: jsample.gumbel_sample(l, np.arange(2), np.arange(2), 1.0, vocab_axis="tp")
+    try:
+        jax.jit(shard_map(call, mesh=mesh, in_specs=(P(None, "tp"),), out_specs=P()))(x)
+        raise SystemExit("no error")
+    except ValueError as error:
+        assert "gumbel_sample: vocab_axis needs every shard to start at a multiple of 4 columns" in str(error), error
+    print("errors ok")
+''')
+
+TORCH_SCRIPT = textwrap.dedent('''
+    import os, sys
+    import numpy as np
+    import torch, torch.distributed as dist, torch.multiprocessing as mp
+
+    def worker(rank, sizes, port, queue):
+        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+        dist.init_process_group("gloo", rank=rank, world_size=len(sizes))
+        import torch_backend
+        rng = np.random.default_rng(len(sizes))
+        batch, vocab = 6, sum(sizes)
+        x = torch.from_numpy((rng.standard_normal((batch, vocab)) * 3).astype(np.float32))
+        x[1] = -float("inf")
+        x[2, vocab - 1] = 3e38
+        x[3, vocab // 2:] = -float("inf")
+        seeds, positions = torch.from_numpy(rng.integers(-(2**62), 2**62, batch)), torch.arange(batch)
+        temperature = torch.tensor([1.0, 0.7, 0.05, 1.3, 0.0, 2.5])
+        start = sum(sizes[:rank])
+        results = []
+        for dtype in (torch.float32, torch.bfloat16):
+            logits = x.to(dtype)
+            shard = logits[:, start:start + sizes[rank]]  # a view: rows vocab elements apart
+            for fp64 in (False, True):
+                want = torch_backend.gumbel_sample(logits, seeds, positions, temperature, fp64=fp64)
+                got = torch_backend.gumbel_sample(shard, seeds, positions, temperature, fp64=fp64,
+                                                  vocab_group=dist.group.WORLD)
+                results.append((want.tolist(), got.tolist()))
+        error = ""
+        if len(sizes) == 2:
+            group = dist.new_group([0, 1])
+            try:  # shards of 5 and 3: the second starts at 5
+                torch_backend.gumbel_sample(x[:, :5] if rank == 0 else x[:, 5:8], seeds, positions, temperature,
+                                            vocab_group=group)
+            except ValueError as e:
+                error = str(e)
+        queue.put((rank, results, error))
+        dist.destroy_process_group()
+
+    if __name__ == "__main__":
+        sizes = [int(v) for v in sys.argv[1].split(",")]
+        context = mp.get_context("spawn")
+        queue = context.Queue()
+        workers = [context.Process(target=worker, args=(r, sizes, int(sys.argv[2]), queue)) for r in range(len(sizes))]
+        for w in workers:
+            w.start()
+        outputs = [queue.get(timeout=600) for _ in workers]
+        for w in workers:
+            w.join()
+        for rank, results, error in outputs:
+            for want, got in results:
+                assert want == got, (rank, want, got)
+            if len(sizes) == 2:
+                assert "gumbel_sample: vocab_group needs every shard to start at a multiple of 4 columns" in error, error
+        print("ranks", len(sizes), "ok")
+''')
+
+
+def _run(script, *args, env=None, tmp_path=None):
+    path = tmp_path / "script.py"  # a file: spawned workers import their function from it
+    path.write_text(script)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = {**os.environ, **(env or {}), "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
+    result = subprocess.run([sys.executable, str(path), *args], capture_output=True, text=True, timeout=900, env=env,
+                            cwd=root)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
+    return result.stdout
+
+
+def test_jax_shard_map_tokens_equal_the_unsharded_call(tmp_path):
+    out = _run(JAX_SCRIPT, env=dict(JAX_PLATFORMS="cpu", TRITON_INTERPRET="1"), tmp_path=tmp_path)
+    assert all(f"shards {n} ok" in out for n in (1, 2, 3, 4)) and "errors ok" in out, out
+
+
+@pytest.mark.parametrize("sizes, port", [("404,300", 29613), ("300,128,257", 29614)])
+def test_torch_process_group_tokens_equal_the_unsharded_call(sizes, port, tmp_path):
+    """Uneven splits (the last shard any size; the others multiples of 4)."""
+    out = _run(TORCH_SCRIPT, sizes, str(port), env=dict(TRITON_INTERPRET="1"), tmp_path=tmp_path)
+    assert f"ranks {len(sizes.split(','))} ok" in out, out
