@@ -141,3 +141,44 @@ def test_torch_process_group_tokens_equal_the_unsharded_call(sizes, port, tmp_pa
     """Uneven splits (the last shard any size; the others multiples of 4)."""
     out = _run(TORCH_SCRIPT, sizes, str(port), env=dict(TRITON_INTERPRET="1"), tmp_path=tmp_path)
     assert f"ranks {len(sizes.split(','))} ok" in out, out
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("fp64", [False, True])
+def test_shard_kernels_in_one_process_equal_the_unsharded_call(dtype, fp64):
+    """The shard and combine plans run on each shard's columns in turn (the all-gather as a stack), on the test
+    device (compiled kernels on a GPU): every split, including shards of 4 columns and a shard of -inf columns."""
+    import numpy as np
+    import torch
+
+    import torch_backend
+    from conftest import TORCH_DEVICE
+    from jsample import kernels
+    from torch_backend import _execute as execute
+
+    device = torch.device(TORCH_DEVICE)
+    rng = np.random.default_rng(7)
+    batch, vocab = 5, 1030
+    x = torch.from_numpy((rng.standard_normal((batch, vocab)) * 3).astype(np.float32)).to(getattr(torch, dtype))
+    x[1, 400:] = -float("inf")  # the shards from 400 on hold no finite logit of row 1
+    x[2, 1029] = 3e38  # overflows at T = 0.05: greedy
+    x[4, 3] = x[4, 1028] = x[4].max() + 2  # a greedy tie across shards: the lowest column
+    x = x.to(device)
+    seeds = torch.from_numpy(rng.integers(-(2**62), 2**62, batch)).to(device)
+    positions = torch.arange(batch, device=device)
+    temperature = torch.tensor([1.0, 0.8, 0.05, 2.0, 0.0], device=device)
+    want = torch_backend.gumbel_sample(x, seeds, positions, temperature, fp64=fp64)
+    for sizes in ([1030], [512, 518], [4, 1024, 2], [400, 400, 228, 2], [256] * 4 + [6]):
+        starts = [sum(sizes[:r]) for r in range(len(sizes))]
+        summaries = []
+        for start, size in zip(starts, sizes):
+            shard = x[:, start:start + size]
+            plan = execute.plan(kernels.plan_gumbel_shard, (shard, seeds), device, None, fp64=fp64, draft=False,
+                                start_align=kernels.start_alignment(starts))
+            summaries.append(execute.run(plan, device, dict(
+                logits=shard, seeds=seeds, positions=positions, temperature=temperature,
+                vocab_start=torch.full((1,), start, dtype=torch.int32, device=device)))[0])
+        combine = execute.plan(kernels.plan_shard_combine, (), device, None, batch=batch, shards=len(sizes))
+        got = execute.run(combine, device, dict(gathered=torch.stack(summaries)))[0]
+        assert torch.equal(got, want), (sizes, got, want)
+    assert want[2] == 1029 and want[4] == 3
