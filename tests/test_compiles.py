@@ -38,6 +38,8 @@ def _plans(op, target, vocab, dtype, flags, batches=BATCHES):
         seeds = ArgSpec.contiguous((b,), "int64")
         if op == "gumbel_sample":
             yield kernels.plan_gumbel_sample(ArgSpec.contiguous((b, vocab), dtype), seeds, target, **flags)
+        elif op == "token_logprobs":
+            yield kernels.plan_token_logprobs(ArgSpec.contiguous((b, vocab), dtype), target, **flags)
         elif op == "top_k_top_p_sample":
             yield kernels.plan_top_k_top_p_sample(ArgSpec.contiguous((b, vocab), dtype), seeds, target, **flags)
         elif op == "rejection_sample":
@@ -58,6 +60,12 @@ def _flag_sets(op):
         if op == "gumbel_sample":
             yield dict(fp64=fp64, draft=False)
             yield dict(fp64=fp64, draft=False, row_valid=True)
+            for num_top in (0, 5):  # the single read (FP32), and the sampling plan then token_logprobs' kernel
+                yield dict(fp64=fp64, draft=False, return_logprobs=True, num_top=num_top)
+        elif op == "token_logprobs":
+            for num_top, filters in ((0, ()), (0, ("has_top_k", "has_top_p")), (7, ())):
+                yield dict(has_top_k="has_top_k" in filters, has_top_p="has_top_p" in filters, has_min_p=False,
+                           fp64=fp64, num_top=num_top, row_valid=num_top == 7)
         elif op == "top_k_top_p_sample":
             for k, p, m in itertools.product((False, True), repeat=3):
                 yield dict(has_top_k=k, has_top_p=p, has_min_p=m, fp64=fp64)
@@ -86,7 +94,7 @@ def tilings(plans, frontend):
     return found
 
 
-OPS = ("gumbel_sample", "top_k_top_p_sample", "rejection_sample", "synthetic_rejection_sample")
+OPS = ("gumbel_sample", "top_k_top_p_sample", "rejection_sample", "synthetic_rejection_sample", "token_logprobs")
 
 
 @pytest.mark.slow

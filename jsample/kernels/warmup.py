@@ -53,7 +53,7 @@ def _plan(op, batch, vocab, dtype, k, flags, target):
         return kernels.plan_token_logprobs(
             ArgSpec.contiguous((batch, vocab), dtype), target, has_top_k=flags.get("top_k", False),
             has_top_p=flags.get("top_p", False), has_min_p=flags.get("min_p", False), fp64=flags.get("fp64", False),
-            num_top=0)
+            num_top=flags.get("num_top", 0))
     if op == "rejection_sample":
         draft = ArgSpec.contiguous((batch, k, vocab), "float32") if flags.get("draft_logits") else None
         return kernels.plan_rejection_sample(ArgSpec.contiguous((batch, k + 1, vocab), dtype), draft, seeds, target,
@@ -68,8 +68,17 @@ def _plan(op, batch, vocab, dtype, k, flags, target):
 
 
 def _logprobs(flags) -> dict:
-    """The samplers' return_logprobs flag as plan arguments (any num_top runs the same kernel: warmed at 0)."""
-    return dict(return_logprobs=True, num_top=0) if flags.get("return_logprobs") else {}
+    """The samplers' return_logprobs flag as plan arguments (num_top 0, the single read where it applies, or 1:
+    every count from 1 runs the same kernel, the count read on the device)."""
+    return dict(return_logprobs=True, num_top=flags.get("num_top", 0)) if flags.get("return_logprobs") else {}
+
+
+def _with_num_tops(op, flags) -> list:
+    """A logprobs flag set without num_top stands for both kernels' calls: num_top 0 (the single read, without
+    filters) and 1 (every larger count alike)."""
+    if (op == "token_logprobs" or flags.get("return_logprobs")) and "num_top" not in flags:
+        return [dict(flags, num_top=0), dict(flags, num_top=1)]
+    return [flags]
 
 
 def input_specs(case: WarmupCase, wide: str = "int64") -> dict:
@@ -136,9 +145,10 @@ def warmup_cases(vocab_sizes, dtypes, ops, flags, max_batch, num_speculative_tok
         rejection = op in ("rejection_sample", "synthetic_rejection_sample")
         vocabs = (0,) if op == "synthetic_rejection_sample" else tuple(vocab_sizes)
         op_dtypes = ("int32",) if op == "synthetic_rejection_sample" else tuple(dtypes)
+        flag_sets = [expanded for given in _flag_sets(op, flags) for expanded in _with_num_tops(op, given)]
         for vocab, dtype, k, op_flags in itertools.product(vocabs, op_dtypes,
                                                            tuple(num_speculative_tokens) if rejection else (0,),
-                                                           _flag_sets(op, flags)):
+                                                           flag_sets):
             for batch in range(1, max_batch + 1):
                 keys = frozenset(compile_key(step, frontend) for target in targets
                                  for step in _plan(op, batch, vocab, dtype, k, op_flags, target).launches)
