@@ -48,6 +48,9 @@ if [ -n "$python312" ]; then
   # the CPU path's FFI launches under the newest JAX: batch-sharded jit on 2 host devices, no collective
   (cd "$work" && JAX_PLATFORMS=cpu TRITON_INTERPRET=1 "$work/v312/bin/python" "$OLDPWD/tests/test_sharding.py" 2 \
     | tail -n 1 | sed 's/^/jax 0.12, wheel, batch-sharded jit on CPU devices: /')
+  # vocab-parallel gumbel_sample under the newest JAX: shard_map on 2 host devices, the unsharded tokens
+  (cd "$work" && JAX_PLATFORMS=cpu TRITON_INTERPRET=1 "$work/v312/bin/python" "$OLDPWD/tests/test_vocab_parallel.py" \
+    | tail -n 1 | sed 's/^/jax 0.12, wheel, vocab-parallel gumbel_sample: /')
   # every op's tokens under the newest JAX (its frontend alone): the CPU digest recorded with both frontends
   (cd "$work" && JAX_PLATFORMS=cpu TRITON_INTERPRET=1 "$work/v312/bin/python" "$OLDPWD/benchmarks/token_digest.py" \
     --size cpu --frontend jax --compare "$OLDPWD/benchmarks/results/digest/token_digest_cpu_plans.json" \

@@ -184,3 +184,7 @@ def test_shard_kernels_in_one_process_equal_the_unsharded_call(dtype, fp64):
         got = execute.run(combine, device, dict(gathered=torch.stack(summaries)))[0]
         assert torch.equal(got, want), (sizes, got, want)
     assert want[2] == 1029 and want[4] == 3
+
+
+if __name__ == "__main__":  # .ci/packaging.sh: the JAX check under the newest JAX, from an installed wheel
+    exec(JAX_SCRIPT)
