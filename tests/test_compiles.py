@@ -40,6 +40,9 @@ def _plans(op, target, vocab, dtype, flags, batches=BATCHES):
             yield kernels.plan_gumbel_sample(ArgSpec.contiguous((b, vocab), dtype), seeds, target, **flags)
         elif op == "token_logprobs":
             yield kernels.plan_token_logprobs(ArgSpec.contiguous((b, vocab), dtype), target, **flags)
+        elif op == "vocab_parallel_gumbel":  # a shard of half the vocabulary, then the combine of two shards
+            yield kernels.plan_gumbel_shard(ArgSpec.contiguous((b, vocab // 2), dtype), seeds, target, **flags)
+            yield kernels.plan_shard_combine(target, batch=b, shards=2)
         elif op == "top_k_top_p_sample":
             yield kernels.plan_top_k_top_p_sample(ArgSpec.contiguous((b, vocab), dtype), seeds, target, **flags)
         elif op == "rejection_sample":
@@ -62,6 +65,8 @@ def _flag_sets(op):
             yield dict(fp64=fp64, draft=False, row_valid=True)
             for num_top in (0, 5):  # the single read (FP32), and the sampling plan then token_logprobs' kernel
                 yield dict(fp64=fp64, draft=False, return_logprobs=True, num_top=num_top)
+        elif op == "vocab_parallel_gumbel":
+            yield dict(fp64=fp64, draft=False, start_align=16)
         elif op == "token_logprobs":
             for num_top, filters in ((0, ()), (0, ("has_top_k", "has_top_p")), (7, ())):
                 yield dict(has_top_k="has_top_k" in filters, has_top_p="has_top_p" in filters, has_min_p=False,
@@ -94,7 +99,8 @@ def tilings(plans, frontend):
     return found
 
 
-OPS = ("gumbel_sample", "top_k_top_p_sample", "rejection_sample", "synthetic_rejection_sample", "token_logprobs")
+OPS = ("gumbel_sample", "top_k_top_p_sample", "rejection_sample", "synthetic_rejection_sample", "token_logprobs",
+       "vocab_parallel_gumbel")
 
 
 @pytest.mark.slow
