@@ -153,8 +153,8 @@ DOCSTRINGS["top_k_top_p_sample"] = """Seeded top-k / top-p / min-p sampling: gum
         or NaN keeps all, >= 1 keeps only the largest logit.
         return_logprobs: also return the tokens' `Logprobs` (`token_logprobs` of the same logits,
             temperature, filters and tokens, exactly: `kept` is the log-probability under the distribution
-            the token was drawn from, `log_kept_mass` the filters' kept mass; its kernel runs after the
-            sampling launches, reading the rows again). Padding rows: NaN, rank 0.
+            the token was drawn from, `log_kept_mass` the filters' kept mass; token_logprobs' kernel runs
+            after the sampling launches, reading the rows again). Padding rows: NaN, rank 0.
         num_top: with return_logprobs, the count of top logprobs a row (0 to 64).
 
     Returns:
@@ -350,9 +350,9 @@ DOCSTRINGS["token_logprobs"] = """Log-probabilities of given tokens (e.g. sample
     ones). A token of -1 (a row without a finite logit) gives NaN logprobs and rank 0.
 
     For exact RL replay: `kept` of a token `top_k_top_p_sample` drew with the same inputs is finite, and
-    `exp(kept)` over the kept set sums to 1. Equal in both frontends bit for bit. This op reads the row a
-    few times over (top-k / top-p thresholds by bisection, one pass per top token): the samplers' fused
-    `return_logprobs` is not built yet (issue 41).
+    `exp(kept)` over the kept set sums to 1. Equal in both frontends bit for bit. Without filters and with
+    num_top = 0 it reads the logits once (block statistics); else it reads the row a few times over
+    (top-k / top-p thresholds by bisection, one pass per top token).
 
     Args:
         logits: [B, V] float32, bfloat16 or float16 (float64 is read as float32).

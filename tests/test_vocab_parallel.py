@@ -41,18 +41,17 @@ JAX_SCRIPT = textwrap.dedent('''
                                                   ("bfloat16", False, True)] if shards == 2 else [])
         for dtype, fp64, draft in variants:
             logits = x.astype(getattr(ml_dtypes, dtype, dtype))
-            if True:
-                want = np.asarray(jsample.gumbel_sample(logits, seeds, positions, temperature, fp64=fp64, draft=draft))
-                call = lambda l, s, p, t: jsample.gumbel_sample(l, s, p, t, fp64=fp64, draft=draft, vocab_axis="tp")
-                sharded = jax.jit(shard_map(call, mesh=mesh, in_specs=(P(None, "tp"), P(), P(), P()), out_specs=P()))
-                got = np.asarray(sharded(logits, seeds, positions, temperature))
-                assert np.array_equal(got, want), (shards, dtype, fp64, draft, got, want)
-                assert want[1] == -1 and want[2] == vocab - 3 and want[5] == 0, want
-                if shards > 1 and dtype == "float32" and not fp64 and not draft:
-                    hlo = sharded.lower(logits, seeds, positions, temperature).compile().as_text()
-                    gathers = [line for line in hlo.splitlines() if "all-gather(" in line]
-                    assert gathers and all(f"{vocab // shards}" not in line.split("all-gather(")[0] for line in gathers), gathers
-                    assert all(f"[{shards},{batch},6]" in line.split("all-gather(")[0] for line in gathers), gathers
+            want = np.asarray(jsample.gumbel_sample(logits, seeds, positions, temperature, fp64=fp64, draft=draft))
+            call = lambda l, s, p, t: jsample.gumbel_sample(l, s, p, t, fp64=fp64, draft=draft, vocab_axis="tp")
+            sharded = jax.jit(shard_map(call, mesh=mesh, in_specs=(P(None, "tp"), P(), P(), P()), out_specs=P()))
+            got = np.asarray(sharded(logits, seeds, positions, temperature))
+            assert np.array_equal(got, want), (shards, dtype, fp64, draft, got, want)
+            assert want[1] == -1 and want[2] == vocab - 3 and want[5] == 0, want
+            if shards > 1 and dtype == "float32" and not fp64 and not draft:
+                hlo = sharded.lower(logits, seeds, positions, temperature).compile().as_text()
+                gathers = [line for line in hlo.splitlines() if "all-gather(" in line]
+                assert gathers and all(f"{vocab // shards}" not in line.split("all-gather(")[0] for line in gathers), gathers
+                assert all(f"[{shards},{batch},6]" in line.split("all-gather(")[0] for line in gathers), gathers
         print("shards", shards, "ok")
     mesh = Mesh(np.array(jax.devices()[:2]), ("tp",))
     x = np.zeros((2, 802), np.float32)  # 401 columns a shard: the second starts at 401, not a multiple of 4

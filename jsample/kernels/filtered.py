@@ -735,7 +735,7 @@ def filter_row_kernel(
     if HAS_TOP_K:
         k, top_k_active = _top_k(top_k_ptr, b64, count)
         if run & top_k_active:  # its search starts at the bound
-            lo = _kth_largest_block_key(block_max, k, lo, key_max)
+            lo = _kth_largest_block_key(block_max, k, lo)
             keeps = keeps & (key_w >= lo)
     status = tl.where(run & ~keeps, _FILTER, _CHECK if SEARCH else _DONE)
     # a winner at the largest logit is kept by every filter (top-k keeps ties at its boundary, top-p the
@@ -763,7 +763,7 @@ def _largest_reaching(keys, weights, need, lo, hi, WAYS: tl.constexpr):
 
 
 @jit
-def _kth_largest_block_key(block_max, k, lo, key_max):
+def _kth_largest_block_key(block_max, k, lo):
     """The largest key t in [lo, key_max] that at least k of the blocks' largest keys `block_max`
     reach (lo if fewer do): a lower bound of top-k's threshold, since those blocks hold k keys >= t
     (and its search skips the tiles below it). That t is the k-th largest block maximum (with
@@ -917,7 +917,7 @@ def filter_decide_kernel(
     WAYS: tl.constexpr,
     MAX_CHUNKS: tl.constexpr,
     LIST: tl.constexpr,  # the lists' length (a power of two; 0: the plan lists no candidates)
-    SHORT_LIST: tl.constexpr,  # a power of two <= LIST: lists no longer than this search only that many slots
+    SHORT_LIST: tl.constexpr,  # a power of two <= LIST: lists no longer than this sort only that many slots
     SEED_WORDS: tl.constexpr = 1,
 ):
     """Grid (B,), after filter_winner_sums_kernel: every row's status, final from here on, and where the
@@ -1725,11 +1725,11 @@ def filtered_one_launch_kernel(
         if LIST > 0:
             k, top_k_active = _top_k(top_k_ptr, b64, count)
             if top_k_active & (k <= LIST) & (~kept | (key_w < key_max)):
-                bound = _kth_largest_block_key(block_max, k, key_min, key_max)
+                bound = _kth_largest_block_key(block_max, k, key_min)
                 listed = bound > key_min  # (at key_min every finite key would be a candidate)
         if listed:
             if LIST > 0:  # (the compiler drops the lists without LIST)
-                # step 1: the keys >= bound, listed; then every program searches the same list
+                # step 1: the keys >= bound, listed; then every program decides from the same list
                 _collect_candidates(row_ptr, first, end, V, bound.to(tl.int32), list_ptr + b64 * (2 * LIST),
                                     list_count, KEY_SHIFT, THREADS, COLLECT_VEC, block_max_ptr + b64 * num_blocks,
                                     num_blocks, BLOCK_V, TILE_BLOCKS, LIST)

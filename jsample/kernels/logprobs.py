@@ -1,7 +1,13 @@
 """`token_logprobs`: the log-probabilities of given tokens, and the mass the filters keep (issue 41).
 
-docs/LOGPROBS.md defines every number; jsample/reference/logprobs.py is the float64 reference. One
-kernel, `token_logprobs_kernel`, grid (B,): a program reads its row a few times over.
+docs/LOGPROBS.md defines every number; jsample/reference/logprobs.py is the float64 reference. Two
+forms, both shared by the frontends and both summing the normalisers' terms as integers (_fixed):
+
+- The single read (no filters, no top list: `token_logprobs`, and the samplers' `return_logprobs` in
+  FP32 with num_top = 0): block statistics (store_block_stats) from one read of the logits, in the
+  sampler's case from the very logits its Gumbel-max pass loaded, reduced by `logprobs_reduce_kernel`
+  (the section below `STATS`).
+- Every other call: `token_logprobs_kernel`, grid (B,), a program that reads its row a few times over:
 
 1. The row's largest finite logit m, its count of finite logits and largest |x| (the greedy rule:
    T < 1e-5 or NaN, or some finite x / T beyond float32: common.overflow_from_magnitude's rule; a
@@ -15,13 +21,12 @@ kernel, `token_logprobs_kernel`, grid (B,): a program reads its row a few times 
    (filtered._relative_probability) with min_p. The thresholds depend on the values only, not on how
    the samplers' tilings find them: the same set.
 3. The normalisers (sums of exp(x - m) and exp((x - m) / T) over the finite logits, and over the kept
-   set; FP32 terms, each row's token term in FP64), the token's logit and rank (1 + the count of larger
-   logits).
+   set; FP32 terms summed as integers, each row's token term in FP64), the token's logit and rank (1 +
+   the count of larger logits).
 4. `num_top` (a device scalar: one compilation for every count) passes, each the next largest finite
    logit after the previous one (the lowest column first among equal logits).
 
-Passes 2 and 4 cost a read of the row a step: this is the separate op, for replay and checks; the
-samplers' fused `return_logprobs` is issue 41's other half (not built yet).
+Passes 2 and 4 cost a read of the row a step (issue 41: filters and top lists in one read are open).
 """
 
 import dataclasses
