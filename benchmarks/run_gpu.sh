@@ -3,6 +3,7 @@
 # jax-triton: see benchmarks/results/README.md). Writes to $OUT (default benchmarks/results).
 #   bash benchmarks/run_gpu.sh [tests] [multi] [bench] [eager] [loop] [rejection] [filtered] [variants] [digest]
 #                              [digest_filtered] [compile] [padding] [digest_ab] [second_process] [logprobs]
+#                              [vocab_parallel]
 #   (default: tests bench)
 # `multi` needs two or more GPUs.
 set -uo pipefail
@@ -32,6 +33,14 @@ for step in $steps; do
         timeout -s INT 300 python3 -m pytest tests/test_multi_gpu.py -q -rA -p no:cacheprovider; } \
         > "$OUT/gpu_tests_multi_gpu.txt" 2>&1
       tail -3 "$OUT/gpu_tests_multi_gpu.txt" ;;
+    vocab_parallel)  # two GPUs: vocab-parallel tests (NCCL, shard_map) and the sharded-vs-gather benchmark
+      { echo "commit $SHA"; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+        timeout -s INT 400 python3 -m pytest tests/test_multi_gpu.py -v -rA -p no:cacheprovider -k vocab_parallel; } \
+        > "$OUT/gpu_tests_vocab_parallel.txt" 2>&1
+      tail -3 "$OUT/gpu_tests_vocab_parallel.txt"
+      timeout -s INT 500 python3 benchmarks/bench_vocab_parallel.py --out "$OUT" --git-sha "$SHA" \
+        > "$OUT/bench_vocab_parallel_log.txt" 2>&1
+      tail -n 8 "$OUT/bench_vocab_parallel_log.txt" ;;
     bench)  # one GPU: the harness hands torch tensors to JAX, which fails across device indices
       export CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0}
       python3 benchmarks/bench_gumbel.py --out "$OUT" --git-sha "$SHA" > "$OUT/bench_gumbel_log.txt" 2>&1

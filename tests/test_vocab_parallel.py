@@ -14,7 +14,9 @@ import pytest
 
 JAX_SCRIPT = textwrap.dedent('''
     import os, re, sys
-    os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=2"
+    ON_GPU = os.environ.get("VP_DEVICES") == "gpu"  # tests/test_multi_gpu.py: two GPUs, a GPU-sized vocabulary too
+    if not ON_GPU:
+        os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=2"
     import numpy as np, jax, jax.numpy as jnp, ml_dtypes
     jax.config.update("jax_enable_x64", True)
     from jax.sharding import Mesh, PartitionSpec as P
@@ -25,7 +27,7 @@ JAX_SCRIPT = textwrap.dedent('''
 
     rng = np.random.default_rng(42)
     batch = 7
-    for shards, vocab in ((1, 301), (2, 808)):
+    for shards, vocab in ((1, 301), (2, 808)) + (((2, 151936), (2, 262144)) if ON_GPU else ()):
         mesh = Mesh(np.array(jax.devices()[:shards]), ("tp",))
         x = (rng.standard_normal((batch, vocab)) * 3).astype(np.float32)
         x[1] = -np.inf  # no finite logit: -1
@@ -52,7 +54,7 @@ JAX_SCRIPT = textwrap.dedent('''
                 gathers = [line for line in hlo.splitlines() if "all-gather(" in line]
                 assert gathers and all(f"{vocab // shards}" not in line.split("all-gather(")[0] for line in gathers), gathers
                 assert all(f"[{shards},{batch},6]" in line.split("all-gather(")[0] for line in gathers), gathers
-        print("shards", shards, "ok")
+        print("shards", shards, "vocab", vocab, "ok")
     mesh = Mesh(np.array(jax.devices()[:2]), ("tp",))
     x = np.zeros((2, 802), np.float32)  # 401 columns a shard: the second starts at 401, not a multiple of 4
     call = lambda l: jsample.gumbel_sample(l, np.arange(2), np.arange(2), 1.0, vocab_axis="tp")
@@ -71,7 +73,11 @@ TORCH_SCRIPT = textwrap.dedent('''
 
     def worker(rank, sizes, port, queue):
         os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-        dist.init_process_group("gloo", rank=rank, world_size=len(sizes))
+        backend = os.environ.get("VP_BACKEND", "gloo")  # tests/test_multi_gpu.py: nccl, a GPU a rank
+        device = torch.device(f"cuda:{rank}" if backend == "nccl" else "cpu")
+        if backend == "nccl":
+            torch.cuda.set_device(device)
+        dist.init_process_group(backend, rank=rank, world_size=len(sizes))
         import torch_backend
         rng = np.random.default_rng(len(sizes))
         batch, vocab = 6, sum(sizes)
@@ -79,8 +85,10 @@ TORCH_SCRIPT = textwrap.dedent('''
         x[1] = -float("inf")
         x[2, vocab - 1] = 3e38
         x[3, vocab // 2:] = -float("inf")
+        x = x.to(device)
         seeds, positions = torch.from_numpy(rng.integers(-(2**62), 2**62, batch)), torch.arange(batch)
-        temperature = torch.tensor([1.0, 0.7, 0.05, 1.3, 0.0, 2.5])
+        seeds, positions = seeds.to(device), positions.to(device)
+        temperature = torch.tensor([1.0, 0.7, 0.05, 1.3, 0.0, 2.5], device=device)
         start = sum(sizes[:rank])
         results = []
         for dtype in (torch.float32, torch.bfloat16):
@@ -134,7 +142,7 @@ def _run(script, *args, env=None, tmp_path=None):
 
 def test_jax_shard_map_tokens_equal_the_unsharded_call(tmp_path):
     out = _run(JAX_SCRIPT, env=dict(JAX_PLATFORMS="cpu", TRITON_INTERPRET="1"), tmp_path=tmp_path)
-    assert all(f"shards {n} ok" in out for n in (1, 2)) and "errors ok" in out, out
+    assert "shards 1 vocab 301 ok" in out and "shards 2 vocab 808 ok" in out and "errors ok" in out, out
 
 
 @pytest.mark.parametrize("sizes, port", [("404,300", 29613), ("300,128,257", 29614)])

@@ -1,0 +1,156 @@
+"""Vocab-parallel sampling on two GPUs (issue 42): logits split along the vocabulary, one shard a GPU (NCCL).
+
+Per batch size, in one run, rank 0's device time of
+  sharded    gumbel_sample(shard, ..., vocab_group=WORLD): each GPU scores its shard, one all-gather of the
+             B x 6 int32 summaries, the token on every GPU;
+  gather     the engines' way: NCCL all_gather of the shards and the copy into [B, V] rows (vLLM's
+             tensor_model_parallel_all_gather along the vocabulary), then gumbel_sample on the whole rows;
+  half       gumbel_sample of one shard alone (no collective): the one-shard op on half the vocabulary;
+plus the bytes each GPU receives. Every variant is captured as a CUDA graph (one per rotated input set, so
+repeated calls do not measure the L2 cache) and replayed a fixed number of times on both ranks (collectives
+must match), timed with CUDA events; the median of 7 repeats. Tokens of sharded and gather are checked equal.
+
+    python benchmarks/bench_vocab_parallel.py --out DIR [--vocab 262144] [--batches 1,64,256]
+"""
+
+import argparse
+import json
+import os
+import statistics
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import harness  # noqa: E402
+
+REPEATS, REPLAYS = 7, 50
+
+
+def _time_graphs_us(graphs, dist):
+    import torch
+
+    times = []
+    for _ in range(REPEATS):
+        dist.barrier()
+        torch.cuda.synchronize()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for i in range(REPLAYS):
+            graphs[i % len(graphs)].replay()
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end) * 1e3 / REPLAYS)
+    return statistics.median(times)
+
+
+def _capture(fn, rotate):
+    import torch
+
+    graphs = []
+    for i in range(rotate):
+        fn(i)  # compiles, and asks the group its shard sizes, outside the capture
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            fn(i)
+        graphs.append(graph)
+    return graphs
+
+
+def _rank(rank, world, args, queue):
+    import torch
+    import torch.distributed as dist
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(args.port))
+    torch.cuda.set_device(rank)
+    dist.init_process_group("nccl", rank=rank, world_size=world)
+    import torch_backend
+
+    device = torch.device("cuda", rank)
+    vocab, rows = args.vocab, []
+    shard_size = vocab // world
+    for dtype in args.dtypes.split(","):
+        for batch in [int(b) for b in args.batches.split(",")]:
+            torch_dtype = getattr(torch, dtype)
+            nbytes = batch * shard_size * torch_dtype.itemsize
+            rotate = harness.copies_needed(nbytes)
+            generator = torch.Generator(device=device).manual_seed(1000 * batch + rank)
+            shards = [torch.randn((batch, shard_size), generator=generator, device=device).mul_(3).to(torch_dtype)
+                      for _ in range(rotate)]
+            seeds = torch.arange(batch, device=device, dtype=torch.int64) * 7919 + 11
+            positions = torch.arange(batch, device=device, dtype=torch.int64) + 100
+            temperature = torch.full((batch,), 0.8, device=device)
+            gathered = torch.empty((world, batch, shard_size), dtype=torch_dtype, device=device)
+            whole = torch.empty((batch, vocab), dtype=torch_dtype, device=device)
+            out = {}
+
+            def sharded(i):
+                out["sharded"] = torch_backend.gumbel_sample(shards[i], seeds, positions, temperature,
+                                                             vocab_group=dist.group.WORLD)
+
+            def gather(i):
+                dist.all_gather_into_tensor(gathered, shards[i])
+                whole.view(batch, world, shard_size).copy_(gathered.permute(1, 0, 2))
+                out["gather"] = torch_backend.gumbel_sample(whole, seeds, positions, temperature)
+
+            def half(i):
+                out["half"] = torch_backend.gumbel_sample(shards[i], seeds, positions, temperature)
+
+            times = {name: _time_graphs_us(_capture(fn, rotate), dist)
+                     for name, fn in (("sharded", sharded), ("gather", gather), ("half", half))}
+            sharded(0)
+            gather(0)
+            torch.cuda.synchronize()
+            equal = bool(torch.equal(out["sharded"], out["gather"]))
+            rows.append(dict(dtype=dtype, batch=batch, vocab=vocab, shards=world,
+                             sharded_us=round(times["sharded"], 2), gather_then_sample_us=round(times["gather"], 2),
+                             half_vocab_op_us=round(times["half"], 2),
+                             sharded_vs_gather=round(times["sharded"] / times["gather"], 3),
+                             sharded_vs_half=round(times["sharded"] / times["half"], 3),
+                             bytes_in_sharded=(world - 1) * batch * 6 * 4,
+                             bytes_in_gather=(world - 1) * batch * shard_size * torch_dtype.itemsize,
+                             tokens_equal=equal))
+            if rank == 0:
+                print(rows[-1], flush=True)
+    if rank == 0:
+        queue.put(rows)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def main():
+    import torch
+    import torch.multiprocessing as mp
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", default=None)
+    parser.add_argument("--git-sha", default="")
+    parser.add_argument("--vocab", type=int, default=262144)
+    parser.add_argument("--batches", default="1,64,256")
+    parser.add_argument("--dtypes", default="bfloat16,float32")
+    parser.add_argument("--port", type=int, default=29650)
+    args = parser.parse_args()
+    world = torch.cuda.device_count()
+    if world < 2:
+        raise SystemExit("needs two or more GPUs")
+    world = 2
+    context = mp.get_context("spawn")
+    queue = context.Queue()
+    workers = [context.Process(target=_rank, args=(r, world, args, queue)) for r in range(world)]
+    for w in workers:
+        w.start()
+    rows = queue.get(timeout=900)
+    for w in workers:
+        w.join()
+    columns = ["dtype", "batch", "vocab", "shards", "sharded_us", "gather_then_sample_us", "half_vocab_op_us",
+               "sharded_vs_gather", "sharded_vs_half", "bytes_in_sharded", "bytes_in_gather", "tokens_equal"]
+    notes = ("Two GPUs, NCCL, each variant a CUDA graph replayed 50 times x 7 (median), rank 0's device time. "
+             "gather = all_gather_into_tensor of the shards + the copy into [B, V] rows + gumbel_sample; "
+             "half = gumbel_sample of one shard alone.")
+    if args.out:
+        harness.write_results(args.out, "vocab_parallel", harness.environment(args.git_sha), rows, columns, notes)
+    print(json.dumps(rows, indent=1))
+
+
+if __name__ == "__main__":
+    main()
