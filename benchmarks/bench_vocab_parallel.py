@@ -58,6 +58,14 @@ def _capture(fn, rotate):
 
 
 def _rank(rank, world, args, queue):
+    try:
+        _measure(rank, world, args, queue)
+    except BaseException:  # to the parent at once: the other rank may wait in a collective for good
+        import traceback
+        queue.put(traceback.format_exc())
+
+
+def _measure(rank, world, args, queue):
     import torch
     import torch.distributed as dist
 
@@ -140,6 +148,10 @@ def main():
     for w in workers:
         w.start()
     rows = queue.get(timeout=900)
+    if isinstance(rows, str):
+        for w in workers:
+            w.terminate()
+        raise SystemExit(rows)
     for w in workers:
         w.join()
     columns = ["dtype", "batch", "vocab", "shards", "sharded_us", "gather_then_sample_us", "half_vocab_op_us",

@@ -72,6 +72,13 @@ TORCH_SCRIPT = textwrap.dedent('''
     import torch, torch.distributed as dist, torch.multiprocessing as mp
 
     def worker(rank, sizes, port, queue):
+        try:
+            queue.put(run(rank, sizes, port))
+        except BaseException:  # reported to the parent at once (the other ranks may wait in a collective for good)
+            import traceback
+            queue.put((rank, None, traceback.format_exc()))
+
+    def run(rank, sizes, port):
         os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
         backend = os.environ.get("VP_BACKEND", "gloo")  # tests/test_multi_gpu.py: nccl, a GPU a rank
         device = torch.device(f"cuda:{rank}" if backend == "nccl" else "cpu")
@@ -107,8 +114,8 @@ TORCH_SCRIPT = textwrap.dedent('''
                                             vocab_group=group)
             except ValueError as e:
                 error = str(e)
-        queue.put((rank, results, error))
         dist.destroy_process_group()
+        return rank, results, error
 
     if __name__ == "__main__":
         sizes = [int(v) for v in sys.argv[1].split(",")]
@@ -117,7 +124,13 @@ TORCH_SCRIPT = textwrap.dedent('''
         workers = [context.Process(target=worker, args=(r, sizes, int(sys.argv[2]), queue)) for r in range(len(sizes))]
         for w in workers:
             w.start()
-        outputs = [queue.get(timeout=600) for _ in workers]
+        outputs = []
+        for _ in workers:
+            outputs.append(queue.get(timeout=600))
+            if outputs[-1][1] is None:
+                for w in workers:
+                    w.terminate()
+                raise SystemExit(f"rank {outputs[-1][0]} failed: {outputs[-1][2]}")
         for w in workers:
             w.join()
         for rank, results, error in outputs:

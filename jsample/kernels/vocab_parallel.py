@@ -36,6 +36,7 @@ from jsample.kernels.plan import ArgSpec, Buffer, Plan, Target, launch
 from jsample.kernels.stream import STREAM_DRAFT, STREAM_TOKEN, load_seed, seed_word_count
 
 SUMMARY_WORDS = 6
+_WORDS = tl.constexpr(SUMMARY_WORDS)  # the kernels' copy: a kernel reads only constexpr globals
 START_MULTIPLE = 4  # a shard's first global column is a multiple of this (the stream's four columns a call)
 
 
@@ -109,7 +110,7 @@ def shard_summary_kernel(
     value_columns = tl.load(greedy_index_ptr + offsets, mask=in_row, other=-1)
     largest = tl.max(values, axis=0)
     greedy_column = tl.min(tl.where((values == largest) & (value_columns >= 0), value_columns, 2147483647), axis=0)
-    out = summary_ptr + row * SUMMARY_WORDS
+    out = summary_ptr + row * _WORDS
     tl.store(out.to(tl.pointer_type(tl.float64)), best)
     tl.store(out + 2, tl.where(best > float("-inf"), column, -1))
     tl.store(out + 3, (tl.min(columns, axis=0) < 0).to(tl.int32))
@@ -129,7 +130,7 @@ def shard_combine_kernel(
     batch = tl.num_programs(0).to(tl.int64)
     shards = tl.arange(0, SHARDS_BLOCK)
     present = shards < SHARDS
-    base = gathered_ptr + (shards * batch + row) * SUMMARY_WORDS
+    base = gathered_ptr + (shards * batch + row) * _WORDS
     scores = tl.load(base.to(tl.pointer_type(tl.float64)), mask=present, other=float("-inf"))
     columns = tl.load(base + 2, mask=present, other=-1)
     overflow = tl.max(tl.load(base + 3, mask=present, other=0), axis=0) > 0
