@@ -35,10 +35,10 @@ for step in $steps; do
       tail -3 "$OUT/gpu_tests_multi_gpu.txt" ;;
     vocab_parallel)  # two GPUs: vocab-parallel tests (NCCL, shard_map) and the sharded-vs-gather benchmark
       { echo "commit $SHA"; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-        timeout -s INT 400 python3 -m pytest tests/test_multi_gpu.py -v -rA -p no:cacheprovider -k vocab_parallel; } \
+        timeout -s INT 240 python3 -m pytest tests/test_multi_gpu.py -v -rA -p no:cacheprovider -k vocab_parallel -x; } \
         > "$OUT/gpu_tests_vocab_parallel.txt" 2>&1
       tail -3 "$OUT/gpu_tests_vocab_parallel.txt"
-      timeout -s INT 500 python3 benchmarks/bench_vocab_parallel.py --out "$OUT" --git-sha "$SHA" \
+      timeout -s INT 300 python3 benchmarks/bench_vocab_parallel.py --out "$OUT" --git-sha "$SHA" \
         > "$OUT/bench_vocab_parallel_log.txt" 2>&1
       tail -n 8 "$OUT/bench_vocab_parallel_log.txt" ;;
     bench)  # one GPU: the harness hands torch tensors to JAX, which fails across device indices
