@@ -117,7 +117,48 @@ TORCH_SCRIPT = textwrap.dedent('''
         dist.destroy_process_group()
         return rank, results, error
 
-    if __name__ == "__main__":
+    _COMPILE_SHARD_KERNELS = """
+import compiled_kernels as ck
+from jsample import kernels
+from jsample.kernels.plan import ArgSpec
+from torch_backend import _execute as torch_execute
+
+target = torch_execute.compiled_target(132, 9)
+inputs = {"seeds": "*i64", "positions": "*i64", "temperature": "*fp32", "vocab_start": "*i32", "gathered": "*i32"}
+plans = [(kernels.plan_shard_combine(target, batch=256, shards=2), "*fp32")]
+for batch in (1, 256):  # one launch, two launches
+    for dtype, fp64 in (("bfloat16", False), ("float32", True)):
+        plans.append((kernels.plan_gumbel_shard(ArgSpec.contiguous((batch, 131072), dtype),
+                                                ArgSpec.contiguous((batch,), "int64"), target, fp64=fp64, draft=False,
+                                                start_align=16), ck.POINTER_TYPES[dtype]))
+for plan, logits in plans:
+    for step in plan.launches:
+        names = [name for name in step.kernel.arg_names if name not in dict(step.constexprs)]
+        types = {name: ({"logits": logits, **inputs}.get(value) or ck.POINTER_TYPES[plan.buffer(value).dtype])
+                 if isinstance(value, str) else "i32" for name, value in zip(names, list(step.args) + list(step.outputs))}
+        ck.compile_for_sm90(step.kernel, types, dict(step.constexprs), step.num_warps)
+        print("compiled", step.kernel.fn.__name__)
+"""
+
+
+def test_the_shard_kernels_compile_for_sm90():
+    """The shard and combine kernels as compiled for an H100/H200, in a process of compiled kernels (the
+    interpreter runs what Triton's compiler may refuse: a plain global did, found on two GPUs)."""
+    import pathlib
+
+    pytest.importorskip("triton.backends.nvidia")
+    tests = pathlib.Path(__file__).parent
+    env = {**os.environ, "TRITON_INTERPRET": "0", "JSAMPLE_INTERPRET": "0",
+           "PYTHONPATH": os.pathsep.join([str(tests), str(tests.parent), os.environ.get("PYTHONPATH", "")])}
+    result = subprocess.run([sys.executable, "-c", _COMPILE_SHARD_KERNELS], capture_output=True, text=True, env=env,
+                            timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    compiled = result.stdout.split()
+    assert compiled.count("shard_one_launch_kernel") == 2 and compiled.count("shard_partial_kernel") == 2, compiled
+    assert compiled.count("shard_summary_kernel") == 2 and compiled.count("shard_combine_kernel") == 1, compiled
+
+
+if __name__ == "__main__":
         sizes = [int(v) for v in sys.argv[1].split(",")]
         context = mp.get_context("spawn")
         queue = context.Queue()
@@ -167,9 +208,12 @@ def test_torch_process_group_tokens_equal_the_unsharded_call(sizes, port, tmp_pa
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize("fp64", [False, True])
-def test_shard_kernels_in_one_process_equal_the_unsharded_call(dtype, fp64):
+@pytest.mark.parametrize("plan", ["one launch", "two launches"])
+def test_shard_kernels_in_one_process_equal_the_unsharded_call(dtype, fp64, plan, force_target):
     """The shard and combine plans run on each shard's columns in turn (the all-gather as a stack), on the test
-    device (compiled kernels on a GPU): every split, including shards of 4 columns and a shard of -inf columns."""
+    device (compiled kernels on a GPU): every split, including shards of 4 columns and a shard of -inf columns;
+    the one-launch plan (arrival counters) and the two launches, on the CPU in the GPU's tiling (blocks of
+    256 columns) too."""
     import numpy as np
     import torch
 
@@ -179,6 +223,7 @@ def test_shard_kernels_in_one_process_equal_the_unsharded_call(dtype, fp64):
     from torch_backend import _execute as execute
 
     device = torch.device(TORCH_DEVICE)
+    force_target(arrival_counters=plan == "one launch", **({} if device.type == "cuda" else dict(large_programs=False)))
     rng = np.random.default_rng(7)
     batch, vocab = 5, 1030
     x = torch.from_numpy((rng.standard_normal((batch, vocab)) * 3).astype(np.float32)).to(getattr(torch, dtype))
@@ -195,15 +240,57 @@ def test_shard_kernels_in_one_process_equal_the_unsharded_call(dtype, fp64):
         summaries = []
         for start, size in zip(starts, sizes):
             shard = x[:, start:start + size]
-            plan = execute.plan(kernels.plan_gumbel_shard, (shard, seeds), device, None, fp64=fp64, draft=False,
-                                start_align=kernels.start_alignment(starts))
-            summaries.append(execute.run(plan, device, dict(
+            shard_plan = execute.plan(kernels.plan_gumbel_shard, (shard, seeds), device, None, fp64=fp64,
+                                      draft=False, start_align=kernels.start_alignment(starts))
+            assert shard_plan.variant == ("vocab shard, one launch" if plan == "one launch" else "vocab shard")
+            summaries.append(execute.run(shard_plan, device, dict(
                 logits=shard, seeds=seeds, positions=positions, temperature=temperature,
                 vocab_start=torch.full((1,), start, dtype=torch.int32, device=device)))[0])
         combine = execute.plan(kernels.plan_shard_combine, (), device, None, batch=batch, shards=len(sizes))
         got = execute.run(combine, device, dict(gathered=torch.stack(summaries)))[0]
         assert torch.equal(got, want), (sizes, got, want)
     assert want[2] == 1029 and want[4] == 3
+
+
+_COMPILE_SHARD_KERNELS = """
+import compiled_kernels as ck
+from jsample import kernels
+from jsample.kernels.plan import ArgSpec
+from torch_backend import _execute as torch_execute
+
+target = torch_execute.compiled_target(132, 9)
+inputs = {"seeds": "*i64", "positions": "*i64", "temperature": "*fp32", "vocab_start": "*i32", "gathered": "*i32"}
+plans = [(kernels.plan_shard_combine(target, batch=256, shards=2), "*fp32")]
+for batch in (1, 256):  # one launch, two launches
+    for dtype, fp64 in (("bfloat16", False), ("float32", True)):
+        plans.append((kernels.plan_gumbel_shard(ArgSpec.contiguous((batch, 131072), dtype),
+                                                ArgSpec.contiguous((batch,), "int64"), target, fp64=fp64, draft=False,
+                                                start_align=16), ck.POINTER_TYPES[dtype]))
+for plan, logits in plans:
+    for step in plan.launches:
+        names = [name for name in step.kernel.arg_names if name not in dict(step.constexprs)]
+        types = {name: ({"logits": logits, **inputs}.get(value) or ck.POINTER_TYPES[plan.buffer(value).dtype])
+                 if isinstance(value, str) else "i32" for name, value in zip(names, list(step.args) + list(step.outputs))}
+        ck.compile_for_sm90(step.kernel, types, dict(step.constexprs), step.num_warps)
+        print("compiled", step.kernel.fn.__name__)
+"""
+
+
+def test_the_shard_kernels_compile_for_sm90():
+    """The shard and combine kernels as compiled for an H100/H200, in a process of compiled kernels (the
+    interpreter runs what Triton's compiler may refuse: a plain global did, found on two GPUs)."""
+    import pathlib
+
+    pytest.importorskip("triton.backends.nvidia")
+    tests = pathlib.Path(__file__).parent
+    env = {**os.environ, "TRITON_INTERPRET": "0", "JSAMPLE_INTERPRET": "0",
+           "PYTHONPATH": os.pathsep.join([str(tests), str(tests.parent), os.environ.get("PYTHONPATH", "")])}
+    result = subprocess.run([sys.executable, "-c", _COMPILE_SHARD_KERNELS], capture_output=True, text=True, env=env,
+                            timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    compiled = result.stdout.split()
+    assert compiled.count("shard_one_launch_kernel") == 2 and compiled.count("shard_partial_kernel") == 2, compiled
+    assert compiled.count("shard_summary_kernel") == 2 and compiled.count("shard_combine_kernel") == 1, compiled
 
 
 if __name__ == "__main__":  # .ci/packaging.sh: the JAX check under the newest JAX, from an installed wheel

@@ -93,6 +93,9 @@ def _(logits, seeds, positions, temperature, fp64, draft, valid, num_top):
 _SHARD_SIZES = {}  # (group, this rank's shard size) -> every rank's shard size, in rank order
 
 
+_VOCAB_STARTS = {}
+
+
 def _shard_sizes(group, size: int) -> list:
     """Every rank's vocabulary shard size: asked of the group once (a host all-gather), then remembered, so
     that later calls (and CUDA-graph captures after a first call) make no host round trip."""
@@ -105,6 +108,18 @@ def _shard_sizes(group, size: int) -> list:
         dist.all_gather_object(sizes, size, group=group)
         _SHARD_SIZES[key] = sizes
     return sizes
+
+
+def _vocab_start(start: int, device):
+    """The shard's first global column as a [1] int32 device tensor, made once per value and device outside a
+    CUDA-graph capture (no fill launch a call; inside a first capture the fill is part of the graph)."""
+    key = (start, device)
+    found = _VOCAB_STARTS.get(key)
+    if found is None:
+        found = torch.full((1,), start, dtype=torch.int32, device=device)
+        if not (device.type == "cuda" and torch.cuda.is_current_stream_capturing()):
+            _VOCAB_STARTS[key] = found
+    return found
 
 
 def _vocab_parallel(arguments, fp64, draft, num_valid, return_logprobs, num_top, group):
@@ -125,7 +140,7 @@ def _vocab_parallel(arguments, fp64, draft, num_valid, return_logprobs, num_top,
     rank = dist.get_rank(group)
     inputs = dict(logits=logits, seeds=dense(arguments["seeds"]), positions=dense(arguments["positions"]),
                   temperature=temperature_array(arguments["temperature"], batch, device),
-                  vocab_start=torch.full((1,), starts[rank], dtype=torch.int32, device=device))
+                  vocab_start=_vocab_start(starts[rank], device))
     plan = execute.plan(kernels.plan_gumbel_shard, (logits, inputs["seeds"]), device, None, fp64=fp64, draft=draft,
                         start_align=kernels.start_alignment(starts))
     (summary,) = execute.run(plan, device, inputs)

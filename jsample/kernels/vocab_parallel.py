@@ -30,7 +30,7 @@ import triton
 import triton.language as tl
 
 from jsample.kernels.common import aligned, load_temperature, store_sampled_block
-from jsample.kernels.gumbel import gumbel_launch_config, many_rows_config
+from jsample.kernels.gumbel import ONE_LAUNCH_MAX_PROGRAMS, gumbel_launch_config, many_rows_config
 from jsample.kernels.host import jit
 from jsample.kernels.plan import ArgSpec, Buffer, Plan, Target, launch
 from jsample.kernels.stream import STREAM_DRAFT, STREAM_TOKEN, load_seed, seed_word_count
@@ -97,7 +97,14 @@ def shard_summary_kernel(
 ):
     """Grid (B,): the shard's summary of a row (the module's docstring), from its blocks as
     reduce_block_best_flagged reduces them."""
-    row = tl.program_id(0).to(tl.int64)
+    _summarize_row(partial_score_ptr, partial_index_ptr, greedy_value_ptr, greedy_index_ptr, tl.program_id(0),
+                   num_blocks, summary_ptr, FP64, REDUCE_BLOCK)
+
+
+@jit
+def _summarize_row(partial_score_ptr, partial_index_ptr, greedy_value_ptr, greedy_index_ptr, row, num_blocks,
+                   summary_ptr, FP64: tl.constexpr, REDUCE_BLOCK: tl.constexpr):
+    row = row.to(tl.int64)
     blocks = tl.arange(0, REDUCE_BLOCK)
     in_row = blocks < num_blocks
     offsets = row * num_blocks + blocks
@@ -116,6 +123,46 @@ def shard_summary_kernel(
     tl.store(out + 3, (tl.min(columns, axis=0) < 0).to(tl.int32))
     tl.store((out + 4).to(tl.pointer_type(tl.float32)), largest)
     tl.store(out + 5, tl.where(largest > float("-inf"), greedy_column, -1))
+
+
+@jit
+def shard_one_launch_kernel(
+    logits_ptr,  # as shard_partial_kernel's
+    seeds_ptr,
+    positions_ptr,
+    temperature_ptr,
+    vocab_start_ptr,
+    V_shard,
+    row_stride,
+    partial_score_ptr,  # scratch, as shard_partial_kernel's outputs
+    partial_index_ptr,
+    greedy_value_ptr,
+    greedy_index_ptr,
+    arrivals_ptr,  # [B] i32, zero on entry, left zero (one self-resetting counter per row)
+    summary_ptr,  # [B, SUMMARY_WORDS] i32 output
+    STREAM: tl.constexpr,
+    FP64: tl.constexpr,
+    BLOCK_V: tl.constexpr,
+    ROW_ALIGN: tl.constexpr,
+    START_ALIGN: tl.constexpr,
+    VOCAB_ALIGN: tl.constexpr,
+    FAST_MATH: tl.constexpr,
+    REDUCE_BLOCK: tl.constexpr,
+    SEED_WORDS: tl.constexpr = 1,
+):
+    """The two launches in one for small batches (as gumbel_one_launch_kernel): shard_partial_kernel's
+    programs, then the last of a row's programs to arrive summarizes the row with shard_summary_kernel's code.
+    The count's release / acquire orders the blocks' stores before the summary."""
+    shard_partial_kernel(logits_ptr, seeds_ptr, positions_ptr, temperature_ptr, vocab_start_ptr, V_shard, row_stride,
+                         partial_score_ptr, partial_index_ptr, greedy_value_ptr, greedy_index_ptr, STREAM, FP64,
+                         BLOCK_V, ROW_ALIGN, START_ALIGN, VOCAB_ALIGN, FAST_MATH, SEED_WORDS)
+    row = tl.program_id(0)
+    num_blocks = tl.num_programs(1)
+    tl.debug_barrier()  # every thread's stores before the one release
+    if tl.atomic_add(arrivals_ptr + row, 1, sem="acq_rel", scope="gpu") == num_blocks - 1:
+        _summarize_row(partial_score_ptr, partial_index_ptr, greedy_value_ptr, greedy_index_ptr, row, num_blocks,
+                       summary_ptr, FP64, REDUCE_BLOCK)
+        tl.atomic_xchg(arrivals_ptr + row, 0, sem="relaxed", scope="gpu")
 
 
 @jit
@@ -171,12 +218,23 @@ def plan_gumbel_shard(logits: ArgSpec, seeds: ArgSpec, target: Target, *, fp64: 
     row_stride = logits.strides[0]
     config = gumbel_launch_config(vocab, row_stride, fp64, fast_math=not target.interpreter,
                                   large_programs=target.large_programs)
-    if not target.large_programs:
+    # gumbel_sample's choice: one launch for few programs (small batches: a launch costs more than the wait)
+    one_launch = target.arrival_counters and batch * config.num_blocks <= ONE_LAUNCH_MAX_PROGRAMS
+    if not one_launch and not target.large_programs:
         config = many_rows_config(config, vocab)
     blocks = config.num_blocks
     buffers = (Buffer("partial_score", (batch, blocks * (2 if fp64 else 1)), "float32"),
                Buffer("partial_index", (batch, blocks), "int32"), Buffer("greedy_value", (batch, blocks), "float32"),
                Buffer("greedy_index", (batch, blocks), "int32"), summary)
+    if one_launch:
+        return Plan(buffers + (Buffer("arrivals", (batch,), "int32", counters=True),), (launch(
+            shard_one_launch_kernel, (batch, blocks),
+            ("logits", "seeds", "positions", "temperature", "vocab_start", vocab, row_stride),
+            ("partial_score", "partial_index", "greedy_value", "greedy_index", "arrivals", "summary"),
+            STREAM=(STREAM_DRAFT if draft else STREAM_TOKEN).value, FP64=fp64, BLOCK_V=config.block_v,
+            ROW_ALIGN=config.row_align, START_ALIGN=start_align, VOCAB_ALIGN=config.vocab_align,
+            FAST_MATH=config.fast_math, REDUCE_BLOCK=config.reduce_block, SEED_WORDS=seed_word_count(seeds.shape),
+            num_warps=config.num_warps),), ("summary",), "vocab shard, one launch")
     launches = (
         launch(shard_partial_kernel, (batch, blocks),
                ("logits", "seeds", "positions", "temperature", "vocab_start", vocab, row_stride),
