@@ -92,6 +92,46 @@ def test_token_logprobs_equal_the_reference_and_torch_equals_jax(dtype, fp64):
                                                                **filters), (dtype, fp64, filters))
 
 
+@pytest.mark.parametrize("tiling", ["interpreter blocks", "GPU blocks"])
+def test_top_list_reads_candidate_blocks_and_equals_the_reference(tiling, force_target):
+    """num_top >= 1 without filters: the single read's top list (top_list_kernel) over rows of several blocks,
+    where the blocks' maxima bound the list well (random rows), badly (the row's largest logits all in one
+    block), not at all (every logit equal: every block read), with fewer finite logits than num_top, ties
+    across a block boundary, +inf / NaN beside them; torch == JAX, the reference's ids exactly, fused == separate."""
+    if tiling == "GPU blocks":
+        force_target(large_programs=False)  # blocks of 512 columns (the interpreter's: 4096)
+    block = 512 if tiling == "GPU blocks" else 4096
+    rng = np.random.default_rng(21)
+    vocab = 4 * block + 37
+    x = (rng.standard_normal((7, vocab)) * 3).astype(np.float32)
+    x[1, block:2 * block] += 20.0  # the row's 64 largest in one block: the other blocks' maxima bound nothing
+    x[2] = 1.5  # every logit equal: the lowest columns, every block read
+    x[3] = -np.inf
+    x[3, [7, block + 3, 3 * block]] = [1.0, 2.0, 1.0]  # three finite logits: -1 / -inf past them
+    x[4, block - 1] = x[4, block] = x[4, 3 * block + 5] = 50.0  # a tie across a block boundary (and a third)
+    x[5, 0], x[5, 1], x[5, block + 2] = np.inf, np.nan, 40.0  # non-finite logits are never listed
+    x[6, :] = -np.inf  # no finite logit: nothing listed
+    tokens = np.int32([5, block + 1, 0, block + 3, block, block + 2, -1])
+    temperature = np.float32([1.0, 0.7, 1.3, 0.0, 1.0, 0.5, 1.0])
+    for num_top in (1, 5, 64):
+        t = _torch(x, tokens, temperature, num_top=num_top)
+        j = _jax(x, tokens, temperature, num_top=num_top)
+        for name, a, b in zip(FIELDS, t, j):
+            assert a.dtype == b.dtype and np.array_equal(a, b, equal_nan=True), (num_top, name, a, b)
+        ref = token_logprobs_reference(x, tokens, temperature, num_top=num_top)
+        _assert_close_to_reference(t, ref, (tiling, num_top))
+        assert np.array_equal(t[5], ref.top_ids), (num_top, t[5], ref.top_ids)
+        if num_top == 5:
+            assert list(t[5][2]) == [0, 1, 2, 3, 4] and list(t[5][3][:3]) == [block + 3, 7, 3 * block]
+            assert list(t[5][3][3:]) == [-1, -1] and np.isneginf(t[6][3][3:]).all() and (t[5][6] == -1).all()
+            assert list(t[5][4][:3]) == [block - 1, block, 3 * block + 5] and t[5][5][0] == block + 2
+    seeds, positions = np.arange(7, dtype=np.int64), np.arange(7, dtype=np.int64)
+    sampled, fused = jsample.gumbel_sample(x, seeds, positions, temperature, return_logprobs=True, num_top=5)
+    separate = _jax(x, np.asarray(sampled), temperature, num_top=5)
+    for name, a in zip(FIELDS, separate):
+        assert np.array_equal(np.asarray(getattr(fused, name)), a, equal_nan=True), name
+
+
 def test_per_row_filters_and_edge_rows():
     """Per-row filter arrays (out-of-range values clamped as the sampler clamps them), a row without a finite
     logit (token -1), an overflowing greedy row, tokens at the boundaries."""
@@ -344,10 +384,15 @@ plans = [(kernels.plan_token_logprobs(ArgSpec.contiguous((64, 151936), "bfloat16
          (kernels.plan_gumbel_sample(ArgSpec.contiguous((64, 151936), "bfloat16"), seeds, target, fp64=False,
                                      draft=False, return_logprobs=True), "*bf16"),
          (kernels.plan_gumbel_sample(ArgSpec.contiguous((64, 151936), "float32"), seeds, target, fp64=False,
-                                     draft=True, row_valid=True, return_logprobs=True), "*fp32")]
-inputs = {"tokens": "*i32", "row_valid": "*i32", "seeds": "*i64", "positions": "*i64", "temperature": "*fp32"}
+                                     draft=True, row_valid=True, return_logprobs=True), "*fp32"),
+         (kernels.plan_token_logprobs(ArgSpec.contiguous((8, 5, 32000), "bfloat16"), target, has_top_k=False,
+                                      has_top_p=False, has_min_p=False, fp64=False, num_top=5, row_valid=True), "*bf16"),
+         (kernels.plan_gumbel_sample(ArgSpec.contiguous((64, 151936), "float32"), seeds, target, fp64=False,
+                                     draft=False, return_logprobs=True, num_top=20), "*fp32")]
+inputs = {"tokens": "*i32", "row_valid": "*i32", "seeds": "*i64", "positions": "*i64", "temperature": "*fp32",
+          "num_top": "*i32"}
 for plan, logits in plans:
-    assert plan.variant == "single read", plan.variant
+    assert plan.variant.startswith("single read"), plan.variant
     for step in plan.launches:
         names = [name for name in step.kernel.arg_names if name not in dict(step.constexprs)]
         types = {name: ({"logits": logits, **inputs}.get(value) or ck.POINTER_TYPES[plan.buffer(value).dtype])
@@ -372,4 +417,5 @@ def test_the_single_read_kernels_compile_for_sm90():
     result = subprocess.run([sys.executable, "-c", _COMPILE_SINGLE_READ], capture_output=True, text=True, env=env,
                             timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert result.stdout.count("compiled") == 12
+    assert result.stdout.count("compiled") == 20
+    assert result.stdout.count("compiled top_list_kernel") == 2, result.stdout

@@ -276,8 +276,8 @@ def plan_gumbel_sample(logits: ArgSpec, seeds: ArgSpec, target: Target, *, fp64:
     if return_logprobs:
         from jsample.kernels.logprobs import plan_gumbel_logprobs, with_logprobs
 
-        if not fp64 and num_top == 0:  # the single read (FP64 and top lists: the sampling plan, then token_logprobs)
-            return plan_gumbel_logprobs(logits, seeds, target, draft=draft, row_valid=row_valid)
+        if not fp64:  # the single read (FP64: the sampling plan, then token_logprobs)
+            return plan_gumbel_logprobs(logits, seeds, target, draft=draft, row_valid=row_valid, num_top=num_top)
         sampling = plan_gumbel_sample(logits, seeds, target, fp64=fp64, draft=draft, row_valid=row_valid)
         return with_logprobs(sampling, logits, target, has_top_k=False, has_top_p=False, has_min_p=False, fp64=fp64,
                              num_top=num_top, row_valid=row_valid)

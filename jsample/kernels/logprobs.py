@@ -3,10 +3,10 @@
 docs/LOGPROBS.md defines every number; jsample/reference/logprobs.py is the float64 reference. Two
 forms, both shared by the frontends and both summing the normalisers' terms as integers (_fixed):
 
-- The single read (no filters, no top list: `token_logprobs`, and the samplers' `return_logprobs` in
-  FP32 with num_top = 0): block statistics (store_block_stats) from one read of the logits, in the
-  sampler's case from the very logits its Gumbel-max pass loaded, reduced by `logprobs_reduce_kernel`
-  (the section below `STATS`).
+- The single read (no filters: `token_logprobs`, and gumbel_sample's `return_logprobs` in FP32): block
+  statistics (store_block_stats) from one read of the logits, in the sampler's case from the very logits
+  its Gumbel-max pass loaded, reduced by `logprobs_reduce_kernel` (the section below `STATS`); a top list
+  (num_top >= 1) reads again only the blocks that can hold one of its logits (top_list_kernel).
 - Every other call: `token_logprobs_kernel`, grid (B,), a program that reads its row a few times over:
 
 1. The row's largest finite logit m, its count of finite logits and largest |x| (the greedy rule:
@@ -26,7 +26,7 @@ forms, both shared by the frontends and both summing the normalisers' terms as i
 4. `num_top` (a device scalar: one compilation for every count) passes, each the next largest finite
    logit after the previous one (the lowest column first among equal logits).
 
-Passes 2 and 4 cost a read of the row a step (issue 41: filters and top lists in one read are open).
+Passes 2 and 4 cost a read of the row a step (issue 41: filters in the single read are open).
 """
 
 import dataclasses
@@ -43,8 +43,10 @@ from jsample.kernels.gumbel import argmax_reduce_kernel, gumbel_launch_config, m
 from jsample.kernels.host import jit
 from jsample.kernels.plan import ArgSpec, Buffer, Plan, Target, launch
 from jsample.kernels.stream import STREAM_DRAFT, STREAM_TOKEN, load_seed, seed_word_count
+from jsample.validation import MAX_NUM_TOP
 
 _KEY_FLOOR = tl.constexpr(-(2**31))
+TOP_LIST = triton.next_power_of_2(MAX_NUM_TOP)  # top_list_kernel's list: one compilation for every num_top
 # The normalisers' terms exp(x - m) (in (0, 1]) are summed as integers, floor(term * 2**40): a sum that
 # does not depend on its order, so neither the tiling nor the compiled layout (torch's and JAX's
 # compilers may lay a block out differently, and a float sum's rounding follows the layout) changes
@@ -408,6 +410,102 @@ def rank_count_kernel(
 
 
 @jit
+def _take_best(values, cols, eligible, NONE: tl.constexpr):
+    """(value, column) of the largest eligible value, the lowest column among equal ones ((-inf, NONE): none)."""
+    best = tl.max(tl.where(eligible, values, float("-inf")), axis=0)
+    col = tl.min(tl.where(eligible & (values == best), cols, NONE), axis=0)
+    return best, col
+
+
+@jit
+def top_list_kernel(
+    logits_ptr,  # as logprobs_stats_kernel's
+    row_valid_ptr,  # [B] i32 (read with HAS_ROW_VALID): a padding row lists nothing
+    num_top_ptr,  # [1] i32: the count a row, 1..TOP (0: nothing to do)
+    V,
+    row_stride,
+    request_stride,
+    num_blocks,
+    stats_ptr,  # [B, STATS, num_blocks] f64: store_block_stats' (each block's largest finite logit)
+    top_ids_ptr,  # [B, num_top] i32 output: the columns, largest logit first, the lowest column first on ties
+    top_values_ptr,  # [B, num_top] f32 output: their logits (logprobs_reduce_kernel's input)
+    BLOCK_V: tl.constexpr,  # the stats' blocks
+    REDUCE_BLOCK: tl.constexpr,  # a power of two >= num_blocks
+    TOP: tl.constexpr,  # a power of two >= MAX_NUM_TOP
+    ROW_ALIGN: tl.constexpr,
+    VOCAB_ALIGN: tl.constexpr,
+    HAS_ROW_VALID: tl.constexpr = False,
+    ROWS: tl.constexpr = 1,
+):
+    """Grid (B,): the row's num_top largest finite logits, reading only the blocks that can hold one. The
+    num_top-th largest of the blocks' maxima is a lower bound of the row's num_top-th largest logit (that many
+    blocks hold a logit at or above it), so a block whose largest logit is below it holds none of them: the
+    program reads the other blocks (about num_top of them; every block only where the row's logits are
+    equal) in column order, keeping a list of the best num_top so far (a logit enters where it beats the
+    list's worst: larger, or equal and in a lower column), and writes the list sorted. Padding past a row's
+    finite logits: column -1, value -inf."""
+    b64 = tl.program_id(0).to(tl.int64)
+    request = b64 // ROWS
+    num_top = tl.load(num_top_ptr)
+    if HAS_ROW_VALID:
+        if tl.load(row_valid_ptr + request) == 0:
+            for j in range(num_top):
+                tl.store(top_ids_ptr + b64 * num_top + j, -1)
+                tl.store(top_values_ptr + b64 * num_top + j, float("-inf"))
+            return
+    if num_top > 0:
+        V = aligned(V, VOCAB_ALIGN)
+        row_ptr = logits_ptr + tl.multiple_of(request * request_stride + (b64 % ROWS) * row_stride, ROW_ALIGN)
+        maxima_ptr = stats_ptr.to(tl.pointer_type(tl.float64)) + (b64 * STATS) * num_blocks
+        blocks = tl.arange(0, REDUCE_BLOCK)
+        block_max = tl.load(maxima_ptr + blocks, mask=blocks < num_blocks, other=float("-inf")).to(tl.float32)
+        # the bound: the num_top-th largest block maximum, with multiplicity (-inf: fewer finite blocks)
+        bound = tl.full([], float("-inf"), tl.float32)
+        taken = blocks < 0
+        for _ in range(num_top):
+            value, index = _take_best(block_max, blocks, ~taken, REDUCE_BLOCK)
+            taken = taken | (blocks == index)
+            bound = value
+        slots = tl.arange(0, TOP)
+        list_values = tl.full([TOP], float("-inf"), tl.float32)
+        list_cols = tl.full([TOP], -1, tl.int32)
+        count = num_top * 0  # entries in the list (the first `count` slots)
+        worst_value = tl.full([], float("-inf"), tl.float32)  # the list's worst entry, once it is full
+        worst_col = tl.full([], -1, tl.int32)
+        offsets = tl.arange(0, BLOCK_V)
+        for block in range(num_blocks):
+            largest = tl.load(maxima_ptr + block).to(tl.float32)
+            if (largest >= bound) & (largest > float("-inf")):
+                cols = block * BLOCK_V + offsets
+                x = tl.load(row_ptr + cols, mask=cols < V, other=float("-inf")).to(tl.float32)
+                eligible = (tl.abs(x) < float("inf")) & (x >= bound)
+                more = num_top > 0
+                while more:
+                    beats = (count < num_top) | (x > worst_value) | ((x == worst_value) & (cols < worst_col))
+                    value, col = _take_best(x, cols, eligible & beats, 2147483647)
+                    more = col < 2147483647
+                    if more:
+                        eligible = eligible & (cols != col)
+                        slot = tl.where(count < num_top, count,
+                                        tl.min(tl.where((list_values == worst_value) & (list_cols == worst_col),
+                                                        slots, TOP), axis=0))
+                        list_values = tl.where(slots == slot, value, list_values)
+                        list_cols = tl.where(slots == slot, col, list_cols)
+                        count = tl.minimum(count + 1, num_top)
+                        if count == num_top:  # the worst: the smallest value, the highest column among equal ones
+                            worst_value = tl.min(tl.where(slots < count, list_values, float("inf")), axis=0)
+                            worst_col = tl.max(tl.where((slots < count) & (list_values == worst_value), list_cols,
+                                                        -1), axis=0)
+        listed = slots < count
+        for j in range(num_top):
+            value, col = _take_best(list_values, list_cols, listed, 2147483647)
+            listed = listed & (list_cols != col)
+            out = b64 * num_top + j
+            tl.store(top_ids_ptr + out, tl.where(col < 2147483647, col, -1))
+            tl.store(top_values_ptr + out, value)
+
+
+@jit
 def logprobs_reduce_kernel(
     logits_ptr,  # as logprobs_stats_kernel's
     tokens_ptr,  # [B] i32|i64
@@ -433,11 +531,58 @@ def logprobs_reduce_kernel(
     for an invalid token): the normalisers combined in FP64 over the blocks (the blocks' integer sums
     times exp(m_b - m)), the rank from the blocks' counts. The separate op and the samplers' fused pass
     both end here: the same numbers bit for bit."""
+    _reduce_row(logits_ptr, tokens_ptr, temperature_ptr, row_valid_ptr, V, row_stride, request_stride, num_blocks,
+                stats_ptr, counts_ptr, counts_ptr, counts_ptr, raw_ptr, raw_ptr, scaled_ptr, kept_ptr,
+                log_kept_mass_ptr, rank_ptr, raw_ptr, REDUCE_BLOCK, HAS_ROW_VALID, ROWS, False)
+
+
+@jit
+def logprobs_reduce_top_kernel(
+    logits_ptr,  # as logprobs_reduce_kernel's
+    tokens_ptr,
+    temperature_ptr,
+    row_valid_ptr,
+    V,
+    row_stride,
+    request_stride,
+    num_blocks,
+    stats_ptr,
+    counts_ptr,
+    num_top_ptr,  # [1] i32
+    top_ids_ptr,  # [B, num_top] i32: top_list_kernel's
+    top_values_ptr,  # [B, num_top] f32: top_list_kernel's logits
+    raw_ptr,  # as logprobs_reduce_kernel's outputs
+    scaled_ptr,
+    kept_ptr,
+    log_kept_mass_ptr,
+    rank_ptr,
+    top_logprobs_ptr,  # [B, num_top] f32 output: the listed logits' raw logprobs (-inf past the list)
+    REDUCE_BLOCK: tl.constexpr,
+    HAS_ROW_VALID: tl.constexpr = False,
+    ROWS: tl.constexpr = 1,
+):
+    """logprobs_reduce_kernel with a top list (num_top >= 1): its outputs, and top_list_kernel's logits as
+    raw logprobs by token_logprobs_kernel's formula, with the row's normaliser."""
+    _reduce_row(logits_ptr, tokens_ptr, temperature_ptr, row_valid_ptr, V, row_stride, request_stride, num_blocks,
+                stats_ptr, counts_ptr, num_top_ptr, top_ids_ptr, top_values_ptr, raw_ptr, scaled_ptr, kept_ptr,
+                log_kept_mass_ptr, rank_ptr, top_logprobs_ptr, REDUCE_BLOCK, HAS_ROW_VALID, ROWS, True)
+
+
+@jit
+def _reduce_row(logits_ptr, tokens_ptr, temperature_ptr, row_valid_ptr, V, row_stride, request_stride, num_blocks,
+                stats_ptr, counts_ptr, num_top_ptr, top_ids_ptr, top_values_ptr, raw_ptr, scaled_ptr, kept_ptr,
+                log_kept_mass_ptr, rank_ptr, top_logprobs_ptr, REDUCE_BLOCK: tl.constexpr,
+                HAS_ROW_VALID: tl.constexpr, ROWS: tl.constexpr, HAS_TOP: tl.constexpr):
+    """The reduce kernels' body (HAS_TOP: with the top list's logprobs)."""
     b64 = tl.program_id(0).to(tl.int64)
     request = b64 // ROWS
     if HAS_ROW_VALID:
         if tl.load(row_valid_ptr + request) == 0:
             _store_padding_row(b64, raw_ptr, scaled_ptr, kept_ptr, log_kept_mass_ptr, rank_ptr, rank_ptr, raw_ptr, 0)
+            if HAS_TOP:  # (top_list_kernel wrote its top_ids)
+                num_top = tl.load(num_top_ptr)
+                for j in range(num_top):
+                    tl.store(top_logprobs_ptr + b64 * num_top + j, float("-inf"))
             return
     row_ptr = logits_ptr + request * request_stride + (b64 % ROWS) * row_stride
     temperature = load_temperature(temperature_ptr, request)
@@ -470,6 +615,13 @@ def logprobs_reduce_kernel(
     tl.store(kept_ptr + b64, tl.where(defined, scaled, nan).to(tl.float32))
     tl.store(log_kept_mass_ptr + b64, tl.where(defined, 0.0, nan).to(tl.float32))
     tl.store(rank_ptr + b64, tl.where(valid, 1 + larger, 0))
+    if HAS_TOP:  # token_logprobs_kernel's formula, with this row's normaliser
+        num_top = tl.load(num_top_ptr)
+        for j in range(num_top):
+            out = b64 * num_top + j
+            logprob = tl.load(top_values_ptr + out).to(tl.float64) - m.to(tl.float64) - log_raw_sum
+            tl.store(top_logprobs_ptr + out, tl.where(tl.load(top_ids_ptr + out) >= 0, logprob,
+                                                      float("-inf")).to(tl.float32))
 
 
 @functools.lru_cache(maxsize=512)
@@ -498,20 +650,27 @@ def plan_token_logprobs(logits: ArgSpec, target: Target, *, has_top_k: bool, has
     align = math.gcd(request_stride, row_stride if rows > 1 else 0)
     row_align = largest_power_of_two_dividing(align, 16) if align else 16
     stand_in = "tokens"  # for an absent filter: never read
-    if not (has_top_k or has_top_p or has_min_p) and num_top == 0:
+    if not (has_top_k or has_top_p or has_min_p):
         # the single read: the blocks of the samplers' fused pass (the same sums: fused == separate exactly)
         config = single_read_config(vocab, target)
-        args = ("logits", "tokens", "temperature", "row_valid" if row_valid else stand_in, vocab, row_stride,
-                request_stride)
+        valid = "row_valid" if row_valid else stand_in
+        args = ("logits", "tokens", "temperature", valid, vocab, row_stride, request_stride)
         scratch = (Buffer("logprob_stats", (batch * rows, 2 * STATS.value, config.num_blocks), "float32"),
                    Buffer("rank_counts", (batch * rows, config.num_blocks), "int32"))
-        launches = (
-            launch(logprobs_stats_kernel, (batch * rows, config.num_blocks), args, ("logprob_stats", "rank_counts"),
-                   BLOCK_V=config.block_v, ROW_ALIGN=row_align, VOCAB_ALIGN=config.vocab_align,
-                   HAS_ROW_VALID=row_valid, ROWS=rows, num_warps=config.num_warps),
-            launch(logprobs_reduce_kernel, (batch * rows,), args + (config.num_blocks, "logprob_stats", "rank_counts"),
-                   names[:5], REDUCE_BLOCK=config.reduce_block, HAS_ROW_VALID=row_valid, ROWS=rows, num_warps=4))
-        return Plan(scratch + outputs, launches, names, "single read")
+        stats = launch(logprobs_stats_kernel, (batch * rows, config.num_blocks), args, ("logprob_stats", "rank_counts"),
+                       BLOCK_V=config.block_v, ROW_ALIGN=row_align, VOCAB_ALIGN=config.vocab_align,
+                       HAS_ROW_VALID=row_valid, ROWS=rows, num_warps=config.num_warps)
+        reduce_args = args + (config.num_blocks, "logprob_stats", "rank_counts")
+        if num_top == 0:
+            return Plan(scratch + outputs, (stats, launch(
+                logprobs_reduce_kernel, (batch * rows,), reduce_args, names[:5], REDUCE_BLOCK=config.reduce_block,
+                HAS_ROW_VALID=row_valid, ROWS=rows, num_warps=4)), names, "single read")
+        scratch += (Buffer("top_values", lead + (num_top,), "float32"),)
+        return Plan(scratch + outputs, (stats, top_list_launch(config, batch * rows, vocab, row_stride, request_stride,
+                                                               row_align, valid, row_valid, rows), launch(
+            logprobs_reduce_top_kernel, (batch * rows,), reduce_args + ("num_top", "top_ids", "top_values"),
+            names[:5] + ("top_logprobs",), REDUCE_BLOCK=config.reduce_block, HAS_ROW_VALID=row_valid, ROWS=rows,
+            num_warps=4)), names, "single read, top list")
     block_v = 4096 if target.large_programs else 1024
     launches = (launch(
         token_logprobs_kernel, (batch * rows,),
@@ -521,6 +680,15 @@ def plan_token_logprobs(logits: ArgSpec, target: Target, *, has_top_k: bool, has
         HAS_TOP_K=has_top_k, HAS_TOP_P=has_top_p, HAS_MIN_P=has_min_p, FP64=fp64, FAST_MATH=not target.interpreter,
         BLOCK_V=block_v, ROW_ALIGN=row_align, VOCAB_ALIGN=largest_power_of_two_dividing(vocab, 16), num_warps=4),)
     return Plan(outputs, launches, names, "one launch")
+
+
+def top_list_launch(config, rows: int, vocab: int, row_stride: int, request_stride: int, row_align: int,
+                    valid: str, row_valid: bool, rows_a_request: int):
+    """top_list_kernel's launch after the single read's statistics (`config`: single_read_config's)."""
+    return launch(top_list_kernel, (rows,), ("logits", valid, "num_top", vocab, row_stride, request_stride,
+                                             config.num_blocks, "logprob_stats"), ("top_ids", "top_values"),
+                  BLOCK_V=config.block_v, REDUCE_BLOCK=config.reduce_block, TOP=TOP_LIST, ROW_ALIGN=row_align,
+                  VOCAB_ALIGN=config.vocab_align, HAS_ROW_VALID=row_valid, ROWS=rows_a_request, num_warps=4)
 
 
 def single_read_config(vocab: int, target: Target):
@@ -537,18 +705,19 @@ def single_read_config(vocab: int, target: Target):
     return many_rows_config(config, vocab)
 
 
-def plan_gumbel_logprobs(logits: ArgSpec, seeds: ArgSpec, target: Target, *, draft: bool, row_valid: bool) -> Plan:
-    """gumbel_sample(return_logprobs=True, num_top=0) in FP32 in one read of the logits: the token of
+def plan_gumbel_logprobs(logits: ArgSpec, seeds: ArgSpec, target: Target, *, draft: bool, row_valid: bool,
+                         num_top: int = 0) -> Plan:
+    """gumbel_sample(return_logprobs=True) in FP32 in one read of the logits: the token of
     gumbel_partial_kernel's code and the logprobs of token_logprobs' single read (the same blocks and
-    sums: equal to token_logprobs of the sampled tokens bit for bit). Inputs and outputs as
-    plan_gumbel_sample's with return_logprobs."""
+    sums: equal to token_logprobs of the sampled tokens bit for bit), with num_top >= 1 its top list (the
+    blocks that can hold one read again). Inputs and outputs as plan_gumbel_sample's with return_logprobs."""
     batch, vocab = logits.shape
     row_stride = logits.strides[0]
     config = single_read_config(vocab, target)
     names = ("sampled", "raw", "scaled", "kept", "log_kept_mass", "rank", "top_ids", "top_logprobs")
     outputs = (Buffer("sampled", (batch,), "int32"),) + tuple(
         Buffer(name, (batch,), "int32" if name == "rank" else "float32") for name in names[1:6]) + (
-        Buffer("top_ids", (batch, 0), "int32"), Buffer("top_logprobs", (batch, 0), "float32"))
+        Buffer("top_ids", (batch, num_top), "int32"), Buffer("top_logprobs", (batch, num_top), "float32"))
     if batch == 0:
         return Plan(outputs, (), names, "empty")
     valid = "row_valid" if row_valid else "positions"  # the stand-in is never read
@@ -570,11 +739,18 @@ def plan_gumbel_logprobs(logits: ArgSpec, seeds: ArgSpec, target: Target, *, dra
         launch(rank_count_kernel, (batch, config.num_blocks), ("logits", "sampled", "logprob_stats", vocab, row_stride),
                ("rank_counts",), BLOCK_V=config.block_v, ROW_ALIGN=row_align, VOCAB_ALIGN=config.vocab_align,
                num_warps=config.num_warps),
-        launch(logprobs_reduce_kernel, (batch,),
-               ("logits", "sampled", "temperature", valid, vocab, row_stride, row_stride, config.num_blocks,
-                "logprob_stats", "rank_counts"), names[1:6], REDUCE_BLOCK=config.reduce_block, HAS_ROW_VALID=row_valid,
-               ROWS=1, num_warps=4))
-    return Plan(scratch + outputs, launches, names, "single read")
+    )
+    reduce_args = ("logits", "sampled", "temperature", valid, vocab, row_stride, row_stride, config.num_blocks,
+                   "logprob_stats", "rank_counts")
+    if num_top == 0:
+        return Plan(scratch + outputs, launches + (launch(
+            logprobs_reduce_kernel, (batch,), reduce_args, names[1:6], REDUCE_BLOCK=config.reduce_block,
+            HAS_ROW_VALID=row_valid, ROWS=1, num_warps=4),), names, "single read")
+    return Plan(scratch + (Buffer("top_values", (batch, num_top), "float32"),) + outputs, launches + (
+        top_list_launch(config, batch, vocab, row_stride, row_stride, row_align, valid, row_valid, 1),
+        launch(logprobs_reduce_top_kernel, (batch,), reduce_args + ("num_top", "top_ids", "top_values"),
+               names[1:6] + ("top_logprobs",), REDUCE_BLOCK=config.reduce_block, HAS_ROW_VALID=row_valid, ROWS=1,
+               num_warps=4)), names, "single read, top list")
 
 
 def with_logprobs(sampling: Plan, logits: ArgSpec, target: Target, *, has_top_k: bool, has_top_p: bool,
