@@ -117,48 +117,7 @@ TORCH_SCRIPT = textwrap.dedent('''
         dist.destroy_process_group()
         return rank, results, error
 
-    _COMPILE_SHARD_KERNELS = """
-import compiled_kernels as ck
-from jsample import kernels
-from jsample.kernels.plan import ArgSpec
-from torch_backend import _execute as torch_execute
-
-target = torch_execute.compiled_target(132, 9)
-inputs = {"seeds": "*i64", "positions": "*i64", "temperature": "*fp32", "vocab_start": "*i32", "gathered": "*i32"}
-plans = [(kernels.plan_shard_combine(target, batch=256, shards=2), "*fp32")]
-for batch in (1, 256):  # one launch, two launches
-    for dtype, fp64 in (("bfloat16", False), ("float32", True)):
-        plans.append((kernels.plan_gumbel_shard(ArgSpec.contiguous((batch, 131072), dtype),
-                                                ArgSpec.contiguous((batch,), "int64"), target, fp64=fp64, draft=False,
-                                                start_align=16), ck.POINTER_TYPES[dtype]))
-for plan, logits in plans:
-    for step in plan.launches:
-        names = [name for name in step.kernel.arg_names if name not in dict(step.constexprs)]
-        types = {name: ({"logits": logits, **inputs}.get(value) or ck.POINTER_TYPES[plan.buffer(value).dtype])
-                 if isinstance(value, str) else "i32" for name, value in zip(names, list(step.args) + list(step.outputs))}
-        ck.compile_for_sm90(step.kernel, types, dict(step.constexprs), step.num_warps)
-        print("compiled", step.kernel.fn.__name__)
-"""
-
-
-def test_the_shard_kernels_compile_for_sm90():
-    """The shard and combine kernels as compiled for an H100/H200, in a process of compiled kernels (the
-    interpreter runs what Triton's compiler may refuse: a plain global did, found on two GPUs)."""
-    import pathlib
-
-    pytest.importorskip("triton.backends.nvidia")
-    tests = pathlib.Path(__file__).parent
-    env = {**os.environ, "TRITON_INTERPRET": "0", "JSAMPLE_INTERPRET": "0",
-           "PYTHONPATH": os.pathsep.join([str(tests), str(tests.parent), os.environ.get("PYTHONPATH", "")])}
-    result = subprocess.run([sys.executable, "-c", _COMPILE_SHARD_KERNELS], capture_output=True, text=True, env=env,
-                            timeout=600)
-    assert result.returncode == 0, result.stderr[-3000:]
-    compiled = result.stdout.split()
-    assert compiled.count("shard_one_launch_kernel") == 2 and compiled.count("shard_partial_kernel") == 2, compiled
-    assert compiled.count("shard_summary_kernel") == 2 and compiled.count("shard_combine_kernel") == 1, compiled
-
-
-if __name__ == "__main__":
+    if __name__ == "__main__":
         sizes = [int(v) for v in sys.argv[1].split(",")]
         context = mp.get_context("spawn")
         queue = context.Queue()
