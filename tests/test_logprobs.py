@@ -132,6 +132,51 @@ def test_top_list_reads_candidate_blocks_and_equals_the_reference(tiling, force_
         assert np.array_equal(np.asarray(getattr(fused, name)), a, equal_nan=True), name
 
 
+@pytest.mark.parametrize("filters", [dict(top_k=np.int64([5, 5, 3, 64, 50, 0, 200, 1])),
+                                     dict(top_k=np.int64([5, 5, 3, 64, 50, 0, 200, 1]),
+                                          top_p=np.float32([0.9, 0.5, 0.99, 0.3, 0.0, 0.9, 0.95, 0.5])),
+                                     dict(top_k=np.int64([5, 5, 3, 64, 50, 0, 200, 1]), top_p=0.8,
+                                          min_p=0.05)], ids=["k", "k+p", "k+p+min_p"])
+def test_top_k_rows_take_the_list_and_the_others_the_passes(filters):
+    """With top-k, the rows whose kept set lies within the 64 largest logits are decided from the single read's
+    list (filtered_list_reduce_kernel, done = 1); the rest by token_logprobs_kernel's passes: 100 logits tied
+    at the 5th largest (past the list), top-k off (k = 0) over a full list, k beyond the finite count over a
+    full list, a greedy row (not filtered: the list). Both kinds equal the reference and torch == JAX."""
+    import dataclasses
+
+    from torch_backend import _execute as execute
+
+    rng = np.random.default_rng(5)
+    vocab = 9000  # several interpreter blocks a row
+    x = (rng.standard_normal((8, vocab)) * 3).astype(np.float32)
+    x[1, 100:200] = x[1].max() + 1.0  # 100 tied largest: top-k 5 keeps all 100 (more than the list holds)
+    x[1, 7] = x[1].max() + 2.0
+    x[3, 50:120] = 30.0  # 70 tied largest and k = 64: past the list
+    x[4, :vocab - 40] = -np.inf  # 40 finite logits: k = 50 keeps them all (a list short of full)
+    tokens = np.int32([0, 150, 2, 60, vocab - 1, 4, 9, 11])
+    temperature = np.float32([0.8, 1.0, 1.2, 0.7, 1.0, 1.0, 0.9, 0.0])  # the last row greedy
+    device = torch.device(TORCH_DEVICE)
+    plan = kernels.plan_token_logprobs(ArgSpec.contiguous(x.shape, "float32"), execute.target(device), has_top_k=True,
+                                       has_top_p="top_p" in filters, has_min_p="min_p" in filters, fp64=False,
+                                       num_top=3)
+    assert plan.variant == "top-k list, then one launch"
+    probe = dataclasses.replace(plan, outputs=plan.outputs + ("fast_done",))
+    inputs = dict(logits=torch.from_numpy(x).to(device), tokens=torch.from_numpy(tokens).to(device),
+                  temperature=torch.from_numpy(temperature).to(device), num_top=torch.full((1,), 3, dtype=torch.int32,
+                                                                                         device=device))
+    for name in ("top_k", "top_p", "min_p"):
+        if name in filters:
+            per_row = np.asarray(filters[name], np.int64 if name == "top_k" else np.float32)
+            inputs[name] = torch.from_numpy(np.broadcast_to(per_row, (8,)).copy()).to(device)
+    done = execute.run(probe, device, inputs)[-1].cpu().numpy()
+    assert list(done) == [1, 0, 1, 0, 1, 0, 0, 1], done  # (row 6: k = 200 < the 9000 finite logits)
+    t = _torch(x, tokens, temperature, num_top=3, **filters)
+    j = _jax(x, tokens, temperature, num_top=3, **filters)
+    for name, a, b in zip(FIELDS, t, j):
+        assert np.array_equal(a, b, equal_nan=True), name
+    _assert_close_to_reference(t, token_logprobs_reference(x, tokens, temperature, num_top=3, **filters), filters)
+
+
 def test_per_row_filters_and_edge_rows():
     """Per-row filter arrays (out-of-range values clamped as the sampler clamps them), a row without a finite
     logit (token -1), an overflowing greedy row, tokens at the boundaries."""
@@ -388,11 +433,13 @@ plans = [(kernels.plan_token_logprobs(ArgSpec.contiguous((64, 151936), "bfloat16
          (kernels.plan_token_logprobs(ArgSpec.contiguous((8, 5, 32000), "bfloat16"), target, has_top_k=False,
                                       has_top_p=False, has_min_p=False, fp64=False, num_top=5, row_valid=True), "*bf16"),
          (kernels.plan_gumbel_sample(ArgSpec.contiguous((64, 151936), "float32"), seeds, target, fp64=False,
-                                     draft=False, return_logprobs=True, num_top=20), "*fp32")]
+                                     draft=False, return_logprobs=True, num_top=20), "*fp32"),
+         (kernels.plan_token_logprobs(ArgSpec.contiguous((64, 151936), "bfloat16"), target, has_top_k=True,
+                                      has_top_p=True, has_min_p=True, fp64=False, num_top=4), "*bf16")]
 inputs = {"tokens": "*i32", "row_valid": "*i32", "seeds": "*i64", "positions": "*i64", "temperature": "*fp32",
-          "num_top": "*i32"}
+          "num_top": "*i32", "top_k": "*i64", "top_p": "*fp32", "min_p": "*fp32"}
 for plan, logits in plans:
-    assert plan.variant.startswith("single read"), plan.variant
+    assert plan.variant.startswith("single read") or plan.variant.startswith("top-k list"), plan.variant
     for step in plan.launches:
         names = [name for name in step.kernel.arg_names if name not in dict(step.constexprs)]
         types = {name: ({"logits": logits, **inputs}.get(value) or ck.POINTER_TYPES[plan.buffer(value).dtype])
@@ -417,5 +464,6 @@ def test_the_single_read_kernels_compile_for_sm90():
     result = subprocess.run([sys.executable, "-c", _COMPILE_SINGLE_READ], capture_output=True, text=True, env=env,
                             timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert result.stdout.count("compiled") == 20
-    assert result.stdout.count("compiled top_list_kernel") == 2, result.stdout
+    assert result.stdout.count("compiled") == 24
+    assert result.stdout.count("compiled top_list_kernel") == 3, result.stdout
+    assert "compiled filtered_list_reduce_kernel" in result.stdout and "compiled token_logprobs_kernel" in result.stdout

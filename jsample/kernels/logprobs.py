@@ -136,6 +136,14 @@ def token_logprobs_kernel(
     V,
     row_stride,
     request_stride,
+    fast_raw_ptr,  # with HAS_FAST: filtered_list_reduce_kernel's outputs, copied where it did the row
+    fast_scaled_ptr,
+    fast_kept_ptr,
+    fast_log_kept_mass_ptr,
+    fast_rank_ptr,
+    fast_top_ids_ptr,
+    fast_top_logprobs_ptr,
+    fast_done_ptr,
     raw_ptr,  # [B] f32 outputs: raw, scaled, kept, log_kept_mass
     scaled_ptr,
     kept_ptr,
@@ -153,10 +161,23 @@ def token_logprobs_kernel(
     VOCAB_ALIGN: tl.constexpr,  # same vectorised code (jax-triton tells the compiler nothing: common.aligned)
     HAS_ROW_VALID: tl.constexpr = False,
     ROWS: tl.constexpr = 1,  # rows a request (rejection_sample's K + 1): temperature, filters, row_valid per request
+    HAS_FAST: tl.constexpr = False,  # after filtered_list_reduce_kernel: its rows copied, the others computed
 ):
     b = tl.program_id(0)
     b64 = b.to(tl.int64)
     request = b64 // ROWS
+    if HAS_FAST:
+        if tl.load(fast_done_ptr + b64) != 0:
+            tl.store(raw_ptr + b64, tl.load(fast_raw_ptr + b64))
+            tl.store(scaled_ptr + b64, tl.load(fast_scaled_ptr + b64))
+            tl.store(kept_ptr + b64, tl.load(fast_kept_ptr + b64))
+            tl.store(log_kept_mass_ptr + b64, tl.load(fast_log_kept_mass_ptr + b64))
+            tl.store(rank_ptr + b64, tl.load(fast_rank_ptr + b64))
+            num_top = tl.load(num_top_ptr)
+            for j in range(num_top):
+                tl.store(top_ids_ptr + b64 * num_top + j, tl.load(fast_top_ids_ptr + b64 * num_top + j))
+                tl.store(top_logprobs_ptr + b64 * num_top + j, tl.load(fast_top_logprobs_ptr + b64 * num_top + j))
+            return
     if HAS_ROW_VALID:
         if tl.load(row_valid_ptr + request) == 0:
             _store_padding_row(b64, raw_ptr, scaled_ptr, kept_ptr, log_kept_mass_ptr, rank_ptr, top_ids_ptr,
@@ -436,6 +457,7 @@ def top_list_kernel(
     VOCAB_ALIGN: tl.constexpr,
     HAS_ROW_VALID: tl.constexpr = False,
     ROWS: tl.constexpr = 1,
+    COUNT: tl.constexpr = 0,  # > 0: this many a row (filtered_list_reduce_kernel's list), num_top_ptr unread
 ):
     """Grid (B,): the row's num_top largest finite logits, reading only the blocks that can hold one. The
     num_top-th largest of the blocks' maxima is a lower bound of the row's num_top-th largest logit (that many
@@ -446,7 +468,10 @@ def top_list_kernel(
     finite logits: column -1, value -inf."""
     b64 = tl.program_id(0).to(tl.int64)
     request = b64 // ROWS
-    num_top = tl.load(num_top_ptr)
+    if COUNT > 0:
+        num_top = tl.full([], COUNT, tl.int32)
+    else:
+        num_top = tl.load(num_top_ptr)
     if HAS_ROW_VALID:
         if tl.load(row_valid_ptr + request) == 0:
             for j in range(num_top):
@@ -503,6 +528,142 @@ def top_list_kernel(
             out = b64 * num_top + j
             tl.store(top_ids_ptr + out, tl.where(col < 2147483647, col, -1))
             tl.store(top_values_ptr + out, value)
+
+
+@jit
+def filtered_list_reduce_kernel(
+    logits_ptr,  # as token_logprobs_kernel's
+    tokens_ptr,
+    temperature_ptr,
+    top_k_ptr,  # [B] i32|i64
+    top_p_ptr,  # [B] f32 (read with HAS_TOP_P)
+    min_p_ptr,  # [B] f32 (read with HAS_MIN_P)
+    num_top_ptr,  # [1] i32
+    row_valid_ptr,  # [B] i32 (read with HAS_ROW_VALID): a padding row is left to token_logprobs_kernel
+    V,
+    row_stride,
+    request_stride,
+    num_blocks,
+    stats_ptr,  # [B, STATS, num_blocks] f64: logprobs_stats_kernel's
+    counts_ptr,  # [B, num_blocks] i32: its rank counts
+    list_ids_ptr,  # [B, LIST] i32: top_list_kernel's LIST largest finite logits (-1 past the row's finite ones)
+    list_values_ptr,  # [B, LIST] f32
+    raw_ptr,  # [B] f32 outputs, as token_logprobs_kernel's, for the rows it takes (done)
+    scaled_ptr,
+    kept_ptr,
+    log_kept_mass_ptr,
+    rank_ptr,  # [B] i32
+    top_ids_ptr,  # [B, num_top] i32
+    top_logprobs_ptr,  # [B, num_top] f32
+    done_ptr,  # [B] i32 output: 1 where this kernel wrote the row, 0 where token_logprobs_kernel computes it
+    REDUCE_BLOCK: tl.constexpr,
+    LIST: tl.constexpr,
+    HAS_TOP_P: tl.constexpr,
+    HAS_MIN_P: tl.constexpr,
+    FP64: tl.constexpr,
+    FAST_MATH: tl.constexpr,
+    HAS_ROW_VALID: tl.constexpr = False,
+    ROWS: tl.constexpr = 1,
+):
+    """Grid (B,): token_logprobs with top-k (and top-p, min-p) from the single read's statistics and the row's
+    LIST largest logits, where the kept set lies within them: top-k active with k <= LIST, and fewer than
+    LIST logits at or above the k-th largest (ties included); rows that filters do not touch (greedy, no
+    finite logit) too. token_logprobs_kernel's rules, in its fixed-point masses and terms: top-k's threshold
+    is the k-th largest logit's key, top-p's the smallest kept key whose strictly larger kept logits weigh less
+    than p times the kept mass (the list is sorted: a running sum), min-p compares e with min_p; the kept terms
+    exp((x - m) / T) are summed as integers. Every other row (done = 0) is token_logprobs_kernel's."""
+    b64 = tl.program_id(0).to(tl.int64)
+    request = b64 // ROWS
+    done = tl.full([], 1, tl.int32)
+    if HAS_ROW_VALID:
+        if tl.load(row_valid_ptr + request) == 0:
+            done = done * 0
+    if done == 1:
+        row_ptr = logits_ptr + request * request_stride + (b64 % ROWS) * row_stride
+        temperature = load_temperature(temperature_ptr, request)
+        blocks = tl.arange(0, REDUCE_BLOCK)
+        in_row = blocks < num_blocks
+        base = stats_ptr.to(tl.pointer_type(tl.float64)) + (b64 * STATS) * num_blocks + blocks
+        block_max = tl.load(base, mask=in_row, other=float("-inf")).to(tl.float32)
+        raw_b = tl.load(base + 2 * num_blocks, mask=in_row, other=0.0)
+        scaled_b = tl.load(base + 3 * num_blocks, mask=in_row, other=0.0)
+        magnitude = tl.max(tl.load(base + 4 * num_blocks, mask=in_row, other=0.0), axis=0).to(tl.float32)
+        larger = tl.sum(tl.load(counts_ptr + b64 * num_blocks + blocks, mask=in_row, other=0), axis=0)
+        m = tl.max(block_max, axis=0)
+        overflow = magnitude * (1.0 / temperature) == float("inf")
+        greedy = is_greedy(temperature) | overflow
+        blocks_t = tl.where(is_greedy(temperature), 1.0, 1.0 / temperature)
+        shift = tl.where(block_max > float("-inf"), block_max.to(tl.float64) - m.to(tl.float64), float("-inf"))
+        log_raw_sum = tl.log(tl.sum(raw_b * tl.exp(shift), axis=0)) - _LOG_FIXED_ONE
+        log_scaled_sum = tl.log(tl.sum(scaled_b * tl.exp(shift * blocks_t.to(tl.float64)), axis=0)) - _LOG_FIXED_ONE
+        log_scaled_sum = tl.where(overflow, log_raw_sum, log_scaled_sum)
+        inverse_t = tl.where(greedy, 1.0, 1.0 / temperature)
+        # the list, largest first (-inf past the row's finite logits)
+        slots = tl.arange(0, LIST)
+        values = tl.load(list_values_ptr + b64 * LIST + slots)
+        listed = tl.load(list_ids_ptr + b64 * LIST + slots) >= 0
+        count_listed = tl.sum(listed.to(tl.int32), axis=0)
+        filtered = (not greedy) & (count_listed > 0)
+        key_max = _key(m, 0)
+        keys = _key(values, 0).to(tl.int64)
+        threshold = tl.full([], _KEY_FLOOR, tl.int64)
+        k = tl.load(top_k_ptr + request).to(tl.int64)
+        full = count_listed == LIST
+        # top-k acts where 1 <= k < the count of finite logits (k == LIST == a full list's count keeps them all
+        # either way)
+        active = (k >= 1) & ((k < count_listed) | full)
+        if filtered:
+            if active & (k <= LIST):
+                kth = tl.sum(tl.where(slots == k - 1, values, 0.0), axis=0)
+                last = tl.sum(tl.where(slots == LIST - 1, values, 0.0), axis=0)
+                if full & (last >= kth):
+                    done = done * 0  # ties at the k-th largest may reach past the list
+                threshold = _key(kth, 0).to(tl.int64)
+            elif active | full:
+                done = done * 0  # the kept set is not within the list (a list short of full holds every finite logit)
+        min_p = 0.0
+        if HAS_MIN_P:
+            min_p = _min_p(min_p_ptr, request)
+        if done == 1:
+            kept = listed & (keys >= threshold)
+            if HAS_TOP_P:
+                p = tl.load(top_p_ptr + request)
+                if filtered & (p <= 0.0):
+                    threshold = key_max.to(tl.int64)  # the largest logit only
+                elif filtered & (p > 0.0) & (p < 1.0):
+                    mass = tl.where(kept, _fixed_point_mass(values, temperature, key_max, 0, FP64, FAST_MATH),
+                                    0).to(tl.int64)
+                    limit = p.to(tl.float64) * tl.sum(mass, axis=0).to(tl.float64)
+                    before = tl.cumsum(mass, 0) - mass  # the mass of the larger listed logits (a sorted list)
+                    short = kept & (before.to(tl.float64) < limit)
+                    threshold = tl.min(tl.where(short, keys, 2**62), axis=0)
+            kept = _kept(values, threshold, temperature, key_max, min_p, filtered, HAS_MIN_P, FP64) & listed
+            kept_terms = tl.where(kept, _fixed(tl.exp((values - m) * inverse_t)), 0)
+            log_kept_mass = tl.log(tl.sum(kept_terms, axis=0).to(tl.float64)) - _LOG_FIXED_ONE - log_scaled_sum
+            log_kept_mass = tl.where(filtered, log_kept_mass, 0.0)  # every finite logit kept
+            token = tl.load(tokens_ptr + b64).to(tl.int64)
+            valid = (token >= 0) & (token < V) & (m > float("-inf"))
+            x_token = tl.load(row_ptr + tl.where(valid, token, 0)).to(tl.float32)
+            token_kept = _kept(x_token, threshold, temperature, key_max, min_p, filtered, HAS_MIN_P, FP64)
+            d = x_token.to(tl.float64) - m.to(tl.float64)
+            scaled = d * inverse_t.to(tl.float64) - log_scaled_sum
+            nan = float("nan")
+            defined = valid & (x_token == x_token) & (x_token < float("inf"))
+            tl.store(raw_ptr + b64, tl.where(defined, d - log_raw_sum, nan).to(tl.float32))
+            tl.store(scaled_ptr + b64, tl.where(defined, scaled, nan).to(tl.float32))
+            tl.store(kept_ptr + b64, tl.where(defined & token_kept, scaled - log_kept_mass,
+                                              tl.where(defined, float("-inf"), nan)).to(tl.float32))
+            tl.store(log_kept_mass_ptr + b64, tl.where(defined, log_kept_mass, nan).to(tl.float32))
+            tl.store(rank_ptr + b64, tl.where(valid, 1 + larger, 0))
+            num_top = tl.load(num_top_ptr)
+            for j in range(num_top):  # the list's first num_top (num_top <= LIST)
+                out = b64 * num_top + j
+                value = tl.sum(tl.where(slots == j, values, 0.0), axis=0)
+                col = tl.load(list_ids_ptr + b64 * LIST + j)
+                tl.store(top_ids_ptr + out, col)
+                tl.store(top_logprobs_ptr + out, tl.where(col >= 0, value.to(tl.float64) - m.to(tl.float64) -
+                                                          log_raw_sum, float("-inf")).to(tl.float32))
+    tl.store(done_ptr + b64, done)
 
 
 @jit
@@ -672,14 +833,41 @@ def plan_token_logprobs(logits: ArgSpec, target: Target, *, has_top_k: bool, has
             names[:5] + ("top_logprobs",), REDUCE_BLOCK=config.reduce_block, HAS_ROW_VALID=row_valid, ROWS=rows,
             num_warps=4)), names, "single read, top list")
     block_v = 4096 if target.large_programs else 1024
-    launches = (launch(
-        token_logprobs_kernel, (batch * rows,),
-        ("logits", "tokens", "temperature", "top_k" if has_top_k else stand_in, "top_p" if has_top_p else stand_in,
-         "min_p" if has_min_p else stand_in, "num_top", "row_valid" if row_valid else stand_in, vocab, row_stride,
-         request_stride), names, HAS_ROW_VALID=row_valid, ROWS=rows,
-        HAS_TOP_K=has_top_k, HAS_TOP_P=has_top_p, HAS_MIN_P=has_min_p, FP64=fp64, FAST_MATH=not target.interpreter,
-        BLOCK_V=block_v, ROW_ALIGN=row_align, VOCAB_ALIGN=largest_power_of_two_dividing(vocab, 16), num_warps=4),)
-    return Plan(outputs, launches, names, "one launch")
+    args = ("logits", "tokens", "temperature", "top_k" if has_top_k else stand_in, "top_p" if has_top_p else stand_in,
+            "min_p" if has_min_p else stand_in, "num_top", "row_valid" if row_valid else stand_in, vocab, row_stride,
+            request_stride)
+    fast_names = tuple("fast_" + name for name in names) + ("fast_done",)
+    multipass = dict(HAS_ROW_VALID=row_valid, ROWS=rows, HAS_TOP_K=has_top_k, HAS_TOP_P=has_top_p,
+                     HAS_MIN_P=has_min_p, FP64=fp64, FAST_MATH=not target.interpreter, BLOCK_V=block_v,
+                     ROW_ALIGN=row_align, VOCAB_ALIGN=largest_power_of_two_dividing(vocab, 16), num_warps=4)
+    if not has_top_k:
+        return Plan(outputs, (launch(token_logprobs_kernel, (batch * rows,), args + (stand_in,) * len(fast_names),
+                                     names, **multipass),), names, "one launch")
+    # top-k: the single read's statistics and the LIST largest logits a row decide the rows whose kept set lies
+    # within them (filtered_list_reduce_kernel); token_logprobs_kernel copies those and computes the others
+    config = single_read_config(vocab, target)
+    valid = "row_valid" if row_valid else stand_in
+    stats_args = ("logits", "tokens", "temperature", valid, vocab, row_stride, request_stride)
+    scratch = (Buffer("logprob_stats", (batch * rows, 2 * STATS.value, config.num_blocks), "float32"),
+               Buffer("rank_counts", (batch * rows, config.num_blocks), "int32"),
+               Buffer("list_ids", (batch * rows, TOP_LIST), "int32"),
+               Buffer("list_values", (batch * rows, TOP_LIST), "float32")) + tuple(
+        dataclasses.replace(b, name="fast_" + b.name) for b in outputs) + (Buffer("fast_done", (batch * rows,), "int32"),)
+    launches = (
+        launch(logprobs_stats_kernel, (batch * rows, config.num_blocks), stats_args, ("logprob_stats", "rank_counts"),
+               BLOCK_V=config.block_v, ROW_ALIGN=row_align, VOCAB_ALIGN=config.vocab_align, HAS_ROW_VALID=row_valid,
+               ROWS=rows, num_warps=config.num_warps),
+        launch(top_list_kernel, (batch * rows,), ("logits", valid, "num_top", vocab, row_stride, request_stride,
+                                                  config.num_blocks, "logprob_stats"), ("list_ids", "list_values"),
+               BLOCK_V=config.block_v, REDUCE_BLOCK=config.reduce_block, TOP=TOP_LIST, ROW_ALIGN=row_align,
+               VOCAB_ALIGN=config.vocab_align, HAS_ROW_VALID=row_valid, ROWS=rows, COUNT=TOP_LIST, num_warps=4),
+        launch(filtered_list_reduce_kernel, (batch * rows,),
+               args[:-3] + (vocab, row_stride, request_stride, config.num_blocks, "logprob_stats", "rank_counts",
+                            "list_ids", "list_values"), fast_names,
+               REDUCE_BLOCK=config.reduce_block, LIST=TOP_LIST, HAS_TOP_P=has_top_p, HAS_MIN_P=has_min_p, FP64=fp64,
+               FAST_MATH=not target.interpreter, HAS_ROW_VALID=row_valid, ROWS=rows, num_warps=4),
+        launch(token_logprobs_kernel, (batch * rows,), args + fast_names, names, HAS_FAST=True, **multipass))
+    return Plan(scratch + outputs, launches, names, "top-k list, then one launch")
 
 
 def top_list_launch(config, rows: int, vocab: int, row_stride: int, request_stride: int, row_align: int,
@@ -688,7 +876,7 @@ def top_list_launch(config, rows: int, vocab: int, row_stride: int, request_stri
     return launch(top_list_kernel, (rows,), ("logits", valid, "num_top", vocab, row_stride, request_stride,
                                              config.num_blocks, "logprob_stats"), ("top_ids", "top_values"),
                   BLOCK_V=config.block_v, REDUCE_BLOCK=config.reduce_block, TOP=TOP_LIST, ROW_ALIGN=row_align,
-                  VOCAB_ALIGN=config.vocab_align, HAS_ROW_VALID=row_valid, ROWS=rows_a_request, num_warps=4)
+                  VOCAB_ALIGN=config.vocab_align, HAS_ROW_VALID=row_valid, ROWS=rows_a_request, COUNT=0, num_warps=4)
 
 
 def single_read_config(vocab: int, target: Target):
