@@ -188,3 +188,19 @@ def both_frontends(op_name, *args, **kwargs):
                     from_jax if isinstance(from_jax, tuple) else (from_jax,)):
         np.testing.assert_array_equal(t, j, err_msg=f"{op_name}: torch and JAX differ")
     return from_torch
+
+
+def set_filtered(monkeypatch, name, value):
+    """monkeypatch.setattr of a name of jsample.kernels.filtered in the package and in each of its modules that
+    holds it (the package re-exports its modules' names, and each module reads the names it imported)."""
+    import importlib
+    import pkgutil
+
+    import jsample.kernels.filtered as package
+
+    modules = [package] + [importlib.import_module(f"{package.__name__}.{info.name}")
+                           for info in pkgutil.iter_modules(package.__path__)]
+    holders = [module for module in modules if hasattr(module, name)]
+    assert holders, name
+    for module in holders:
+        monkeypatch.setattr(module, name, value)

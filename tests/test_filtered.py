@@ -7,7 +7,7 @@ import functools
 import ml_dtypes
 import numpy as np
 import pytest
-from conftest import ON_GPU, SCORE_MARGIN, SIZE, both_frontends, make_requests
+from conftest import ON_GPU, SCORE_MARGIN, SIZE, both_frontends, make_requests, set_filtered
 from distribution_checks import P_VALUE, chi_square_pvalue, softmax
 
 from jsample import kernels
@@ -160,8 +160,8 @@ def test_filtered_tokens_do_not_depend_on_the_tiling(monkeypatch, force_target):
             return dataclasses.replace(c, num_chunks=-(-VOCAB // chunk), chunk=chunk, ways=ways,
                                        search_steps=-(-(32 - c.key_shift) // (ways.bit_length() - 1)))
 
-        monkeypatch.setattr(filtered, "filtered_launch_config", config)
-        monkeypatch.setattr(filtered, "MANY_ROWS_ELEMENTS", 0 if chunks == "many rows" else 2**22)
+        set_filtered(monkeypatch, "filtered_launch_config", config)
+        set_filtered(monkeypatch, "MANY_ROWS_ELEMENTS", 0 if chunks == "many rows" else 2**22)
         # a planning function of its own per tiling: neither its cache nor the executors' memo holds an older plan
         monkeypatch.setattr(kernels, "plan_top_k_top_p_sample", functools.partial(shipped_plan))
         if chunks is not None:
@@ -243,10 +243,10 @@ def _launches_plan(monkeypatch, force_target, config_change=lambda config: confi
         return config_change(shipped(*args, **options))
 
     config.shipped = shipped
-    monkeypatch.setattr(filtered, "filtered_launch_config", config)
-    monkeypatch.setattr(filtered, "MANY_ROWS_ELEMENTS", 0)
+    set_filtered(monkeypatch, "filtered_launch_config", config)
+    set_filtered(monkeypatch, "MANY_ROWS_ELEMENTS", 0)
     for name, value in constants.items():
-        monkeypatch.setattr(filtered, name, value)
+        set_filtered(monkeypatch, name, value)
     # a planning function of its own: neither its cache nor the executors' memo holds an older plan
     monkeypatch.setattr(kernels, "plan_top_k_top_p_sample", functools.partial(filtered.plan_top_k_top_p_sample.__wrapped__))
     force_target(large_programs=False, resident_programs=0)
@@ -350,12 +350,12 @@ def test_filtered_compact_launches_take_every_listed_item_on_few_programs(progra
     logits, seeds, positions, temperature = _problem(rng, 6, VOCAB, dtype)
     top_k, top_p, min_p = np.int32([50, 0, 7, 1000, 3, 0]), np.float32([0.9, 0.5, 1.0, 0.95, 0.2, 0.99]), 0.001
     shipped_plan = filtered.plan_top_k_top_p_sample.__wrapped__
-    monkeypatch.setattr(filtered, "MANY_ROWS_ELEMENTS", 0)  # the large-batch tiling
+    set_filtered(monkeypatch, "MANY_ROWS_ELEMENTS", 0)  # the large-batch tiling
     force_target(large_programs=False, resident_programs=0)  # the launches' plan
     results = []
     for count in (filtered.COMPACT_PROGRAMS, programs):
-        monkeypatch.setattr(filtered, "COMPACT_PROGRAMS", count)
-        monkeypatch.setattr(filtered, "COMPACT_SAMPLE_PROGRAMS", count)
+        set_filtered(monkeypatch, "COMPACT_PROGRAMS", count)
+        set_filtered(monkeypatch, "COMPACT_SAMPLE_PROGRAMS", count)
         # a planning function of its own: neither its cache nor the executors' memo holds the other's plan
         monkeypatch.setattr(kernels, "plan_top_k_top_p_sample", functools.partial(shipped_plan))
         plan = kernels.plan_top_k_top_p_sample(kernels.ArgSpec.contiguous(logits.shape, dtype),
@@ -597,7 +597,7 @@ def test_filtered_launches_plan_reuses_unfiltered_block_partials_exactly(fp64, f
     the block: the same noise) give the reference's tokens in both frontends."""
     from jsample.kernels import filtered
 
-    monkeypatch.setattr(filtered, "MANY_ROWS_ELEMENTS", 0)  # the large-batch tiling: blocks of 512 columns
+    set_filtered(monkeypatch, "MANY_ROWS_ELEMENTS", 0)  # the large-batch tiling: blocks of 512 columns
     # a planning function of its own: neither its cache nor the executors' memo holds an older plan
     monkeypatch.setattr(kernels, "plan_top_k_top_p_sample",
                         functools.partial(filtered.plan_top_k_top_p_sample.__wrapped__))
@@ -667,7 +667,7 @@ def test_filtered_launches_plan_top_k_bound_from_block_maxima(force_target, monk
     assert (top_k > blocks).any() and (winners == logits.argmax(axis=1)).sum() >= 4
     expected = both_frontends(OP, logits, seeds, positions, temperature, top_k=top_k, top_p=top_p, min_p=min_p)
     assert_tokens_match_reference(expected, logits, seeds, positions, temperature, top_k, top_p, min_p)
-    monkeypatch.setattr(filtered, "MANY_ROWS_ELEMENTS", 0)  # the large-batch tiling: blocks of 512 columns
+    set_filtered(monkeypatch, "MANY_ROWS_ELEMENTS", 0)  # the large-batch tiling: blocks of 512 columns
     monkeypatch.setattr(kernels, "plan_top_k_top_p_sample",
                         functools.partial(filtered.plan_top_k_top_p_sample.__wrapped__))
     force_target(large_programs=False, resident_programs=0)  # the launches' plan
@@ -689,7 +689,7 @@ def test_filtered_launches_plan_winner_sums_skip_tiles_below_the_winner_only_und
     and drops, with the mass spread over every tile, give the reference's tokens in both frontends."""
     from jsample.kernels import filtered
 
-    monkeypatch.setattr(filtered, "MANY_ROWS_ELEMENTS", 0)  # the large-batch tiling: blocks of 512 columns
+    set_filtered(monkeypatch, "MANY_ROWS_ELEMENTS", 0)  # the large-batch tiling: blocks of 512 columns
     monkeypatch.setattr(kernels, "plan_top_k_top_p_sample",
                         functools.partial(filtered.plan_top_k_top_p_sample.__wrapped__))
     force_target(large_programs=False, resident_programs=0)  # the launches' plan
@@ -731,7 +731,7 @@ def test_filtered_top_k_lists_give_the_searches_thresholds(dtype, plan_variant, 
     from jsample.kernels import filtered, gumbel
 
     if plan_variant == "launches":
-        monkeypatch.setattr(filtered, "MANY_ROWS_ELEMENTS", 0)  # the large-batch tiling: blocks of 512 columns
+        set_filtered(monkeypatch, "MANY_ROWS_ELEMENTS", 0)  # the large-batch tiling: blocks of 512 columns
         force_target(large_programs=False, resident_programs=0)
     else:
         monkeypatch.setattr(gumbel, "_BLOCK_V_MAX_LARGE_PROGRAMS", 512)
@@ -764,8 +764,8 @@ def test_filtered_top_k_lists_give_the_searches_thresholds(dtype, plan_variant, 
 
     results = []
     for length in (16, 1024, 0):
-        monkeypatch.setattr(filtered, "TOP_K_LIST", length)
-        monkeypatch.setattr(filtered, "SHORT_TOP_K_LIST", 4 if length == 16 else 128)
+        set_filtered(monkeypatch, "TOP_K_LIST", length)
+        set_filtered(monkeypatch, "SHORT_TOP_K_LIST", 4 if length == 16 else 128)
         # a planning function of its own: neither its cache nor the executors' memo holds an older plan
         monkeypatch.setattr(kernels, "plan_top_k_top_p_sample",
                             functools.partial(filtered.plan_top_k_top_p_sample.__wrapped__))

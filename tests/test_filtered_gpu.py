@@ -3,7 +3,7 @@ with torch and JAX in one process. Skipped without a CUDA GPU (see conftest)."""
 
 import numpy as np
 import pytest
-from conftest import ON_GPU
+from conftest import ON_GPU, set_filtered
 
 pytestmark = pytest.mark.gpu
 
@@ -92,7 +92,7 @@ def test_filtered_gpu_one_launch_lists_give_the_searches_tokens(batch, dtype):
     def call(run, lists=True, launches_plan=False):
         with pytest.MonkeyPatch.context() as m:
             if not lists:
-                m.setattr(filtered, "TOP_K_LIST", 0)
+                set_filtered(m, "TOP_K_LIST", 0)
             if launches_plan:  # no program may wait for another
                 target = _execute.target
                 m.setattr(_execute, "target", lambda device: dataclasses.replace(target(device), resident_programs=0))

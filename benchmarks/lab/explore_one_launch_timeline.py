@@ -55,7 +55,9 @@ def patch(checkout: str, dry: bool = False) -> str:
     root = tempfile.mkdtemp(prefix="timeline_")
     for package in ("jsample", "torch_backend"):
         shutil.copytree(os.path.join(checkout, package), os.path.join(root, package))
-    path = os.path.join(root, "jsample", "kernels", "filtered.py")
+    path = os.path.join(root, "jsample", "kernels", "filtered", "one_launch.py")  # (filtered.py before the split)
+    if not os.path.exists(path):
+        path = os.path.join(root, "jsample", "kernels", "filtered.py")
     source = open(path).read()
     head, rest = source.split("def filtered_one_launch_kernel(", 1)
     kernel, tail = rest.split("\n@triton.jit", 1)

@@ -1,4 +1,4 @@
-"""NumPy reference of `top_k_top_p_sample` (jsample/kernels/filtered.py states the rules).
+"""NumPy reference of `top_k_top_p_sample` (jsample/kernels/filtered/__init__.py states the rules).
 
 Written from the rules, not from the kernels' search: top-k from a sort, top-p from the sorted masses
 of the distinct logits, then gumbel_sample's reference on the row with the dropped logits at -inf.
