@@ -206,3 +206,32 @@ def test_precompile_workers_make_the_calls(tmp_path):
     assert result.returncode == 0 and "worker process failed" not in result.stderr, result.stderr[-3000:]
     calls, kernels_ = map(int, result.stdout.split())
     assert calls >= 2 and kernels_ >= 2
+
+
+def test_precompile_covers_vocab_parallel_calls():
+    """flags [{"vocab_shards": N}]: precompile's calls bring every compile key of the shard and combine plans that
+    each rank of an even split runs, at every batch size, on both frontends' targets; a split into shards whose
+    width is not a multiple of 4 columns is refused."""
+    import jsample
+    import torch_backend
+
+    for frontend, vocab, shards, flags, report in (
+            ("torch", 151936, 2, {}, torch_backend.precompile([151936], ["bfloat16"], ops=["gumbel_sample"],
+                                                              flags=[{"vocab_shards": 2}], max_batch=300)),
+            ("jax", 262144, 4, {"fp64": True}, jsample.precompile([262144], ["float32"], ops=["gumbel_sample"],
+                                                                 flags=[{"vocab_shards": 4, "fp64": True}],
+                                                                 max_batch=300))):
+        covered = set().union(*(case.keys for case in report.cases))
+        assert 1 <= len(report.cases) <= 2 * MAX_TILINGS, report.cases
+        width, dtype = vocab // shards, report.cases[0].dtype
+        for b in (1, 2, 3, 7, 16, 17, 63, 64, 100, 150, 255, 300):
+            for target in targets(132, "gumbel_sample")[frontend]:
+                align = kernels.start_alignment([i * width for i in range(shards)])
+                shard = kernels.plan_gumbel_shard(ArgSpec.contiguous((b, width), dtype),
+                                                  ArgSpec.contiguous((b,), "int64"), target,
+                                                  fp64=flags.get("fp64", False), draft=False, start_align=align)
+                combine = kernels.plan_shard_combine(target, batch=b, shards=shards)
+                keys = {compile_key(s, frontend) for s in shard.launches + combine.launches}
+                assert keys <= covered, (frontend, b)
+    with pytest.raises(ValueError, match="precompile: vocab_shards = 3 must split V = 151936 into shards of a"):
+        torch_backend.precompile([151936], ops=["gumbel_sample"], flags=[{"vocab_shards": 3}], max_batch=4)

@@ -40,6 +40,8 @@ def _plan(op, batch, vocab, dtype, k, flags, target):
     from jsample import kernels
 
     seeds = ArgSpec.contiguous((batch,), "int64")
+    if op == "gumbel_sample" and flags.get("vocab_shards"):
+        return _vocab_parallel_plan(batch, vocab, dtype, flags, target)
     if op == "gumbel_sample":
         return kernels.plan_gumbel_sample(ArgSpec.contiguous((batch, vocab), dtype), seeds, target,
                                           fp64=flags.get("fp64", False), draft=flags.get("draft", False),
@@ -65,6 +67,34 @@ def _plan(op, batch, vocab, dtype, k, flags, target):
             ArgSpec.contiguous((batch, k) if flags.get("batched_rates") else (k,), "float32"), seeds, target,
             fp64=flags.get("fp64", False), row_valid=flags.get("num_valid", False))
     raise ValueError(f"precompile: ops must be among {OPS}, got {op!r}")
+
+
+def _vocab_parallel_plan(batch, vocab, dtype, flags, target):
+    """A vocab-parallel gumbel_sample call's kernels as one plan (its shard plan on V / vocab_shards columns, then
+    the combine of the shards' summaries, read from a stand-in of the all-gather's output): every compile key of
+    the calls of each device of an even split (start columns i * V / vocab_shards)."""
+    from jsample import kernels
+    from jsample.kernels.plan import Buffer, Plan
+
+    shards = flags["vocab_shards"]
+    width = shard_width(vocab, shards)
+    shard = kernels.plan_gumbel_shard(ArgSpec.contiguous((batch, width), dtype), ArgSpec.contiguous((batch,), "int64"),
+                                      target, fp64=flags.get("fp64", False), draft=flags.get("draft", False),
+                                      start_align=kernels.start_alignment([i * width for i in range(shards)]))
+    combine = kernels.plan_shard_combine(target, batch=batch, shards=shards)
+    gathered = Buffer("gathered", (shards, batch, kernels.SUMMARY_WORDS), "int32")
+    return Plan(shard.buffers + combine.buffers + (gathered,), shard.launches + combine.launches, ("tokens",),
+                "vocab shard and combine (precompile)")
+
+
+def shard_width(vocab: int, shards) -> int:
+    """The columns of a shard of an even vocab-parallel split (precompile's `vocab_shards` flag)."""
+    if not isinstance(shards, int) or isinstance(shards, bool) or shards < 2:
+        raise ValueError(f"precompile: vocab_shards must be an int >= 2, got {shards!r}.")
+    if vocab % shards or (vocab // shards) % 4:
+        raise ValueError(f"precompile: vocab_shards = {shards} must split V = {vocab} into shards of a multiple of 4 "
+                         f"columns, got {vocab / shards:g}.")
+    return vocab // shards
 
 
 def _logprobs(flags) -> dict:
@@ -103,6 +133,8 @@ def input_specs(case: WarmupCase, wide: str = "int64") -> dict:
             specs["num_top"] = ((1,), "int32")
         return specs
     specs = dict(requests, logits=((b, v), case.dtype))
+    if flags.get("vocab_shards"):  # this device's columns, and its start column
+        specs.update(logits=((b, shard_width(v, flags["vocab_shards"])), case.dtype), vocab_start=((1,), "int32"))
     if case.op == "token_logprobs":
         specs = dict(logits=((b, v), case.dtype), tokens=((b,), wide), temperature=((b,), "float32"))
     if case.op == "token_logprobs" or flags.get("return_logprobs"):
