@@ -58,6 +58,17 @@ def launch_arg_types(step, plan, logits_dtype):
     return types
 
 
+def compile_plan(plan, inputs):
+    """Compiles every launch of `plan` for sm_90 and yields each kernel's name: `inputs` maps the plan's input names
+    to their pointer types (e.g. {"logits": "*bf16", "seeds": "*i64"}), its buffers take their dtypes, integers i32."""
+    for step in plan.launches:
+        names = [name for name in step.kernel.arg_names if name not in dict(step.constexprs)]
+        types = {name: (inputs.get(value) or POINTER_TYPES[plan.buffer(value).dtype]) if isinstance(value, str)
+                 else "i32" for name, value in zip(names, list(step.args) + list(step.outputs))}
+        compile_for_sm90(step.kernel, types, dict(step.constexprs), step.num_warps)
+        yield step.kernel.fn.__name__
+
+
 def global_loads(compiled):
     """{load instruction: count} in the PTX."""
     return dict(collections.Counter(re.findall(r"ld\.global[\w.]*", compiled.asm["ptx"])))

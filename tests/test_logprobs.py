@@ -440,12 +440,8 @@ inputs = {"tokens": "*i32", "row_valid": "*i32", "seeds": "*i64", "positions": "
           "num_top": "*i32", "top_k": "*i64", "top_p": "*fp32", "min_p": "*fp32"}
 for plan, logits in plans:
     assert plan.variant.startswith("single read") or plan.variant.startswith("top-k list"), plan.variant
-    for step in plan.launches:
-        names = [name for name in step.kernel.arg_names if name not in dict(step.constexprs)]
-        types = {name: ({"logits": logits, **inputs}.get(value) or ck.POINTER_TYPES[plan.buffer(value).dtype])
-                 if isinstance(value, str) else "i32" for name, value in zip(names, list(step.args) + list(step.outputs))}
-        ck.compile_for_sm90(step.kernel, types, dict(step.constexprs), step.num_warps)
-        print("compiled", step.kernel.fn.__name__)
+    for name in ck.compile_plan(plan, {"logits": logits, **inputs}):
+        print("compiled", name)
 """
 
 

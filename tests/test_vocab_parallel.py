@@ -226,12 +226,8 @@ for batch in (1, 256):  # one launch, two launches
                                                 ArgSpec.contiguous((batch,), "int64"), target, fp64=fp64, draft=False,
                                                 start_align=16), ck.POINTER_TYPES[dtype]))
 for plan, logits in plans:
-    for step in plan.launches:
-        names = [name for name in step.kernel.arg_names if name not in dict(step.constexprs)]
-        types = {name: ({"logits": logits, **inputs}.get(value) or ck.POINTER_TYPES[plan.buffer(value).dtype])
-                 if isinstance(value, str) else "i32" for name, value in zip(names, list(step.args) + list(step.outputs))}
-        ck.compile_for_sm90(step.kernel, types, dict(step.constexprs), step.num_warps)
-        print("compiled", step.kernel.fn.__name__)
+    for name in ck.compile_plan(plan, {"logits": logits, **inputs}):
+        print("compiled", name)
 """
 
 

@@ -531,6 +531,29 @@ def top_list_kernel(
 
 
 @jit
+def _row_from_block_stats(stats_ptr, counts_ptr, b64, num_blocks, temperature, REDUCE_BLOCK: tl.constexpr):
+    """A row's numbers from its blocks' statistics (store_block_stats) and rank counts: (m, the count of logits
+    above the token's, greedy, log raw sum, log scaled sum), the normalisers combined in FP64 over the blocks (the
+    blocks' integer sums times exp(m_b - m); an overflowing row's scaled sum is its raw one, read at T = 1)."""
+    blocks = tl.arange(0, REDUCE_BLOCK)
+    in_row = blocks < num_blocks
+    base = stats_ptr.to(tl.pointer_type(tl.float64)) + (b64 * STATS) * num_blocks + blocks
+    block_max = tl.load(base, mask=in_row, other=float("-inf")).to(tl.float32)  # (f32 values, stored as f64)
+    raw_b = tl.load(base + 2 * num_blocks, mask=in_row, other=0.0)
+    scaled_b = tl.load(base + 3 * num_blocks, mask=in_row, other=0.0)
+    magnitude = tl.max(tl.load(base + 4 * num_blocks, mask=in_row, other=0.0), axis=0).to(tl.float32)
+    larger = tl.sum(tl.load(counts_ptr + b64 * num_blocks + blocks, mask=in_row, other=0), axis=0)
+    m = tl.max(block_max, axis=0)
+    overflow = magnitude * (1.0 / temperature) == float("inf")
+    greedy = is_greedy(temperature) | overflow
+    blocks_t = tl.where(is_greedy(temperature), 1.0, 1.0 / temperature)  # the blocks' scaled sums' 1 / T
+    shift = tl.where(block_max > float("-inf"), block_max.to(tl.float64) - m.to(tl.float64), float("-inf"))
+    log_raw_sum = tl.log(tl.sum(raw_b * tl.exp(shift), axis=0)) - _LOG_FIXED_ONE
+    log_scaled_sum = tl.log(tl.sum(scaled_b * tl.exp(shift * blocks_t.to(tl.float64)), axis=0)) - _LOG_FIXED_ONE
+    return m, larger, greedy, log_raw_sum, tl.where(overflow, log_raw_sum, log_scaled_sum)
+
+
+@jit
 def filtered_list_reduce_kernel(
     logits_ptr,  # as token_logprobs_kernel's
     tokens_ptr,
@@ -581,22 +604,8 @@ def filtered_list_reduce_kernel(
     if done == 1:
         row_ptr = logits_ptr + request * request_stride + (b64 % ROWS) * row_stride
         temperature = load_temperature(temperature_ptr, request)
-        blocks = tl.arange(0, REDUCE_BLOCK)
-        in_row = blocks < num_blocks
-        base = stats_ptr.to(tl.pointer_type(tl.float64)) + (b64 * STATS) * num_blocks + blocks
-        block_max = tl.load(base, mask=in_row, other=float("-inf")).to(tl.float32)
-        raw_b = tl.load(base + 2 * num_blocks, mask=in_row, other=0.0)
-        scaled_b = tl.load(base + 3 * num_blocks, mask=in_row, other=0.0)
-        magnitude = tl.max(tl.load(base + 4 * num_blocks, mask=in_row, other=0.0), axis=0).to(tl.float32)
-        larger = tl.sum(tl.load(counts_ptr + b64 * num_blocks + blocks, mask=in_row, other=0), axis=0)
-        m = tl.max(block_max, axis=0)
-        overflow = magnitude * (1.0 / temperature) == float("inf")
-        greedy = is_greedy(temperature) | overflow
-        blocks_t = tl.where(is_greedy(temperature), 1.0, 1.0 / temperature)
-        shift = tl.where(block_max > float("-inf"), block_max.to(tl.float64) - m.to(tl.float64), float("-inf"))
-        log_raw_sum = tl.log(tl.sum(raw_b * tl.exp(shift), axis=0)) - _LOG_FIXED_ONE
-        log_scaled_sum = tl.log(tl.sum(scaled_b * tl.exp(shift * blocks_t.to(tl.float64)), axis=0)) - _LOG_FIXED_ONE
-        log_scaled_sum = tl.where(overflow, log_raw_sum, log_scaled_sum)
+        m, larger, greedy, log_raw_sum, log_scaled_sum = _row_from_block_stats(stats_ptr, counts_ptr, b64, num_blocks,
+                                                                               temperature, REDUCE_BLOCK)
         inverse_t = tl.where(greedy, 1.0, 1.0 / temperature)
         # the list, largest first (-inf past the row's finite logits)
         slots = tl.arange(0, LIST)
@@ -748,22 +757,8 @@ def _reduce_row(logits_ptr, tokens_ptr, temperature_ptr, row_valid_ptr, V, row_s
     row_ptr = logits_ptr + request * request_stride + (b64 % ROWS) * row_stride
     temperature = load_temperature(temperature_ptr, request)
     token = tl.load(tokens_ptr + b64).to(tl.int64)
-    blocks = tl.arange(0, REDUCE_BLOCK)
-    in_row = blocks < num_blocks
-    base = stats_ptr.to(tl.pointer_type(tl.float64)) + (b64 * STATS) * num_blocks + blocks
-    block_max = tl.load(base, mask=in_row, other=float("-inf")).to(tl.float32)  # (f32 values, stored as f64)
-    raw_b = tl.load(base + 2 * num_blocks, mask=in_row, other=0.0)
-    scaled_b = tl.load(base + 3 * num_blocks, mask=in_row, other=0.0)
-    magnitude = tl.max(tl.load(base + 4 * num_blocks, mask=in_row, other=0.0), axis=0).to(tl.float32)
-    larger = tl.sum(tl.load(counts_ptr + b64 * num_blocks + blocks, mask=in_row, other=0), axis=0)
-    m = tl.max(block_max, axis=0)
-    overflow = magnitude * (1.0 / temperature) == float("inf")
-    greedy = is_greedy(temperature) | overflow
-    blocks_t = tl.where(is_greedy(temperature), 1.0, 1.0 / temperature)  # the blocks' scaled sums' 1 / T
-    shift = tl.where(block_max > float("-inf"), block_max.to(tl.float64) - m.to(tl.float64), float("-inf"))
-    log_raw_sum = tl.log(tl.sum(raw_b * tl.exp(shift), axis=0)) - _LOG_FIXED_ONE
-    log_scaled_sum = tl.log(tl.sum(scaled_b * tl.exp(shift * blocks_t.to(tl.float64)), axis=0)) - _LOG_FIXED_ONE
-    log_scaled_sum = tl.where(overflow, log_raw_sum, log_scaled_sum)
+    m, larger, greedy, log_raw_sum, log_scaled_sum = _row_from_block_stats(stats_ptr, counts_ptr, b64, num_blocks,
+                                                                           temperature, REDUCE_BLOCK)
     inverse_t = tl.where(greedy, 1.0, 1.0 / temperature)
     valid = (token >= 0) & (token < V) & (m > float("-inf"))
     x_token = tl.load(row_ptr + tl.where(valid, token, 0)).to(tl.float32)
