@@ -70,14 +70,15 @@ DOCSTRINGS["gumbel_sample"] = """Seeded Gumbel-max sampling: token_b = argmax_k 
             (sizes may differ; every shard but the first starts at a multiple of 4 columns). Only a
             summary of 6 int32 words a row crosses the group (one all-gather); every rank returns the
             unsharded call's tokens, bit for bit. The shard sizes are asked of the group at the first
-            call of each size. Not with num_valid or return_logprobs (yet).
+            call of each size. With num_valid, padding rows read nothing on any rank. Not with
+            return_logprobs (yet).
 ||
         vocab_axis: None, or the name of a mesh axis over which the vocabulary is split (inside
             shard_map): `logits` is then this device's [B, V / n] shard, the shards in axis order, equal
             sizes (a multiple of 4 columns with more than one shard). Seeds, positions and temperature
             are replicated over the axis, and so is the result: the unsharded call's tokens, bit for bit;
-            only a summary of 6 int32 words a row is all-gathered. Not with num_valid or return_logprobs
-            (yet).
+            only a summary of 6 int32 words a row is all-gathered. With num_valid, padding rows read
+            nothing on any device. Not with return_logprobs (yet).
 }}
 
     Returns:

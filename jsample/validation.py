@@ -309,14 +309,12 @@ def check_logprobs_request(op: str, return_logprobs, num_top) -> None:
         raise ValueError(f"{op}: num_top = {num_top} needs return_logprobs=True.")
 
 
-def check_vocab_parallel(op: str, name: str, logits_shape, num_valid, return_logprobs, starts) -> None:
+def check_vocab_parallel(op: str, name: str, logits_shape, return_logprobs, starts) -> None:
     """Vocab-parallel sampling (`vocab_axis` in JAX, `vocab_group` in torch): 2-D logits whose shards start at
     multiples of 4 (`starts`: every shard's first global column; the stream draws four columns a call);
-    padding rows and logprobs are not sharded yet."""
+    logprobs are not sharded yet (num_valid is: padding rows read nothing on any shard)."""
     if len(logits_shape) != 2:
         raise ValueError(f"{op}: {name} takes 2-D logits [B, V_shard], got {len(logits_shape)}-D.")
-    if num_valid is not None:
-        raise ValueError(f"{op}: {name} does not take num_valid (padding rows are not sharded yet).")
     if return_logprobs:
         raise ValueError(f"{op}: {name} does not take return_logprobs=True (logprobs are not sharded yet).")
     if any(start % 4 for start in starts):

@@ -216,8 +216,9 @@ def test_precompile_covers_vocab_parallel_calls():
     import torch_backend
 
     for frontend, vocab, shards, flags, report in (
-            ("torch", 151936, 2, {}, torch_backend.precompile([151936], ["bfloat16"], ops=["gumbel_sample"],
-                                                              flags=[{"vocab_shards": 2}], max_batch=300)),
+            ("torch", 151936, 2, {"num_valid": True},
+             torch_backend.precompile([151936], ["bfloat16"], ops=["gumbel_sample"],
+                                      flags=[{"vocab_shards": 2, "num_valid": True}], max_batch=300)),
             ("jax", 262144, 4, {"fp64": True}, jsample.precompile([262144], ["float32"], ops=["gumbel_sample"],
                                                                  flags=[{"vocab_shards": 4, "fp64": True}],
                                                                  max_batch=300))):
@@ -229,7 +230,8 @@ def test_precompile_covers_vocab_parallel_calls():
                 align = kernels.start_alignment([i * width for i in range(shards)])
                 shard = kernels.plan_gumbel_shard(ArgSpec.contiguous((b, width), dtype),
                                                   ArgSpec.contiguous((b,), "int64"), target,
-                                                  fp64=flags.get("fp64", False), draft=False, start_align=align)
+                                                  fp64=flags.get("fp64", False), draft=False, start_align=align,
+                                                  row_valid=flags.get("num_valid", False))
                 combine = kernels.plan_shard_combine(target, batch=b, shards=shards)
                 keys = {compile_key(s, frontend) for s in shard.launches + combine.launches}
                 assert keys <= covered, (frontend, b)

@@ -54,6 +54,12 @@ JAX_SCRIPT = textwrap.dedent('''
                 gathers = [line for line in hlo.splitlines() if "all-gather(" in line]
                 assert gathers and all(f"{vocab // shards}" not in line.split("all-gather(")[0] for line in gathers), gathers
                 assert all(f"[{shards},{batch},6]" in line.split("all-gather(")[0] for line in gathers), gathers
+        if shards == 2:  # padding rows (num_valid, a device scalar): -1, their logits unread on every shard
+            want = np.asarray(jsample.gumbel_sample(x, seeds, positions, temperature, num_valid=np.int32(4)))
+            call = lambda l, s, p, t, n: jsample.gumbel_sample(l, s, p, t, num_valid=n, vocab_axis="tp")
+            sharded = jax.jit(shard_map(call, mesh=mesh, in_specs=(P(None, "tp"), P(), P(), P(), P()), out_specs=P()))
+            got = np.asarray(sharded(x, seeds, positions, temperature, np.int32(4)))
+            assert np.array_equal(got, want) and (got[4:] == -1).all(), (got, want)
         print("shards", shards, "vocab", vocab, "ok")
     mesh = Mesh(np.array(jax.devices()[:2]), ("tp",))
     x = np.zeros((2, 802), np.float32)  # 401 columns a shard: the second starts at 401, not a multiple of 4
@@ -168,7 +174,8 @@ def test_torch_process_group_tokens_equal_the_unsharded_call(sizes, port, tmp_pa
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize("fp64", [False, True])
 @pytest.mark.parametrize("plan", ["one launch", "two launches"])
-def test_shard_kernels_in_one_process_equal_the_unsharded_call(dtype, fp64, plan, force_target):
+@pytest.mark.parametrize("num_valid", [None, 3])
+def test_shard_kernels_in_one_process_equal_the_unsharded_call(dtype, fp64, plan, num_valid, force_target):
     """The shard and combine plans run on each shard's columns in turn (the all-gather as a stack), on the test
     device (compiled kernels on a GPU): every split, including shards of 4 columns and a shard of -inf columns;
     the one-launch plan (arrival counters) and the two launches, on the CPU in the GPU's tiling (blocks of
@@ -193,22 +200,24 @@ def test_shard_kernels_in_one_process_equal_the_unsharded_call(dtype, fp64, plan
     seeds = torch.from_numpy(rng.integers(-(2**62), 2**62, batch)).to(device)
     positions = torch.arange(batch, device=device)
     temperature = torch.tensor([1.0, 0.8, 0.05, 2.0, 0.0], device=device)
-    want = torch_backend.gumbel_sample(x, seeds, positions, temperature, fp64=fp64)
+    want = torch_backend.gumbel_sample(x, seeds, positions, temperature, fp64=fp64, num_valid=num_valid)
+    padding = {} if num_valid is None else dict(row_valid=(torch.arange(batch, device=device) < num_valid).int())
     for sizes in ([1030], [512, 518], [4, 1024, 2], [400, 400, 228, 2], [256] * 4 + [6]):
         starts = [sum(sizes[:r]) for r in range(len(sizes))]
         summaries = []
         for start, size in zip(starts, sizes):
             shard = x[:, start:start + size]
             shard_plan = execute.plan(kernels.plan_gumbel_shard, (shard, seeds), device, None, fp64=fp64,
-                                      draft=False, start_align=kernels.start_alignment(starts))
+                                      draft=False, start_align=kernels.start_alignment(starts),
+                                      row_valid=num_valid is not None)
             assert shard_plan.variant == ("vocab shard, one launch" if plan == "one launch" else "vocab shard")
             summaries.append(execute.run(shard_plan, device, dict(
                 logits=shard, seeds=seeds, positions=positions, temperature=temperature,
-                vocab_start=torch.full((1,), start, dtype=torch.int32, device=device)))[0])
+                vocab_start=torch.full((1,), start, dtype=torch.int32, device=device), **padding))[0])
         combine = execute.plan(kernels.plan_shard_combine, (), device, None, batch=batch, shards=len(sizes))
         got = execute.run(combine, device, dict(gathered=torch.stack(summaries)))[0]
         assert torch.equal(got, want), (sizes, got, want)
-    assert want[2] == 1029 and want[4] == 3
+    assert want[2] == 1029 and (want[4] == 3 if num_valid is None else (want[3:] == -1).all())
 
 
 _COMPILE_SHARD_KERNELS = """
@@ -218,13 +227,17 @@ from jsample.kernels.plan import ArgSpec
 from torch_backend import _execute as torch_execute
 
 target = torch_execute.compiled_target(132, 9)
-inputs = {"seeds": "*i64", "positions": "*i64", "temperature": "*fp32", "vocab_start": "*i32", "gathered": "*i32"}
+inputs = {"seeds": "*i64", "positions": "*i64", "temperature": "*fp32", "vocab_start": "*i32", "gathered": "*i32",
+          "row_valid": "*i32"}
 plans = [(kernels.plan_shard_combine(target, batch=256, shards=2), "*fp32")]
 for batch in (1, 256):  # one launch, two launches
     for dtype, fp64 in (("bfloat16", False), ("float32", True)):
         plans.append((kernels.plan_gumbel_shard(ArgSpec.contiguous((batch, 131072), dtype),
                                                 ArgSpec.contiguous((batch,), "int64"), target, fp64=fp64, draft=False,
                                                 start_align=16), ck.POINTER_TYPES[dtype]))
+    plans.append((kernels.plan_gumbel_shard(ArgSpec.contiguous((batch, 131072), "bfloat16"),  # padding rows
+                                            ArgSpec.contiguous((batch,), "int64"), target, fp64=False, draft=False,
+                                            start_align=16, row_valid=True), "*bf16"))
 for plan, logits in plans:
     for name in ck.compile_plan(plan, {"logits": logits, **inputs}):
         print("compiled", name)
@@ -244,8 +257,8 @@ def test_the_shard_kernels_compile_for_sm90():
                             timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     compiled = result.stdout.split()
-    assert compiled.count("shard_one_launch_kernel") == 2 and compiled.count("shard_partial_kernel") == 2, compiled
-    assert compiled.count("shard_summary_kernel") == 2 and compiled.count("shard_combine_kernel") == 1, compiled
+    assert compiled.count("shard_one_launch_kernel") == 3 and compiled.count("shard_partial_kernel") == 3, compiled
+    assert compiled.count("shard_summary_kernel") == 3 and compiled.count("shard_combine_kernel") == 1, compiled
 
 
 if __name__ == "__main__":  # .ci/packaging.sh: the JAX check under the newest JAX, from an installed wheel

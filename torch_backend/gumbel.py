@@ -135,14 +135,17 @@ def _vocab_parallel(arguments, fp64, draft, num_valid, return_logprobs, num_top,
     logits = row_logits(arguments["logits"])
     sizes = _shard_sizes(group, logits.shape[1])
     starts = [sum(sizes[:r]) for r in range(len(sizes))]
-    check_vocab_parallel(op, "vocab_group", logits.shape, num_valid, return_logprobs, starts)
+    check_vocab_parallel(op, "vocab_group", logits.shape, return_logprobs, starts)
     batch, device = logits.shape[0], logits.device
     rank = dist.get_rank(group)
     inputs = dict(logits=logits, seeds=dense(arguments["seeds"]), positions=dense(arguments["positions"]),
                   temperature=temperature_array(arguments["temperature"], batch, device),
                   vocab_start=_vocab_start(starts[rank], device))
+    valid = row_valid(op, num_valid, batch, device)
+    if valid is not None:
+        inputs["row_valid"] = valid
     plan = execute.plan(kernels.plan_gumbel_shard, (logits, inputs["seeds"]), device, None, fp64=fp64, draft=draft,
-                        start_align=kernels.start_alignment(starts))
+                        start_align=kernels.start_alignment(starts), row_valid=valid is not None)
     (summary,) = execute.run(plan, device, inputs)
     if dist.get_backend(group) == "nccl":
         gathered = torch.empty((len(sizes), batch, kernels.SUMMARY_WORDS), dtype=torch.int32, device=device)

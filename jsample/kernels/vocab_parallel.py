@@ -47,6 +47,7 @@ def shard_partial_kernel(
     positions_ptr,
     temperature_ptr,
     vocab_start_ptr,  # [1] i32: the global column of this shard's first column (a multiple of 4)
+    row_valid_ptr,  # [B] i32, 0 for a padding row (read with HAS_ROW_VALID): its logits unread
     V_shard,
     row_stride,
     partial_score_ptr,  # [B, num_blocks] f32 (FP64: f64 as f32 pairs)
@@ -61,12 +62,16 @@ def shard_partial_kernel(
     VOCAB_ALIGN: tl.constexpr,  # a power of two dividing V_shard
     FAST_MATH: tl.constexpr,
     SEED_WORDS: tl.constexpr = 1,
+    HAS_ROW_VALID: tl.constexpr = False,
 ):
     """Grid (B, num_blocks): gumbel_partial_kernel's blocks over this shard's global columns (the row
     pointer moved back by vocab_start, so column c of the row is global column c: store_sampled_block's
     noise, scores, FP64 shortlist and stored columns are the unsharded call's), and each block's greedy
-    candidate."""
+    candidate. A padding row's programs read nothing (its summary says: no token)."""
     row = tl.program_id(0)
+    if HAS_ROW_VALID:
+        if tl.load(row_valid_ptr + row) == 0:
+            return
     block = tl.program_id(1)
     num_blocks = tl.num_programs(1)
     start = aligned(tl.load(vocab_start_ptr), START_ALIGN)
@@ -90,15 +95,33 @@ def shard_summary_kernel(
     partial_index_ptr,
     greedy_value_ptr,
     greedy_index_ptr,
+    row_valid_ptr,  # [B] i32 (read with HAS_ROW_VALID): a padding row's summary says no token
     num_blocks,
     summary_ptr,  # [B, SUMMARY_WORDS] i32 output
     FP64: tl.constexpr,
     REDUCE_BLOCK: tl.constexpr,  # a power of two >= num_blocks
+    HAS_ROW_VALID: tl.constexpr = False,
 ):
     """Grid (B,): the shard's summary of a row (the module's docstring), from its blocks as
     reduce_block_best_flagged reduces them."""
-    _summarize_row(partial_score_ptr, partial_index_ptr, greedy_value_ptr, greedy_index_ptr, tl.program_id(0),
-                   num_blocks, summary_ptr, FP64, REDUCE_BLOCK)
+    row = tl.program_id(0)
+    if HAS_ROW_VALID:
+        if tl.load(row_valid_ptr + row) == 0:
+            _store_no_token(summary_ptr, row)
+            return
+    _summarize_row(partial_score_ptr, partial_index_ptr, greedy_value_ptr, greedy_index_ptr, row, num_blocks,
+                   summary_ptr, FP64, REDUCE_BLOCK)
+
+
+@jit
+def _store_no_token(summary_ptr, row):
+    """A padding row's summary: no finite score, no greedy candidate, no overflow (the combine's token: -1)."""
+    out = summary_ptr + row.to(tl.int64) * _WORDS
+    tl.store(out.to(tl.pointer_type(tl.float64)), float("-inf"))
+    tl.store(out + 2, -1)
+    tl.store(out + 3, 0)
+    tl.store((out + 4).to(tl.pointer_type(tl.float32)), float("-inf"))
+    tl.store(out + 5, -1)
 
 
 @jit
@@ -132,6 +155,7 @@ def shard_one_launch_kernel(
     positions_ptr,
     temperature_ptr,
     vocab_start_ptr,
+    row_valid_ptr,  # [B] i32 (read with HAS_ROW_VALID): a padding row's summary says no token, nothing read
     V_shard,
     row_stride,
     partial_score_ptr,  # scratch, as shard_partial_kernel's outputs
@@ -149,14 +173,21 @@ def shard_one_launch_kernel(
     FAST_MATH: tl.constexpr,
     REDUCE_BLOCK: tl.constexpr,
     SEED_WORDS: tl.constexpr = 1,
+    HAS_ROW_VALID: tl.constexpr = False,
 ):
     """The two launches in one for small batches (as gumbel_one_launch_kernel): shard_partial_kernel's
     programs, then the last of a row's programs to arrive summarizes the row with shard_summary_kernel's code.
-    The count's release / acquire orders the blocks' stores before the summary."""
-    shard_partial_kernel(logits_ptr, seeds_ptr, positions_ptr, temperature_ptr, vocab_start_ptr, V_shard, row_stride,
-                         partial_score_ptr, partial_index_ptr, greedy_value_ptr, greedy_index_ptr, STREAM, FP64,
-                         BLOCK_V, ROW_ALIGN, START_ALIGN, VOCAB_ALIGN, FAST_MATH, SEED_WORDS)
+    The count's release / acquire orders the blocks' stores before the summary. A padding row: its first
+    program writes the no-token summary, no program arrives (the counter stays zero)."""
     row = tl.program_id(0)
+    if HAS_ROW_VALID:
+        if tl.load(row_valid_ptr + row) == 0:
+            if tl.program_id(1) == 0:
+                _store_no_token(summary_ptr, row)
+            return
+    shard_partial_kernel(logits_ptr, seeds_ptr, positions_ptr, temperature_ptr, vocab_start_ptr, row_valid_ptr,
+                         V_shard, row_stride, partial_score_ptr, partial_index_ptr, greedy_value_ptr, greedy_index_ptr,
+                         STREAM, FP64, BLOCK_V, ROW_ALIGN, START_ALIGN, VOCAB_ALIGN, FAST_MATH, SEED_WORDS, False)
     num_blocks = tl.num_programs(1)
     tl.debug_barrier()  # every thread's stores before the one release
     if tl.atomic_add(arrivals_ptr + row, 1, sem="acq_rel", scope="gpu") == num_blocks - 1:
@@ -204,11 +235,12 @@ def start_alignment(starts) -> int:
 
 @functools.lru_cache(maxsize=512)
 def plan_gumbel_shard(logits: ArgSpec, seeds: ArgSpec, target: Target, *, fp64: bool, draft: bool,
-                      start_align: int) -> Plan:
+                      start_align: int, row_valid: bool = False) -> Plan:
     """A shard's part of vocab-parallel `gumbel_sample`: inputs `logits` [B, V_shard] (this device's
     columns), `seeds`, `positions`, `temperature` as gumbel_sample's, `vocab_start` [1] i32 (the shard's
-    first global column, a multiple of `start_align`, a power of two >= 4); output `summary`
-    [B, SUMMARY_WORDS] i32, for the all-gather."""
+    first global column, a multiple of `start_align`, a power of two >= 4) and, with `row_valid`, `row_valid` [B]
+    i32 (0: a padding row, its logits unread, its summary no token); output `summary` [B, SUMMARY_WORDS] i32, for
+    the all-gather."""
     if start_align < START_MULTIPLE or start_align & (start_align - 1):
         raise ValueError(f"start_align must be a power of two >= {START_MULTIPLE}, got {start_align}")
     batch, vocab = logits.shape
@@ -223,29 +255,30 @@ def plan_gumbel_shard(logits: ArgSpec, seeds: ArgSpec, target: Target, *, fp64: 
     if not one_launch and not target.large_programs:
         config = many_rows_config(config, vocab)
     blocks = config.num_blocks
+    valid = "row_valid" if row_valid else "positions"  # the stand-in is never read
     buffers = (Buffer("partial_score", (batch, blocks * (2 if fp64 else 1)), "float32"),
                Buffer("partial_index", (batch, blocks), "int32"), Buffer("greedy_value", (batch, blocks), "float32"),
                Buffer("greedy_index", (batch, blocks), "int32"), summary)
     if one_launch:
         return Plan(buffers + (Buffer("arrivals", (batch,), "int32", counters=True),), (launch(
             shard_one_launch_kernel, (batch, blocks),
-            ("logits", "seeds", "positions", "temperature", "vocab_start", vocab, row_stride),
+            ("logits", "seeds", "positions", "temperature", "vocab_start", valid, vocab, row_stride),
             ("partial_score", "partial_index", "greedy_value", "greedy_index", "arrivals", "summary"),
             STREAM=(STREAM_DRAFT if draft else STREAM_TOKEN).value, FP64=fp64, BLOCK_V=config.block_v,
             ROW_ALIGN=config.row_align, START_ALIGN=start_align, VOCAB_ALIGN=config.vocab_align,
             FAST_MATH=config.fast_math, REDUCE_BLOCK=config.reduce_block, SEED_WORDS=seed_word_count(seeds.shape),
-            num_warps=config.num_warps),), ("summary",), "vocab shard, one launch")
+            HAS_ROW_VALID=row_valid, num_warps=config.num_warps),), ("summary",), "vocab shard, one launch")
     launches = (
         launch(shard_partial_kernel, (batch, blocks),
-               ("logits", "seeds", "positions", "temperature", "vocab_start", vocab, row_stride),
+               ("logits", "seeds", "positions", "temperature", "vocab_start", valid, vocab, row_stride),
                ("partial_score", "partial_index", "greedy_value", "greedy_index"),
                STREAM=(STREAM_DRAFT if draft else STREAM_TOKEN).value, FP64=fp64, BLOCK_V=config.block_v,
                ROW_ALIGN=config.row_align, START_ALIGN=start_align, VOCAB_ALIGN=config.vocab_align,
                FAST_MATH=config.fast_math,
-               SEED_WORDS=seed_word_count(seeds.shape), num_warps=config.num_warps),
+               SEED_WORDS=seed_word_count(seeds.shape), HAS_ROW_VALID=row_valid, num_warps=config.num_warps),
         launch(shard_summary_kernel, (batch,),
-               ("partial_score", "partial_index", "greedy_value", "greedy_index", blocks), ("summary",), FP64=fp64,
-               REDUCE_BLOCK=config.reduce_block, num_warps=1),
+               ("partial_score", "partial_index", "greedy_value", "greedy_index", valid, blocks), ("summary",),
+               FP64=fp64, REDUCE_BLOCK=config.reduce_block, HAS_ROW_VALID=row_valid, num_warps=1),
     )
     return Plan(buffers, launches, ("summary",), "vocab shard")
 

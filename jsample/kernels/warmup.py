@@ -80,7 +80,8 @@ def _vocab_parallel_plan(batch, vocab, dtype, flags, target):
     width = shard_width(vocab, shards)
     shard = kernels.plan_gumbel_shard(ArgSpec.contiguous((batch, width), dtype), ArgSpec.contiguous((batch,), "int64"),
                                       target, fp64=flags.get("fp64", False), draft=flags.get("draft", False),
-                                      start_align=kernels.start_alignment([i * width for i in range(shards)]))
+                                      start_align=kernels.start_alignment([i * width for i in range(shards)]),
+                                      row_valid=flags.get("num_valid", False))
     combine = kernels.plan_shard_combine(target, batch=batch, shards=shards)
     gathered = Buffer("gathered", (shards, batch, kernels.SUMMARY_WORDS), "int32")
     return Plan(shard.buffers + combine.buffers + (gathered,), shard.launches + combine.launches, ("tokens",),
