@@ -67,6 +67,7 @@ def _flag_sets(op):
                 yield dict(fp64=fp64, draft=False, return_logprobs=True, num_top=num_top)
         elif op == "vocab_parallel_gumbel":
             yield dict(fp64=fp64, draft=False, start_align=16)
+            yield dict(fp64=fp64, draft=False, start_align=16, row_valid=True)
         elif op == "token_logprobs":
             for num_top, filters in ((0, ()), (0, ("has_top_k", "has_top_p")), (7, ())):
                 yield dict(has_top_k="has_top_k" in filters, has_top_p="has_top_p" in filters, has_min_p=False,

@@ -91,9 +91,7 @@ def _(logits, seeds, positions, temperature, fp64, draft, valid, num_top):
 
 
 _SHARD_SIZES = {}  # (group, this rank's shard size) -> every rank's shard size, in rank order
-
-
-_VOCAB_STARTS = {}
+_VOCAB_STARTS = {}  # (start column, device) -> that start as a [1] int32 device tensor
 
 
 def _shard_sizes(group, size: int) -> list:

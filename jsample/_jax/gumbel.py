@@ -64,11 +64,11 @@ def _vocab_parallel(logits, seeds, positions, temperature, *, fp64, draft, axis,
     shards = int(jax.lax.axis_size(axis) if hasattr(jax.lax, "axis_size") else jax.lax.psum(1, axis))
     starts = [i * shard for i in range(shards)]
     check_vocab_parallel("gumbel_sample", "vocab_axis", logits.shape, return_logprobs, starts)
+    valid = row_valid("gumbel_sample", num_valid, batch)  # (checked at every batch size, as torch checks it)
     start = (jax.lax.axis_index(axis) * shard).astype(jnp.int32).reshape(1)
     target = execute.target()
     if batch == 0:
         return jnp.zeros((0,), jnp.int32)
-    valid = row_valid("gumbel_sample", num_valid, batch)
     plan = kernels.plan_gumbel_shard(arg_spec(logits), arg_spec(seeds), target, fp64=fp64, draft=draft,
                                      start_align=kernels.start_alignment(starts), row_valid=valid is not None)
     inputs = dict(logits=logits, seeds=seeds, positions=positions, temperature=temperature, vocab_start=start)

@@ -938,12 +938,12 @@ def plan_gumbel_logprobs(logits: ArgSpec, seeds: ArgSpec, target: Target, *, dra
 
 def with_logprobs(sampling: Plan, logits: ArgSpec, target: Target, *, has_top_k: bool, has_top_p: bool,
                   has_min_p: bool, fp64: bool, num_top: int, row_valid: bool, logits_name: str = "logits") -> Plan:
-    """A sampling plan (output `tokens`, then any others) followed by token_logprobs of its tokens: the
-    samplers' `return_logprobs` (outputs the sampling plan's, then token_logprobs' seven). The logprobs
-    launch is this module's kernel, so they equal token_logprobs of the same inputs and tokens exactly; it
-    reads the rows again (the fused single-pass form is issue 41's open half). The sampled tokens are
-    renamed `sampled` in the plan (`tokens` is the logprobs launch's input name); the logprobs launch reads the
-    sampling plan's `logits_name` input (rejection_sample: `target_logits`, [B, K + 1, V])."""
+    """A sampling plan (output `tokens`, then any others) followed by token_logprobs' plan for its tokens: the
+    samplers' `return_logprobs` where the single read does not apply (outputs the sampling plan's, then
+    token_logprobs' seven). The logprobs launches are token_logprobs' own, so they equal token_logprobs of the
+    same inputs and tokens exactly; they read the rows again. The sampled tokens are renamed `sampled` in the
+    plan (`tokens` is the logprobs launches' input name); they read the sampling plan's `logits_name` input
+    (rejection_sample: `target_logits`, [B, K + 1, V])."""
     logprobs = plan_token_logprobs(logits, target, has_top_k=has_top_k, has_top_p=has_top_p, has_min_p=has_min_p,
                                    fp64=fp64, num_top=num_top, row_valid=row_valid)
 
