@@ -158,3 +158,50 @@ def test_padding_in_the_gpu_tilings(case, tiling, force_target):
         for padded, unpadded in zip(out, full):
             np.testing.assert_array_equal(padded[:3], unpadded[:3])
         np.testing.assert_array_equal(out[0][3:], -1)
+
+
+@pytest.mark.parametrize("case", ["gumbel_sample", "gumbel_sample fp64", "rejection_sample",
+                                  "rejection_sample draft logits"])
+@pytest.mark.parametrize("tiling", ["gpu", "interpreter"])
+def test_padding_flags_that_are_not_a_prefix(case, tiling, force_target):
+    """jax.vmap over num_valid flattens 3 instances of 19 requests into one call whose padding rows are
+    not a suffix (each instance's own); the valid rows equal each instance's unpadded call, the others
+    the fill, in the GPU's tiling and the interpreter's."""
+    if tiling == "gpu":
+        force_target(large_programs=False, resident_programs=0, arrival_counters=False)
+    op = case.split()[0]
+    rng = np.random.default_rng(57)
+    n, batch, vocab, k = 3, 19, 300, 2
+    seeds, positions = make_requests(rng, n * batch, wide_seeds=False)
+    seeds, positions = seeds.reshape(n, batch), positions.reshape(n, batch)
+    temperature = rng.choice(np.float32([0.0, 0.5, 1.0, 1.5]), (n, batch)).astype(np.float32)
+    kwargs = dict(fp64=True) if case.endswith("fp64") else {}
+    if op == "gumbel_sample":
+        logits = (rng.standard_normal((n, batch, vocab)) * 3).astype(np.float32)
+        args = [logits, seeds, positions, temperature]
+    else:
+        target = (rng.standard_normal((n, batch, k + 1, vocab)) * 3).astype(np.float32)
+        drafts = rng.integers(0, vocab, (n, batch, k)).astype(np.int32)
+        drafts[:, ::2] = target[:, ::2, :k].argmax(-1)
+        counts = rng.integers(0, k + 1, (n, batch)).astype(np.int32)
+        args = [target, drafts, counts, seeds, positions, temperature]
+        if case.endswith("draft logits"):
+            kwargs = dict(draft_logits=target[:, :, :k] + rng.standard_normal((n, batch, k, vocab)).astype(np.float32))
+    num_valid = np.int32([5, batch, 0])
+    fn = getattr(jsample, op)
+    extra = {name: jnp.asarray(value) for name, value in kwargs.items() if isinstance(value, np.ndarray)}
+    flags = {name: value for name, value in kwargs.items() if not isinstance(value, np.ndarray)}
+    padded = jax.vmap(lambda *a: fn(*a[:len(args)], num_valid=a[-1], **dict(zip(extra, a[len(args):-1])), **flags))(
+        *map(jnp.asarray, args), *extra.values(), jnp.asarray(num_valid))
+    padded = _outputs(padded)
+    for i in range(n):
+        instance = [a[i] for a in args]
+        own = {name: value[i] if isinstance(value, np.ndarray) else value for name, value in kwargs.items()}
+        full = _outputs(run_torch(op, *instance, **own))
+        torch_padded = _outputs(run_torch(op, *instance, **own, num_valid=int(num_valid[i])))
+        for got in (tuple(o[i] for o in padded), torch_padded):
+            for value, want in zip(got, full):
+                np.testing.assert_array_equal(value[:num_valid[i]], want[:num_valid[i]])
+            np.testing.assert_array_equal(got[0][num_valid[i]:], -1)
+            if op == "rejection_sample":
+                np.testing.assert_array_equal(got[1][num_valid[i]:], 0)
