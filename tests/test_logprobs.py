@@ -132,16 +132,18 @@ def test_top_list_reads_candidate_blocks_and_equals_the_reference(tiling, force_
         assert np.array_equal(np.asarray(getattr(fused, name)), a, equal_nan=True), name
 
 
-@pytest.mark.parametrize("filters", [dict(top_k=np.int64([5, 5, 3, 64, 50, 0, 200, 1])),
-                                     dict(top_k=np.int64([5, 5, 3, 64, 50, 0, 200, 1]),
-                                          top_p=np.float32([0.9, 0.5, 0.99, 0.3, 0.0, 0.9, 0.95, 0.5])),
-                                     dict(top_k=np.int64([5, 5, 3, 64, 50, 0, 200, 1]), top_p=0.8,
-                                          min_p=0.05)], ids=["k", "k+p", "k+p+min_p"])
-def test_top_k_rows_take_the_list_and_the_others_the_passes(filters):
+@pytest.mark.parametrize("filters, row_5", [(dict(top_k=np.int64([5, 5, 3, 64, 50, 0, 200, 1])), 1),
+                                            (dict(top_k=np.int64([5, 5, 3, 64, 50, 0, 200, 1]),
+                                                  top_p=np.float32([0.9, 0.5, 0.99, 0.3, 0.0, 0.9, 0.95, 0.5])), 0),
+                                            (dict(top_k=np.int64([5, 5, 3, 64, 50, 0, 200, 1]), top_p=0.8,
+                                                  min_p=0.05), 0)], ids=["k", "k+p", "k+p+min_p"])
+def test_top_k_rows_take_the_list_and_the_others_the_passes(filters, row_5):
     """With top-k, the rows whose kept set lies within the 64 largest logits are decided from the single read's
     list (filtered_list_reduce_kernel, done = 1); the rest by token_logprobs_kernel's passes: 100 logits tied
-    at the 5th largest (past the list), top-k off (k = 0) over a full list, k beyond the finite count over a
-    full list, a greedy row (not filtered: the list). Both kinds equal the reference and torch == JAX."""
+    at the 5th largest (past the list), k beyond the finite count over a full list, a greedy row (not
+    filtered: the list). Top-k off (k = 0, row 5) over a full list: the list where nothing else limits (k);
+    the passes where top-p keeps more than the list (k+p) and min-p does not cut inside it either (k+p+min_p:
+    e of the row's 64th largest logit is 0.054, above 0.05). Both kinds equal the reference, torch == JAX."""
     import dataclasses
 
     from torch_backend import _execute as execute
@@ -159,7 +161,7 @@ def test_top_k_rows_take_the_list_and_the_others_the_passes(filters):
     plan = kernels.plan_token_logprobs(ArgSpec.contiguous(x.shape, "float32"), execute.target(device), has_top_k=True,
                                        has_top_p="top_p" in filters, has_min_p="min_p" in filters, fp64=False,
                                        num_top=3)
-    assert plan.variant == "top-k list, then one launch"
+    assert plan.variant == "filters' list, then one launch"
     probe = dataclasses.replace(plan, outputs=plan.outputs + ("fast_done",))
     inputs = dict(logits=torch.from_numpy(x).to(device), tokens=torch.from_numpy(tokens).to(device),
                   temperature=torch.from_numpy(temperature).to(device), num_top=torch.full((1,), 3, dtype=torch.int32,
@@ -169,12 +171,75 @@ def test_top_k_rows_take_the_list_and_the_others_the_passes(filters):
             per_row = np.asarray(filters[name], np.int64 if name == "top_k" else np.float32)
             inputs[name] = torch.from_numpy(np.broadcast_to(per_row, (8,)).copy()).to(device)
     done = execute.run(probe, device, inputs)[-1].cpu().numpy()
-    assert list(done) == [1, 0, 1, 0, 1, 0, 0, 1], done  # (row 6: k = 200 < the 9000 finite logits)
+    assert list(done) == [1, 0, 1, 0, 1, row_5, 0, 1], done  # (row 6: k = 200 < the 9000 finite logits)
     t = _torch(x, tokens, temperature, num_top=3, **filters)
     j = _jax(x, tokens, temperature, num_top=3, **filters)
     for name, a, b in zip(FIELDS, t, j):
         assert np.array_equal(a, b, equal_nan=True), name
     _assert_close_to_reference(t, token_logprobs_reference(x, tokens, temperature, num_top=3, **filters), filters)
+
+
+_NO_TOP_K_FILTERS = {
+    "p": (dict(top_p=np.float32([0.7, 0.9, 0.0, 1.0, 0.5, 0.9, 0.95, np.nan])), [1, 0, 1, 1, 0, 1, 0, 1]),
+    "p+min_p": (dict(top_p=np.float32([0.7, 0.9, 0.0, 1.0, 0.5, 0.9, 0.95, np.nan]),
+                     min_p=np.float32([0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.2, 0.5])), [1, 0, 1, 1, 0, 1, 1, 1]),
+    "min_p": (dict(min_p=np.float32([0.12, 0.0, 0.001, 0.0, 0.5, 0.1, 0.2, 0.5])), [1, 1, 0, 1, 0, 1, 1, 1]),
+}
+
+
+@pytest.mark.parametrize("case", list(_NO_TOP_K_FILTERS))
+def test_top_p_and_min_p_rows_take_the_list_where_they_cut_inside_it(case):
+    """Without top-k, a row whose top-p or min-p leaves out the 64th largest logit (so every logit at or below
+    it) is decided from the single read's list, top-p's limit from the whole row's fixed-point mass (read as the
+    passes read it); so is a row no filter limits (top_p >= 1 or NaN, min_p <= 0) and a greedy one. Rows 0 and
+    5 hold ten large probabilities and a tail that weighs 15% (p = 0.7 keeps six, and row 0's token is the
+    sixth), the others are flat N(0, 9) (p = 0.9 keeps thousands: the passes), row 4 has 70 tied largest logits
+    (p = 0.5 keeps all 70, past the list). Both kinds equal the reference, torch == JAX, and the samplers'
+    fused logprobs equal these."""
+    import dataclasses
+
+    from torch_backend import _execute as execute
+
+    filters, want_done = _NO_TOP_K_FILTERS[case]
+    rng = np.random.default_rng(41)
+    vocab = 9000
+    x = (rng.standard_normal((8, vocab)) * 3).astype(np.float32)
+    # rows 0 and 5: ten probabilities 0.2, 0.15, ..., 0.02 (0.85), the other 8990 columns 0.15 between them: at
+    # p = 0.7 top-p keeps six (the whole row's mass), five were the limit taken from the list's mass; min-p 0.12
+    # keeps nine (e = p / 0.2: 0.1 would be a tie with the tenth, decided by float rounding)
+    top = np.log(np.float32([0.2, 0.15, 0.12, 0.1, 0.08, 0.06, 0.05, 0.04, 0.03, 0.02]))
+    for row in (0, 5):
+        x[row] = np.log(0.15 / (vocab - 10)) + 0.01 * rng.standard_normal(vocab).astype(np.float32)
+        x[row, 3000:3010] = top
+    x[4, 100:170] = 20.0
+    tokens = np.int32([3005, 5, int(np.argmax(x[2])), 17, 120, 3, 9, 4000])  # row 0: the sixth largest
+    temperature = np.float32([1.0, 1.0, 1.2, 0.7, 1.0, 0.0, 1.0, 0.9])  # row 5 greedy
+    device = torch.device(TORCH_DEVICE)
+    plan = kernels.plan_token_logprobs(ArgSpec.contiguous(x.shape, "float32"), execute.target(device),
+                                       has_top_k=False, has_top_p="top_p" in filters, has_min_p="min_p" in filters,
+                                       fp64=False, num_top=2)
+    assert plan.variant == "filters' list, then one launch"
+    probe = dataclasses.replace(plan, outputs=plan.outputs + ("fast_done",))
+    inputs = dict(logits=torch.from_numpy(x).to(device), tokens=torch.from_numpy(tokens).to(device),
+                  temperature=torch.from_numpy(temperature).to(device),
+                  num_top=torch.full((1,), 2, dtype=torch.int32, device=device),
+                  **{name: torch.from_numpy(value).to(device) for name, value in filters.items()})
+    done = execute.run(probe, device, inputs)[-1].cpu().numpy()
+    assert list(done) == want_done, done
+    t = _torch(x, tokens, temperature, num_top=2, **filters)
+    j = _jax(x, tokens, temperature, num_top=2, **filters)
+    for name, a, b in zip(FIELDS, t, j):
+        assert np.array_equal(a, b, equal_nan=True), name
+    _assert_close_to_reference(t, token_logprobs_reference(x, tokens, temperature, num_top=2, **filters), case)
+    seeds, positions = np.arange(8, dtype=np.int64) * 7919, np.arange(8, dtype=np.int64)
+    sampled, fused = torch_backend.top_k_top_p_sample(
+        torch.from_numpy(x).to(device), torch.from_numpy(seeds).to(device), torch.from_numpy(positions).to(device),
+        torch.from_numpy(temperature).to(device), return_logprobs=True, num_top=2,
+        **{name: torch.from_numpy(value).to(device) for name, value in filters.items()})
+    separate = _torch(x, sampled.cpu().numpy().astype(np.int32), temperature, num_top=2, **filters)
+    for name, a in zip(FIELDS, separate):
+        assert np.array_equal(getattr(fused, name).cpu().numpy(), a, equal_nan=True), name
+    assert np.isfinite(getattr(fused, "kept").cpu().numpy()).all()  # a sampled token is always kept
 
 
 def test_per_row_filters_and_edge_rows():
@@ -435,11 +500,13 @@ plans = [(kernels.plan_token_logprobs(ArgSpec.contiguous((64, 151936), "bfloat16
          (kernels.plan_gumbel_sample(ArgSpec.contiguous((64, 151936), "float32"), seeds, target, fp64=False,
                                      draft=False, return_logprobs=True, num_top=20), "*fp32"),
          (kernels.plan_token_logprobs(ArgSpec.contiguous((64, 151936), "bfloat16"), target, has_top_k=True,
-                                      has_top_p=True, has_min_p=True, fp64=False, num_top=4), "*bf16")]
+                                      has_top_p=True, has_min_p=True, fp64=False, num_top=4), "*bf16"),
+         (kernels.plan_token_logprobs(ArgSpec.contiguous((64, 151936), "float32"), target, has_top_k=False,
+                                      has_top_p=True, has_min_p=False, fp64=False, num_top=0), "*fp32")]
 inputs = {"tokens": "*i32", "row_valid": "*i32", "seeds": "*i64", "positions": "*i64", "temperature": "*fp32",
           "num_top": "*i32", "top_k": "*i64", "top_p": "*fp32", "min_p": "*fp32"}
 for plan, logits in plans:
-    assert plan.variant.startswith("single read") or plan.variant.startswith("top-k list"), plan.variant
+    assert plan.variant.startswith("single read") or plan.variant.startswith("filters' list"), plan.variant
     for name in ck.compile_plan(plan, {"logits": logits, **inputs}):
         print("compiled", name)
 """
@@ -460,6 +527,6 @@ def test_the_single_read_kernels_compile_for_sm90():
     result = subprocess.run([sys.executable, "-c", _COMPILE_SINGLE_READ], capture_output=True, text=True, env=env,
                             timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert result.stdout.count("compiled") == 24
-    assert result.stdout.count("compiled top_list_kernel") == 3, result.stdout
+    assert result.stdout.count("compiled") == 28
+    assert result.stdout.count("compiled top_list_kernel") == 4, result.stdout
     assert "compiled filtered_list_reduce_kernel" in result.stdout and "compiled token_logprobs_kernel" in result.stdout

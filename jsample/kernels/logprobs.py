@@ -585,16 +585,23 @@ def filtered_list_reduce_kernel(
     HAS_MIN_P: tl.constexpr,
     FP64: tl.constexpr,
     FAST_MATH: tl.constexpr,
+    MASS_BLOCK: tl.constexpr,  # columns a step of the read of top-p's mass (token_logprobs_kernel's BLOCK_V)
+    ROW_ALIGN: tl.constexpr,
+    VOCAB_ALIGN: tl.constexpr,
     HAS_ROW_VALID: tl.constexpr = False,
     ROWS: tl.constexpr = 1,
+    HAS_TOP_K: tl.constexpr = True,
 ):
-    """Grid (B,): token_logprobs with top-k (and top-p, min-p) from the single read's statistics and the row's
-    LIST largest logits, where the kept set lies within them: top-k active with k <= LIST, and fewer than
-    LIST logits at or above the k-th largest (ties included); rows that filters do not touch (greedy, no
-    finite logit) too. token_logprobs_kernel's rules, in its fixed-point masses and terms: top-k's threshold
-    is the k-th largest logit's key, top-p's the smallest kept key whose strictly larger kept logits weigh less
-    than p times the kept mass (the list is sorted: a running sum), min-p compares e with min_p; the kept terms
-    exp((x - m) / T) are summed as integers. Every other row (done = 0) is token_logprobs_kernel's."""
+    """Grid (B,): token_logprobs with filters from the single read's statistics and the row's LIST largest
+    logits, where the kept set lies within them: top-k active with k <= LIST, and fewer than LIST logits at
+    or above the k-th largest (ties included); without top-k (or where it keeps every logit), a row whose
+    top-p or min-p cuts inside the list (the logits at or below the list's last one are not kept) or that no
+    filter limits; rows that filters do not touch (greedy, no finite logit) too. token_logprobs_kernel's rules,
+    in its fixed-point masses and terms: top-k's threshold is the k-th largest logit's key, top-p's the
+    smallest kept key whose strictly larger kept logits weigh less than p times the kept mass (the list is
+    sorted: a running sum; without top-k the kept mass is the whole row's, read here as token_logprobs_kernel
+    reads it), min-p compares e with min_p; the kept terms exp((x - m) / T) are summed as integers. Every
+    other row (done = 0) is token_logprobs_kernel's."""
     b64 = tl.program_id(0).to(tl.int64)
     request = b64 // ROWS
     done = tl.full([], 1, tl.int32)
@@ -602,7 +609,8 @@ def filtered_list_reduce_kernel(
         if tl.load(row_valid_ptr + request) == 0:
             done = done * 0
     if done == 1:
-        row_ptr = logits_ptr + request * request_stride + (b64 % ROWS) * row_stride
+        V = aligned(V, VOCAB_ALIGN)
+        row_ptr = logits_ptr + tl.multiple_of(request * request_stride + (b64 % ROWS) * row_stride, ROW_ALIGN)
         temperature = load_temperature(temperature_ptr, request)
         m, larger, greedy, log_raw_sum, log_scaled_sum = _row_from_block_stats(stats_ptr, counts_ptr, b64, num_blocks,
                                                                                temperature, REDUCE_BLOCK)
@@ -616,11 +624,26 @@ def filtered_list_reduce_kernel(
         key_max = _key(m, 0)
         keys = _key(values, 0).to(tl.int64)
         threshold = tl.full([], _KEY_FLOOR, tl.int64)
-        k = tl.load(top_k_ptr + request).to(tl.int64)
+        if HAS_TOP_K:
+            k = tl.load(top_k_ptr + request).to(tl.int64)
+        else:
+            k = tl.full([], 0, tl.int64)
         full = count_listed == LIST
         # top-k acts where 1 <= k < the count of finite logits (k == LIST == a full list's count keeps them all
         # either way)
         active = (k >= 1) & ((k < count_listed) | full)
+        min_p = 0.0
+        if HAS_MIN_P:
+            min_p = _min_p(min_p_ptr, request)
+        p = 1.0
+        if HAS_TOP_P:
+            p = tl.load(top_p_ptr + request)
+        top_p_acts = filtered & (p < 1.0)  # (NaN keeps all)
+        # whether some filter may leave out a logit: otherwise every finite one is kept (log_kept_mass = 0)
+        limits = active | top_p_acts | (min_p > 0.0)
+        # top-p's mass of all kept logits where top-k keeps every one and the list does not hold them all: the
+        # whole row's, summed as token_logprobs_kernel sums it (the same limit, so the same kept set)
+        row_mass = tl.zeros([], tl.int64)
         if filtered:
             if active & (k <= LIST):
                 kth = tl.sum(tl.where(slots == k - 1, values, 0.0), axis=0)
@@ -628,28 +651,42 @@ def filtered_list_reduce_kernel(
                 if full & (last >= kth):
                     done = done * 0  # ties at the k-th largest may reach past the list
                 threshold = _key(kth, 0).to(tl.int64)
-            elif active | full:
-                done = done * 0  # the kept set is not within the list (a list short of full holds every finite logit)
-        min_p = 0.0
-        if HAS_MIN_P:
-            min_p = _min_p(min_p_ptr, request)
+            elif active:
+                done = done * 0  # top-k keeps more logits than the list holds
+            elif full & limits:
+                # the kept set lies within the list where top-p or min-p leaves out the list's last logit (and so
+                # every logit at or below it)
+                last = tl.sum(tl.where(slots == LIST - 1, values, 0.0), axis=0)
+                cut = _relative_probability(last, temperature, key_max, 0, FP64) < min_p
+                if HAS_TOP_P:
+                    cut = cut | (p <= 0.0)
+                    if (p > 0.0) & (p < 1.0):
+                        floor = tl.full([], _KEY_FLOOR, tl.int64)
+                        row_mass = _mass_above(row_ptr, V, floor - 1, floor, temperature, key_max, FP64, FAST_MATH,
+                                               MASS_BLOCK)
+                        above_last = tl.where(values > last, _fixed_point_mass(values, temperature, key_max, 0, FP64,
+                                                                               FAST_MATH), 0).to(tl.int64)
+                        limit = p.to(tl.float64) * row_mass.to(tl.float64)
+                        cut = cut | (tl.sum(above_last, axis=0).to(tl.float64) >= limit)
+                if not cut:
+                    done = done * 0
         if done == 1:
             kept = listed & (keys >= threshold)
             if HAS_TOP_P:
-                p = tl.load(top_p_ptr + request)
                 if filtered & (p <= 0.0):
                     threshold = key_max.to(tl.int64)  # the largest logit only
                 elif filtered & (p > 0.0) & (p < 1.0):
                     mass = tl.where(kept, _fixed_point_mass(values, temperature, key_max, 0, FP64, FAST_MATH),
                                     0).to(tl.int64)
-                    limit = p.to(tl.float64) * tl.sum(mass, axis=0).to(tl.float64)
+                    kept_mass = tl.where(row_mass > 0, row_mass, tl.sum(mass, axis=0))
+                    limit = p.to(tl.float64) * kept_mass.to(tl.float64)
                     before = tl.cumsum(mass, 0) - mass  # the mass of the larger listed logits (a sorted list)
                     short = kept & (before.to(tl.float64) < limit)
                     threshold = tl.min(tl.where(short, keys, 2**62), axis=0)
             kept = _kept(values, threshold, temperature, key_max, min_p, filtered, HAS_MIN_P, FP64) & listed
             kept_terms = tl.where(kept, _fixed(tl.exp((values - m) * inverse_t)), 0)
             log_kept_mass = tl.log(tl.sum(kept_terms, axis=0).to(tl.float64)) - _LOG_FIXED_ONE - log_scaled_sum
-            log_kept_mass = tl.where(filtered, log_kept_mass, 0.0)  # every finite logit kept
+            log_kept_mass = tl.where(filtered & limits, log_kept_mass, 0.0)  # every finite logit kept
             token = tl.load(tokens_ptr + b64).to(tl.int64)
             valid = (token >= 0) & (token < V) & (m > float("-inf"))
             x_token = tl.load(row_ptr + tl.where(valid, token, 0)).to(tl.float32)
@@ -835,11 +872,8 @@ def plan_token_logprobs(logits: ArgSpec, target: Target, *, has_top_k: bool, has
     multipass = dict(HAS_ROW_VALID=row_valid, ROWS=rows, HAS_TOP_K=has_top_k, HAS_TOP_P=has_top_p,
                      HAS_MIN_P=has_min_p, FP64=fp64, FAST_MATH=not target.interpreter, BLOCK_V=block_v,
                      ROW_ALIGN=row_align, VOCAB_ALIGN=largest_power_of_two_dividing(vocab, 16), num_warps=4)
-    if not has_top_k:
-        return Plan(outputs, (launch(token_logprobs_kernel, (batch * rows,), args + (stand_in,) * len(fast_names),
-                                     names, **multipass),), names, "one launch")
-    # top-k: the single read's statistics and the LIST largest logits a row decide the rows whose kept set lies
-    # within them (filtered_list_reduce_kernel); token_logprobs_kernel copies those and computes the others
+    # the single read's statistics and the LIST largest logits a row decide the rows whose kept set lies within
+    # them (filtered_list_reduce_kernel); token_logprobs_kernel copies those and computes the others
     config = single_read_config(vocab, target)
     valid = "row_valid" if row_valid else stand_in
     stats_args = ("logits", "tokens", "temperature", valid, vocab, row_stride, request_stride)
@@ -860,9 +894,11 @@ def plan_token_logprobs(logits: ArgSpec, target: Target, *, has_top_k: bool, has
                args[:-3] + (vocab, row_stride, request_stride, config.num_blocks, "logprob_stats", "rank_counts",
                             "list_ids", "list_values"), fast_names,
                REDUCE_BLOCK=config.reduce_block, LIST=TOP_LIST, HAS_TOP_P=has_top_p, HAS_MIN_P=has_min_p, FP64=fp64,
-               FAST_MATH=not target.interpreter, HAS_ROW_VALID=row_valid, ROWS=rows, num_warps=4),
+               FAST_MATH=not target.interpreter, MASS_BLOCK=block_v, ROW_ALIGN=row_align,
+               VOCAB_ALIGN=largest_power_of_two_dividing(vocab, 16), HAS_ROW_VALID=row_valid, ROWS=rows,
+               HAS_TOP_K=has_top_k, num_warps=4),
         launch(token_logprobs_kernel, (batch * rows,), args + fast_names, names, HAS_FAST=True, **multipass))
-    return Plan(scratch + outputs, launches, names, "top-k list, then one launch")
+    return Plan(scratch + outputs, launches, names, "filters' list, then one launch")
 
 
 def top_list_launch(config, rows: int, vocab: int, row_stride: int, request_stride: int, row_align: int,
