@@ -21,7 +21,9 @@ def graph_us(fn):
     return triton.testing.do_bench(graph.replay, warmup=25, rep=200, return_mode="median") * 1e3
 
 
-def main():
+def padding_ops():
+    """{op name: call(b, num_valid)} over the first b of 256 requests (V = 151936 bf16, K = 4), and the
+    num_valid = 16 device scalar."""
     g = torch.Generator(device="cuda").manual_seed(0)
     x = (torch.randn(256, V, device="cuda", generator=g) * 3).to(torch.bfloat16)
     target = (torch.randn(256, K + 1, V, device="cuda", generator=g) * 3).to(torch.bfloat16)
@@ -32,7 +34,6 @@ def main():
     temperature = torch.full((256,), 0.8, device="cuda")
     top_k = torch.full((256,), 50, device="cuda", dtype=torch.int64)
     top_p = torch.full((256,), 0.9, device="cuda")
-    n = torch.tensor(16, device="cuda")
     ops = {
         "gumbel_sample": lambda b, nv: torch_backend.gumbel_sample(x[:b], seeds[:b], positions[:b], temperature[:b],
                                                                     num_valid=nv),
@@ -41,6 +42,11 @@ def main():
         "rejection_sample K=4": lambda b, nv: torch_backend.rejection_sample(
             target[:b], drafts[:b], counts[:b], seeds[:b], positions[:b], temperature[:b], num_valid=nv)[0],
     }
+    return ops, torch.tensor(16, device="cuda")
+
+
+def main():
+    ops, n = padding_ops()
     print(f"{torch.cuda.get_device_name()}, V = {V} bf16; us (CUDA graph, median)")
     full = torch.tensor(256, device="cuda")
     print(f"{'op':22s} {'B=16':>8s} {'B=256':>8s} {'B=256, num_valid=16':>20s} {'ratio to B=16':>14s}"
