@@ -78,7 +78,9 @@ DOCSTRINGS["gumbel_sample"] = """Seeded Gumbel-max sampling: token_b = argmax_k 
             sizes (a multiple of 4 columns with more than one shard). Seeds, positions and temperature
             are replicated over the axis, and so is the result: the unsharded call's tokens, bit for bit;
             only a summary of 6 int32 words a row is all-gathered. With num_valid, padding rows read
-            nothing on any device. Not with return_logprobs (yet).
+            nothing on any device. Not with return_logprobs (yet). Under plain jax.jit, logits placed
+            with a NamedSharding split along the vocabulary (equal shards, a multiple of 4 columns each)
+            take the same plan without vocab_axis; any other split is gathered first.
 }}
 
     Returns:

@@ -1,5 +1,6 @@
 """Vocab-parallel gumbel_sample (issue 42): logits split along the vocabulary, sampled without gathering them,
-give the unsharded call's tokens bit for bit. JAX: shard_map over two forced host devices (a subprocess: the
+give the unsharded call's tokens bit for bit. JAX: shard_map, and plain jax.jit of logits with a NamedSharding
+split along the vocabulary (the partitioning rule), over two forced host devices (a subprocess: the
 device count is fixed when JAX starts), and the compiled module all-gathers only the B x 6 summaries (with four
 host devices on a loaded 2-core machine the all-gather's rendezvous once waited for good: more shards are checked
 by the in-process test, which stacks the summaries as the all-gather does); torch: ranks of a gloo group in
@@ -19,7 +20,7 @@ JAX_SCRIPT = textwrap.dedent('''
         os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=2"
     import numpy as np, jax, jax.numpy as jnp, ml_dtypes
     jax.config.update("jax_enable_x64", True)
-    from jax.sharding import Mesh, PartitionSpec as P
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
     import jsample
     shard_map = getattr(jax, "shard_map", None)
     if shard_map is None:
@@ -49,17 +50,35 @@ JAX_SCRIPT = textwrap.dedent('''
             got = np.asarray(sharded(logits, seeds, positions, temperature))
             assert np.array_equal(got, want), (shards, dtype, fp64, draft, got, want)
             assert want[1] == -1 and want[2] == vocab - 3 and want[5] == 0, want
+            # plain jax.jit, the logits' NamedSharding split along the vocabulary: the same plan through the
+            # partitioning rule
+            jitted = jax.jit(lambda l, s, p, t: jsample.gumbel_sample(l, s, p, t, fp64=fp64, draft=draft))
+            placed = jax.device_put(logits, NamedSharding(mesh, P(None, "tp")))
+            assert np.array_equal(np.asarray(jitted(placed, seeds, positions, temperature)), want), (shards, dtype)
             if shards > 1 and dtype == "float32" and not fp64 and not draft:
-                hlo = sharded.lower(logits, seeds, positions, temperature).compile().as_text()
-                gathers = [line for line in hlo.splitlines() if "all-gather(" in line]
-                assert gathers and all(f"{vocab // shards}" not in line.split("all-gather(")[0] for line in gathers), gathers
-                assert all(f"[{shards},{batch},6]" in line.split("all-gather(")[0] for line in gathers), gathers
+                for compiled in (sharded, jitted):
+                    args = (logits if compiled is sharded else placed, seeds, positions, temperature)
+                    hlo = compiled.lower(*args).compile().as_text()
+                    gathers = [line for line in hlo.splitlines() if "all-gather(" in line]
+                    assert gathers and all(f"{vocab // shards}" not in line.split("all-gather(")[0]
+                                           for line in gathers), gathers
+                    assert all(f"[{shards},{batch},6]" in line.split("all-gather(")[0] for line in gathers), gathers
+                    assert not [line for line in hlo.splitlines() if "all-reduce(" in line or "all-to-all(" in line]
         if shards == 2:  # padding rows (num_valid, a device scalar): -1, their logits unread on every shard
             want = np.asarray(jsample.gumbel_sample(x, seeds, positions, temperature, num_valid=np.int32(4)))
             call = lambda l, s, p, t, n: jsample.gumbel_sample(l, s, p, t, num_valid=n, vocab_axis="tp")
             sharded = jax.jit(shard_map(call, mesh=mesh, in_specs=(P(None, "tp"), P(), P(), P(), P()), out_specs=P()))
             got = np.asarray(sharded(x, seeds, positions, temperature, np.int32(4)))
             assert np.array_equal(got, want) and (got[4:] == -1).all(), (got, want)
+            placed = jax.device_put(x, NamedSharding(mesh, P(None, "tp")))
+            jitted = jax.jit(lambda l, s, p, t, n: jsample.gumbel_sample(l, s, p, t, num_valid=n))
+            assert np.array_equal(np.asarray(jitted(placed, seeds, positions, temperature, np.int32(4))), want)
+            # logprobs are not sharded yet: such a call gathers the logits and gives the unsharded call's
+            logprobs = jax.jit(lambda l, s, p, t: jsample.gumbel_sample(l, s, p, t, return_logprobs=True))
+            tokens, numbers = logprobs(placed, seeds, positions, temperature)
+            want_tokens, want_numbers = jsample.gumbel_sample(x, seeds, positions, temperature, return_logprobs=True)
+            assert np.array_equal(np.asarray(tokens), np.asarray(want_tokens))
+            assert np.array_equal(np.asarray(numbers.raw), np.asarray(want_numbers.raw), equal_nan=True)
         print("shards", shards, "vocab", vocab, "ok")
     mesh = Mesh(np.array(jax.devices()[:2]), ("tp",))
     x = np.zeros((2, 802), np.float32)  # 401 columns a shard: the second starts at 401, not a multiple of 4
@@ -69,6 +88,12 @@ JAX_SCRIPT = textwrap.dedent('''
         raise SystemExit("no error")
     except ValueError as error:
         assert "gumbel_sample: vocab_axis needs every shard to start at a multiple of 4 columns" in str(error), error
+    # under plain jax.jit such a split is gathered first (the partitioning rule takes equal shards whose width
+    # is a multiple of 4): the unsharded call's tokens
+    x = (rng.standard_normal((2, 802)) * 3).astype(np.float32)
+    placed = jax.device_put(x, NamedSharding(mesh, P(None, "tp")))
+    call = lambda l: jsample.gumbel_sample(l, np.arange(2), np.arange(2), 1.0)
+    assert np.array_equal(np.asarray(jax.jit(call)(placed)), np.asarray(call(x)))
     print("errors ok")
 ''')
 

@@ -67,13 +67,14 @@ def not_differentiable(op: str):
     return decorate
 
 
-def rowwise(fn, *arrays):
+def rowwise(fn, *arrays, vocab_fn=None):
     """fn(*arrays), where every array (None allowed) has the requests on axis 0 and fn's outputs too, with
     a batching rule: under jax.vmap (any number of nested axes) the mapped axes are flattened into
     requests, fn runs once on all of them, and its outputs are unflattened, so the tokens equal those
     of the flattened call. Arrays that are not mapped are broadcast along the mapped axis. Under
     jax.jit on several GPUs, the requests are partitioned as the first array's axis 0 is
-    (batch_partitioned)."""
+    (batch_partitioned); with `vocab_fn(axis, shards, *arrays)`, a first array (the logits) sharded along
+    its axis 1 runs vocab_fn on each device's shard instead of being gathered."""
     present = [i for i, a in enumerate(arrays) if a is not None]
 
     def unpartitioned(*given):
@@ -85,8 +86,17 @@ def rowwise(fn, *arrays):
     # launches are custom calls (jax-triton's on a GPU, _host_call's on the CPU), which a custom
     # partitioning can split; pure callbacks cannot run inside one (jax-ml/jax#23620), so where the FFI
     # handler is refused (an old jaxlib) jit gathers the batch on CPU devices
+    def vocab_partitioned(axis, shards):
+        def call(*given):
+            full = list(arrays)
+            for i, a in zip(present, given):
+                full[i] = a
+            return vocab_fn(axis, shards, *full)
+        return call
+
     partitionable = on_gpu() or _host_call.register()
-    call_fn = batch_partitioned(unpartitioned, [arrays[i] for i in present]) if partitionable else unpartitioned
+    call_fn = batch_partitioned(unpartitioned, [arrays[i] for i in present],
+                                vocab_fn=vocab_partitioned if vocab_fn else None) if partitionable else unpartitioned
 
     call = jax.custom_batching.custom_vmap(call_fn)
 
@@ -234,12 +244,18 @@ def launch(kernel, *args, grid, out_shapes, num_warps, num_stages, enable_fp_fus
     return jax.pure_callback(callback, list(out_shapes), *arrays)
 
 
-def batch_partitioned(fn, arrays):
+def batch_partitioned(fn, arrays, vocab_fn=None):
     """fn, partitioned along the requests (axis 0 of every array and output) under jax.jit on several
     devices: each device runs fn on its own requests, with the first array's axis-0 sharding for all
     of them, and no other axis is split (an array sharded otherwise is resharded to that first). A
     request's outputs depend on its own rows only, so this is the unpartitioned call's result, with
-    no gather of the logits. On one device, or inside shard_map, fn is called as it is."""
+    no gather of the logits. On one device, or inside shard_map, fn is called as it is.
+
+    With `vocab_fn(axis, shards)` (a function of the same arrays, for its device's shard), a first array
+    sharded along its axis 1 over mesh axes `axis` (`shards` devices, equal shards whose width is a
+    multiple of 4: the vocab-parallel plans' rule) stays so, and each device runs vocab_fn's function on
+    its shard (it gathers what it needs over `axis` itself); the outputs are replicated over `axis`. Any
+    other split of axis 1 is gathered first."""
     from jax.experimental.custom_partitioning import custom_partitioning
     from jax.sharding import NamedSharding, PartitionSpec
 
@@ -249,28 +265,56 @@ def batch_partitioned(fn, arrays):
         spec = getattr(arg_shapes[0].sharding, "spec", ())
         return spec[0] if len(spec) else None
 
-    def shardings(mesh, axes, shapes):
-        return jax.tree_util.tree_map(
-            lambda s: NamedSharding(mesh, PartitionSpec(axes, *([None] * (len(s.shape) - 1)))), shapes)
+    def vocab_axes(mesh, arg_shapes):
+        """(axes, shards) of the first array's axis 1, where vocab_fn takes them; (None, 1) otherwise."""
+        spec = getattr(arg_shapes[0].sharding, "spec", ())
+        axes = spec[1] if vocab_fn is not None and len(spec) > 1 else None
+        if axes is None:
+            return None, 1
+        shards = 1
+        for name in (axes,) if isinstance(axes, str) else axes:
+            shards *= mesh.shape[name]
+        vocab = arg_shapes[0].shape[1]
+        if shards == 1 or vocab % shards or (vocab // shards) % 4:
+            return None, 1
+        return axes, shards
+
+    def shardings(mesh, axes, shapes, vocab=None):
+        def one(s, first):
+            rest = [None] * (len(s.shape) - 1)
+            if first and vocab is not None:
+                rest[0] = vocab
+            return NamedSharding(mesh, PartitionSpec(axes, *rest))
+        leaves, tree = jax.tree_util.tree_flatten(shapes)
+        return jax.tree_util.tree_unflatten(tree, [one(s, i == 0) for i, s in enumerate(leaves)])
 
     def infer(mesh, arg_shapes, result_shape):
         return shardings(mesh, request_axes(arg_shapes), result_shape)
 
     def partition(mesh, arg_shapes, result_shape):
         axes = request_axes(arg_shapes)
-        return mesh, fn, shardings(mesh, axes, result_shape), shardings(mesh, axes, tuple(arg_shapes))
+        vocab, shards = vocab_axes(mesh, arg_shapes)
+        lower = fn if vocab is None else vocab_fn(vocab, shards)
+        return mesh, lower, shardings(mesh, axes, result_shape), shardings(mesh, axes, tuple(arg_shapes), vocab)
 
     # Shardy's rule: factor b (the requests) shared by every array and output; every other axis a factor
-    # of its own that must stay replicated
-    others = []
+    # of its own that must stay replicated, except the first array's axis 1 where vocab_fn takes it (a
+    # factor the outputs do not have: reduced, as the vocab-parallel plan's all-gather and combine do)
+    others, reduced = [], []
 
     def factors(name, rank):
-        others.extend(f"{name}{d}" for d in range(1, rank))
-        return " ".join(["b"] + [f"{name}{d}" for d in range(1, rank)])
+        names = [f"{name}{d}" for d in range(1, rank)]
+        if name == "i0_" and vocab_fn is not None and names:
+            reduced.append(names[0])
+            names_replicated = names[1:]
+        else:
+            names_replicated = names
+        others.extend(names_replicated)
+        return " ".join(["b"] + names)
 
     out_shapes = jax.eval_shape(fn, *arrays)
     rule = ", ".join(factors(f"i{n}_", a.ndim) for n, a in enumerate(arrays)) + " -> " + ", ".join(
         factors(f"o{n}_", len(o.shape)) for n, o in enumerate(jax.tree_util.tree_leaves(out_shapes)))
     partitioned.def_partition(partition=partition, infer_sharding_from_operands=infer, sharding_rule=rule,
-                              need_replication_factors=tuple(others))
+                              reduction_factors=tuple(reduced), need_replication_factors=tuple(others))
     return partitioned

@@ -29,10 +29,12 @@ def gumbel_sample(logits, seeds, positions, temperature, *, fp64=False, draft=Fa
     if batch == 0:
         return empty_outputs(op, 0)[0] if not return_logprobs else (
             empty_outputs(op, 0)[0], Logprobs(*empty_outputs("token_logprobs", 0, num_top)))
+    # under jax.jit, logits sharded along the vocabulary take the vocab-parallel plan (tokens, not logprobs)
+    vocab_fn = None if return_logprobs else functools.partial(_vocab_sharded_rows, fp64=fp64, draft=draft)
     outputs = rowwise(functools.partial(_gumbel_rows, fp64=fp64, draft=draft,
                                         num_top=num_top if return_logprobs else None),
                       logits_array(logits), jnp.asarray(seeds), jnp.asarray(positions),
-                      temperature_array(temperature, batch), row_valid(op, num_valid, batch))
+                      temperature_array(temperature, batch), row_valid(op, num_valid, batch), vocab_fn=vocab_fn)
     return (outputs[0], Logprobs(*outputs[1:])) if return_logprobs else outputs[0]
 
 
@@ -65,12 +67,30 @@ def _vocab_parallel(logits, seeds, positions, temperature, *, fp64, draft, axis,
     starts = [i * shard for i in range(shards)]
     check_vocab_parallel("gumbel_sample", "vocab_axis", logits.shape, return_logprobs, starts)
     valid = row_valid("gumbel_sample", num_valid, batch)  # (checked at every batch size, as torch checks it)
-    start = (jax.lax.axis_index(axis) * shard).astype(jnp.int32).reshape(1)
-    target = execute.target()
     if batch == 0:
         return jnp.zeros((0,), jnp.int32)
+    return _shard_tokens(logits, seeds, positions, temperature, valid, fp64=fp64, draft=draft, axis=axis,
+                         shards=shards)
+
+
+def _vocab_sharded_rows(axis, shards, logits, seeds, positions, temperature, valid, *, fp64, draft):
+    """_gumbel_rows' tokens on this device's shard of the vocabulary (jax.jit with the logits sharded along
+    it: _launch.batch_partitioned's vocab_fn, called where mesh axis `axis` holds `shards` equal shards)."""
+    return (_shard_tokens(logits, seeds, positions, temperature, valid, fp64=fp64, draft=draft, axis=axis,
+                          shards=shards),)
+
+
+def _shard_tokens(logits, seeds, positions, temperature, valid, *, fp64, draft, axis, shards):
+    """The vocab-parallel tokens of this device's shard `logits` [B, V / shards] (the shards in the order of
+    mesh axis `axis`), every device's summary all-gathered over the axis."""
+    import jax
+
+    batch, shard = logits.shape
+    start = (jax.lax.axis_index(axis) * shard).astype(jnp.int32).reshape(1)
+    target = execute.target()
     plan = kernels.plan_gumbel_shard(arg_spec(logits), arg_spec(seeds), target, fp64=fp64, draft=draft,
-                                     start_align=kernels.start_alignment(starts), row_valid=valid is not None)
+                                     start_align=kernels.start_alignment([i * shard for i in range(shards)]),
+                                     row_valid=valid is not None)
     inputs = dict(logits=logits, seeds=seeds, positions=positions, temperature=temperature, vocab_start=start)
     if valid is not None:
         inputs["row_valid"] = valid
