@@ -102,7 +102,8 @@ def test_top_list_reads_candidate_blocks_and_equals_the_reference(tiling, force_
         force_target(large_programs=False)  # blocks of 512 columns (the interpreter's: 4096)
     block = 512 if tiling == "GPU blocks" else 4096
     rng = np.random.default_rng(21)
-    vocab = 4 * block + 37
+    # GPU blocks: 21 of them, so the candidate blocks come in several groups (top_list_kernel's _GROUP)
+    vocab = (20 if tiling == "GPU blocks" else 4) * block + 37
     x = (rng.standard_normal((7, vocab)) * 3).astype(np.float32)
     x[1, block:2 * block] += 20.0  # the row's 64 largest in one block: the other blocks' maxima bound nothing
     x[2] = 1.5  # every logit equal: the lowest columns, every block read

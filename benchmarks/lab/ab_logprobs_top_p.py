@@ -1,5 +1,6 @@
-"""A/B of two checkouts (issue 41): logprobs with top-p or min-p and no top-k, device time (CUDA-graph replay,
-median, us) on language-model-like logits (benchmarks/logit_families.py), each checkout in its own process.
+"""A/B of two checkouts (issue 41): logprobs with filters (top-p or min-p and no top-k, top-k and top-p) and with a
+top list, device time (CUDA-graph replay, median, us) on language-model-like logits
+(benchmarks/logit_families.py), each checkout in its own process.
 Also the share of rows whose kept set lies within the 64 largest logits (the list route's rows).
 
     python benchmarks/lab/ab_logprobs_top_p.py BASE_CHECKOUT NEW_CHECKOUT
@@ -35,6 +36,9 @@ for family in ("typical", "peaked"):
         t = torch.full((B,), 0.7, device="cuda")
         tokens = torch_backend.top_k_top_p_sample(x, seeds, seeds, t, top_p=0.9)
         cells = {
+            "token_logprobs num_top=20": lambda: torch_backend.token_logprobs(x, tokens, t, num_top=20),
+            "token_logprobs top_k=50 top_p=0.9": lambda: torch_backend.token_logprobs(x, tokens, t, top_k=50,
+                                                                                     top_p=0.9),
             "token_logprobs top_p=0.9": lambda: torch_backend.token_logprobs(x, tokens, t, top_p=0.9),
             "token_logprobs min_p=0.1": lambda: torch_backend.token_logprobs(x, tokens, t, min_p=0.1),
             "top_k_top_p_sample(top_p=0.9)": lambda: torch_backend.top_k_top_p_sample(x, seeds, seeds, t, top_p=0.9),
