@@ -140,17 +140,26 @@ def float32_logits(tensor):
     return tensor.float() if tensor is not None and tensor.dtype == torch.float64 else tensor
 
 
+_ROWS = {}  # (batch, device) -> arange(batch) int32, made outside a CUDA-graph capture
+
+
 def row_valid(op: str, num_valid, batch: int, device):
-    """`num_valid` (checked) as the kernels' per-row flags [B] int32 (0: a padding row), or None: computed on
-    the device from a scalar tensor (no read back), so a CUDA graph replays it with the tensor's new value."""
+    """`num_valid` (checked) as the kernels' per-row flags [B] uint8 (0: a padding row), or None: computed on
+    the device from a scalar tensor (no read back), so a CUDA graph replays it with the tensor's new value. One
+    comparison kernel a call (the row numbers are kept per batch size and device; a bool viewed as uint8)."""
     if num_valid is None:
         return None
     check_num_valid(op, spec(num_valid), batch)
-    rows = torch.arange(batch, device=device)
+    device = torch.device(device)
+    rows = _ROWS.get((batch, device))
+    if rows is None:
+        rows = torch.arange(batch, device=device, dtype=torch.int32)
+        if not (device.type == "cuda" and torch.cuda.is_current_stream_capturing()):
+            _ROWS[(batch, device)] = rows
     if isinstance(num_valid, torch.Tensor):
-        check_same_device(op, "num_valid", num_valid.device, torch.device(device))
+        check_same_device(op, "num_valid", num_valid.device, device)
         num_valid = num_valid.reshape(())
-    return (rows < num_valid).to(torch.int32)
+    return torch.lt(rows, num_valid).view(torch.uint8)
 
 
 def check_runnable(op: str, device) -> None:

@@ -137,14 +137,14 @@ def spec(op: str, name: str, value):
 
 
 def row_valid(op: str, num_valid, batch: int):
-    """`num_valid` (checked) as the kernels' per-row flags [B] int32 (0: a padding row), or None. A row flag
+    """`num_valid` (checked) as the kernels' per-row flags [B] uint8 (0: a padding row), or None. A row flag
     array, not a scalar, so that vmap and batch sharding split it with the requests."""
     from jsample.validation import check_num_valid
 
     if num_valid is None:
         return None
     check_num_valid(op, spec(op, "num_valid", num_valid), batch)
-    return (jnp.arange(batch) < jnp.asarray(num_valid).reshape(())).astype(jnp.int32)
+    return (jnp.arange(batch) < jnp.asarray(num_valid).reshape(())).astype(jnp.uint8)
 
 
 def empty_outputs(op: str, batch: int, rows: int = 1):

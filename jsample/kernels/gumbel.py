@@ -82,7 +82,7 @@ def gumbel_partial_kernel(
     seeds_ptr,  # [B] i32|u32|i64, or [B, 2] u32 (low, high) words with SEED_WORDS = 2: the 64-bit seed
     positions_ptr,  # [B] i32|i64
     temperature_ptr,  # [B] f32, or one f32 for all rows (load_temperature); below 1e-5 = greedy
-    row_valid_ptr,  # [B] i32, 0 for a padding row (read with HAS_ROW_VALID): its programs read nothing
+    row_valid_ptr,  # [B] u8|i32, 0 for a padding row (read with HAS_ROW_VALID): its programs read nothing
     V,
     row_stride,
     partial_score_ptr,  # [B, NUM_BLOCKS] f32; FP64: f64 as f32 pairs; FP64_INTERVALS: fp64_partial_words
@@ -134,7 +134,7 @@ def argmax_reduce_kernel(
     partial_score_ptr,  # [B, NUM_BLOCKS] f32; with FP64, f64 stored as [B, 2 * NUM_BLOCKS] f32 words
     partial_index_ptr,  # [B, NUM_BLOCKS] i32, the best column of each block (-1 - column: the row overflows)
     logits_ptr,  # [B, V], the partial launch's logits: read only for rows that overflow
-    row_valid_ptr,  # [B] i32, 0 for a padding row (read with HAS_ROW_VALID): its token is -1
+    row_valid_ptr,  # [B] u8|i32, 0 for a padding row (read with HAS_ROW_VALID): its token is -1
     V,
     row_stride,
     num_blocks,
@@ -160,7 +160,7 @@ def argmax_reduce_fp64_kernel(
     seeds_ptr,
     positions_ptr,
     temperature_ptr,
-    row_valid_ptr,  # [B] i32, 0 for a padding row (read with HAS_ROW_VALID): its token is -1
+    row_valid_ptr,  # [B] u8|i32, 0 for a padding row (read with HAS_ROW_VALID): its token is -1
     V,
     row_stride,
     num_blocks,
@@ -205,7 +205,7 @@ def gumbel_one_launch_kernel(
     seeds_ptr,  # as gumbel_partial_kernel's
     positions_ptr,  # [B] i32|i64
     temperature_ptr,  # [B] f32, or one f32 for all rows (load_temperature)
-    row_valid_ptr,  # [B] i32, 0 for a padding row (read with HAS_ROW_VALID): its token is -1, nothing read
+    row_valid_ptr,  # [B] u8|i32, 0 for a padding row (read with HAS_ROW_VALID): its token is -1, nothing read
     V,
     row_stride,
     partial_score_ptr,  # scratch, as gumbel_partial_kernel's output
@@ -270,7 +270,7 @@ def plan_gumbel_sample(logits: ArgSpec, seeds: ArgSpec, target: Target, *, fp64:
                        row_valid: bool = False, return_logprobs: bool = False, num_top: int = 0) -> Plan:
     """The launches of `gumbel_sample` on inputs `logits` [B, V] (rows `logits.strides[0]` apart,
     columns contiguous), `seeds`, `positions` [B], `temperature` [B] f32 and, with `row_valid`,
-    `row_valid` [B] i32 (0: a padding row, token -1, its logits unread); output `tokens` [B] i32. With
+    `row_valid` [B] u8|i32 (0: a padding row, token -1, its logits unread); output `tokens` [B] i32. With
     `return_logprobs`, input `num_top` [1] i32 and the outputs `sampled` (the tokens) and token_logprobs'
     (logprobs.with_logprobs)."""
     if return_logprobs:

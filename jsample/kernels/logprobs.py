@@ -132,7 +132,7 @@ def token_logprobs_kernel(
     top_p_ptr,  # [B] f32 (read with HAS_TOP_P)
     min_p_ptr,  # [B] f32 (read with HAS_MIN_P)
     num_top_ptr,  # [1] i32: the count of top_ids / top_logprobs a row, at most MAX_NUM_TOP
-    row_valid_ptr,  # [B] i32, 0 for a padding row (read with HAS_ROW_VALID): NaN, rank 0, its logits unread
+    row_valid_ptr,  # [B] u8|i32, 0 for a padding row (read with HAS_ROW_VALID): NaN, rank 0, its logits unread
     V,
     row_stride,
     request_stride,
@@ -328,7 +328,7 @@ def logprobs_stats_kernel(
     logits_ptr,  # [B, V] f32|bf16|f16 (ROWS = 1), or [B / ROWS, ROWS, V], as token_logprobs_kernel's
     tokens_ptr,  # [B] i32|i64
     temperature_ptr,  # [B] f32, or one f32 for all rows
-    row_valid_ptr,  # [B] i32, 0 for a padding row (read with HAS_ROW_VALID): nothing read
+    row_valid_ptr,  # [B] u8|i32, 0 for a padding row (read with HAS_ROW_VALID): nothing read
     V,
     row_stride,
     request_stride,
@@ -365,7 +365,7 @@ def gumbel_logprobs_partial_kernel(
     seeds_ptr,
     positions_ptr,
     temperature_ptr,
-    row_valid_ptr,  # [B] i32, 0 for a padding row (read with HAS_ROW_VALID): its programs read nothing
+    row_valid_ptr,  # [B] u8|i32, 0 for a padding row (read with HAS_ROW_VALID): its programs read nothing
     V,
     row_stride,
     partial_score_ptr,  # [B, num_blocks] f32: gumbel_partial_kernel's (FP32 scores)
@@ -441,7 +441,7 @@ def _take_best(values, cols, eligible, NONE: tl.constexpr):
 @jit
 def top_list_kernel(
     logits_ptr,  # as logprobs_stats_kernel's
-    row_valid_ptr,  # [B] i32 (read with HAS_ROW_VALID): a padding row lists nothing
+    row_valid_ptr,  # [B] u8|i32 (read with HAS_ROW_VALID): a padding row lists nothing
     num_top_ptr,  # [1] i32: the count a row, 1..TOP (0: nothing to do)
     V,
     row_stride,
@@ -562,7 +562,7 @@ def filtered_list_reduce_kernel(
     top_p_ptr,  # [B] f32 (read with HAS_TOP_P)
     min_p_ptr,  # [B] f32 (read with HAS_MIN_P)
     num_top_ptr,  # [1] i32
-    row_valid_ptr,  # [B] i32 (read with HAS_ROW_VALID): a padding row is left to token_logprobs_kernel
+    row_valid_ptr,  # [B] u8|i32 (read with HAS_ROW_VALID): a padding row is left to token_logprobs_kernel
     V,
     row_stride,
     request_stride,
@@ -824,7 +824,7 @@ def plan_token_logprobs(logits: ArgSpec, target: Target, *, has_top_k: bool, has
     contiguous), `tokens` [B], `temperature` [B] f32 (or one f32), `top_k` / `top_p` / `min_p` [B] where
     given, `num_top` [1] i32 (equal to `num_top`: the outputs' width; the kernel reads the count from the
     device, so no count costs a compilation); outputs raw, scaled, kept, log_kept_mass [B] f32, rank [B]
-    i32, top_ids [B, num_top] i32, top_logprobs [B, num_top] f32. With `row_valid`, input `row_valid` [B] i32
+    i32, top_ids [B, num_top] i32, top_logprobs [B, num_top] f32. With `row_valid`, input `row_valid` [B] u8|i32
     (0: a padding row: NaN logprobs, rank 0, top_ids -1, its logits unread).
 
     `logits` may be [B, R, V] (rejection_sample's target logits, R = K + 1): then `tokens` is [B, R], the

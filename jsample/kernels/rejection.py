@@ -297,7 +297,7 @@ def rejection_stats_kernel(
     positions_ptr,  # [B] i32|i64, position of row 0
     temperature_ptr,  # [B] f32, 0 = greedy
     num_draft_tokens_ptr,  # [B] i32|i64, n_b (clamped to [0, K])
-    row_valid_ptr,  # [B] i32, 0 for a padding request (read with HAS_ROW_VALID): nothing read or written
+    row_valid_ptr,  # [B] u8|i32, 0 for a padding request (read with HAS_ROW_VALID): nothing read or written
     V,
     K,
     target_batch_stride,
@@ -554,7 +554,7 @@ def rejection_decide_kernel(
     stats_ptr,  # [B * K, NUM_STATS * NUM_BLOCKS] f32 (f64 words when FP64), from rejection_stats_kernel
     row_score_ptr,  # [B * (K+1), NUM_BLOCKS] f32 (f64 words when FP64), from rejection_stats_kernel
     row_index_ptr,  # [B * (K+1), NUM_BLOCKS] i32, from rejection_stats_kernel
-    row_valid_ptr,  # [B] i32, 0 for a padding request (read with HAS_ROW_VALID): emit mode EMIT_STATS_ROW (no emit)
+    row_valid_ptr,  # [B] u8|i32, 0 for a padding request (read with HAS_ROW_VALID): emit mode EMIT_STATS_ROW (no emit)
     V,
     K,
     target_batch_stride,
@@ -740,7 +740,7 @@ def rejection_decide_emit_kernel(
     stats_ptr,  # [B * K, NUM_STATS * NUM_BLOCKS] f32 (f64 words when FP64), from rejection_stats_kernel
     row_score_ptr,  # [B * (K+1), NUM_BLOCKS] f32 (f64 words when FP64), from rejection_stats_kernel
     row_index_ptr,  # [B * (K+1), NUM_BLOCKS] i32, from rejection_stats_kernel
-    row_valid_ptr,  # [B] i32, 0 for a padding request (read with HAS_ROW_VALID): nothing read or written
+    row_valid_ptr,  # [B] u8|i32, 0 for a padding request (read with HAS_ROW_VALID): nothing read or written
     V,
     K,
     target_batch_stride,
@@ -910,7 +910,7 @@ def rejection_finish_kernel(
     row_index_ptr,  # [B * (K+1), NUM_BLOCKS] i32
     emit_score_ptr,  # [2B, NUM_BLOCKS] f32 (f64 words when FP64), from rejection_emit_kernel
     emit_index_ptr,  # [2B, NUM_BLOCKS] i32
-    row_valid_ptr,  # [B] i32, 0 for a padding request (read with HAS_ROW_VALID): tokens -1, num_sampled 0
+    row_valid_ptr,  # [B] u8|i32, 0 for a padding request (read with HAS_ROW_VALID): tokens -1, num_sampled 0
     num_blocks,
     K,
     V,
@@ -979,7 +979,7 @@ def rejection_one_launch_kernel(
     seeds_ptr,  # [B] i32|u32|i64
     positions_ptr,  # [B] i32|i64, position of row 0
     temperature_ptr,  # [B] f32
-    row_valid_ptr,  # [B] i32, 0 for a padding request (read with HAS_ROW_VALID): tokens -1, num_sampled 0, nothing read
+    row_valid_ptr,  # [B] u8|i32, 0 for a padding request (read with HAS_ROW_VALID): tokens -1, num_sampled 0, nothing read
     V,
     K,  # <= 1
     target_batch_stride,
@@ -1064,7 +1064,7 @@ def synthetic_rejection_kernel(
     seeds_ptr,  # [B] i32|u32|i64
     positions_ptr,  # [B] i32|i64
     conditional_rates_ptr,  # [K] or [B, K] f32, contiguous
-    row_valid_ptr,  # [B] i32, 0 for a padding request (read with HAS_ROW_VALID): tokens -1, num_sampled 0
+    row_valid_ptr,  # [B] u8|i32, 0 for a padding request (read with HAS_ROW_VALID): tokens -1, num_sampled 0
     K,
     rates_batch_stride,  # 0 for [K] rates, K for [B, K]
     tokens_ptr,  # [B, K+1] i32 output
@@ -1110,7 +1110,7 @@ def plan_rejection_sample(target_logits: ArgSpec, draft_logits: ArgSpec, seeds: 
     """The launches of `rejection_sample` on inputs `target_logits` [B, K+1, V], `draft_logits`
     [B, K, V] (None: one-hot drafts; columns contiguous, any batch and row strides), `draft_tokens`
     [B, K] i32, `num_draft_tokens` [B] i32, `seeds`, `positions`, `temperature` [B] f32; outputs
-    `tokens` [B, K+1] and `num_sampled` [B] i32. With `row_valid`, input `row_valid` [B] i32: 0 marks a
+    `tokens` [B, K+1] and `num_sampled` [B] i32. With `row_valid`, input `row_valid` [B] u8|i32: 0 marks a
     padding request (tokens -1, num_sampled 0, its logits unread).
 
     The variant (REJECTION_VARIANTS) is chosen here unless given (tests run each): "four launches"

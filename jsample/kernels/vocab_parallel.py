@@ -47,7 +47,7 @@ def shard_partial_kernel(
     positions_ptr,
     temperature_ptr,
     vocab_start_ptr,  # [1] i32: the global column of this shard's first column (a multiple of 4)
-    row_valid_ptr,  # [B] i32, 0 for a padding row (read with HAS_ROW_VALID): its logits unread
+    row_valid_ptr,  # [B] u8|i32, 0 for a padding row (read with HAS_ROW_VALID): its logits unread
     V_shard,
     row_stride,
     partial_score_ptr,  # [B, num_blocks] f32 (FP64: f64 as f32 pairs)
@@ -95,7 +95,7 @@ def shard_summary_kernel(
     partial_index_ptr,
     greedy_value_ptr,
     greedy_index_ptr,
-    row_valid_ptr,  # [B] i32 (read with HAS_ROW_VALID): a padding row's summary says no token
+    row_valid_ptr,  # [B] u8|i32 (read with HAS_ROW_VALID): a padding row's summary says no token
     num_blocks,
     summary_ptr,  # [B, SUMMARY_WORDS] i32 output
     FP64: tl.constexpr,
@@ -155,7 +155,7 @@ def shard_one_launch_kernel(
     positions_ptr,
     temperature_ptr,
     vocab_start_ptr,
-    row_valid_ptr,  # [B] i32 (read with HAS_ROW_VALID): a padding row's summary says no token, nothing read
+    row_valid_ptr,  # [B] u8|i32 (read with HAS_ROW_VALID): a padding row's summary says no token, nothing read
     V_shard,
     row_stride,
     partial_score_ptr,  # scratch, as shard_partial_kernel's outputs

@@ -119,7 +119,7 @@ def input_specs(case: WarmupCase, wide: str = "int64") -> dict:
     b, v, k, flags = case.batch, case.vocab, case.k, dict(case.flags)
     requests = dict(seeds=((b,), wide), positions=((b,), wide))
     if flags.get("num_valid"):
-        requests["row_valid"] = ((b,), "int32")
+        requests["row_valid"] = ((b,), "uint8")  # the frontends' row flags (row_valid)
     if case.op == "synthetic_rejection_sample":
         return dict(requests, draft_tokens=((b, k), "int32"), num_draft_tokens=((b,), "int32"),
                     target_tokens=((b, k + 1), "int32"),

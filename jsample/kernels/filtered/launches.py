@@ -54,7 +54,7 @@ def filter_stats_kernel(
     seeds_ptr,  # [B] i32|u32|i64, or [B, 2] u32 words (SEED_WORDS = 2)
     positions_ptr,  # [B] i32|i64
     temperature_ptr,  # [B] f32
-    row_valid_ptr,  # [B] i32, 0 for a padding row (read with HAS_ROW_VALID): nothing read or written
+    row_valid_ptr,  # [B] u8|i32, 0 for a padding row (read with HAS_ROW_VALID): nothing read or written
     V,
     row_stride,
     stats_ptr,  # [B, num_blocks] i32: per block, the largest finite key (-2**31 without one)
@@ -98,7 +98,7 @@ def filter_row_kernel(
     temperature_ptr,  # [B] f32
     top_k_ptr,  # [B] i32|i64 (read when HAS_TOP_K)
     min_p_ptr,  # [B] f32 (read when HAS_MIN_P)
-    row_valid_ptr,  # [B] i32, 0 for a padding row (read with HAS_ROW_VALID): STATUS_SAMPLED, token -1
+    row_valid_ptr,  # [B] u8|i32, 0 for a padding row (read with HAS_ROW_VALID): STATUS_SAMPLED, token -1
     stats_ptr,  # from filter_stats_kernel
     unfiltered_score_ptr,
     unfiltered_index_ptr,

@@ -94,7 +94,7 @@ def filtered_one_launch_kernel(
     top_k_ptr,  # [B] i32|i64 (read when HAS_TOP_K)
     top_p_ptr,  # [B] f32 (read when HAS_TOP_P)
     min_p_ptr,  # [B] f32 (read when HAS_MIN_P)
-    row_valid_ptr,  # [B] i32, 0 for a padding row (read with HAS_ROW_VALID): token -1, nothing read
+    row_valid_ptr,  # [B] u8|i32, 0 for a padding row (read with HAS_ROW_VALID): token -1, nothing read
     V,
     row_stride,
     num_blocks,  # sampling blocks of BLOCK_V columns per row
