@@ -47,6 +47,8 @@ from jsample.validation import MAX_NUM_TOP
 
 _KEY_FLOOR = tl.constexpr(-(2**31))
 TOP_LIST = triton.next_power_of_2(MAX_NUM_TOP)  # top_list_kernel's list: one compilation for every num_top
+# top_list_kernel's programs a row (compiled): each lists the candidates of every 8th block, the last merges
+TOP_LIST_PROGRAMS = 8
 # The normalisers' terms exp(x - m) (in (0, 1]) are summed as integers, floor(term * 2**40): a sum that
 # does not depend on its order, so neither the tiling nor the compiled layout (torch's and JAX's
 # compilers may lay a block out differently, and a float sum's rounding follows the layout) changes
@@ -450,6 +452,9 @@ def top_list_kernel(
     stats_ptr,  # [B, STATS, num_blocks] f64: store_block_stats' (each block's largest finite logit)
     top_ids_ptr,  # [B, num_top] i32 output: the columns, largest logit first, the lowest column first on ties
     top_values_ptr,  # [B, num_top] f32 output: their logits (logprobs_reduce_kernel's input)
+    partial_ids_ptr,  # [B, PROGRAMS * TOP] i32 scratch (PROGRAMS > 1): each program's list
+    partial_values_ptr,  # [B, PROGRAMS * TOP] f32 scratch
+    arrivals_ptr,  # [B] i32, zero on entry, left zero (PROGRAMS > 1): the row's programs that have listed
     BLOCK_V: tl.constexpr,  # the stats' blocks
     REDUCE_BLOCK: tl.constexpr,  # a power of two >= num_blocks
     TOP: tl.constexpr,  # a power of two >= MAX_NUM_TOP
@@ -458,14 +463,18 @@ def top_list_kernel(
     HAS_ROW_VALID: tl.constexpr = False,
     ROWS: tl.constexpr = 1,
     COUNT: tl.constexpr = 0,  # > 0: this many a row (filtered_list_reduce_kernel's list), num_top_ptr unread
+    PROGRAMS: tl.constexpr = 1,  # a row's programs (grid dimension 1), a power of two
 ):
-    """Grid (B,): the row's num_top largest finite logits, reading only the blocks that can hold one. The
-    num_top-th largest of the blocks' maxima is a lower bound of the row's num_top-th largest logit (that many
-    blocks hold a logit at or above it), so a block whose largest logit is below it holds none of them: the
-    program reads the other blocks (about num_top of them; every block only where the row's logits are
-    equal) in column order, keeping a list of the best num_top so far (a logit enters where it beats the
-    list's worst: larger, or equal and in a lower column), and writes the list sorted. Padding past a row's
-    finite logits: column -1, value -inf."""
+    """Grid (B, PROGRAMS): the row's num_top largest finite logits, reading only the blocks that can hold one.
+    The num_top-th largest of the blocks' maxima is a lower bound of the row's num_top-th largest logit (that
+    many blocks hold a logit at or above it), so a block whose largest logit is below it holds none of them:
+    program p reads the other blocks among blocks p, p + PROGRAMS, ... (about num_top of them in all; every
+    block only where the row's logits are equal) in column order, keeping a list of the best num_top so far
+    (a logit enters where it beats the list's worst: larger, or equal and in a lower column). With one
+    program it writes its list sorted; with several, each writes its list, and the last of the row's programs
+    to arrive (an atomic count it resets to zero) writes the best num_top of the lists, sorted: the same
+    logits (the lists' union holds the row's num_top best in that order). Padding past a row's finite
+    logits: column -1, value -inf."""
     b64 = tl.program_id(0).to(tl.int64)
     request = b64 // ROWS
     if COUNT > 0:
@@ -474,9 +483,10 @@ def top_list_kernel(
         num_top = tl.load(num_top_ptr)
     if HAS_ROW_VALID:
         if tl.load(row_valid_ptr + request) == 0:
-            for j in range(num_top):
-                tl.store(top_ids_ptr + b64 * num_top + j, -1)
-                tl.store(top_values_ptr + b64 * num_top + j, float("-inf"))
+            if tl.program_id(1) == 0:  # (no arrival: the row's count stays zero)
+                for j in range(num_top):
+                    tl.store(top_ids_ptr + b64 * num_top + j, -1)
+                    tl.store(top_values_ptr + b64 * num_top + j, float("-inf"))
             return
     if num_top > 0:
         V = aligned(V, VOCAB_ALIGN)
@@ -498,7 +508,7 @@ def top_list_kernel(
         worst_value = tl.full([], float("-inf"), tl.float32)  # the list's worst entry, once it is full
         worst_col = tl.full([], -1, tl.int32)
         offsets = tl.arange(0, BLOCK_V)
-        for block in range(num_blocks):
+        for block in range(tl.program_id(1), num_blocks, PROGRAMS):
             largest = tl.load(maxima_ptr + block).to(tl.float32)
             if (largest >= bound) & (largest > float("-inf")):
                 cols = block * BLOCK_V + offsets
@@ -521,13 +531,31 @@ def top_list_kernel(
                             worst_value = tl.min(tl.where(slots < count, list_values, float("inf")), axis=0)
                             worst_col = tl.max(tl.where((slots < count) & (list_values == worst_value), list_cols,
                                                         -1), axis=0)
-        listed = slots < count
-        for j in range(num_top):
-            value, col = _take_best(list_values, list_cols, listed, 2147483647)
-            listed = listed & (list_cols != col)
-            out = b64 * num_top + j
-            tl.store(top_ids_ptr + out, tl.where(col < 2147483647, col, -1))
-            tl.store(top_values_ptr + out, value)
+        if PROGRAMS == 1:
+            _store_sorted(list_values, list_cols, slots < count, num_top, b64, top_ids_ptr, top_values_ptr)
+        else:
+            mine = b64 * (PROGRAMS * TOP) + tl.program_id(1) * TOP + slots
+            tl.store(partial_values_ptr + mine, list_values)
+            tl.store(partial_ids_ptr + mine, tl.where(slots < count, list_cols, -1))
+            tl.debug_barrier()  # every thread's stores before the one release
+            if tl.atomic_add(arrivals_ptr + b64, 1, sem="acq_rel", scope="gpu") == PROGRAMS - 1:
+                every = b64 * (PROGRAMS * TOP) + tl.arange(0, PROGRAMS * TOP)
+                values = tl.load(partial_values_ptr + every, cache_modifier=".cg")
+                ids = tl.load(partial_ids_ptr + every, cache_modifier=".cg")
+                _store_sorted(values, ids, ids >= 0, num_top, b64, top_ids_ptr, top_values_ptr)
+                tl.atomic_xchg(arrivals_ptr + b64, 0, sem="relaxed", scope="gpu")
+
+
+@jit
+def _store_sorted(values, cols, listed, num_top, b64, top_ids_ptr, top_values_ptr):
+    """The num_top best of the listed (value, column) pairs, largest first, the lowest column first among
+    equal values (-1 and -inf past the listed ones)."""
+    for j in range(num_top):
+        value, col = _take_best(values, cols, listed, 2147483647)
+        listed = listed & (cols != col)
+        out = b64 * num_top + j
+        tl.store(top_ids_ptr + out, tl.where(col < 2147483647, col, -1))
+        tl.store(top_values_ptr + out, value)
 
 
 @jit
@@ -585,7 +613,7 @@ def filtered_list_reduce_kernel(
     HAS_MIN_P: tl.constexpr,
     FP64: tl.constexpr,
     FAST_MATH: tl.constexpr,
-    MASS_BLOCK: tl.constexpr,  # columns a step of the read of top-p's mass (token_logprobs_kernel's BLOCK_V)
+    MASS_BLOCK: tl.constexpr,  # columns a step of the read of top-p's mass (an integer sum: any step gives it)
     ROW_ALIGN: tl.constexpr,
     VOCAB_ALIGN: tl.constexpr,
     HAS_ROW_VALID: tl.constexpr = False,
@@ -858,9 +886,9 @@ def plan_token_logprobs(logits: ArgSpec, target: Target, *, has_top_k: bool, has
             return Plan(scratch + outputs, (stats, launch(
                 logprobs_reduce_kernel, (batch * rows,), reduce_args, names[:5], REDUCE_BLOCK=config.reduce_block,
                 HAS_ROW_VALID=row_valid, ROWS=rows, num_warps=4)), names, "single read")
-        scratch += (Buffer("top_values", lead + (num_top,), "float32"),)
+        scratch += (Buffer("top_values", lead + (num_top,), "float32"),) + top_list_buffers(batch * rows, target)
         return Plan(scratch + outputs, (stats, top_list_launch(config, batch * rows, vocab, row_stride, request_stride,
-                                                               row_align, valid, row_valid, rows), launch(
+                                                               row_align, valid, row_valid, rows, target), launch(
             logprobs_reduce_top_kernel, (batch * rows,), reduce_args + ("num_top", "top_ids", "top_values"),
             names[:5] + ("top_logprobs",), REDUCE_BLOCK=config.reduce_block, HAS_ROW_VALID=row_valid, ROWS=rows,
             num_warps=4)), names, "single read, top list")
@@ -880,21 +908,19 @@ def plan_token_logprobs(logits: ArgSpec, target: Target, *, has_top_k: bool, has
     scratch = (Buffer("logprob_stats", (batch * rows, 2 * STATS.value, config.num_blocks), "float32"),
                Buffer("rank_counts", (batch * rows, config.num_blocks), "int32"),
                Buffer("list_ids", (batch * rows, TOP_LIST), "int32"),
-               Buffer("list_values", (batch * rows, TOP_LIST), "float32")) + tuple(
+               Buffer("list_values", (batch * rows, TOP_LIST), "float32")) + top_list_buffers(batch * rows, target) + tuple(
         dataclasses.replace(b, name="fast_" + b.name) for b in outputs) + (Buffer("fast_done", (batch * rows,), "int32"),)
     launches = (
         launch(logprobs_stats_kernel, (batch * rows, config.num_blocks), stats_args, ("logprob_stats", "rank_counts"),
                BLOCK_V=config.block_v, ROW_ALIGN=row_align, VOCAB_ALIGN=config.vocab_align, HAS_ROW_VALID=row_valid,
                ROWS=rows, num_warps=config.num_warps),
-        launch(top_list_kernel, (batch * rows,), ("logits", valid, "num_top", vocab, row_stride, request_stride,
-                                                  config.num_blocks, "logprob_stats"), ("list_ids", "list_values"),
-               BLOCK_V=config.block_v, REDUCE_BLOCK=config.reduce_block, TOP=TOP_LIST, ROW_ALIGN=row_align,
-               VOCAB_ALIGN=config.vocab_align, HAS_ROW_VALID=row_valid, ROWS=rows, COUNT=TOP_LIST, num_warps=4),
+        top_list_launch(config, batch * rows, vocab, row_stride, request_stride, row_align, valid, row_valid, rows,
+                        target, ("list_ids", "list_values"), count=TOP_LIST),
         launch(filtered_list_reduce_kernel, (batch * rows,),
                args[:-3] + (vocab, row_stride, request_stride, config.num_blocks, "logprob_stats", "rank_counts",
                             "list_ids", "list_values"), fast_names,
                REDUCE_BLOCK=config.reduce_block, LIST=TOP_LIST, HAS_TOP_P=has_top_p, HAS_MIN_P=has_min_p, FP64=fp64,
-               FAST_MATH=not target.interpreter, MASS_BLOCK=block_v, ROW_ALIGN=row_align,
+               FAST_MATH=not target.interpreter, MASS_BLOCK=4096, ROW_ALIGN=row_align,
                VOCAB_ALIGN=largest_power_of_two_dividing(vocab, 16), HAS_ROW_VALID=row_valid, ROWS=rows,
                HAS_TOP_K=has_top_k, num_warps=4),
         launch(token_logprobs_kernel, (batch * rows,), args + fast_names, names, HAS_FAST=True, **multipass))
@@ -902,12 +928,26 @@ def plan_token_logprobs(logits: ArgSpec, target: Target, *, has_top_k: bool, has
 
 
 def top_list_launch(config, rows: int, vocab: int, row_stride: int, request_stride: int, row_align: int,
-                    valid: str, row_valid: bool, rows_a_request: int):
-    """top_list_kernel's launch after the single read's statistics (`config`: single_read_config's)."""
-    return launch(top_list_kernel, (rows,), ("logits", valid, "num_top", vocab, row_stride, request_stride,
-                                             config.num_blocks, "logprob_stats"), ("top_ids", "top_values"),
+                    valid: str, row_valid: bool, rows_a_request: int, target: Target,
+                    outputs=("top_ids", "top_values"), count: int = 0):
+    """top_list_kernel's launch after the single read's statistics (`config`: single_read_config's):
+    TOP_LIST_PROGRAMS programs a row, one in the interpreter's large programs."""
+    programs = 1 if target.large_programs else TOP_LIST_PROGRAMS
+    return launch(top_list_kernel, (rows, programs), ("logits", valid, "num_top", vocab, row_stride, request_stride,
+                                                      config.num_blocks, "logprob_stats"),
+                  outputs + ("top_partial_ids", "top_partial_values", "top_arrivals"),
                   BLOCK_V=config.block_v, REDUCE_BLOCK=config.reduce_block, TOP=TOP_LIST, ROW_ALIGN=row_align,
-                  VOCAB_ALIGN=config.vocab_align, HAS_ROW_VALID=row_valid, ROWS=rows_a_request, COUNT=0, num_warps=4)
+                  VOCAB_ALIGN=config.vocab_align, HAS_ROW_VALID=row_valid, ROWS=rows_a_request, COUNT=count,
+                  PROGRAMS=programs, num_warps=4)
+
+
+def top_list_buffers(rows: int, target: Target) -> tuple:
+    """top_list_launch's scratch (untouched with one program a row): the arrival counts are the executor's
+    counters where it keeps them (zero on entry, left zero), else zeroed each call (a CUDA-graph capture)."""
+    return (Buffer("top_partial_ids", (rows, TOP_LIST_PROGRAMS * TOP_LIST), "int32"),
+            Buffer("top_partial_values", (rows, TOP_LIST_PROGRAMS * TOP_LIST), "float32"),
+            Buffer("top_arrivals", (rows,), "int32", counters=target.arrival_counters,
+                   zeroed=not target.arrival_counters))
 
 
 def single_read_config(vocab: int, target: Target):
@@ -965,8 +1005,9 @@ def plan_gumbel_logprobs(logits: ArgSpec, seeds: ArgSpec, target: Target, *, dra
         return Plan(scratch + outputs, launches + (launch(
             logprobs_reduce_kernel, (batch,), reduce_args, names[1:6], REDUCE_BLOCK=config.reduce_block,
             HAS_ROW_VALID=row_valid, ROWS=1, num_warps=4),), names, "single read")
-    return Plan(scratch + (Buffer("top_values", (batch, num_top), "float32"),) + outputs, launches + (
-        top_list_launch(config, batch, vocab, row_stride, row_stride, row_align, valid, row_valid, 1),
+    return Plan(scratch + (Buffer("top_values", (batch, num_top), "float32"),) + top_list_buffers(batch, target) + outputs,
+                launches + (
+        top_list_launch(config, batch, vocab, row_stride, row_stride, row_align, valid, row_valid, 1, target),
         launch(logprobs_reduce_top_kernel, (batch,), reduce_args + ("num_top", "top_ids", "top_values"),
                names[1:6] + ("top_logprobs",), REDUCE_BLOCK=config.reduce_block, HAS_ROW_VALID=row_valid, ROWS=1,
                num_warps=4)), names, "single read, top list")
