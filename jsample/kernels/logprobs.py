@@ -920,9 +920,9 @@ def plan_token_logprobs(logits: ArgSpec, target: Target, *, has_top_k: bool, has
                args[:-3] + (vocab, row_stride, request_stride, config.num_blocks, "logprob_stats", "rank_counts",
                             "list_ids", "list_values"), fast_names,
                REDUCE_BLOCK=config.reduce_block, LIST=TOP_LIST, HAS_TOP_P=has_top_p, HAS_MIN_P=has_min_p, FP64=fp64,
-               FAST_MATH=not target.interpreter, MASS_BLOCK=4096, ROW_ALIGN=row_align,
+               FAST_MATH=not target.interpreter, MASS_BLOCK=8192, ROW_ALIGN=row_align,
                VOCAB_ALIGN=largest_power_of_two_dividing(vocab, 16), HAS_ROW_VALID=row_valid, ROWS=rows,
-               HAS_TOP_K=has_top_k, num_warps=4),
+               HAS_TOP_K=has_top_k, num_warps=8),
         launch(token_logprobs_kernel, (batch * rows,), args + fast_names, names, HAS_FAST=True, **multipass))
     return Plan(scratch + outputs, launches, names, "filters' list, then one launch")
 
