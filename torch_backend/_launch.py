@@ -140,7 +140,18 @@ def float32_logits(tensor):
     return tensor.float() if tensor is not None and tensor.dtype == torch.float64 else tensor
 
 
-_ROWS = {}  # (batch, device) -> arange(batch) int32, made outside a CUDA-graph capture
+_ROWS = {}  # (batch, device) -> arange(batch) int32
+
+
+def kept_tensor(cache: dict, key, make, device: torch.device) -> torch.Tensor:
+    """cache[key], made by make() the first time outside a CUDA-graph capture and kept (no launch a call
+    after it; inside a first capture the tensor's fill is part of the graph, and it is not kept)."""
+    found = cache.get(key)
+    if found is None:
+        found = make()
+        if not (device.type == "cuda" and torch.cuda.is_current_stream_capturing()):
+            cache[key] = found
+    return found
 
 
 def row_valid(op: str, num_valid, batch: int, device):
@@ -151,11 +162,7 @@ def row_valid(op: str, num_valid, batch: int, device):
         return None
     check_num_valid(op, spec(num_valid), batch)
     device = torch.device(device)
-    rows = _ROWS.get((batch, device))
-    if rows is None:
-        rows = torch.arange(batch, device=device, dtype=torch.int32)
-        if not (device.type == "cuda" and torch.cuda.is_current_stream_capturing()):
-            _ROWS[(batch, device)] = rows
+    rows = kept_tensor(_ROWS, (batch, device), lambda: torch.arange(batch, device=device, dtype=torch.int32), device)
     if isinstance(num_valid, torch.Tensor):
         check_same_device(op, "num_valid", num_valid.device, device)
         num_valid = num_valid.reshape(())

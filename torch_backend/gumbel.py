@@ -9,8 +9,8 @@ from jsample.ops import Logprobs, docstring, logprobs_plan_flags
 from jsample.validation import check_gumbel_sample, check_logprobs_request, check_vocab_parallel
 from torch_backend import _execute as execute
 from torch_backend.logprobs import num_top_tensor
-from torch_backend._launch import (dense, empty_outputs, row_logits, row_valid, temperature_array, temperature_value,
-                                   traced, validate)
+from torch_backend._launch import (dense, empty_outputs, kept_tensor, row_logits, row_valid, temperature_array,
+                                   temperature_value, traced, validate)
 
 
 def gumbel_sample(logits, seeds, positions, temperature, *, fp64=False, draft=False, num_valid=None,
@@ -109,15 +109,10 @@ def _shard_sizes(group, size: int) -> list:
 
 
 def _vocab_start(start: int, device):
-    """The shard's first global column as a [1] int32 device tensor, made once per value and device outside a
-    CUDA-graph capture (no fill launch a call; inside a first capture the fill is part of the graph)."""
-    key = (start, device)
-    found = _VOCAB_STARTS.get(key)
-    if found is None:
-        found = torch.full((1,), start, dtype=torch.int32, device=device)
-        if not (device.type == "cuda" and torch.cuda.is_current_stream_capturing()):
-            _VOCAB_STARTS[key] = found
-    return found
+    """The shard's first global column as a [1] int32 device tensor, made once per value and device
+    (kept_tensor: no fill launch a call)."""
+    return kept_tensor(_VOCAB_STARTS, (start, device),
+                       lambda: torch.full((1,), start, dtype=torch.int32, device=device), torch.device(device))
 
 
 def _vocab_parallel(arguments, fp64, draft, num_valid, return_logprobs, num_top, group):

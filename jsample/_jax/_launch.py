@@ -77,22 +77,22 @@ def rowwise(fn, *arrays, vocab_fn=None):
     its axis 1 runs vocab_fn on each device's shard instead of being gathered."""
     present = [i for i, a in enumerate(arrays) if a is not None]
 
-    def unpartitioned(*given):
+    def filled(given):
+        """`arrays` with the present ones replaced by `given` (the Nones stay)."""
         full = list(arrays)
         for i, a in zip(present, given):
             full[i] = a
-        return fn(*full)
+        return full
+
+    def unpartitioned(*given):
+        return fn(*filled(given))
+
+    def vocab_partitioned(axis, shards):
+        return lambda *given: vocab_fn(axis, shards, *filled(given))
 
     # launches are custom calls (jax-triton's on a GPU, _host_call's on the CPU), which a custom
     # partitioning can split; pure callbacks cannot run inside one (jax-ml/jax#23620), so where the FFI
     # handler is refused (an old jaxlib) jit gathers the batch on CPU devices
-    def vocab_partitioned(axis, shards):
-        def call(*given):
-            full = list(arrays)
-            for i, a in zip(present, given):
-                full[i] = a
-            return vocab_fn(axis, shards, *full)
-        return call
 
     partitionable = on_gpu() or _host_call.register()
     call_fn = batch_partitioned(unpartitioned, [arrays[i] for i in present],
@@ -306,10 +306,7 @@ def batch_partitioned(fn, arrays, vocab_fn=None):
         names = [f"{name}{d}" for d in range(1, rank)]
         if name == "i0_" and vocab_fn is not None and names:
             reduced.append(names[0])
-            names_replicated = names[1:]
-        else:
-            names_replicated = names
-        others.extend(names_replicated)
+        others.extend(n for n in names if n not in reduced)
         return " ".join(["b"] + names)
 
     out_shapes = jax.eval_shape(fn, *arrays)
