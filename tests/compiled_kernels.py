@@ -46,7 +46,7 @@ def launch_arg_types(step, plan, logits_dtype):
     """compile_for_sm90's arg_types for a launch of a plan (kernels.plan.Launch, Plan): the op's inputs as the
     frontends pass them (logits of `logits_dtype`, int64 seeds and positions, f32 temperature, top_p, min_p,
     int32 top_k), the plan's buffers by their dtype, integers as i32 (both sides of a comparison alike)."""
-    inputs = {"logits": POINTER_TYPES[logits_dtype], "seeds": "*i64", "positions": "*i64", "temperature": "*fp32",
+    inputs = {"logits": POINTER_TYPES[logits_dtype], "tokens": "*i32", "seeds": "*i64", "positions": "*i64", "temperature": "*fp32",
               "top_k": "*i32", "top_p": "*fp32", "min_p": "*fp32"}
     names = [name for name in step.kernel.arg_names if name not in dict(step.constexprs)]
     types = {}

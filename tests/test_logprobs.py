@@ -412,6 +412,45 @@ def test_single_read_over_several_blocks_fused_equals_separate():
     assert plan.variant == "single read" and plan.launches[0].grid[1] >= 3
 
 
+def test_fused_rank_counts_several_blocks_a_program(force_target):
+    """gumbel_sample(return_logprobs=True)'s rank in the GPU tiling (blocks of 512): rank_count_kernel's programs
+    each cover several blocks (71 blocks on 64 programs a row; 8 programs a row at B = 300, read from the plan)
+    and read again only those with a larger logit, one after the other. Rows: the token the row's largest logit
+    (nothing read again), hot rows whose tokens lie far down (most blocks read, two by some programs), every
+    logit equal (none larger). The rank equals token_logprobs' (counted in its own single read), the
+    reference's and torch's."""
+    from torch_backend import _execute as torch_execute
+
+    force_target(large_programs=False)
+    vocab, batch = 70 * 512 + 37, 4
+    rng = np.random.default_rng(43)
+    x = (rng.standard_normal((batch, vocab)) * 3).astype(np.float32)
+    x[0, 5 * 512 + 3] = 100.0
+    x[2] = 1.5
+    temperature = np.float32([1.0, 100.0, 1.0, 30.0])
+    seeds, positions = np.arange(batch, dtype=np.int64) + 7, np.arange(batch, dtype=np.int64)
+    tokens, fused = jsample.gumbel_sample(x, seeds, positions, temperature, return_logprobs=True)
+    tokens = np.asarray(tokens)
+    rank = np.asarray(fused.rank)
+    assert tokens[0] == 5 * 512 + 3 and rank[0] == 1 and rank[2] == 1
+    assert rank[1] > 8192 and rank[3] > 1000, rank  # far down: (nearly) every block counted again
+    separate = _jax(x, tokens, temperature)
+    for i, name in enumerate(FIELDS):
+        assert np.array_equal(np.asarray(getattr(fused, name)), separate[i], equal_nan=True), name
+    assert np.array_equal(rank, token_logprobs_reference(x, tokens, temperature).rank)
+    t = [torch.from_numpy(a).to(TORCH_DEVICE) for a in (x, seeds, positions, temperature)]
+    torch_tokens, torch_fused = torch_backend.gumbel_sample(*t, return_logprobs=True)
+    assert np.array_equal(torch_tokens.cpu().numpy(), tokens) and np.array_equal(torch_fused.rank.cpu().numpy(), rank)
+    target = torch_execute.target(torch.device(TORCH_DEVICE))
+    for rows, programs in ((batch, 64), (300, 8)):
+        plan = kernels.plan_gumbel_sample(ArgSpec.contiguous((rows, vocab), "float32"),
+                                          ArgSpec.contiguous((rows,), "int64"), target, fp64=False, draft=False,
+                                          return_logprobs=True)
+        counting = [step for step in plan.launches if step.kernel is kernels.logprobs.rank_count_kernel]
+        assert [step.grid for step in counting] == [(rows, programs)]
+        assert dict(counting[0].constexprs)["SLOTS"] == 16  # 71 blocks on 8 programs: 9 a program at most
+
+
 def test_return_logprobs_arguments_are_checked():
     x = np.zeros((2, 40), np.float32)
     args = (x, np.int32([1, 2]), np.int32([0, 0]), 1.0)

@@ -42,7 +42,7 @@ from jsample.kernels.filtered import _fixed_point_mass, _key, _min_p, _relative_
 from jsample.kernels.gumbel import argmax_reduce_kernel, gumbel_launch_config, many_rows_config
 from jsample.kernels.host import jit
 from jsample.kernels.plan import ArgSpec, Buffer, Plan, Target, launch
-from jsample.kernels.stream import STREAM_DRAFT, STREAM_TOKEN, load_seed, seed_word_count
+from jsample.kernels.stream import LOG2E, STREAM_DRAFT, STREAM_TOKEN, exp2_approx, load_seed, seed_word_count
 from jsample.validation import MAX_NUM_TOP
 
 _KEY_FLOOR = tl.constexpr(-(2**31))
@@ -307,21 +307,33 @@ STATS = tl.constexpr(5)  # a block's: largest finite x, largest non-NaN x, raw s
 
 
 @jit
-def store_block_stats(x, temperature, stats_ptr, row64, block, num_blocks):
+def store_block_stats(x, temperature, stats_ptr, row64, block, num_blocks, FAST_MATH: tl.constexpr):
     """The log-softmax statistics of a block of FP32 logits `x` (-inf for padding), at
     stats_ptr[row, :, block] ([rows, STATS, num_blocks] f64): its largest finite logit m_b, its largest
     non-NaN logit (a +inf counts: rank's bound), the fixed-point sums (_fixed) of exp(x - m_b) and of
     exp((x - m_b) / T) over its finite logits (T = 1 for a greedy temperature), its largest finite |x| (the
-    overflow rule). Every one exact whatever the layout the compiler chose."""
+    overflow rule). Every one exact whatever the layout the compiler chose.
+
+    FAST_MATH (a GPU): the terms from ex2.approx.ftz (exp2_approx) of the very products tl.exp's ex2.approx
+    takes, so the same terms, but for terms below 2**-126 (flushed to 0, which _fixed gives them anyway):
+    three instructions fewer a term. The largest non-NaN logit is a plain max there (max.f32 ignores NaN)."""
     finite = tl.abs(x) < float("inf")
     largest = tl.max(tl.where(finite, x, float("-inf")), axis=0)
     d = tl.where(finite, x - largest, float("-inf"))
     inverse_t = tl.where(is_greedy(temperature), 1.0, 1.0 / temperature)
+    if FAST_MATH:
+        raw_terms = exp2_approx(d * LOG2E)
+        scaled_terms = exp2_approx((d * inverse_t) * LOG2E)
+        top = tl.max(x, axis=0)
+    else:
+        raw_terms = tl.exp(d)
+        scaled_terms = tl.exp(d * inverse_t)
+        top = tl.max(tl.where(x == x, x, float("-inf")), axis=0)
     out = stats_ptr.to(tl.pointer_type(tl.float64)) + (row64 * STATS) * num_blocks + block
     tl.store(out, largest.to(tl.float64))
-    tl.store(out + num_blocks, tl.max(tl.where(x == x, x, float("-inf")), axis=0).to(tl.float64))
-    tl.store(out + 2 * num_blocks, tl.sum(_fixed(tl.exp(d)), axis=0).to(tl.float64))
-    tl.store(out + 3 * num_blocks, tl.sum(_fixed(tl.exp(d * inverse_t)), axis=0).to(tl.float64))
+    tl.store(out + num_blocks, top.to(tl.float64))
+    tl.store(out + 2 * num_blocks, tl.sum(_fixed(raw_terms), axis=0).to(tl.float64))
+    tl.store(out + 3 * num_blocks, tl.sum(_fixed(scaled_terms), axis=0).to(tl.float64))
     tl.store(out + 4 * num_blocks, tl.max(tl.where(finite, tl.abs(x), 0.0), axis=0).to(tl.float64))
 
 
@@ -339,6 +351,7 @@ def logprobs_stats_kernel(
     BLOCK_V: tl.constexpr,
     ROW_ALIGN: tl.constexpr,
     VOCAB_ALIGN: tl.constexpr,
+    FAST_MATH: tl.constexpr,
     HAS_ROW_VALID: tl.constexpr = False,
     ROWS: tl.constexpr = 1,
 ):
@@ -357,7 +370,7 @@ def logprobs_stats_kernel(
     x = tl.load(row_ptr + cols, mask=cols < V, other=float("-inf")).to(tl.float32)
     token = tl.load(tokens_ptr + b64).to(tl.int64)
     x_token = tl.load(row_ptr + tl.where((token >= 0) & (token < V), token, 0)).to(tl.float32)
-    store_block_stats(x, load_temperature(temperature_ptr, request), stats_ptr, b64, block, num_blocks)
+    store_block_stats(x, load_temperature(temperature_ptr, request), stats_ptr, b64, block, num_blocks, FAST_MATH)
     tl.store(counts_ptr + b64 * num_blocks + block, tl.sum((x > x_token).to(tl.int32), axis=0))
 
 
@@ -397,7 +410,7 @@ def gumbel_logprobs_partial_kernel(
                             tl.load(positions_ptr + row).to(tl.int64), temperature, partial_score_ptr,
                             partial_index_ptr, row.to(tl.int64) * num_blocks + block, STREAM, BLOCK_V, ROW_ALIGN,
                             False, FAST_MATH)
-    store_block_stats(x, temperature, stats_ptr, row.to(tl.int64), block, num_blocks)
+    store_block_stats(x, temperature, stats_ptr, row.to(tl.int64), block, num_blocks, FAST_MATH)
 
 
 @jit
@@ -407,29 +420,51 @@ def rank_count_kernel(
     stats_ptr,  # [B, STATS, num_blocks] f64: store_block_stats'
     V,
     row_stride,
+    num_blocks,
     counts_ptr,  # [B, num_blocks] i32 output: the count of logits > the token's a block
     BLOCK_V: tl.constexpr,
     ROW_ALIGN: tl.constexpr,
     VOCAB_ALIGN: tl.constexpr,
+    SLOTS: tl.constexpr,  # a power of two >= the blocks a program covers
 ):
-    """Grid (B, num_blocks): logprobs_stats_kernel's counts for the samplers' fused pass, taken once the
-    token is known: a block is read again only where its largest logit (a +inf counts) exceeds the token's
-    (sampled tokens lie mostly near the top: few blocks read)."""
+    """Grid (B, P): logprobs_stats_kernel's counts for the samplers' fused pass, taken once the token is
+    known. Program p of a row covers its blocks p, p + P, ...: it reads again only those whose largest logit
+    (a +inf counts) exceeds the token's (sampled tokens lie mostly near the top: few blocks), one after the
+    other, and writes every one of its blocks' counts (0 where not read). A program a block cost a wave of
+    tiny programs a few dependent loads long each: 47 us at B = 256 on an H200 for a few blocks read."""
     b64 = tl.program_id(0).to(tl.int64)
-    block = tl.program_id(1)
-    num_blocks = tl.num_programs(1)
+    first = tl.program_id(1)
+    programs = tl.num_programs(1)
+    slots = tl.arange(0, SLOTS)
+    blocks = first + slots * programs
+    in_row = blocks < num_blocks
+    counts = tl.zeros([SLOTS], tl.int32)
     token = tl.load(tokens_ptr + b64)
-    count = tl.zeros([], tl.int32)
     if token >= 0:
         V = aligned(V, VOCAB_ALIGN)
         row_ptr = logits_ptr + tl.multiple_of(b64 * row_stride, ROW_ALIGN)
         x_token = tl.load(row_ptr + token).to(tl.float32)
-        top = tl.load(stats_ptr.to(tl.pointer_type(tl.float64)) + (b64 * STATS + 1) * num_blocks + block)
-        if top.to(tl.float32) > x_token:
-            cols = block * BLOCK_V + tl.arange(0, BLOCK_V)
+        tops = tl.load(stats_ptr.to(tl.pointer_type(tl.float64)) + (b64 * STATS + 1) * num_blocks + blocks,
+                       mask=in_row, other=float("-inf")).to(tl.float32)
+        pending = in_row & (tops > x_token)
+        for _ in range(tl.sum(pending.to(tl.int32), axis=0)):
+            slot = tl.min(tl.where(pending, slots, SLOTS), axis=0)
+            cols = (first + slot * programs) * BLOCK_V + tl.arange(0, BLOCK_V)
             x = tl.load(row_ptr + cols, mask=cols < V, other=float("-inf")).to(tl.float32)
-            count = tl.sum((x > x_token).to(tl.int32), axis=0)
-    tl.store(counts_ptr + b64 * num_blocks + block, count)
+            counts = tl.where(slots == slot, tl.sum((x > x_token).to(tl.int32), axis=0), counts)
+            pending = pending & (slots != slot)
+    tl.store(counts_ptr + b64 * num_blocks + blocks, counts, mask=in_row)
+
+
+def rank_count_launch(config, batch: int, vocab: int, row_stride: int, row_align: int):
+    """rank_count_kernel's launch: P programs a row, more for fewer rows (2048 programs in all, 8 to 64 a row, at
+    most one a block); SLOTS follows V alone (the blocks of 8 programs), so no batch size compiles anything."""
+    least = min(8, config.num_blocks)
+    programs = min(config.num_blocks, max(least, min(64, 2048 // batch)))
+    return launch(rank_count_kernel, (batch, programs),
+                  ("logits", "sampled", "logprob_stats", vocab, row_stride, config.num_blocks), ("rank_counts",),
+                  BLOCK_V=config.block_v, ROW_ALIGN=row_align, VOCAB_ALIGN=config.vocab_align,
+                  SLOTS=triton.next_power_of_2(-(-config.num_blocks // least)), num_warps=config.num_warps)
 
 
 @jit
@@ -880,7 +915,7 @@ def plan_token_logprobs(logits: ArgSpec, target: Target, *, has_top_k: bool, has
                    Buffer("rank_counts", (batch * rows, config.num_blocks), "int32"))
         stats = launch(logprobs_stats_kernel, (batch * rows, config.num_blocks), args, ("logprob_stats", "rank_counts"),
                        BLOCK_V=config.block_v, ROW_ALIGN=row_align, VOCAB_ALIGN=config.vocab_align,
-                       HAS_ROW_VALID=row_valid, ROWS=rows, num_warps=config.num_warps)
+                       FAST_MATH=config.fast_math, HAS_ROW_VALID=row_valid, ROWS=rows, num_warps=config.num_warps)
         reduce_args = args + (config.num_blocks, "logprob_stats", "rank_counts")
         if num_top == 0:
             return Plan(scratch + outputs, (stats, launch(
@@ -912,8 +947,8 @@ def plan_token_logprobs(logits: ArgSpec, target: Target, *, has_top_k: bool, has
         dataclasses.replace(b, name="fast_" + b.name) for b in outputs) + (Buffer("fast_done", (batch * rows,), "int32"),)
     launches = (
         launch(logprobs_stats_kernel, (batch * rows, config.num_blocks), stats_args, ("logprob_stats", "rank_counts"),
-               BLOCK_V=config.block_v, ROW_ALIGN=row_align, VOCAB_ALIGN=config.vocab_align, HAS_ROW_VALID=row_valid,
-               ROWS=rows, num_warps=config.num_warps),
+               BLOCK_V=config.block_v, ROW_ALIGN=row_align, VOCAB_ALIGN=config.vocab_align,
+               FAST_MATH=config.fast_math, HAS_ROW_VALID=row_valid, ROWS=rows, num_warps=config.num_warps),
         top_list_launch(config, batch * rows, vocab, row_stride, request_stride, row_align, valid, row_valid, rows,
                         target, ("list_ids", "list_values"), count=TOP_LIST),
         launch(filtered_list_reduce_kernel, (batch * rows,),
@@ -995,9 +1030,7 @@ def plan_gumbel_logprobs(logits: ArgSpec, seeds: ArgSpec, target: Target, *, dra
         launch(argmax_reduce_kernel, (batch,),
                ("partial_score", "partial_index", "logits", valid, vocab, row_stride, config.num_blocks), ("sampled",),
                HAS_ROW_VALID=row_valid, FP64=False, REDUCE_BLOCK=config.reduce_block, num_warps=1),
-        launch(rank_count_kernel, (batch, config.num_blocks), ("logits", "sampled", "logprob_stats", vocab, row_stride),
-               ("rank_counts",), BLOCK_V=config.block_v, ROW_ALIGN=row_align, VOCAB_ALIGN=config.vocab_align,
-               num_warps=config.num_warps),
+        rank_count_launch(config, batch, vocab, row_stride, row_align),
     )
     reduce_args = ("logits", "sampled", "temperature", valid, vocab, row_stride, row_stride, config.num_blocks,
                    "logprob_stats", "rank_counts")

@@ -1,0 +1,94 @@
+"""A/B of two checkouts (issue 41): the single read's logprobs (gumbel_sample(return_logprobs=True), with num_top =
+20, token_logprobs without filters) and gumbel_sample itself, device time (CUDA-graph replay, median, us), fp32 and
+bf16, V = 151936, "typical" logits (benchmarks/logit_families.py), B = 1, 64, 256, each run in its own process.
+A run is CHECKOUT or CHECKOUT:BLOCK_V:WARPS (the single read's blocks replaced: a lab variant, which changes the
+blocks' sums and so the logprobs' last bits). Every run also prints a digest of its outputs (tokens and every
+logprobs field), so runs whose numbers must agree bit for bit can be compared.
+
+    python benchmarks/lab/ab_single_read.py BASE NEW [NEW:2048:4 ...]
+"""
+
+import json
+import subprocess
+import sys
+
+CASE_CODE = r"""
+import dataclasses, hashlib, json, sys
+path, block_v, warps = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+sys.path.insert(0, path)
+sys.path.insert(0, path + "/benchmarks")
+import torch, triton
+import torch_backend
+from jsample.kernels import logprobs
+from logit_families import make_logits
+
+if block_v:
+    original = logprobs.single_read_config
+    def single_read_config(vocab, target):
+        config = original(vocab, target)
+        blocks = -(-vocab // block_v)
+        return dataclasses.replace(config, block_v=block_v, num_warps=warps, num_blocks=blocks,
+                                   reduce_block=triton.next_power_of_2(blocks))
+    logprobs.single_read_config = single_read_config
+
+def graph_us(fn):
+    fn()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    return triton.testing.do_bench(graph.replay, warmup=10, rep=100, return_mode="median") * 1e3
+
+def digest(out):
+    h = hashlib.sha256()
+    for part in (out if isinstance(out, tuple) else (out,)):
+        for field in (part if isinstance(part, tuple) else (part,)):
+            h.update(field.cpu().numpy().tobytes())
+    return h.hexdigest()[:12]
+
+V = 151936
+results, digests = {}, {}
+g = torch.Generator(device="cuda").manual_seed(0)
+for dtype in (torch.float32, torch.bfloat16):
+    x_all = make_logits("typical", 256, V, g).to(dtype)
+    for B in (1, 64, 256):
+        x = x_all[:B].contiguous()
+        seeds = torch.arange(B, device="cuda", dtype=torch.int64)
+        t = torch.full((B,), 0.7, device="cuda")
+        tokens = torch_backend.gumbel_sample(x, seeds, seeds, t)
+        cells = {
+            "gumbel_sample": lambda: torch_backend.gumbel_sample(x, seeds, seeds, t),
+            "gumbel_sample return_logprobs": lambda: torch_backend.gumbel_sample(x, seeds, seeds, t,
+                                                                                 return_logprobs=True),
+            "gumbel_sample return_logprobs num_top=20": lambda: torch_backend.gumbel_sample(
+                x, seeds, seeds, t, return_logprobs=True, num_top=20),
+            "token_logprobs": lambda: torch_backend.token_logprobs(x, tokens, t),
+            "token_logprobs num_top=20": lambda: torch_backend.token_logprobs(x, tokens, t, num_top=20),
+        }
+        for name, fn in cells.items():
+            key = f"{str(dtype)[6:]:8s} B={B:3d} {name}"
+            digests[key] = digest(fn())
+            results[key] = graph_us(fn)
+print(json.dumps([results, digests]))
+"""
+
+
+def main():
+    runs = {}
+    for run in sys.argv[1:]:
+        path, block_v, warps = (run.split(":") + ["0", "0"])[:3]
+        out = subprocess.run([sys.executable, "-c", CASE_CODE, path, block_v, warps], capture_output=True, text=True)
+        if out.returncode:
+            sys.exit(f"{run} failed:\n{out.stderr[-3000:]}")
+        runs[run] = json.loads(out.stdout.strip().splitlines()[-1])
+    labels = list(runs)
+    print(f"{'us (CUDA graph, median)':48s}" + "".join(f"{label[-14:]:>16s}" for label in labels)
+          + "".join(f"{'/ first':>9s}" for _ in labels[1:]) + "  outputs equal to the first run's")
+    for case, first in runs[labels[0]][0].items():
+        times = [runs[label][0][case] for label in labels]
+        same = ["=" if runs[label][1][case] == runs[labels[0]][1][case] else "differ" for label in labels[1:]]
+        print(f"{case:48s}" + "".join(f"{t:16.1f}" for t in times) + "".join(f"{t / first:9.3f}" for t in times[1:])
+              + "  " + " ".join(same))
+
+
+if __name__ == "__main__":
+    main()
