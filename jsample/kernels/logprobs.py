@@ -38,7 +38,7 @@ import triton.language as tl
 
 from jsample.kernels.common import (aligned, is_greedy, largest_power_of_two_dividing, load_temperature,
                                     store_sampled_block)
-from jsample.kernels.filtered import _fixed_point_mass, _key, _min_p, _relative_probability
+from jsample.kernels.filtered import _fixed_point_mass, _key, _key_value, _min_p, _relative_probability
 from jsample.kernels.gumbel import argmax_reduce_kernel, gumbel_launch_config, many_rows_config
 from jsample.kernels.host import jit
 from jsample.kernels.plan import ArgSpec, Buffer, Plan, Target, launch
@@ -529,13 +529,7 @@ def top_list_kernel(
         maxima_ptr = stats_ptr.to(tl.pointer_type(tl.float64)) + (b64 * STATS) * num_blocks
         blocks = tl.arange(0, REDUCE_BLOCK)
         block_max = tl.load(maxima_ptr + blocks, mask=blocks < num_blocks, other=float("-inf")).to(tl.float32)
-        # the bound: the num_top-th largest block maximum, with multiplicity (-inf: fewer finite blocks)
-        bound = tl.full([], float("-inf"), tl.float32)
-        taken = blocks < 0
-        for _ in range(num_top):
-            value, index = _take_best(block_max, blocks, ~taken, REDUCE_BLOCK)
-            taken = taken | (blocks == index)
-            bound = value
+        bound = _kth_largest(block_max, num_top)
         slots = tl.arange(0, TOP)
         list_values = tl.full([TOP], float("-inf"), tl.float32)
         list_cols = tl.full([TOP], -1, tl.int32)
@@ -579,6 +573,22 @@ def top_list_kernel(
                 ids = tl.load(partial_ids_ptr + every, cache_modifier=".cg")
                 _store_sorted(values, ids, ids >= 0, num_top, b64, top_ids_ptr, top_values_ptr)
                 tl.atomic_xchg(arrivals_ptr + b64, 0, sem="relaxed", scope="gpu")
+
+
+@jit
+def _kth_largest(values, k):
+    """The k-th largest of the FP32 `values` (no NaN; -inf fills), with multiplicity (-inf where there are fewer
+    than k): the largest key with at least k values at or above it, by bisection over the order-preserving keys
+    (32 counts, where taking the best k times took 2k reductions)."""
+    keys = _key(values, 0)
+    lo = tl.full([], -(2**31), tl.int64)  # below every key (-inf's is above it)
+    hi = tl.full([], 2**31, tl.int64)  # fewer than k (k >= 1) at or above it
+    for _ in range(32):
+        mid = (lo + hi) // 2
+        enough = tl.sum((keys >= mid).to(tl.int32), axis=0) >= k
+        lo = tl.where(enough, mid, lo)
+        hi = tl.where(enough, hi, mid)
+    return tl.where(lo > -(2**31), _key_value(lo, 0), float("-inf"))  # fewer than k values: -inf
 
 
 @jit

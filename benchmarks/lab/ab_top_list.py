@@ -1,0 +1,85 @@
+"""A/B of checkouts and warps (issue 41): the top list (top_list_kernel: num_top = 20, and the filters' 64-logit
+list), device time (CUDA-graph replay, median, us), fp32, V = 151936, T = 0.7, "typical" logits
+(benchmarks/logit_families.py), B = 1, 64, 256, each run in its own process. A run is CHECKOUT or CHECKOUT:WARPS
+(top_list_kernel's launches given WARPS warps: a lab variant). Each run prints a digest of its outputs, so runs that
+must agree bit for bit can be compared.
+
+    python benchmarks/lab/ab_top_list.py BASE NEW [NEW:1 ...]
+"""
+
+import json
+import subprocess
+import sys
+
+CASE_CODE = r"""
+import dataclasses, hashlib, json, sys
+path, warps = sys.argv[1], int(sys.argv[2])
+sys.path.insert(0, path)
+sys.path.insert(0, path + "/benchmarks")
+import torch, triton
+import torch_backend
+from jsample.kernels import logprobs
+from logit_families import make_logits
+
+if warps:
+    original = logprobs.top_list_launch
+    def top_list_launch(*args, **kwargs):
+        return dataclasses.replace(original(*args, **kwargs), num_warps=warps)
+    logprobs.top_list_launch = top_list_launch
+
+def graph_us(fn):
+    fn()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    return triton.testing.do_bench(graph.replay, warmup=10, rep=100, return_mode="median") * 1e3
+
+def digest(out):
+    h = hashlib.sha256()
+    for field in out:
+        h.update(field.cpu().numpy().tobytes())
+    return h.hexdigest()[:12]
+
+V = 151936
+results, digests = {}, {}
+g = torch.Generator(device="cuda").manual_seed(0)
+x_all = make_logits("typical", 256, V, g)
+for B in (1, 64, 256):
+    x = x_all[:B].contiguous()
+    seeds = torch.arange(B, device="cuda", dtype=torch.int64)
+    t = torch.full((B,), 0.7, device="cuda")
+    tokens = torch_backend.top_k_top_p_sample(x, seeds, seeds, t, top_p=0.9)
+    cells = {
+        "token_logprobs num_top=20": lambda: torch_backend.token_logprobs(x, tokens, t, num_top=20),
+        "token_logprobs num_top=64": lambda: torch_backend.token_logprobs(x, tokens, t, num_top=64),
+        "token_logprobs top_p=0.9": lambda: torch_backend.token_logprobs(x, tokens, t, top_p=0.9),
+        "token_logprobs top_k=50 top_p=0.9": lambda: torch_backend.token_logprobs(x, tokens, t, top_k=50, top_p=0.9),
+    }
+    for name, fn in cells.items():
+        key = f"B={B:3d} {name}"
+        digests[key] = digest(fn())
+        results[key] = graph_us(fn)
+print(json.dumps([results, digests]))
+"""
+
+
+def main():
+    runs = {}
+    for run in sys.argv[1:]:
+        path, warps = (run.split(":") + ["0"])[:2]
+        out = subprocess.run([sys.executable, "-c", CASE_CODE, path, warps], capture_output=True, text=True)
+        if out.returncode:
+            sys.exit(f"{run} failed:\n{out.stderr[-3000:]}")
+        runs[run] = json.loads(out.stdout.strip().splitlines()[-1])
+    labels = list(runs)
+    print(f"{'us (CUDA graph, median), fp32':40s}" + "".join(f"{label[-12:]:>13s}" for label in labels)
+          + "".join(f"{'/ first':>9s}" for _ in labels[1:]) + "  outputs equal to the first run's")
+    for case, first in runs[labels[0]][0].items():
+        times = [runs[label][0][case] for label in labels]
+        same = ["=" if runs[label][1][case] == runs[labels[0]][1][case] else "differ" for label in labels[1:]]
+        print(f"{case:40s}" + "".join(f"{t:13.1f}" for t in times) + "".join(f"{t / first:9.3f}" for t in times[1:])
+              + "  " + " ".join(same))
+
+
+if __name__ == "__main__":
+    main()
