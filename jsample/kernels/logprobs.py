@@ -571,7 +571,7 @@ def top_list_kernel(
                 every = b64 * (PROGRAMS * TOP) + tl.arange(0, PROGRAMS * TOP)
                 values = tl.load(partial_values_ptr + every, cache_modifier=".cg")
                 ids = tl.load(partial_ids_ptr + every, cache_modifier=".cg")
-                _store_sorted(values, ids, ids >= 0, num_top, b64, top_ids_ptr, top_values_ptr)
+                _store_merged(values, ids, row_ptr, num_top, b64, top_ids_ptr, top_values_ptr)
                 tl.atomic_xchg(arrivals_ptr + b64, 0, sem="relaxed", scope="gpu")
 
 
@@ -589,6 +589,24 @@ def _kth_largest(values, k):
         lo = tl.where(enough, mid, lo)
         hi = tl.where(enough, hi, mid)
     return tl.where(lo > -(2**31), _key_value(lo, 0), float("-inf"))  # fewer than k values: -inf
+
+
+@jit
+def _store_merged(values, cols, row_ptr, num_top, b64, top_ids_ptr, top_values_ptr):
+    """_store_sorted of the listed entries (column >= 0, distinct, finite values) by one sort: each entry packed
+    as (its value's key, 2**31 - 1 - its column), in descending order the same order (a larger value first, the
+    lower column first among equal ones, -0.0 equal to +0.0 as _key makes them); the values read again from the
+    row by column (the logits themselves, sign of zero included)."""
+    packed = tl.where(cols >= 0, _key(values, 0).to(tl.int64) * 4294967296 + (2147483647 - cols),
+                      -9223372036854775807)
+    order = tl.sort(packed, descending=True)
+    rank = tl.arange(0, values.shape[0])
+    listed = order > -9223372036854775807
+    sorted_cols = tl.where(listed, 2147483647 - (order & 4294967295), -1).to(tl.int32)
+    wanted = rank < num_top
+    sorted_values = tl.load(row_ptr + sorted_cols, mask=wanted & listed, other=float("-inf")).to(tl.float32)
+    tl.store(top_ids_ptr + b64 * num_top + rank, sorted_cols, mask=wanted)
+    tl.store(top_values_ptr + b64 * num_top + rank, sorted_values, mask=wanted)
 
 
 @jit
