@@ -243,6 +243,41 @@ def test_top_p_and_min_p_rows_take_the_list_where_they_cut_inside_it(case):
     assert np.isfinite(getattr(fused, "kept").cpu().numpy()).all()  # a sampled token is always kept
 
 
+def test_top_p_row_mass_is_split_over_programs():
+    """row_mass_kernel: top-p's whole-row mass (the fixed-point masses of every finite logit) in contiguous parts
+    over its programs (10 of 16 hold columns at V = 40000): their sum is the reference's (to rounding of e at a
+    few terms' floors), for the rows that may need it (a full list, top-p in (0, 1), top-k not acting), and 0
+    for the others (top-p 1, top-p 0, top-k acting, a padding row)."""
+    import dataclasses
+
+    from jsample.reference.filtered import MASS_SCALE, relative_probabilities
+    from torch_backend import _execute as execute
+
+    rng = np.random.default_rng(47)
+    vocab = 40000
+    x = (rng.standard_normal((6, vocab)) * 2).astype(np.float32)
+    x[:, 12345] = np.inf  # not finite: weighs nothing
+    temperature = np.float32([1.0, 0.7, 1.0, 1.0, 1.3, 1.0])
+    top_p = np.float32([0.9, 0.5, 1.0, 0.0, 0.9, 0.9])
+    top_k = np.int64([0, 0, 0, 0, 0, 20])  # row 5: top-k acts (within the list)
+    row_valid = np.uint8([1, 1, 1, 1, 0, 1])  # row 4: padding
+    device = torch.device(TORCH_DEVICE)
+    plan = kernels.plan_token_logprobs(ArgSpec.contiguous(x.shape, "float32"), execute.target(device), has_top_k=True,
+                                       has_top_p=True, has_min_p=False, fp64=False, num_top=0, row_valid=True)
+    probe = dataclasses.replace(plan, outputs=plan.outputs + ("row_mass",))
+    inputs = dict(logits=torch.from_numpy(x).to(device), tokens=torch.zeros(6, dtype=torch.int32, device=device),
+                  temperature=torch.from_numpy(temperature).to(device), top_p=torch.from_numpy(top_p).to(device),
+                  top_k=torch.from_numpy(top_k).to(device), row_valid=torch.from_numpy(row_valid).to(device),
+                  num_top=torch.zeros(1, dtype=torch.int32, device=device))
+    parts = execute.run(probe, device, inputs)[-1].cpu().numpy().view(np.int64)
+    assert parts.shape == (6, kernels.logprobs.MASS_PROGRAMS)
+    assert (parts[:, :10] > 0).all(axis=1).tolist() == [True, True, False, False, False, False]
+    assert (parts[:, 10:] == 0).all() and (parts[2:] == 0).all()
+    for row in (0, 1):
+        want = np.floor(relative_probabilities(x[row], temperature[row]) * MASS_SCALE).astype(np.int64).sum()
+        assert abs(int(parts[row].sum()) - int(want)) <= 1e-5 * want, (row, parts[row].sum(), want)
+
+
 def test_per_row_filters_and_edge_rows():
     """Per-row filter arrays (out-of-range values clamped as the sampler clamps them), a row without a finite
     logit (token -1), an overflowing greedy row, tokens at the boundaries."""
@@ -567,6 +602,7 @@ def test_the_single_read_kernels_compile_for_sm90():
     result = subprocess.run([sys.executable, "-c", _COMPILE_SINGLE_READ], capture_output=True, text=True, env=env,
                             timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert result.stdout.count("compiled") == 28
+    assert result.stdout.count("compiled") == 30
     assert result.stdout.count("compiled top_list_kernel") == 4, result.stdout
+    assert result.stdout.count("compiled row_mass_kernel") == 2, result.stdout
     assert "compiled filtered_list_reduce_kernel" in result.stdout and "compiled token_logprobs_kernel" in result.stdout

@@ -49,6 +49,7 @@ _KEY_FLOOR = tl.constexpr(-(2**31))
 TOP_LIST = triton.next_power_of_2(MAX_NUM_TOP)  # top_list_kernel's list: one compilation for every num_top
 # top_list_kernel's programs a row (compiled): each lists the candidates of every 8th block, the last merges
 TOP_LIST_PROGRAMS = 8
+MASS_PROGRAMS = 16  # row_mass_kernel's programs a row (top-p's whole-row mass, in contiguous parts)
 # The normalisers' terms exp(x - m) (in (0, 1]) are summed as integers, floor(term * 2**40): a sum that
 # does not depend on its order, so neither the tiling nor the compiled layout (torch's and JAX's
 # compilers may lay a block out differently, and a float sum's rounding follows the layout) changes
@@ -645,6 +646,68 @@ def _row_from_block_stats(stats_ptr, counts_ptr, b64, num_blocks, temperature, R
 
 
 @jit
+def row_mass_kernel(
+    logits_ptr,  # as token_logprobs_kernel's
+    temperature_ptr,
+    top_k_ptr,  # [B] i32|i64 (read with HAS_TOP_K)
+    top_p_ptr,  # [B] f32
+    row_valid_ptr,  # [B] u8|i32 (read with HAS_ROW_VALID): a padding row's mass is not needed
+    V,
+    row_stride,
+    request_stride,
+    list_ids_ptr,  # [B, LIST] i32: top_list_kernel's
+    list_values_ptr,  # [B, LIST] f32
+    mass_ptr,  # [B, P] i64 output (as i32 pairs): each program's part of the row's fixed-point mass (0: not needed)
+    LIST: tl.constexpr,
+    FP64: tl.constexpr,
+    FAST_MATH: tl.constexpr,
+    MASS_BLOCK: tl.constexpr,
+    ROW_ALIGN: tl.constexpr,
+    VOCAB_ALIGN: tl.constexpr,
+    HAS_ROW_VALID: tl.constexpr = False,
+    ROWS: tl.constexpr = 1,
+    HAS_TOP_K: tl.constexpr = True,
+):
+    """Grid (B, P): filtered_list_reduce_kernel's whole-row mass of top-p (the fixed-point masses of every finite
+    logit, an integer sum: any split of the row gives it), for the rows that may need it (a full list, top-p in
+    (0, 1), top-k not acting), split over P programs, each a contiguous part of the row: one program a row took
+    29 us at B = 1 on an H200."""
+    b64 = tl.program_id(0).to(tl.int64)
+    request = b64 // ROWS
+    part = tl.program_id(1)
+    parts = tl.num_programs(1)
+    total = tl.zeros([], tl.int64)
+    needed = True
+    if HAS_ROW_VALID:
+        needed = tl.load(row_valid_ptr + request) != 0
+    if needed:
+        slots = tl.arange(0, LIST)
+        values = tl.load(list_values_ptr + b64 * LIST + slots)
+        count_listed = tl.sum((tl.load(list_ids_ptr + b64 * LIST + slots) >= 0).to(tl.int32), axis=0)
+        full = count_listed == LIST
+        if HAS_TOP_K:
+            k = tl.load(top_k_ptr + request).to(tl.int64)
+        else:
+            k = tl.full([], 0, tl.int64)
+        active = (k >= 1) & ((k < count_listed) | full)  # filtered_list_reduce_kernel's
+        p = tl.load(top_p_ptr + request)
+        if full & (not active) & (p > 0.0) & (p < 1.0):
+            V = aligned(V, VOCAB_ALIGN)
+            row_ptr = logits_ptr + tl.multiple_of(request * request_stride + (b64 % ROWS) * row_stride, ROW_ALIGN)
+            temperature = load_temperature(temperature_ptr, request)
+            key_max = _key(tl.max(values, axis=0), 0)  # the row's largest finite logit (the list's first)
+            chunk = tl.cdiv(V, parts * MASS_BLOCK) * MASS_BLOCK
+            end = tl.minimum(part * chunk + chunk, V)
+            sums = tl.zeros([MASS_BLOCK], tl.int64)
+            for start in range(part * chunk, end, MASS_BLOCK):
+                cols, x = _row_block(row_ptr, start, end, MASS_BLOCK)
+                mass = _fixed_point_mass(x, temperature, key_max, 0, FP64, FAST_MATH)
+                sums += tl.where(_finite(x), mass, 0).to(tl.int64)
+            total = tl.sum(sums, axis=0)
+    tl.store(mass_ptr.to(tl.pointer_type(tl.int64)) + b64 * parts + part, total)
+
+
+@jit
 def filtered_list_reduce_kernel(
     logits_ptr,  # as token_logprobs_kernel's
     tokens_ptr,
@@ -662,6 +725,7 @@ def filtered_list_reduce_kernel(
     counts_ptr,  # [B, num_blocks] i32: its rank counts
     list_ids_ptr,  # [B, LIST] i32: top_list_kernel's LIST largest finite logits (-1 past the row's finite ones)
     list_values_ptr,  # [B, LIST] f32
+    row_mass_ptr,  # [B, MASS_PROGRAMS] i64 as i32 pairs (read with HAS_TOP_P): row_mass_kernel's parts
     raw_ptr,  # [B] f32 outputs, as token_logprobs_kernel's, for the rows it takes (done)
     scaled_ptr,
     kept_ptr,
@@ -676,7 +740,7 @@ def filtered_list_reduce_kernel(
     HAS_MIN_P: tl.constexpr,
     FP64: tl.constexpr,
     FAST_MATH: tl.constexpr,
-    MASS_BLOCK: tl.constexpr,  # columns a step of the read of top-p's mass (an integer sum: any step gives it)
+    MASS_PROGRAMS: tl.constexpr,  # row_mass_kernel's programs a row
     ROW_ALIGN: tl.constexpr,
     VOCAB_ALIGN: tl.constexpr,
     HAS_ROW_VALID: tl.constexpr = False,
@@ -752,9 +816,8 @@ def filtered_list_reduce_kernel(
                 if HAS_TOP_P:
                     cut = cut | (p <= 0.0)
                     if (p > 0.0) & (p < 1.0):
-                        floor = tl.full([], _KEY_FLOOR, tl.int64)
-                        row_mass = _mass_above(row_ptr, V, floor - 1, floor, temperature, key_max, FP64, FAST_MATH,
-                                               MASS_BLOCK)
+                        parts = row_mass_ptr.to(tl.pointer_type(tl.int64)) + b64 * MASS_PROGRAMS
+                        row_mass = tl.sum(tl.load(parts + tl.arange(0, MASS_PROGRAMS)), axis=0)
                         above_last = tl.where(values > last, _fixed_point_mass(values, temperature, key_max, 0, FP64,
                                                                                FAST_MATH), 0).to(tl.int64)
                         limit = p.to(tl.float64) * row_mass.to(tl.float64)
@@ -979,14 +1042,21 @@ def plan_token_logprobs(logits: ArgSpec, target: Target, *, has_top_k: bool, has
                FAST_MATH=config.fast_math, HAS_ROW_VALID=row_valid, ROWS=rows, num_warps=config.num_warps),
         top_list_launch(config, batch * rows, vocab, row_stride, request_stride, row_align, valid, row_valid, rows,
                         target, ("list_ids", "list_values"), count=TOP_LIST),
+    ) + ((launch(row_mass_kernel, (batch * rows, MASS_PROGRAMS),
+                 ("logits", "temperature", args[3], "top_p", args[7], vocab, row_stride, request_stride, "list_ids",
+                  "list_values"), ("row_mass",), LIST=TOP_LIST, FP64=fp64, FAST_MATH=not target.interpreter,
+                 MASS_BLOCK=2048, ROW_ALIGN=row_align, VOCAB_ALIGN=largest_power_of_two_dividing(vocab, 16),
+                 HAS_ROW_VALID=row_valid, ROWS=rows, HAS_TOP_K=has_top_k, num_warps=4),) if has_top_p else ()) + (
         launch(filtered_list_reduce_kernel, (batch * rows,),
                args[:-3] + (vocab, row_stride, request_stride, config.num_blocks, "logprob_stats", "rank_counts",
-                            "list_ids", "list_values"), fast_names,
+                            "list_ids", "list_values", "row_mass" if has_top_p else "list_ids"), fast_names,
                REDUCE_BLOCK=config.reduce_block, LIST=TOP_LIST, HAS_TOP_P=has_top_p, HAS_MIN_P=has_min_p, FP64=fp64,
-               FAST_MATH=not target.interpreter, MASS_BLOCK=8192, ROW_ALIGN=row_align,
+               FAST_MATH=not target.interpreter, MASS_PROGRAMS=MASS_PROGRAMS, ROW_ALIGN=row_align,
                VOCAB_ALIGN=largest_power_of_two_dividing(vocab, 16), HAS_ROW_VALID=row_valid, ROWS=rows,
                HAS_TOP_K=has_top_k, num_warps=8),
         launch(token_logprobs_kernel, (batch * rows,), args + fast_names, names, HAS_FAST=True, **multipass))
+    if has_top_p:
+        scratch += (Buffer("row_mass", (batch * rows, 2 * MASS_PROGRAMS), "int32"),)  # i64 as i32 pairs (JAX: no x64)
     return Plan(scratch + outputs, launches, names, "filters' list, then one launch")
 
 
