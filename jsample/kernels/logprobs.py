@@ -5,9 +5,12 @@ forms, both shared by the frontends and both summing the normalisers' terms as i
 
 - The single read (no filters: `token_logprobs`, and gumbel_sample's `return_logprobs` in FP32): block
   statistics (store_block_stats) from one read of the logits, in the sampler's case from the very logits
-  its Gumbel-max pass loaded, reduced by `logprobs_reduce_kernel` (the section below `STATS`); a top list
-  (num_top >= 1) reads again only the blocks that can hold one of its logits (top_list_kernel).
-- Every other call: `token_logprobs_kernel`, grid (B,), a program that reads its row a few times over:
+  its Gumbel-max pass loaded, reduced by `logprobs_reduce_kernel` (the section below `STATS`); the sampler's
+  rank counted once its token is known (rank_count_kernel); a top list (num_top >= 1) reads again only the
+  blocks that can hold one of its logits (top_list_kernel).
+- With filters, the same statistics and the row's 64 largest logits (top_list_kernel) decide every row whose
+  kept set lies within them (filtered_list_reduce_kernel; top-p's whole-row mass from row_mass_kernel); the
+  other rows: `token_logprobs_kernel`, grid (B,), a program that reads its row a few times over:
 
 1. The row's largest finite logit m, its count of finite logits and largest |x| (the greedy rule:
    T < 1e-5 or NaN, or some finite x / T beyond float32: common.overflow_from_magnitude's rule; a
