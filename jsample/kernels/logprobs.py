@@ -39,7 +39,7 @@ import math
 import triton
 import triton.language as tl
 
-from jsample.kernels.common import (aligned, is_greedy, largest_power_of_two_dividing, load_temperature,
+from jsample.kernels.common import (aligned, is_greedy, largest_power_of_two_dividing, load_temperature, max_flagging_nan,
                                     store_sampled_block)
 from jsample.kernels.filtered import _fixed_point_mass, _key, _key_value, _min_p, _relative_probability
 from jsample.kernels.gumbel import argmax_reduce_kernel, gumbel_launch_config, many_rows_config
@@ -320,25 +320,40 @@ def store_block_stats(x, temperature, stats_ptr, row64, block, num_blocks, FAST_
 
     FAST_MATH (a GPU): the terms from ex2.approx.ftz (exp2_approx) of the very products tl.exp's ex2.approx
     takes, so the same terms, but for terms below 2**-126 (flushed to 0, which _fixed gives them anyway):
-    three instructions fewer a term. The largest non-NaN logit is a plain max there (max.f32 ignores NaN)."""
-    finite = tl.abs(x) < float("inf")
-    largest = tl.max(tl.where(finite, x, float("-inf")), axis=0)
-    d = tl.where(finite, x - largest, float("-inf"))
+    three instructions fewer a term. The largest non-NaN logit is a plain max there (max.f32 ignores NaN), and
+    a block of finite logits skips the masks."""
     inverse_t = tl.where(is_greedy(temperature), 1.0, 1.0 / temperature)
     if FAST_MATH:
+        # a block of finite logits only (the usual one: no NaN, no +-inf, not a row's padded last block) takes
+        # the plain forms, the same values: two instructions a logit to tell, five fewer than the masks
+        largest = max_flagging_nan(x, FAST_MATH)
+        smallest = tl.min(x, axis=0)
+        if (largest < float("inf")) & (smallest > float("-inf")):
+            d = x - largest
+            top = largest
+            magnitude = tl.maximum(tl.abs(largest), tl.abs(smallest))
+        else:
+            finite = tl.abs(x) < float("inf")
+            largest = tl.max(tl.where(finite, x, float("-inf")), axis=0)
+            d = tl.where(finite, x - largest, float("-inf"))
+            top = tl.max(x, axis=0)
+            magnitude = tl.max(tl.where(finite, tl.abs(x), 0.0), axis=0)
         raw_terms = exp2_approx(d * LOG2E)
         scaled_terms = exp2_approx((d * inverse_t) * LOG2E)
-        top = tl.max(x, axis=0)
     else:
+        finite = tl.abs(x) < float("inf")
+        largest = tl.max(tl.where(finite, x, float("-inf")), axis=0)
+        d = tl.where(finite, x - largest, float("-inf"))
+        top = tl.max(tl.where(x == x, x, float("-inf")), axis=0)
+        magnitude = tl.max(tl.where(finite, tl.abs(x), 0.0), axis=0)
         raw_terms = tl.exp(d)
         scaled_terms = tl.exp(d * inverse_t)
-        top = tl.max(tl.where(x == x, x, float("-inf")), axis=0)
     out = stats_ptr.to(tl.pointer_type(tl.float64)) + (row64 * STATS) * num_blocks + block
     tl.store(out, largest.to(tl.float64))
     tl.store(out + num_blocks, top.to(tl.float64))
     tl.store(out + 2 * num_blocks, tl.sum(_fixed(raw_terms), axis=0).to(tl.float64))
     tl.store(out + 3 * num_blocks, tl.sum(_fixed(scaled_terms), axis=0).to(tl.float64))
-    tl.store(out + 4 * num_blocks, tl.max(tl.where(finite, tl.abs(x), 0.0), axis=0).to(tl.float64))
+    tl.store(out + 4 * num_blocks, magnitude.to(tl.float64))
 
 
 @jit
