@@ -6,18 +6,17 @@ blocks' sums and so the logprobs' last bits). Every run also prints a digest of 
 logprobs field), so runs whose numbers must agree bit for bit can be compared.
 
     python benchmarks/lab/ab_single_read.py BASE NEW [NEW:2048:4 ...]
+
+(The runner and the table: ab_runs.py. The results committed before it came, from the same cases: results/ab_single_read_*.)
 """
 
-import json
-import subprocess
 import sys
 
+from ab_runs import print_table, run_all
+
 CASE_CODE = r"""
-import dataclasses, hashlib, json, sys
-path, block_v, warps = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-sys.path.insert(0, path)
-sys.path.insert(0, path + "/benchmarks")
-import torch, triton
+import dataclasses
+block_v, warps = int(sys.argv[2]), int(sys.argv[3])
 import torch_backend
 from jsample.kernels import logprobs
 from logit_families import make_logits
@@ -30,20 +29,6 @@ if block_v:
         return dataclasses.replace(config, block_v=block_v, num_warps=warps, num_blocks=blocks,
                                    reduce_block=triton.next_power_of_2(blocks))
     logprobs.single_read_config = single_read_config
-
-def graph_us(fn):
-    fn()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        fn()
-    return triton.testing.do_bench(graph.replay, warmup=10, rep=100, return_mode="median") * 1e3
-
-def digest(out):
-    h = hashlib.sha256()
-    for part in (out if isinstance(out, tuple) else (out,)):
-        for field in (part if isinstance(part, tuple) else (part,)):
-            h.update(field.cpu().numpy().tobytes())
-    return h.hexdigest()[:12]
 
 V = 151936
 results, digests = {}, {}
@@ -73,21 +58,8 @@ print(json.dumps([results, digests]))
 
 
 def main():
-    runs = {}
-    for run in sys.argv[1:]:
-        path, block_v, warps = (run.split(":") + ["0", "0"])[:3]
-        out = subprocess.run([sys.executable, "-c", CASE_CODE, path, block_v, warps], capture_output=True, text=True)
-        if out.returncode:
-            sys.exit(f"{run} failed:\n{out.stderr[-3000:]}")
-        runs[run] = json.loads(out.stdout.strip().splitlines()[-1])
-    labels = list(runs)
-    print(f"{'us (CUDA graph, median)':48s}" + "".join(f"{label[-14:]:>16s}" for label in labels)
-          + "".join(f"{'/ first':>9s}" for _ in labels[1:]) + "  outputs equal to the first run's")
-    for case, first in runs[labels[0]][0].items():
-        times = [runs[label][0][case] for label in labels]
-        same = ["=" if runs[label][1][case] == runs[labels[0]][1][case] else "differ" for label in labels[1:]]
-        print(f"{case:48s}" + "".join(f"{t:16.1f}" for t in times) + "".join(f"{t / first:9.3f}" for t in times[1:])
-              + "  " + " ".join(same))
+    runs = {run: (run.split(":") + ["0", "0"])[:3] for run in sys.argv[1:]}
+    print_table(run_all(CASE_CODE, runs), "us (CUDA graph, median)")
 
 
 if __name__ == "__main__":

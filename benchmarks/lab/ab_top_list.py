@@ -7,16 +7,13 @@ must agree bit for bit can be compared.
     python benchmarks/lab/ab_top_list.py BASE NEW [NEW:1 ...]
 """
 
-import json
-import subprocess
 import sys
 
+from ab_runs import print_table, run_all
+
 CASE_CODE = r"""
-import dataclasses, hashlib, json, sys
-path, warps = sys.argv[1], int(sys.argv[2])
-sys.path.insert(0, path)
-sys.path.insert(0, path + "/benchmarks")
-import torch, triton
+import dataclasses
+warps = int(sys.argv[2])
 import torch_backend
 from jsample.kernels import logprobs
 from logit_families import make_logits
@@ -26,19 +23,6 @@ if warps:
     def top_list_launch(*args, **kwargs):
         return dataclasses.replace(original(*args, **kwargs), num_warps=warps)
     logprobs.top_list_launch = top_list_launch
-
-def graph_us(fn):
-    fn()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        fn()
-    return triton.testing.do_bench(graph.replay, warmup=10, rep=100, return_mode="median") * 1e3
-
-def digest(out):
-    h = hashlib.sha256()
-    for field in out:
-        h.update(field.cpu().numpy().tobytes())
-    return h.hexdigest()[:12]
 
 V = 151936
 results, digests = {}, {}
@@ -64,21 +48,8 @@ print(json.dumps([results, digests]))
 
 
 def main():
-    runs = {}
-    for run in sys.argv[1:]:
-        path, warps = (run.split(":") + ["0"])[:2]
-        out = subprocess.run([sys.executable, "-c", CASE_CODE, path, warps], capture_output=True, text=True)
-        if out.returncode:
-            sys.exit(f"{run} failed:\n{out.stderr[-3000:]}")
-        runs[run] = json.loads(out.stdout.strip().splitlines()[-1])
-    labels = list(runs)
-    print(f"{'us (CUDA graph, median), fp32':40s}" + "".join(f"{label[-12:]:>13s}" for label in labels)
-          + "".join(f"{'/ first':>9s}" for _ in labels[1:]) + "  outputs equal to the first run's")
-    for case, first in runs[labels[0]][0].items():
-        times = [runs[label][0][case] for label in labels]
-        same = ["=" if runs[label][1][case] == runs[labels[0]][1][case] else "differ" for label in labels[1:]]
-        print(f"{case:40s}" + "".join(f"{t:13.1f}" for t in times) + "".join(f"{t / first:9.3f}" for t in times[1:])
-              + "  " + " ".join(same))
+    runs = {run: (run.split(":") + ["0"])[:2] for run in sys.argv[1:]}
+    print_table(run_all(CASE_CODE, runs), "us (CUDA graph, median), fp32", 40, 13)
 
 
 if __name__ == "__main__":
