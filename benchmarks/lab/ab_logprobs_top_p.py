@@ -1,32 +1,21 @@
 """A/B of two checkouts (issue 41): logprobs with filters (top-p or min-p and no top-k, top-k and top-p) and with a
 top list, device time (CUDA-graph replay, median, us) on language-model-like logits
-(benchmarks/logit_families.py), each checkout in its own process.
+(benchmarks/logit_families.py), each checkout in its own process (ab_runs.py), with whether the outputs agree.
 Also the share of rows whose kept set lies within the 64 largest logits (the list route's rows).
 
     python benchmarks/lab/ab_logprobs_top_p.py BASE_CHECKOUT NEW_CHECKOUT
 """
 
-import json
-import subprocess
 import sys
 
+from ab_runs import print_table, run_all
+
 CASE_CODE = r"""
-import json, sys
-sys.path.insert(0, sys.argv[1])
-sys.path.insert(0, sys.argv[1] + "/benchmarks")
-import torch, triton
 import torch_backend
 from logit_families import make_logits
 
-def graph_us(fn):
-    fn()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        fn()
-    return triton.testing.do_bench(graph.replay, warmup=10, rep=100, return_mode="median") * 1e3
-
 V = 151936
-results, shares = {}, {}
+results, digests, shares = {}, {}, {}
 g = torch.Generator(device="cuda").manual_seed(0)
 for family in ("typical", "peaked"):
     x_all = make_logits(family, 256, V, g)
@@ -46,25 +35,19 @@ for family in ("typical", "peaked"):
                 x, seeds, seeds, t, top_p=0.9, return_logprobs=True),
         }
         for name, fn in cells.items():
+            digests[f"{family} B={B} {name}"] = digest(fn())
             results[f"{family} B={B} {name}"] = graph_us(fn)
     p = torch.softmax(x_all / 0.7, dim=1).sort(dim=1, descending=True).values
     nucleus = ((p.cumsum(1) - p) < 0.9).sum(1)
     shares[family] = [float((nucleus <= 64).float().mean()), int(nucleus.median())]
-print(json.dumps([results, shares]))
+print(json.dumps([results, digests, shares]))
 """
 
 
 def main():
-    base, new = sys.argv[1], sys.argv[2]
-    runs = {}
-    for label, path in (("base", base), ("new", new)):
-        out = subprocess.run([sys.executable, "-c", CASE_CODE, path], capture_output=True, text=True, check=True).stdout
-        runs[label] = json.loads(out.strip().splitlines()[-1])
-    print(f"{'case (fp32, V = 151936, T = 0.7)':64s} {'base us':>10s} {'new us':>10s} {'new / base':>10s}")
-    for case, base_us in runs["base"][0].items():
-        new_us = runs["new"][0][case]
-        print(f"{case:64s} {base_us:10.1f} {new_us:10.1f} {new_us / base_us:10.3f}")
-    for family, (share, median) in runs["new"][1].items():
+    runs = run_all(CASE_CODE, {label: [path] for label, path in zip(("base", "new"), sys.argv[1:3])})
+    print_table(runs, "case (fp32, V = 151936, T = 0.7)", 64, 10)
+    for family, (share, median) in runs["new"][2].items():
         print(f"{family}: rows whose top-p 0.9 kept set is at most 64 logits: {share:.0%}, median kept set {median}")
 
 
