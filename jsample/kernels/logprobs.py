@@ -449,8 +449,8 @@ def rank_count_kernel(
     """Grid (B, P): logprobs_stats_kernel's counts for the samplers' fused pass, taken once the token is
     known. Program p of a row covers its blocks p, p + P, ...: it reads again only those whose largest logit
     (a +inf counts) exceeds the token's (sampled tokens lie mostly near the top: few blocks), one after the
-    other, and writes every one of its blocks' counts (0 where not read). A program a block cost a wave of
-    tiny programs a few dependent loads long each: 47 us at B = 256 on an H200 for a few blocks read."""
+    other, and writes every one of its blocks' counts (0 where not read). (A program a block was a wave of tiny
+    programs, each a few dependent loads long: benchmarks/lab/INDEX.md.)"""
     b64 = tl.program_id(0).to(tl.int64)
     first = tl.program_id(1)
     programs = tl.num_programs(1)
@@ -688,8 +688,8 @@ def row_mass_kernel(
 ):
     """Grid (B, P): filtered_list_reduce_kernel's whole-row mass of top-p (the fixed-point masses of every finite
     logit, an integer sum: any split of the row gives it), for the rows that may need it (a full list, top-p in
-    (0, 1), top-k not acting), split over P programs, each a contiguous part of the row: one program a row took
-    29 us at B = 1 on an H200."""
+    (0, 1), top-k not acting), split over P programs, each a contiguous part of the row (one program a row
+    was the list route's slowest step at small batches: benchmarks/lab/INDEX.md)."""
     b64 = tl.program_id(0).to(tl.int64)
     request = b64 // ROWS
     part = tl.program_id(1)
