@@ -311,6 +311,15 @@ STATS = tl.constexpr(5)  # a block's: largest finite x, largest non-NaN x, raw s
 
 
 @jit
+def _masked_block_stats(x):
+    """store_block_stats' (largest finite logit, x - it where finite and -inf elsewhere, largest finite |x|) of a
+    block that may hold NaN or +-inf."""
+    finite = tl.abs(x) < float("inf")
+    largest = tl.max(tl.where(finite, x, float("-inf")), axis=0)
+    return largest, tl.where(finite, x - largest, float("-inf")), tl.max(tl.where(finite, tl.abs(x), 0.0), axis=0)
+
+
+@jit
 def store_block_stats(x, temperature, stats_ptr, row64, block, num_blocks, FAST_MATH: tl.constexpr):
     """The log-softmax statistics of a block of FP32 logits `x` (-inf for padding), at
     stats_ptr[row, :, block] ([rows, STATS, num_blocks] f64): its largest finite logit m_b, its largest
@@ -333,19 +342,13 @@ def store_block_stats(x, temperature, stats_ptr, row64, block, num_blocks, FAST_
             top = largest
             magnitude = tl.maximum(tl.abs(largest), tl.abs(smallest))
         else:
-            finite = tl.abs(x) < float("inf")
-            largest = tl.max(tl.where(finite, x, float("-inf")), axis=0)
-            d = tl.where(finite, x - largest, float("-inf"))
+            largest, d, magnitude = _masked_block_stats(x)
             top = tl.max(x, axis=0)
-            magnitude = tl.max(tl.where(finite, tl.abs(x), 0.0), axis=0)
         raw_terms = exp2_approx(d * LOG2E)
         scaled_terms = exp2_approx((d * inverse_t) * LOG2E)
     else:
-        finite = tl.abs(x) < float("inf")
-        largest = tl.max(tl.where(finite, x, float("-inf")), axis=0)
-        d = tl.where(finite, x - largest, float("-inf"))
+        largest, d, magnitude = _masked_block_stats(x)
         top = tl.max(tl.where(x == x, x, float("-inf")), axis=0)
-        magnitude = tl.max(tl.where(finite, tl.abs(x), 0.0), axis=0)
         raw_terms = tl.exp(d)
         scaled_terms = tl.exp(d * inverse_t)
     out = stats_ptr.to(tl.pointer_type(tl.float64)) + (row64 * STATS) * num_blocks + block
@@ -664,6 +667,19 @@ def _row_from_block_stats(stats_ptr, counts_ptr, b64, num_blocks, temperature, R
 
 
 @jit
+def _top_k_on_list(top_k_ptr, request, count_listed, LIST: tl.constexpr, HAS_TOP_K: tl.constexpr):
+    """(k, whether the list is full, whether top-k acts) for a row whose list holds count_listed logits: top-k acts
+    where 1 <= k < the count of finite logits (k == LIST == a full list's count keeps them all either way).
+    filtered_list_reduce_kernel's rule, which row_mass_kernel follows to know the rows that need the mass."""
+    if HAS_TOP_K:
+        k = tl.load(top_k_ptr + request).to(tl.int64)
+    else:
+        k = tl.full([], 0, tl.int64)
+    full = count_listed == LIST
+    return k, full, (k >= 1) & ((k < count_listed) | full)
+
+
+@jit
 def row_mass_kernel(
     logits_ptr,  # as token_logprobs_kernel's
     temperature_ptr,
@@ -702,12 +718,7 @@ def row_mass_kernel(
         slots = tl.arange(0, LIST)
         values = tl.load(list_values_ptr + b64 * LIST + slots)
         count_listed = tl.sum((tl.load(list_ids_ptr + b64 * LIST + slots) >= 0).to(tl.int32), axis=0)
-        full = count_listed == LIST
-        if HAS_TOP_K:
-            k = tl.load(top_k_ptr + request).to(tl.int64)
-        else:
-            k = tl.full([], 0, tl.int64)
-        active = (k >= 1) & ((k < count_listed) | full)  # filtered_list_reduce_kernel's
+        k, full, active = _top_k_on_list(top_k_ptr, request, count_listed, LIST, HAS_TOP_K)
         p = tl.load(top_p_ptr + request)
         if full & (not active) & (p > 0.0) & (p < 1.0):
             V = aligned(V, VOCAB_ALIGN)
@@ -797,14 +808,7 @@ def filtered_list_reduce_kernel(
         key_max = _key(m, 0)
         keys = _key(values, 0).to(tl.int64)
         threshold = tl.full([], _KEY_FLOOR, tl.int64)
-        if HAS_TOP_K:
-            k = tl.load(top_k_ptr + request).to(tl.int64)
-        else:
-            k = tl.full([], 0, tl.int64)
-        full = count_listed == LIST
-        # top-k acts where 1 <= k < the count of finite logits (k == LIST == a full list's count keeps them all
-        # either way)
-        active = (k >= 1) & ((k < count_listed) | full)
+        k, full, active = _top_k_on_list(top_k_ptr, request, count_listed, LIST, HAS_TOP_K)
         min_p = 0.0
         if HAS_MIN_P:
             min_p = _min_p(min_p_ptr, request)
