@@ -71,3 +71,43 @@ def test_jax_after_precompile_no_batch_size_compiles():
            jnp.full((b,), 0.8, jnp.float32), jnp.full((b,), 50, wide), jnp.full((b,), 0.9, jnp.float32)
            ).block_until_ready()
     assert len(triton_lib._COMPILED_KERNEL_CACHE) == cached, "jax-triton compiled kernels after precompile"
+
+
+def test_torch_first_call_compiles_its_plan_side_by_side(compile_count, monkeypatch):
+    """A plan's first run compiles its kernels in threads before launching them (torch_backend._execute's
+    _compile_ahead): each distinct kernel variant of the plan exactly once, most of them off the caller's
+    thread, and its launches compile nothing more; the tokens are those of a run that compiled one kernel
+    after another at its launches (COMPILE_THREADS = 0: no compile-ahead) on the same logits in rows of
+    another stride."""
+    import threading
+
+    from jsample import kernels
+    from jsample.kernels.compiles import compile_key
+    from torch_backend import _execute
+
+    threads = []
+    triton.knobs.runtime.jit_post_compile_hook = lambda *a, **k: threads.append(threading.get_ident())
+    b, v = 48, 20011  # a vocabulary no other test compiles for: every kernel of the plan is new here
+    logits = torch.randn(b, v, device="cuda").to(torch.bfloat16)
+    seeds = torch.arange(b, device="cuda", dtype=torch.int64)
+    temperature = torch.full((b,), 0.8, device="cuda")
+    filters = dict(top_k=torch.full((b,), 40, device="cuda", dtype=torch.int64),
+                   top_p=torch.full((b,), 0.9, device="cuda"))
+    plan = kernels.plan_top_k_top_p_sample(kernels.ArgSpec.contiguous((b, v), "bfloat16"),
+                                           kernels.ArgSpec.contiguous((b,), "int64"), _execute.target(logits.device),
+                                           has_top_k=True, has_top_p=True, has_min_p=False, fp64=False)
+    variants = {compile_key(step, "torch") for step in plan.launches}
+    assert len(variants) >= 6, plan.variant
+    tokens = torch_backend.top_k_top_p_sample(logits, seeds, seeds, temperature, **filters)
+    torch.cuda.synchronize()
+    assert len(threads) == len(variants), (len(threads), len(variants))
+    assert sum(t != threading.get_ident() for t in threads) >= len(variants) - 1
+    threads.clear()
+    # the same logits in rows 20016 apart (16-byte aligned rows: other kernel variants), compiled at the launches
+    monkeypatch.setattr(_execute, "COMPILE_THREADS", 0)
+    wide = torch.zeros(b, v + 5, device="cuda", dtype=torch.bfloat16)
+    wide[:, :v] = logits
+    again = torch_backend.top_k_top_p_sample(wide[:, :v], seeds, seeds, temperature, **filters)
+    torch.cuda.synchronize()
+    assert threads and set(threads) == {threading.get_ident()}  # at its launches, on this thread
+    assert torch.equal(again, tokens)

@@ -20,6 +20,9 @@ kernel on the caller's current CUDA stream. Eager calls cost little host time:
 * a replay allocates its outputs with `torch.empty_like` of a one-element template expanded to the
   output's shape (half `torch.empty`'s host time with a shape, dtype and device to parse): fresh
   contiguous tensors, never shared;
+* a plan's first run on a device compiles its kernels side by side (`_compile_ahead`: Triton's public
+  `warmup` in threads; the compiler releases the GIL for most of its work), so that a first call of a
+  plan of a dozen kernels costs about its slowest kernel's compile, not their sum (issue 39);
 * the scratch buffers of a call live in one workspace, reused by the next call of the same thread on
   the same stream and device (stream order puts that call's launches after this one's; another
   thread or stream gets a workspace of its own), and allocated per call while a CUDA graph is being
@@ -31,7 +34,9 @@ threads and streams may call at once.
 """
 
 import math
+import os
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from operator import itemgetter
 
 import torch
@@ -458,6 +463,7 @@ def _launch_all(plan: Plan, index: int, stream: int, inputs: dict, env: dict) ->
                                 for t in inputs.values()))
     compiled = _LAUNCHERS.get(facts)
     if compiled is None:
+        _compile_ahead(plan, steps)
         compiled = [_compile_and_launch(step, args) for step, args in zip(plan.launches, steps)]
         with _LOCK:
             _LAUNCHERS[facts] = compiled
@@ -473,9 +479,65 @@ def _launch_all(plan: Plan, index: int, stream: int, inputs: dict, env: dict) ->
 
 
 def _launch_through_triton_all(plan: Plan, env: dict) -> None:
+    _compile_ahead(plan, [[env[a] if isinstance(a, str) else a for a in step.args] + [env[o] for o in step.outputs]
+                          for step in plan.launches])
     for step in plan.launches:
         _launch_through_triton(step, [env[a] if isinstance(a, str) else a for a in step.args]
                                + [env[o] for o in step.outputs])
+
+
+COMPILE_THREADS = min(16, os.cpu_count() or 1)  # 0 or 1: a plan's kernels compile one after another, at launch
+_COMPILED_AHEAD = set()  # (kernel, constexprs, options, device, argument facts) warmed by _compile_ahead
+
+
+def _compile_ahead(plan: Plan, steps: list) -> None:
+    """Compiles the plan's kernels side by side, before its launches (which then find them compiled): one
+    Triton `warmup` a distinct kernel variant, in threads, on the caller's device. Only plans of two or
+    more kernels not yet warmed here, outside CUDA-graph captures; a variant that fails to compile is left
+    to its launch, which raises the error itself. Nothing here decides anything: the launches compile
+    whatever is missing."""
+    if COMPILE_THREADS < 2 or kernels.INTERPRETER or len(plan.launches) < 2 or _fast_path.stream_capturing():
+        return  # (while a CUDA graph is captured, no thread of ours calls into CUDA: its launches compile)
+    device = torch.cuda.current_device()
+    pending = {}
+    for step, args in zip(plan.launches, steps):
+        facts = tuple((a.dtype, a.data_ptr() % 16 == 0) if hasattr(a, "data_ptr") else
+                      (type(a), a == 1, a % 16 == 0) if isinstance(a, int) else type(a) for a in args)
+        key = (step.kernel, step.constexprs, step.num_warps, step.num_stages, step.enable_fp_fusion, step.pdl,
+               device, facts)
+        if key not in _COMPILED_AHEAD:
+            pending.setdefault(key, (step, args))
+    if len(pending) < 2:
+        return
+    by_kernel = {}  # a kernel's variants one after another in one thread: its caches are made once
+    for key, item in pending.items():
+        by_kernel.setdefault(item[0].kernel, []).append((key, item))
+    if len(by_kernel) < 2:
+        return
+    for kernel in by_kernel:  # the source hashes (over the shared helpers) once, on this thread
+        getattr(kernel, "cache_key", None)
+
+    def warm(variants):
+        warmed = []
+        for key, (step, args) in variants:
+            options = dict(num_warps=step.num_warps, num_stages=step.num_stages,
+                           enable_fp_fusion=step.enable_fp_fusion)
+            if step.pdl:
+                options["launch_pdl"] = True
+            try:
+                with torch.cuda.device(device):
+                    step.kernel.warmup(*args, grid=step.grid, **dict(step.constexprs), **options)
+            except Exception:  # noqa: BLE001 (its launch compiles it again and raises)
+                continue
+            warmed.append(key)
+        return warmed
+
+    with ThreadPoolExecutor(min(COMPILE_THREADS, len(by_kernel))) as pool:
+        warmed = [key for keys in pool.map(warm, by_kernel.values()) for key in keys]
+    with _LOCK:
+        if len(_COMPILED_AHEAD) > 4096:
+            _COMPILED_AHEAD.clear()
+        _COMPILED_AHEAD.update(warmed)
 
 
 def _launch_through_triton(step, args):

@@ -20,15 +20,16 @@ import torch
 import torch_backend
 B, V = int(sys.argv[2]), 151936
 filters = json.loads(sys.argv[3])
+dtype, fp64 = getattr(torch, sys.argv[4]), sys.argv[5] == "1"
 g = torch.Generator(device="cuda").manual_seed(0)
-logits = (torch.randn(B, V, device="cuda", generator=g) * 3).to(torch.bfloat16)
+logits = (torch.randn(B, V, device="cuda", generator=g) * 3).to(dtype)
 seeds = torch.arange(B, device="cuda", dtype=torch.int64)
 temperature = torch.full((B,), 0.8, device="cuda")
 args = {name: torch.full((B,), value, device="cuda", dtype=torch.int32 if name == "top_k" else torch.float32)
         for name, value in filters.items()}
 torch.cuda.synchronize()
 start = time.perf_counter()
-torch_backend.top_k_top_p_sample(logits, seeds, seeds, temperature, **args)
+torch_backend.top_k_top_p_sample(logits, seeds, seeds, temperature, fp64=fp64, **args)
 torch.cuda.synchronize()
 print(json.dumps(time.perf_counter() - start))
 """
@@ -52,7 +53,7 @@ results = {}
 ONLY = [c for c in sys.argv[2].split(";") if c] if len(sys.argv) > 2 else []
 for V in (32000, 151936):
     for dtype in (torch.bfloat16, torch.float32):
-        for B in (1, 4, 16, 64, 256):
+        for B in (1, 2, 4, 16, 64, 256):
             g = torch.Generator(device="cuda").manual_seed(V + B)
             logits = (torch.randn(B, V, device="cuda", generator=g) * 3).to(dtype)
             seeds = torch.arange(B, device="cuda", dtype=torch.int64) * 7919
@@ -86,21 +87,36 @@ def main():
     parser.add_argument("new")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--no-first-call", action="store_true")
+    parser.add_argument("--first-call-only", action="store_true")
+    parser.add_argument("--first-call-batches", default="1,256")
+    parser.add_argument("--first-call-extra", action="store_true",
+                        help="also top_k + top_p at B = 1 in float32 and FP64, and a second process's first call")
     parser.add_argument("--only", default="", help="';'-separated case prefixes, e.g. 'V=32000 float32 B=256'")
     args = parser.parse_args()
     checkouts = {"base": os.path.abspath(args.base), "new": os.path.abspath(args.new)}
     if not args.no_first_call:
-        first_calls(checkouts)
-    device_times(checkouts, args)
+        first_calls(checkouts, [int(b) for b in args.first_call_batches.split(",")], args.first_call_extra)
+    if not args.first_call_only:
+        device_times(checkouts, args)
 
 
-def first_calls(checkouts):
-    print("# first call, empty Triton cache, V = 151936 bf16 (seconds, the call to its end)", flush=True)
-    for filters in ({"top_k": 50, "top_p": 0.9}, {"top_k": 50}, {"top_p": 0.9}, {"min_p": 0.05}):
-        for B in (1, 256):
-            row = {name: run(FIRST_CALL, path, str(B), json.dumps(filters), cache=tempfile.mkdtemp())
-                   for name, path in checkouts.items()}
-            print(f"{json.dumps(filters):34s} B={B:<4d} base {row['base']:6.2f} s   new {row['new']:6.2f} s", flush=True)
+def first_calls(checkouts, batches, extra):
+    print("# first call, empty Triton cache, V = 151936 (seconds, the call to its end)", flush=True)
+    cases = [(filters, B, "bfloat16", "0") for filters in ({"top_k": 50, "top_p": 0.9}, {"top_k": 50}, {"top_p": 0.9},
+                                                         {"min_p": 0.05}) for B in batches]
+    if extra:
+        cases += [({"top_k": 50, "top_p": 0.9}, 1, "float32", "0"), ({"top_k": 50, "top_p": 0.9}, 1, "float32", "1")]
+    for filters, B, dtype, fp64 in cases:
+        caches = {name: tempfile.mkdtemp() for name in checkouts}
+        row = {name: run(FIRST_CALL, path, str(B), json.dumps(filters), dtype, fp64, cache=caches[name])
+               for name, path in checkouts.items()}
+        line = (f"{json.dumps(filters):34s} B={B:<4d} {dtype:8s} fp64={fp64} base {row['base']:6.2f} s   "
+                f"new {row['new']:6.2f} s")
+        if extra and B == max(batches):  # a second process on the cache the first filled
+            again = {name: run(FIRST_CALL, path, str(B), json.dumps(filters), dtype, fp64, cache=caches[name])
+                     for name, path in checkouts.items()}
+            line += f"   (a second process: base {again['base']:5.2f} s, new {again['new']:5.2f} s)"
+        print(line, flush=True)
 
 
 def device_times(checkouts, args):

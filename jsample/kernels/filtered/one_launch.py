@@ -123,8 +123,7 @@ def filtered_one_launch_kernel(
     REDUCE_BLOCK: tl.constexpr,  # a power of two >= num_blocks
     WIDE_SUMS: tl.constexpr = False,
     SEED_WORDS: tl.constexpr = 1,
-    LIST: tl.constexpr = 0,  # the plan's TOP_K_LIST with top-k (0: no lists)
-    SHORT_LIST: tl.constexpr = 1,  # filter_decide_kernel's
+    LIST: tl.constexpr = 0,  # with top-k, the plan's SHORT_TOP_K_LIST (0: no lists)
     COLLECT_VEC: tl.constexpr = 1,  # columns a thread lists at once: a program's chunk in one or a few tiles
     TILE_BLOCKS: tl.constexpr = 1,  # blocks such a tile covers (1 when it is no wider than a block)
     HAS_ROW_VALID: tl.constexpr = False,
@@ -148,7 +147,12 @@ def filtered_one_launch_kernel(
     filter_winner_sums_kernel does, and every program then finds the thresholds, and where the winner
     is dropped the token, from the list, as filter_decide_kernel does (_list_decision: the same list,
     the same thresholds and token), with no search and no sampling pass. A list that overflows leaves
-    the row to the searches, from the bound."""
+    the row to the searches, from the bound.
+
+    Compile time (issue 39: a first call in seconds) shapes this kernel: lists of at most
+    SHORT_TOP_K_LIST slots, decided by searches over their keys rather than sorts (as is the k-th
+    largest block maximum), and one sampling block of at most ONE_LAUNCH_MAX_BLOCK columns, looped
+    over a chunk, whose unrolled noise code is the kernel's bulk."""
     V = aligned(V, VOCAB_ALIGN)
     b = tl.program_id(0)
     c = tl.program_id(1)
@@ -231,7 +235,7 @@ def filtered_one_launch_kernel(
         if LIST > 0:
             k, top_k_active = _top_k(top_k_ptr, b64, count)
             if top_k_active & (k <= LIST) & (~kept | (key_w < key_max)):
-                bound = _kth_largest_block_key(block_max, k, key_min)
+                bound = _kth_largest_block_key(block_max, k, key_min, False)
                 listed = bound > key_min  # (at key_min every finite key would be a candidate)
         if listed:
             if LIST > 0:  # (the compiler drops the lists without LIST)
@@ -243,16 +247,10 @@ def filtered_one_launch_kernel(
                 step = 2
                 listed_count = tl.atomic_add(list_count, 0, sem="relaxed", scope="gpu")
                 if listed_count <= LIST:
-                    if listed_count <= SHORT_LIST:
-                        threshold, listed_token = _list_decision(
-                            list_ptr + b64 * (2 * LIST), listed_count, k, key_max, key_w, kept, seed, position,
-                            temperature, top_p_ptr, min_p_ptr, b64, HAS_TOP_P, HAS_MIN_P, KEY_SHIFT, FP64, FAST_MATH,
-                            SHORT_LIST, LIST, True)
-                    else:
-                        threshold, listed_token = _list_decision(
-                            list_ptr + b64 * (2 * LIST), listed_count, k, key_max, key_w, kept, seed, position,
-                            temperature, top_p_ptr, min_p_ptr, b64, HAS_TOP_P, HAS_MIN_P, KEY_SHIFT, FP64, FAST_MATH,
-                            LIST, LIST, True)
+                    threshold, listed_token = _list_decision(
+                        list_ptr + b64 * (2 * LIST), listed_count, k, key_max, key_w, kept, seed, position,
+                        temperature, top_p_ptr, min_p_ptr, b64, HAS_TOP_P, HAS_MIN_P, KEY_SHIFT, FP64, FAST_MATH,
+                        LIST, LIST, True, False)
                     settled = listed
                     kept = listed_token < 0
                 else:  # no sums were taken: the search decides, and the kept set is sampled

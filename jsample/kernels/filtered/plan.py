@@ -83,6 +83,7 @@ def plan_top_k_top_p_sample(logits: ArgSpec, seeds: ArgSpec, target: Target, *, 
         max_steps = 2 + one.search_steps * (has_top_k + has_top_p)  # stats, the winner's sums, the searches
         words = 2 if fp64 else 1  # f64 partial scores are stored as two f32 words
         listing = top_k_list > 0
+        one_list = min(top_k_list, SHORT_TOP_K_LIST)  # (filtered_one_launch_kernel's lists: short ones)
         # step 1 lists a chunk in tiles of up to 2048 columns (at small batches, one: a tile's load and
         # atomic are latency; chunk and tile are powers of two, the tile a multiple of threads * vec)
         collect_tile = max(min(one.chunk, ONE_LAUNCH_COLLECT_TILE), one.threads * one.vec)
@@ -92,7 +93,7 @@ def plan_top_k_top_p_sample(logits: ArgSpec, seeds: ArgSpec, target: Target, *, 
                    # the rows' arrival counters, and with lists their list counts
                    Buffer("arrivals", ((1 + listing) * batch,), "int32", counters=True),
                    Buffer("block_stats", (batch, one.gumbel.num_blocks) if listing else (1,), "int32"),
-                   Buffer("top_k_list", (batch, 2 * top_k_list) if listing else (1,), "int32"), tokens)
+                   Buffer("top_k_list", (batch, 2 * one_list) if listing else (1,), "int32"), tokens)
         launches = (launch(
             filtered_one_launch_kernel, (batch, one.num_chunks),
             ("logits", "seeds", "positions", "temperature", top_k, top_p, min_p, valid, vocab, row_stride,
@@ -104,8 +105,7 @@ def plan_top_k_top_p_sample(logits: ArgSpec, seeds: ArgSpec, target: Target, *, 
             ROW_ALIGN=one.gumbel.row_align, VOCAB_ALIGN=one.gumbel.vocab_align, FAST_MATH=one.gumbel.fast_math,
             WAYS=one.ways, MAX_STEPS=max_steps, MAX_CHUNKS=triton.next_power_of_2(one.num_chunks),
             REDUCE_BLOCK=one.gumbel.reduce_block, WIDE_SUMS=one.wide_sums, SEED_WORDS=seed_word_count(seeds.shape),
-            LIST=top_k_list, SHORT_LIST=min(max(1, top_k_list), SHORT_TOP_K_LIST),
-            COLLECT_VEC=collect_tile // one.threads, TILE_BLOCKS=max(1, collect_tile // one.gumbel.block_v),
+            LIST=one_list, COLLECT_VEC=collect_tile // one.threads, TILE_BLOCKS=max(1, collect_tile // one.gumbel.block_v),
             num_warps=one.num_warps, **options),)
         return Plan(buffers, launches, ("tokens",), "one launch")
     # int64 state and partials as pairs of int32 words (no jax_enable_x64 needed); the search

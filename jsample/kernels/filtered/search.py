@@ -277,14 +277,23 @@ def _largest_reaching(keys, weights, need, lo, hi, WAYS: tl.constexpr):
 
 
 @jit
-def _kth_largest_block_key(block_max, k, lo):
+def _kth_largest_block_key(block_max, k, lo, SORT: tl.constexpr = True):
     """The largest key t in [lo, key_max] that at least k of the blocks' largest keys `block_max`
     reach (lo if fewer do): a lower bound of top-k's threshold, since those blocks hold k keys >= t
     (and its search skips the tiles below it). That t is the k-th largest block maximum (with
-    multiplicity), or lo above it: one sort, where a bisection over the keys took a reduction a
-    step (lab INDEX; a search of 4 pivots a step measured 4-7% slower on float32 top-k at B = 64-256)."""
-    ranks = tl.arange(0, block_max.shape[0])
-    kth = tl.max(tl.where(ranks == k - 1, tl.sort(block_max, descending=True), -(2**31)), axis=0)
+    multiplicity), or lo above it. With SORT, one sort, where a bisection over the keys took a
+    reduction a step (lab INDEX; a search of 4 pivots a step measured 4-7% slower on float32 top-k at
+    B = 64-256); without, a search of 16 pivots a step between the smallest and largest block maxima
+    (the one-launch kernel: a far smaller kernel to compile, issue 39)."""
+    if SORT:
+        ranks = tl.arange(0, block_max.shape[0])
+        kth = tl.max(tl.where(ranks == k - 1, tl.sort(block_max, descending=True), -(2**31)), axis=0)
+    else:
+        # (-2**31: padding and blocks without a finite logit; they reach only -2**31)
+        finite = block_max > -(2**31)
+        kth = _largest_reaching(block_max, finite.to(tl.int32), k, tl.min(tl.where(finite, block_max, 2**31 - 1), axis=0),
+                                tl.max(block_max, axis=0), 16)
+        kth = tl.where(tl.sum(finite.to(tl.int32), axis=0) >= k, kth, -(2**31))
     # -2**31: fewer than k blocks with a finite logit (or k beyond the blocks): lo
     return tl.where(kth > -(2**31), tl.maximum(lo, kth.to(tl.int64)), lo)
 
@@ -329,7 +338,7 @@ def _collect_candidates(row_ptr, first, end, V, lo, list_ptr, count_ptr, KEY_SHI
 def _list_decision(list_ptr, listed_count, k, key_max, key_w, winner_may_stay, seed, position, temperature,
                    top_p_ptr, min_p_ptr, b64, HAS_TOP_P: tl.constexpr, HAS_MIN_P: tl.constexpr,
                    KEY_SHIFT: tl.constexpr, FP64: tl.constexpr, FAST_MATH: tl.constexpr, SLOTS: tl.constexpr,
-                   LIST: tl.constexpr, PAST_L1: tl.constexpr):
+                   LIST: tl.constexpr, PAST_L1: tl.constexpr, SORT: tl.constexpr = True):
     """(threshold key, token) of a row from the first `listed_count` (<= SLOTS) columns of its candidate
     list (and their keys, LIST slots further): the threshold is top-k's, then, with HAS_TOP_P, top-p's
     after it (filter_decide_kernel); the token is -1 where the unfiltered winner is kept
@@ -346,7 +355,7 @@ def _list_decision(list_ptr, listed_count, k, key_max, key_w, winner_may_stay, s
     # a listed logit is its key's value (_tile_logits: the only finite value of the dtype with that key;
     # -0.0 comes back as +0.0, which scores the same)
     x32 = tl.where(in_list, _key_value(listed_keys, KEY_SHIFT), float("-inf"))
-    if SLOTS <= SORTED_SLOTS:  # the short lists (most rows): one sort, the fastest at run time
+    if SORT and SLOTS <= SORTED_SLOTS:  # the short lists (most rows): one sort, the fastest at run time
         keys = tl.sort(listed_keys, descending=True)
         threshold = tl.sum(tl.where(slots == tl.minimum(k, listed_count) - 1, keys, 0), axis=0).to(tl.int64)
         if HAS_TOP_P:
