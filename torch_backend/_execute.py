@@ -526,7 +526,9 @@ def _compile_ahead(plan: Plan, steps: list) -> None:
                 options["launch_pdl"] = True
             try:
                 with torch.cuda.device(device):
-                    step.kernel.warmup(*args, grid=step.grid, **dict(step.constexprs), **options)
+                    compiled = step.kernel.warmup(*args, grid=step.grid, **dict(step.constexprs), **options)
+                    compiled.run  # noqa: B018 (its module loaded and its launcher built here too: Triton does that
+                    # on first use, and up to 3.6 builds a launcher with the C compiler, 0.2 s a kernel)
             except Exception:  # noqa: BLE001 (its launch compiles it again and raises)
                 continue
             warmed.append(key)

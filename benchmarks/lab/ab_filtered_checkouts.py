@@ -61,11 +61,11 @@ for V in (32000, 151936):
             for name, filters in FILTERS.items():
                 args = {k: torch.full((B,), v, device="cuda", dtype=torch.int32 if k == "top_k" else torch.float32)
                         for k, v in filters.items()}
-                call = lambda: torch_backend.top_k_top_p_sample(logits, seeds, seeds, temperature, **args)
-                tokens = call().cpu().numpy().tobytes()
                 key = f"V={V} {str(dtype)[6:]} B={B} {name}"
                 if ONLY and not any(key.startswith(prefix) for prefix in ONLY):
                     continue
+                call = lambda: torch_backend.top_k_top_p_sample(logits, seeds, seeds, temperature, **args)
+                tokens = call().cpu().numpy().tobytes()
                 results[key] = [graph_us(call), hashlib.sha256(tokens).hexdigest()[:16]]
 print(json.dumps(results))
 """

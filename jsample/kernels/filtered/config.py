@@ -157,9 +157,6 @@ def filtered_launch_config(batch: int, vocab_size: int, row_stride: int, dtype_n
 
 ONE_LAUNCH_MAX_CHUNK = 8192  # filtered_one_launch_kernel: at most this many columns a program on a GPU
 ONE_LAUNCH_COLLECT_TILE = 2048  # and at most this many in a tile of its top-k lists' step
-# and at most this many in a sampling block: the noise code is unrolled over a block's columns a thread,
-# the bulk of the kernel's compile (4096-column blocks: 1.2-2 s more of a first call, issue 39)
-ONE_LAUNCH_MAX_BLOCK = 1024
 
 
 def filtered_one_launch_config(batch: int, vocab_size: int, row_stride: int, dtype_name: str, fp64: bool,
@@ -188,8 +185,7 @@ def filtered_one_launch_config(batch: int, vocab_size: int, row_stride: int, dty
         if chunk > max(ONE_LAUNCH_MAX_CHUNK, tile) or batch * triton.cdiv(vocab_size, chunk) > \
                 target.resident_programs:
             return None
-    # (on a GPU, sampling blocks of at most ONE_LAUNCH_MAX_BLOCK columns: a chunk loops over them)
-    block_v = min(gumbel.block_v, chunk, gumbel.block_v if target.large_programs else ONE_LAUNCH_MAX_BLOCK)
+    block_v = min(gumbel.block_v, chunk)
     num_blocks = triton.cdiv(vocab_size, block_v)
     gumbel = GumbelLaunchConfig(block_v=block_v, num_blocks=num_blocks, reduce_block=triton.next_power_of_2(num_blocks),
                                 row_align=gumbel.row_align, vocab_align=gumbel.vocab_align, num_warps=config.num_warps,

@@ -151,8 +151,7 @@ def filtered_one_launch_kernel(
 
     Compile time (issue 39: a first call in seconds) shapes this kernel: lists of at most
     SHORT_TOP_K_LIST slots, decided by searches over their keys rather than sorts (as is the k-th
-    largest block maximum), and one sampling block of at most ONE_LAUNCH_MAX_BLOCK columns, looped
-    over a chunk, whose unrolled noise code is the kernel's bulk."""
+    largest block maximum)."""
     V = aligned(V, VOCAB_ALIGN)
     b = tl.program_id(0)
     c = tl.program_id(1)
