@@ -52,8 +52,8 @@ def test_filtered_gpu_benchmark_size_torch_equals_jax(batch):
 @pytest.mark.parametrize("batch", [1, 3])
 def test_filtered_gpu_one_launch_lists_give_the_searches_tokens(batch, dtype):
     """The one-launch plan (B = 1 and 3 at V = 151936: dozens of programs a row, meeting at barriers)
-    takes top-k's threshold, and top-p's after it, from the row's candidate list where k <= TOP_K_LIST
-    and it fits, and searches where it overflows (one block holds the top) or has no bound (k above
+    takes top-k's threshold, and top-p's after it, from the row's candidate list where k <=
+    SHORT_TOP_K_LIST and it fits (searched, not sorted), and searches the row where it overflows (one block holds the top) or has no bound (k above
     the blocks, all logits tied). Its tokens equal the same plan's without lists and the launches'
     plan's, in both frontends, and the NumPy reference's."""
     import dataclasses
@@ -86,7 +86,7 @@ def test_filtered_gpu_one_launch_lists_give_the_searches_tokens(batch, dtype):
     plan = kernels.plan_top_k_top_p_sample(spec, kernels.ArgSpec.contiguous((batch,), "int64"),
                                            _execute.target(torch.device("cuda")), has_top_k=True, has_top_p=True,
                                            has_min_p=True, fp64=False)
-    assert plan.variant == "one launch" and dict(plan.launches[0].constexprs)["LIST"] == filtered.TOP_K_LIST
+    assert plan.variant == "one launch" and dict(plan.launches[0].constexprs)["LIST"] == filtered.SHORT_TOP_K_LIST
     assert plan.launches[0].grid[1] >= 16, plan.launches[0].grid  # programs a row
 
     def call(run, lists=True, launches_plan=False):
