@@ -53,8 +53,8 @@ def test_filtered_gpu_benchmark_size_torch_equals_jax(batch):
 def test_filtered_gpu_one_launch_lists_give_the_searches_tokens(batch, dtype):
     """The one-launch plan (B = 1 and 3 at V = 151936: dozens of programs a row, meeting at barriers)
     takes top-k's threshold, and top-p's after it, from the row's candidate list where k <=
-    SHORT_TOP_K_LIST and it fits (searched, not sorted), and searches the row where it overflows (one block holds the top) or has no bound (k above
-    the blocks, all logits tied). Its tokens equal the same plan's without lists and the launches'
+    SHORT_TOP_K_LIST and it fits (searched, not sorted), and searches the row where it overflows (one
+    block holds the top) or has no bound (k above the blocks, all logits tied). Its tokens equal the same plan's without lists and the launches'
     plan's, in both frontends, and the NumPy reference's."""
     import dataclasses
     import functools

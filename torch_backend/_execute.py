@@ -21,8 +21,9 @@ kernel on the caller's current CUDA stream. Eager calls cost little host time:
   output's shape (half `torch.empty`'s host time with a shape, dtype and device to parse): fresh
   contiguous tensors, never shared;
 * a plan's first run on a device compiles its kernels side by side (`_compile_ahead`: Triton's public
-  `warmup` in threads; the compiler releases the GIL for most of its work), so that a first call of a
-  plan of a dozen kernels costs about its slowest kernel's compile, not their sum (issue 39);
+  `warmup` in threads, which overlap the compilers' native passes, ptxas and the launchers' builds; their
+  Python holds the GIL): the launches' plan of top_k_top_p_sample, a dozen kernels, 13.5 -> 7 s a first
+  call on an H200's host (issue 39; benchmarks/lab/INDEX.md);
 * the scratch buffers of a call live in one workspace, reused by the next call of the same thread on
   the same stream and device (stream order puts that call's launches after this one's; another
   thread or stream gets a workspace of its own), and allocated per call while a CUDA graph is being
@@ -479,11 +480,11 @@ def _launch_all(plan: Plan, index: int, stream: int, inputs: dict, env: dict) ->
 
 
 def _launch_through_triton_all(plan: Plan, env: dict) -> None:
-    _compile_ahead(plan, [[env[a] if isinstance(a, str) else a for a in step.args] + [env[o] for o in step.outputs]
-                          for step in plan.launches])
-    for step in plan.launches:
-        _launch_through_triton(step, [env[a] if isinstance(a, str) else a for a in step.args]
-                               + [env[o] for o in step.outputs])
+    steps = [[env[a] if isinstance(a, str) else a for a in step.args] + [env[o] for o in step.outputs]
+             for step in plan.launches]
+    _compile_ahead(plan, steps)
+    for step, args in zip(plan.launches, steps):
+        _launch_through_triton(step, args)
 
 
 COMPILE_THREADS = min(16, os.cpu_count() or 1)  # 0 or 1: a plan's kernels compile one after another, at launch

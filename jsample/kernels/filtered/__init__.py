@@ -79,7 +79,9 @@ Where all B * num_chunks programs run at once (Target.resident_programs; in the 
 program a row), `filtered_one_launch_kernel` does all of this in one launch: the steps meet at a
 barrier of the row's programs (an arrival counter) instead of at launch boundaries, and the last
 program to arrive reduces the row; top-k's lists there are the row's programs' too (its step 1 in
-place of the winner's sums). Same integer sums, same searches, same scores: the same token.
+place of the winner's sums), of at most SHORT_TOP_K_LIST slots, decided by searches over their keys
+rather than sorts (a kernel about half as long to compile: issue 39's first call). Same integer sums,
+same searches, same scores: the same token.
 
 The chunking and the number of pivots follow the tiling, small batches or many rows (more chunks per
 row for small batches, to fill the GPU; fewer pivots for large ones, whose launches are compute-bound),

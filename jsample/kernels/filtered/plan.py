@@ -105,7 +105,8 @@ def plan_top_k_top_p_sample(logits: ArgSpec, seeds: ArgSpec, target: Target, *, 
             ROW_ALIGN=one.gumbel.row_align, VOCAB_ALIGN=one.gumbel.vocab_align, FAST_MATH=one.gumbel.fast_math,
             WAYS=one.ways, MAX_STEPS=max_steps, MAX_CHUNKS=triton.next_power_of_2(one.num_chunks),
             REDUCE_BLOCK=one.gumbel.reduce_block, WIDE_SUMS=one.wide_sums, SEED_WORDS=seed_word_count(seeds.shape),
-            LIST=one_list, COLLECT_VEC=collect_tile // one.threads, TILE_BLOCKS=max(1, collect_tile // one.gumbel.block_v),
+            LIST=one_list, COLLECT_VEC=collect_tile // one.threads,
+            TILE_BLOCKS=max(1, collect_tile // one.gumbel.block_v),
             num_warps=one.num_warps, **options),)
         return Plan(buffers, launches, ("tokens",), "one launch")
     # int64 state and partials as pairs of int32 words (no jax_enable_x64 needed); the search

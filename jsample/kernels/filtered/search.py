@@ -291,8 +291,8 @@ def _kth_largest_block_key(block_max, k, lo, SORT: tl.constexpr = True):
     else:
         # (-2**31: padding and blocks without a finite logit; they reach only -2**31)
         finite = block_max > -(2**31)
-        kth = _largest_reaching(block_max, finite.to(tl.int32), k, tl.min(tl.where(finite, block_max, 2**31 - 1), axis=0),
-                                tl.max(block_max, axis=0), 16)
+        lowest = tl.min(tl.where(finite, block_max, 2**31 - 1), axis=0)
+        kth = _largest_reaching(block_max, finite.to(tl.int32), k, lowest, tl.max(block_max, axis=0), 16)
         kth = tl.where(tl.sum(finite.to(tl.int32), axis=0) >= k, kth, -(2**31))
     # -2**31: fewer than k blocks with a finite logit (or k beyond the blocks): lo
     return tl.where(kth > -(2**31), tl.maximum(lo, kth.to(tl.int64)), lo)
