@@ -238,3 +238,59 @@ def test_precompile_covers_vocab_parallel_calls():
                 assert keys <= covered, (frontend, b)
     with pytest.raises(ValueError, match="precompile: vocab_shards = 3 must split V = 151936 into shards of a"):
         torch_backend.precompile([151936], ops=["gumbel_sample"], flags=[{"vocab_shards": 3}], max_batch=4)
+
+
+def test_torch_compile_ahead_warms_each_variant_once_side_by_side(monkeypatch):
+    """The torch executor's first run of a plan (_compile_ahead, GPU only: here with stand-in kernels and CUDA
+    calls): one Triton warmup per distinct kernel variant, a kernel's variants one after another on one thread and
+    different kernels on different threads, the launch's grid, constexprs and options passed; a variant whose
+    warmup fails is left to its launch (and tried again next time), the others are not warmed again; plans of one
+    kernel, and runs while a CUDA graph is captured, warm nothing."""
+    import contextlib
+    import threading
+    import time
+
+    import torch
+
+    from jsample.kernels.plan import Plan, launch
+    from torch_backend import _execute
+
+    class Kernel:  # a JITFunction's warmup and its compiled kernel's launcher
+        def __init__(self, name, fail=False):
+            self.name, self.fail, self.calls, self.params = name, fail, [], ()
+
+        def warmup(self, *args, grid, **kwargs):
+            self.calls.append((args, grid, kwargs, threading.get_ident()))
+            time.sleep(0.05)  # long enough for the pool to hand the other kernels to other threads
+            if self.fail:
+                raise RuntimeError("does not compile")
+            return type("Compiled", (), {"run": None})()
+
+    monkeypatch.setattr(_execute.kernels, "INTERPRETER", False)
+    monkeypatch.setattr(_execute, "COMPILE_THREADS", 4)
+    monkeypatch.setattr(_execute._fast_path, "stream_capturing", lambda: False)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "device", lambda index: contextlib.nullcontext())
+    monkeypatch.setattr(_execute, "_COMPILED_AHEAD", set())
+    a, b, c, bad = Kernel("a"), Kernel("b"), Kernel("c"), Kernel("bad", fail=True)
+    steps = (launch(a, (4, 2), ("x", 7), ("y",), num_warps=4, STEP=0), launch(b, (4,), ("y",), ("z",), num_warps=1),
+             launch(a, (4, 2), ("x", 7), ("y",), num_warps=4, STEP=1), launch(a, (4, 2), ("x", 7), ("y",), num_warps=4,
+                                                                             STEP=0),
+             launch(c, (1,), ("z",), ("w",), num_warps=2, pdl=True), launch(bad, (1,), ("w",), ("v",), num_warps=1))
+    plan = Plan((), steps, (), "stand-in")
+    x, y, z, w, v = (torch.zeros(4) for _ in range(5))
+    args = [[x, 7, y], [y, z], [x, 7, y], [x, 7, y], [z, w], [w, v]]
+    _execute._compile_ahead(plan, args)
+    assert [call[2]["STEP"] for call in a.calls] == [0, 1]  # two variants of a (STEP 0 twice in the plan: once)
+    assert a.calls[0][:2] == ((x, 7, y), (4, 2)) and a.calls[0][2]["num_warps"] == 4
+    assert c.calls[0][2]["launch_pdl"] is True and c.calls[0][2]["num_warps"] == 2 and len(b.calls) == 1
+    assert len({call[3] for call in a.calls}) == 1  # a's variants on one thread
+    threads = {a.calls[0][3], b.calls[0][3], c.calls[0][3], bad.calls[0][3]}
+    assert len(threads) >= 2 and threading.get_ident() not in threads
+    _execute._compile_ahead(plan, args)  # warmed: none again (the failed one, alone, is left to its launch)
+    assert (len(a.calls), len(b.calls), len(c.calls), len(bad.calls)) == (2, 1, 1, 1)
+    monkeypatch.setattr(_execute, "_COMPILED_AHEAD", set())
+    _execute._compile_ahead(Plan((), steps[:1] + steps[2:4], (), "one kernel"), [args[0]] * 3)
+    monkeypatch.setattr(_execute._fast_path, "stream_capturing", lambda: True)
+    _execute._compile_ahead(plan, args)
+    assert (len(a.calls), len(b.calls), len(c.calls), len(bad.calls)) == (2, 1, 1, 1)
