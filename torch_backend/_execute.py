@@ -487,7 +487,9 @@ def _launch_through_triton_all(plan: Plan, env: dict) -> None:
         _launch_through_triton(step, args)
 
 
-COMPILE_THREADS = min(16, os.cpu_count() or 1)  # 0 or 1: a plan's kernels compile one after another, at launch
+# threads compiling a plan's kernels at its first run (JSAMPLE_COMPILE_THREADS; 0 or 1: one after another, at the
+# launches)
+COMPILE_THREADS = int(os.environ.get("JSAMPLE_COMPILE_THREADS", min(16, os.cpu_count() or 1)))
 _COMPILED_AHEAD = set()  # (kernel, constexprs, options, device, argument facts) warmed by _compile_ahead
 
 
