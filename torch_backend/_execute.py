@@ -489,7 +489,16 @@ def _launch_through_triton_all(plan: Plan, env: dict) -> None:
 
 # threads compiling a plan's kernels at its first run (JSAMPLE_COMPILE_THREADS; 0 or 1: one after another, at the
 # launches)
-COMPILE_THREADS = int(os.environ.get("JSAMPLE_COMPILE_THREADS", min(16, os.cpu_count() or 1)))
+def _compile_threads() -> int:
+    value = os.environ.get("JSAMPLE_COMPILE_THREADS", "")
+    if not value:
+        return min(16, os.cpu_count() or 1)
+    if not value.isdigit():
+        raise ValueError(f"JSAMPLE_COMPILE_THREADS must be a number of threads (0 or more), got {value!r}")
+    return int(value)
+
+
+COMPILE_THREADS = _compile_threads()
 _COMPILED_AHEAD = set()  # (kernel, constexprs, options, device, argument facts) warmed by _compile_ahead
 
 
