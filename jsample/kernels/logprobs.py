@@ -91,11 +91,11 @@ def _count_at_or_above(row_ptr, V, pivot, BLOCK_V: tl.constexpr):
 
 @jit
 def _mass_above(row_ptr, V, pivot, floor, temperature, key_max, FP64: tl.constexpr, FAST_MATH: tl.constexpr,
-                BLOCK_V: tl.constexpr):
-    """The fixed-point mass (int64) of the finite logits whose key is > pivot and >= floor (top-k's
-    threshold: top-p weighs what top-k keeps)."""
+                BLOCK_V: tl.constexpr, first=0):
+    """The fixed-point mass (int64) of the finite logits in columns [first, V) whose key is > pivot and >= floor
+    (top-k's threshold: top-p weighs what top-k keeps)."""
     total = tl.zeros([BLOCK_V], tl.int64)
-    for start in range(0, V, BLOCK_V):
+    for start in range(first, V, BLOCK_V):
         cols, x = _row_block(row_ptr, start, V, BLOCK_V)
         key = _key(x, 0).to(tl.int64)
         mass = _fixed_point_mass(x, temperature, key_max, 0, FP64, FAST_MATH)
@@ -726,13 +726,9 @@ def row_mass_kernel(
             temperature = load_temperature(temperature_ptr, request)
             key_max = _key(tl.max(values, axis=0), 0)  # the row's largest finite logit (the list's first)
             chunk = tl.cdiv(V, parts * MASS_BLOCK) * MASS_BLOCK
-            end = tl.minimum(part * chunk + chunk, V)
-            sums = tl.zeros([MASS_BLOCK], tl.int64)
-            for start in range(part * chunk, end, MASS_BLOCK):
-                cols, x = _row_block(row_ptr, start, end, MASS_BLOCK)
-                mass = _fixed_point_mass(x, temperature, key_max, 0, FP64, FAST_MATH)
-                sums += tl.where(_finite(x), mass, 0).to(tl.int64)
-            total = tl.sum(sums, axis=0)
+            floor = tl.full([], _KEY_FLOOR, tl.int64)  # every finite logit's key is above it
+            total = _mass_above(row_ptr, tl.minimum(part * chunk + chunk, V), floor - 1, floor, temperature, key_max,
+                                FP64, FAST_MATH, MASS_BLOCK, part * chunk)
     tl.store(mass_ptr.to(tl.pointer_type(tl.int64)) + b64 * parts + part, total)
 
 
