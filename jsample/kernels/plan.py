@@ -128,3 +128,19 @@ def launch(kernel, grid, args, outputs, *, num_warps, num_stages=1, enable_fp_fu
     """A Launch, constexprs given as keywords."""
     return Launch(kernel, tuple(grid), tuple(args), tuple(outputs), tuple(constexprs.items()), num_warps,
                   num_stages, enable_fp_fusion, pdl)
+
+
+def run_rounds(rounds: tuple, run_plan, gather, inputs: dict) -> tuple:
+    """The outputs of a vocab-parallel op's rounds (e.g. vocab_parallel_filtered.ShardedPlan.rounds), each
+    plan run by `run_plan(plan, inputs)` (an executor's run) on this device's shard: after each round but the
+    last, its first output is all-gathered over the shards by `gather` (the frontend's collective: [shards,
+    ...] in shard order) and given to the later rounds as `gathered_<name>`, its other outputs to the next
+    round as `<name>_in`; the last round's outputs are the results."""
+    env = dict(inputs)
+    outputs = ()
+    for i, plan in enumerate(rounds):
+        outputs = tuple(run_plan(plan, env))
+        if i < len(rounds) - 1:
+            env["gathered_" + plan.outputs[0]] = gather(outputs[0])
+            env.update((name + "_in", value) for name, value in zip(plan.outputs[1:], outputs[1:]))
+    return outputs

@@ -151,7 +151,7 @@ def store_filtered_block(logits_ptr, b64, row_stride, V, first_col, seed, positi
                          KEY_SHIFT: tl.constexpr, FP64: tl.constexpr, BLOCK_V: tl.constexpr, ROW_ALIGN: tl.constexpr,
                          FAST_MATH: tl.constexpr):
     """store_sampled_block (stream 0) of columns first_col .. first_col + BLOCK_V - 1 of row b64, with
-    the logits the filters drop (_kept_columns) set to -inf."""
+    the logits the filters drop (_kept_columns) set to -inf. Returns the block's unfiltered logits."""
     cols = first_col + tl.arange(0, BLOCK_V)
     x = load_block(logits_ptr + tl.multiple_of(b64 * row_stride, ROW_ALIGN), cols, V, FP64)
     unfiltered = x
@@ -165,3 +165,4 @@ def store_filtered_block(logits_ptr, b64, row_stride, V, first_col, seed, positi
         noise = block_noise(seed, position, first_col, 0, BLOCK_V, FP64, FAST_MATH)
     score, best, overflow = noisy_scores(x, noise, temperature, FP64, FAST_MATH, unfiltered)
     store_block_best(partial_score_ptr, partial_index_ptr, out, score, best, first_col, FP64, overflow)
+    return unfiltered
