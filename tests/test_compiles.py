@@ -16,6 +16,7 @@ from jsample import kernels
 from jsample._jax import _execute as jax_execute
 from jsample.kernels.compiles import compile_key, count_compilations, integer_class
 from jsample.kernels.plan import ArgSpec
+from jsample.kernels.warmup import _vocab_parallel_plan
 from torch_backend import _execute as torch_execute
 
 BATCHES = range(1, 1025)
@@ -43,6 +44,8 @@ def _plans(op, target, vocab, dtype, flags, batches=BATCHES):
         elif op == "vocab_parallel_gumbel":  # a shard of half the vocabulary, then the combine of two shards
             yield kernels.plan_gumbel_shard(ArgSpec.contiguous((b, vocab // 2), dtype), seeds, target, **flags)
             yield kernels.plan_shard_combine(target, batch=b, shards=2)
+        elif op == "vocab_parallel_top_k_top_p":  # a call's rounds on a shard of half the vocabulary, as one plan
+            yield _vocab_parallel_plan("top_k_top_p_sample", b, vocab, dtype, dict(flags, vocab_shards=2), target)
         elif op == "top_k_top_p_sample":
             yield kernels.plan_top_k_top_p_sample(ArgSpec.contiguous((b, vocab), dtype), seeds, target, **flags)
         elif op == "rejection_sample":
@@ -68,6 +71,9 @@ def _flag_sets(op):
         elif op == "vocab_parallel_gumbel":
             yield dict(fp64=fp64, draft=False, start_align=16)
             yield dict(fp64=fp64, draft=False, start_align=16, row_valid=True)
+        elif op == "vocab_parallel_top_k_top_p":
+            for k, p, m in ((True, True, False), (True, True, True), (False, True, False), (False, False, True)):
+                yield dict(top_k=k, top_p=p, min_p=m, fp64=fp64, num_valid=m)
         elif op == "token_logprobs":
             for num_top, filters in ((0, ()), (0, ("has_top_k", "has_top_p")), (7, ())):
                 yield dict(has_top_k="has_top_k" in filters, has_top_p="has_top_p" in filters, has_min_p=False,
@@ -101,7 +107,7 @@ def tilings(plans, frontend):
 
 
 OPS = ("gumbel_sample", "top_k_top_p_sample", "rejection_sample", "synthetic_rejection_sample", "token_logprobs",
-       "vocab_parallel_gumbel")
+       "vocab_parallel_gumbel", "vocab_parallel_top_k_top_p")
 
 
 @pytest.mark.slow
@@ -236,6 +242,23 @@ def test_precompile_covers_vocab_parallel_calls():
                 combine = kernels.plan_shard_combine(target, batch=b, shards=shards)
                 keys = {compile_key(s, frontend) for s in shard.launches + combine.launches}
                 assert keys <= covered, (frontend, b)
+    # vocab-parallel top_k_top_p_sample: every round's kernels of every batch size
+    filters = {"top_k": True, "top_p": True, "num_valid": True}
+    for frontend, report in (
+            ("torch", torch_backend.precompile([151936], ["bfloat16"], ops=["top_k_top_p_sample"],
+                                               flags=[dict(filters, vocab_shards=2)], max_batch=300)),
+            ("jax", jsample.precompile([151936], ["bfloat16"], ops=["top_k_top_p_sample"],
+                                       flags=[dict(filters, vocab_shards=2)], max_batch=300))):
+        covered = set().union(*(case.keys for case in report.cases))
+        assert 1 <= len(report.cases) <= MAX_TILINGS, report.cases
+        for b in (1, 2, 3, 17, 64, 255, 300):
+            for target in targets(132, "top_k_top_p_sample")[frontend]:
+                sharded = kernels.plan_top_k_top_p_shard(
+                    ArgSpec.contiguous((b, 75968), "bfloat16"), ArgSpec.contiguous((b,), "int64"), target,
+                    has_top_k=True, has_top_p=True, has_min_p=False, fp64=False, shards=2, start_align=16,
+                    row_valid=True)
+                keys = {compile_key(s, frontend) for plan in sharded.rounds for s in plan.launches}
+                assert len(keys) >= 7 and keys <= covered, (frontend, b)
     with pytest.raises(ValueError, match="precompile: vocab_shards = 3 must split V = 151936 into shards of a"):
         torch_backend.precompile([151936], ops=["gumbel_sample"], flags=[{"vocab_shards": 3}], max_batch=4)
 

@@ -80,6 +80,46 @@ JAX_SCRIPT = textwrap.dedent('''
             assert np.array_equal(np.asarray(tokens), np.asarray(want_tokens))
             assert np.array_equal(np.asarray(numbers.raw), np.asarray(want_numbers.raw), equal_nan=True)
         print("shards", shards, "vocab", vocab, "ok")
+        # top_k_top_p_sample: the kept set's searches over the shards (a round an all-gather of integer sums)
+        if shards == 2:
+            x[6] = x[6, 0]  # a row of equal logits: top-k's threshold tied across both shards, top-p keeps all
+            top_k = np.int64([40, 3, 20, 1000, 2, 7, 5])
+            top_p = np.float32([0.4, 0.5, 0.8, 0.2, 0.3, 0.6, 0.7])
+            min_p = np.float32([0.6, 0.9, 0.5, 0.7, 0.8, 0.9, 0.95])
+            for dtype, fp64, given in (("float32", False, "kp"), ("bfloat16", False, "kpm"), ("float32", True, "p"),
+                                       ("bfloat16", False, "m")):
+                logits = x.astype(getattr(ml_dtypes, dtype, dtype))
+                filters = {name: value for letter, name, value in (("k", "top_k", top_k), ("p", "top_p", top_p),
+                                                                   ("m", "min_p", min_p)) if letter in given}
+                want = np.asarray(jsample.top_k_top_p_sample(logits, seeds, positions, temperature, fp64=fp64,
+                                                             **filters))
+                unfiltered = np.asarray(jsample.gumbel_sample(logits, seeds, positions, temperature, fp64=fp64))
+                assert (want != unfiltered).any(), (dtype, given)  # the filters matter here
+                call = lambda l, s, p, t, f: jsample.top_k_top_p_sample(l, s, p, t, fp64=fp64, vocab_axis="tp", **f)
+                sharded = jax.jit(shard_map(call, mesh=mesh, in_specs=(P(None, "tp"), P(), P(), P(), P()),
+                                            out_specs=P()))
+                got = np.asarray(sharded(logits, seeds, positions, temperature, filters))
+                assert np.array_equal(got, want), (dtype, fp64, given, got, want)
+                jitted = jax.jit(lambda l, s, p, t, f: jsample.top_k_top_p_sample(l, s, p, t, fp64=fp64, **f))
+                placed = jax.device_put(logits, NamedSharding(mesh, P(None, "tp")))
+                assert np.array_equal(np.asarray(jitted(placed, seeds, positions, temperature, filters)), want)
+                if dtype == "bfloat16" and given == "kpm":  # O(B) crosses devices: 1 + 2 * 4 rounds + 1 gathers
+                    for compiled, logits_arg in ((sharded, logits), (jitted, placed)):
+                        hlo = compiled.lower(logits_arg, seeds, positions, temperature, filters).compile().as_text()
+                        gathers = [line.split("all-gather(")[0] for line in hlo.splitlines() if "all-gather(" in line]
+                        shapes = sorted(g.split("=")[1].split("{")[0].strip() for g in gathers)
+                        assert shapes == sorted([f"s32[2,{batch}]"] + [f"s32[2,{batch},32]"] * 8
+                                                + [f"s32[2,{batch},6]"]), shapes
+                        assert not [line for line in hlo.splitlines() if "all-reduce(" in line or "all-to-all(" in line]
+            # padding rows: -1, their logits unread on every shard
+            want = np.asarray(jsample.top_k_top_p_sample(x, seeds, positions, temperature, top_k=top_k, top_p=top_p,
+                                                         num_valid=np.int32(4)))
+            call = lambda l, s, p, t, k, q, n: jsample.top_k_top_p_sample(l, s, p, t, top_k=k, top_p=q, num_valid=n,
+                                                                         vocab_axis="tp")
+            sharded = jax.jit(shard_map(call, mesh=mesh, in_specs=(P(None, "tp"),) + (P(),) * 6, out_specs=P()))
+            got = np.asarray(sharded(x, seeds, positions, temperature, top_k, top_p, np.int32(4)))
+            assert np.array_equal(got, want) and (got[4:] == -1).all(), (got, want)
+            print("filtered shards", shards, "ok")
     mesh = Mesh(np.array(jax.devices()[:2]), ("tp",))
     x = np.zeros((2, 802), np.float32)  # 401 columns a shard: the second starts at 401, not a multiple of 4
     call = lambda l: jsample.gumbel_sample(l, np.arange(2), np.arange(2), 1.0, vocab_axis="tp")
@@ -137,6 +177,26 @@ TORCH_SCRIPT = textwrap.dedent('''
                 got = torch_backend.gumbel_sample(shard, seeds, positions, temperature, fp64=fp64,
                                                   vocab_group=dist.group.WORLD)
                 results.append((want.tolist(), got.tolist()))
+        # top_k_top_p_sample: the kept set's searches over the ranks, each round an all-gather of integer sums
+        x[4] = x[4, 0]  # equal logits: top-k's threshold tied across every rank
+        top_k = torch.tensor([40, 3, 20, 1000, 2, 7], device=device)
+        top_p = torch.tensor([0.4, 0.5, 0.8, 0.2, 0.3, 0.6], device=device)
+        min_p = torch.tensor([0.6, 0.9, 0.5, 0.7, 0.8, 0.9], device=device)
+        for dtype, fp64, filters, num_valid in (
+                (torch.float32, False, dict(top_k=top_k, top_p=top_p), None),
+                (torch.bfloat16, False, dict(top_k=top_k, top_p=top_p, min_p=min_p), 5),
+                (torch.float16, True, dict(top_p=top_p), None), (torch.bfloat16, False, dict(min_p=min_p), None),
+                (torch.float32, False, dict(top_k=3), None)):
+            logits = x.to(dtype)
+            shard = logits[:, start:start + sizes[rank]]
+            want = torch_backend.top_k_top_p_sample(logits, seeds, positions, temperature, fp64=fp64,
+                                                    num_valid=num_valid, **filters)
+            unfiltered = torch_backend.gumbel_sample(logits, seeds, positions, temperature, fp64=fp64,
+                                                     num_valid=num_valid)
+            assert (want != unfiltered).any(), (dtype, list(filters))  # the filters matter here
+            got = torch_backend.top_k_top_p_sample(shard, seeds, positions, temperature, fp64=fp64,
+                                                   num_valid=num_valid, vocab_group=dist.group.WORLD, **filters)
+            results.append((want.tolist(), got.tolist()))
         error = ""
         if len(sizes) == 2:
             group = dist.new_group([0, 1])
@@ -187,6 +247,7 @@ def _run(script, *args, env=None, tmp_path=None):
 def test_jax_shard_map_tokens_equal_the_unsharded_call(tmp_path):
     out = _run(JAX_SCRIPT, env=dict(JAX_PLATFORMS="cpu", TRITON_INTERPRET="1"), tmp_path=tmp_path)
     assert "shards 1 vocab 301 ok" in out and "shards 2 vocab 808 ok" in out and "errors ok" in out, out
+    assert "filtered shards 2 ok" in out, out
 
 
 @pytest.mark.parametrize("sizes, port", [("404,300", 29613), ("300,128,257", 29614)])
@@ -245,6 +306,100 @@ def test_shard_kernels_in_one_process_equal_the_unsharded_call(dtype, fp64, plan
     assert want[2] == 1029 and (want[4] == 3 if num_valid is None else (want[3:] == -1).all())
 
 
+def _filtered_grid(batch, vocab, rng):
+    """Logits whose filters matter and whose thresholds fall across shards: heavy-tailed rows, a top-k boundary
+    tied across shards, a flat row (top-p keeps most of it), a row of -inf past 600 columns, non-finite logits,
+    an overflowing row and greedy ones."""
+    import numpy as np
+
+    x = (rng.standard_normal((batch, vocab)) * 2.5).astype(np.float32)
+    x[0] = rng.gumbel(size=vocab).astype(np.float32) * 3  # language-model-like: a few large logits
+    x[1, 600:] = -np.inf  # the shards past 600 hold no finite logit of row 1
+    x[2, vocab - 1] = 3e38  # overflows at T = 0.05: greedy
+    x[3] = np.float32(0.01) * rng.standard_normal(vocab)  # flat: top-p keeps about top_p of the tokens
+    x[4, [5, 500, vocab - 2]] = 9.0  # top_k = 2 ends in a tie across three shards: all kept
+    x[5, 7], x[5, 900] = np.nan, np.inf  # never chosen
+    return x
+
+
+def _filter_values(batch, rng):
+    import numpy as np
+
+    top_k = np.int64([40, 3, 20, 1000, 2, 7, 0, 1][:batch])
+    top_p = np.float32([0.9, 0.5, 0.8, 0.3, 0.95, 0.6, 1.0, 0.0][:batch])
+    min_p = np.float32([0.3, 0.5, 0.1, 0.9999, 0.2, 0.3, 0.5, 0.0][:batch])
+    temperature = np.float32([1.0, 0.8, 0.05, 1.5, 1.2, 0.9, 0.0, 2.0][:batch])
+    return top_k, top_p, min_p, temperature
+
+
+@pytest.mark.parametrize("dtype, fp64, num_valid, gpu_tiling", [
+    ("float32", False, None, False), ("bfloat16", False, 5, True), ("float16", False, None, False),
+    ("float32", True, None, False)])
+def test_filtered_shard_rounds_in_one_process_equal_the_unsharded_call(dtype, fp64, num_valid, gpu_tiling,
+                                                                        force_target):
+    """Vocab-parallel top_k_top_p_sample's rounds on each shard's columns in turn (each all-gather a stack), on
+    the test device: every filter combination, splits with shards of 2 and 4 columns, a shard without a
+    finite logit in a row: the unsharded call's tokens."""
+    import numpy as np
+    import torch
+
+    import torch_backend
+    from conftest import TORCH_DEVICE
+    from jsample import kernels
+    from torch_backend import _execute as execute
+
+    device = torch.device(TORCH_DEVICE)
+    if gpu_tiling and device.type != "cuda":
+        force_target(large_programs=False)
+    rng = np.random.default_rng(11)
+    batch, vocab = 8, 1030
+    x = torch.from_numpy(_filtered_grid(batch, vocab, rng)).to(getattr(torch, dtype)).to(device)
+    top_k, top_p, min_p, temperature = (torch.from_numpy(v).to(device) for v in _filter_values(batch, rng))
+    seeds = torch.from_numpy(rng.integers(-(2**62), 2**62, batch)).to(device)
+    positions = torch.arange(batch, device=device)
+    padding = {} if num_valid is None else dict(row_valid=(torch.arange(batch, device=device) < num_valid).int())
+    unfiltered = torch_backend.gumbel_sample(x, seeds, positions, temperature, fp64=fp64, num_valid=num_valid)
+    for flags in ((1, 0, 0), (0, 1, 0), (0, 0, 1), (1, 1, 0), (1, 1, 1)):
+        filters = {name: value for name, value, given in zip(("top_k", "top_p", "min_p"), (top_k, top_p, min_p), flags)
+                   if given}
+        want = torch_backend.top_k_top_p_sample(x, seeds, positions, temperature, fp64=fp64, num_valid=num_valid,
+                                                **filters)
+        assert (want != unfiltered).any(), flags  # each filter changes some token here (no test of nothing)
+        for sizes in ([vocab], [512, 518], [4, 1024, 2], [400, 400, 228, 2]):
+            starts = [sum(sizes[:r]) for r in range(len(sizes))]
+            plans, envs = [], []
+            for start, size in zip(starts, sizes):
+                shard = x[:, start:start + size]
+                plans.append(execute.plan(kernels.plan_top_k_top_p_shard, (shard, seeds), device, None,
+                                          has_top_k=flags[0], has_top_p=flags[1], has_min_p=flags[2], fp64=fp64,
+                                          shards=len(sizes), start_align=kernels.start_alignment(starts),
+                                          row_valid=num_valid is not None))
+                envs.append(dict(logits=shard, seeds=seeds, positions=positions, temperature=temperature,
+                                 vocab_start=torch.full((1,), start, dtype=torch.int32, device=device), **filters,
+                                 **padding))
+            # every shard's rounds in lock step (as run_rounds binds them), each all-gather the stack of the
+            # shards' records of that round
+            rounds = len(plans[0].rounds)
+            assert rounds == 2 + (flags[0] + flags[1]) * {"float32": 8, "bfloat16": 4, "float16": 5}[dtype] + 1
+            results = [list(execute.run(plan.rounds[0], device, env)) for plan, env in zip(plans, envs)]
+            for i in range(1, rounds):
+                gathered = torch.stack([r[0] for r in results])
+                results = [_next_round(plan, i, env, r, gathered, device) for plan, env, r in zip(plans, envs, results)]
+            for got in results:
+                assert torch.equal(got[0], want), (flags, sizes, got[0], want)
+
+
+def _next_round(plan, i, env, previous, gathered, device):
+    """Round i of a shard's ShardedPlan, after round i - 1 gave `previous` and its all-gather `gathered`
+    (run_rounds' bindings)."""
+    from torch_backend import _execute as execute
+
+    last = plan.rounds[i - 1]
+    env["gathered_" + last.outputs[0]] = gathered
+    env.update((name + "_in", value) for name, value in zip(last.outputs[1:], previous[1:]))
+    return list(execute.run(plan.rounds[i], device, env))
+
+
 _COMPILE_SHARD_KERNELS = """
 import compiled_kernels as ck
 from jsample import kernels
@@ -263,6 +418,19 @@ for batch in (1, 256):  # one launch, two launches
     plans.append((kernels.plan_gumbel_shard(ArgSpec.contiguous((batch, 131072), "bfloat16"),  # padding rows
                                             ArgSpec.contiguous((batch,), "int64"), target, fp64=False, draft=False,
                                             start_align=16, row_valid=True), "*bf16"))
+inputs.update({"top_k": "*i64", "top_p": "*fp32", "min_p": "*fp32", "gathered_stats": "*i32", "state_in": "*i32",
+               "gathered_sums": "*i32", "gathered_summary": "*i32"})
+for batch in (1, 256):  # vocab-parallel top_k_top_p_sample: the two tilings, every kind of round once
+    for dtype, fp64 in (("bfloat16", False), ("float32", True)):
+        sharded = kernels.plan_top_k_top_p_shard(ArgSpec.contiguous((batch, 131072), dtype),
+                                                 ArgSpec.contiguous((batch,), "int64"), target, has_top_k=True,
+                                                 has_top_p=True, has_min_p=True, fp64=fp64, shards=2, start_align=16)
+        seen = set()
+        for plan in sharded.rounds:
+            kinds = tuple((step.kernel, step.constexprs) for step in plan.launches)
+            if kinds not in seen:
+                seen.add(kinds)
+                plans.append((plan, ck.POINTER_TYPES[dtype]))
 for plan, logits in plans:
     for name in ck.compile_plan(plan, {"logits": logits, **inputs}):
         print("compiled", name)
@@ -283,7 +451,11 @@ def test_the_shard_kernels_compile_for_sm90():
     assert result.returncode == 0, result.stderr[-3000:]
     compiled = result.stdout.split()
     assert compiled.count("shard_one_launch_kernel") == 3 and compiled.count("shard_partial_kernel") == 3, compiled
-    assert compiled.count("shard_summary_kernel") == 3 and compiled.count("shard_combine_kernel") == 1, compiled
+    assert compiled.count("shard_summary_kernel") == 3 + 4 and compiled.count("shard_combine_kernel") == 1 + 4, compiled
+    # a stats round, the top-k search's first and later rounds, top-p's, the sampling round, in 4 plans
+    assert compiled.count("shard_filter_stats_kernel") == 4, compiled
+    assert compiled.count("shard_filter_search_kernel") == 4 * 4, compiled
+    assert compiled.count("shard_filtered_partial_kernel") == 4, compiled
 
 
 if __name__ == "__main__":  # .ci/packaging.sh: the JAX check under the newest JAX, from an installed wheel

@@ -6,19 +6,23 @@ import torch
 
 from jsample import kernels
 from jsample.ops import Logprobs, docstring, logprobs_plan_flags
-from jsample.validation import check_logprobs_request, check_top_k_top_p_sample
+from jsample.kernels.plan import run_rounds
+from jsample.validation import check_logprobs_request, check_top_k_top_p_sample, check_vocab_parallel
 from torch_backend import _execute as execute
 from torch_backend.logprobs import num_top_tensor
 from torch_backend._launch import (dense, empty_outputs, filter_rows, row_logits, row_valid, temperature_array,
                                    temperature_value, traced, validate)
+from torch_backend._vocab_parallel import all_gather, shard_sizes, vocab_start
 
 
 def top_k_top_p_sample(logits, seeds, positions, temperature, *, top_k=None, top_p=None, min_p=None,
-                       fp64=False, num_valid=None, return_logprobs=False, num_top=0):
+                       fp64=False, num_valid=None, return_logprobs=False, num_top=0, vocab_group=None):
     # Docstring: jsample.ops (one text for both frontends).
     arguments = dict(logits=logits, seeds=seeds, positions=positions, temperature=temperature, top_k=top_k, top_p=top_p,
                      min_p=min_p)
     call = None
+    if vocab_group is not None:
+        return _vocab_parallel(arguments, fp64, num_valid, return_logprobs, num_top, vocab_group)
     if return_logprobs is not False or num_top != 0:
         check_logprobs_request("top_k_top_p_sample", return_logprobs, num_top)
     if num_valid is None and not return_logprobs:  # (nor a call with padding: its row flags are computed)
@@ -94,3 +98,32 @@ def _(logits, seeds, positions, temperature, top_k, top_p, min_p, fp64, valid, n
     batch = logits.shape[0]
     return [*empty_outputs("top_k_top_p_sample", logits, batch),
             *empty_outputs("token_logprobs", logits, batch, num_top)]
+
+
+def _vocab_parallel(arguments, fp64, num_valid, return_logprobs, num_top, group):
+    """top_k_top_p_sample of logits whose vocabulary is split over the ranks of `group` (rank r holds the r-th
+    contiguous shard, any sizes whose starts are multiples of 4): the rounds of
+    jsample/kernels/vocab_parallel_filtered.py, an all-gather of per-row integer records between them; the
+    unsharded call's kept set and tokens, on every rank."""
+    import torch.distributed as dist
+
+    op = "top_k_top_p_sample"
+    check_logprobs_request(op, return_logprobs, num_top)
+    validate(op, check_top_k_top_p_sample, arguments, (fp64,), None)
+    logits = row_logits(arguments["logits"])
+    sizes = shard_sizes(group, logits.shape[1])
+    starts = [sum(sizes[:r]) for r in range(len(sizes))]
+    check_vocab_parallel(op, "vocab_group", logits.shape, return_logprobs, starts)
+    batch, device = logits.shape[0], logits.device
+    top_k, top_p, min_p = filter_rows(arguments["top_k"], arguments["top_p"], arguments["min_p"], batch, device)
+    inputs = dict(logits=logits, seeds=dense(arguments["seeds"]), positions=dense(arguments["positions"]),
+                  temperature=temperature_array(arguments["temperature"], batch, device), top_k=top_k, top_p=top_p,
+                  min_p=min_p, row_valid=row_valid(op, num_valid, batch, device),
+                  vocab_start=vocab_start(starts[dist.get_rank(group)], device))
+    inputs = {name: value for name, value in inputs.items() if value is not None}
+    sharded = execute.plan(kernels.plan_top_k_top_p_shard, (logits, inputs["seeds"]), device, None,
+                           has_top_k=top_k is not None, has_top_p=top_p is not None, has_min_p=min_p is not None,
+                           fp64=fp64, shards=len(sizes), start_align=kernels.start_alignment(starts),
+                           row_valid="row_valid" in inputs)
+    return run_rounds(sharded.rounds, lambda plan, env: execute.run(plan, device, env),
+                      lambda record: all_gather(record, group, len(sizes)), inputs)[0]

@@ -9,8 +9,9 @@ from jsample.ops import Logprobs, docstring, logprobs_plan_flags
 from jsample.validation import check_gumbel_sample, check_logprobs_request, check_vocab_parallel
 from torch_backend import _execute as execute
 from torch_backend.logprobs import num_top_tensor
-from torch_backend._launch import (dense, empty_outputs, kept_tensor, row_logits, row_valid, temperature_array,
-                                   temperature_value, traced, validate)
+from torch_backend._launch import (dense, empty_outputs, row_logits, row_valid, temperature_array, temperature_value,
+                                   traced, validate)
+from torch_backend._vocab_parallel import all_gather, shard_sizes, vocab_start
 
 
 def gumbel_sample(logits, seeds, positions, temperature, *, fp64=False, draft=False, num_valid=None,
@@ -90,31 +91,6 @@ def _(logits, seeds, positions, temperature, fp64, draft, valid, num_top):
     return [*empty_outputs("gumbel_sample", logits, batch), *empty_outputs("token_logprobs", logits, batch, num_top)]
 
 
-_SHARD_SIZES = {}  # (group, this rank's shard size) -> every rank's shard size, in rank order
-_VOCAB_STARTS = {}  # (start column, device) -> that start as a [1] int32 device tensor
-
-
-def _shard_sizes(group, size: int) -> list:
-    """Every rank's vocabulary shard size: asked of the group once (a host all-gather), then remembered, so
-    that later calls (and CUDA-graph captures after a first call) make no host round trip."""
-    import torch.distributed as dist
-
-    key = (group, size)
-    sizes = _SHARD_SIZES.get(key)
-    if sizes is None:
-        sizes = [None] * dist.get_world_size(group)
-        dist.all_gather_object(sizes, size, group=group)
-        _SHARD_SIZES[key] = sizes
-    return sizes
-
-
-def _vocab_start(start: int, device):
-    """The shard's first global column as a [1] int32 device tensor, made once per value and device
-    (kept_tensor: no fill launch a call)."""
-    return kept_tensor(_VOCAB_STARTS, (start, device),
-                       lambda: torch.full((1,), start, dtype=torch.int32, device=device), torch.device(device))
-
-
 def _vocab_parallel(arguments, fp64, draft, num_valid, return_logprobs, num_top, group):
     """gumbel_sample of logits whose vocabulary is split over the ranks of `group` (rank r holds the r-th
     contiguous shard, any sizes whose starts are multiples of 4): each rank's summary of its rows, one
@@ -126,26 +102,20 @@ def _vocab_parallel(arguments, fp64, draft, num_valid, return_logprobs, num_top,
     check_logprobs_request(op, return_logprobs, num_top)
     validate(op, check_gumbel_sample, arguments, (fp64, draft), None)
     logits = row_logits(arguments["logits"])
-    sizes = _shard_sizes(group, logits.shape[1])
+    sizes = shard_sizes(group, logits.shape[1])
     starts = [sum(sizes[:r]) for r in range(len(sizes))]
     check_vocab_parallel(op, "vocab_group", logits.shape, return_logprobs, starts)
     batch, device = logits.shape[0], logits.device
     rank = dist.get_rank(group)
     inputs = dict(logits=logits, seeds=dense(arguments["seeds"]), positions=dense(arguments["positions"]),
                   temperature=temperature_array(arguments["temperature"], batch, device),
-                  vocab_start=_vocab_start(starts[rank], device))
+                  vocab_start=vocab_start(starts[rank], device))
     valid = row_valid(op, num_valid, batch, device)
     if valid is not None:
         inputs["row_valid"] = valid
     plan = execute.plan(kernels.plan_gumbel_shard, (logits, inputs["seeds"]), device, None, fp64=fp64, draft=draft,
                         start_align=kernels.start_alignment(starts), row_valid=valid is not None)
     (summary,) = execute.run(plan, device, inputs)
-    if dist.get_backend(group) == "nccl":
-        gathered = torch.empty((len(sizes), batch, kernels.SUMMARY_WORDS), dtype=torch.int32, device=device)
-        dist.all_gather_into_tensor(gathered, summary, group=group)
-    else:
-        parts = [torch.empty_like(summary) for _ in sizes]
-        dist.all_gather(parts, summary, group=group)
-        gathered = torch.stack(parts)
+    gathered = all_gather(summary, group, len(sizes))
     combine = execute.plan(kernels.plan_shard_combine, (), device, None, batch=batch, shards=len(sizes))
     return execute.run(combine, device, dict(gathered=gathered))[0]

@@ -45,9 +45,9 @@ def precompile(vocab_sizes, dtypes=("bfloat16",), *, ops=None, flags=None, max_b
             list of dicts of op flags, e.g. [{"top_k": True, "top_p": True}, {"min_p": True, "fp64": True}]
             (top_k_top_p_sample), [{"draft_logits": True, "method": "probabilistic"}] (rejection_sample),
             [{"batched_rates": True}] (synthetic_rejection_sample with [B, K] rates); "num_valid": True in any
-            op's flags warms its calls with padding (num_valid given); {"vocab_shards": N} (gumbel_sample)
-            warms vocab-parallel calls over N shards of each vocabulary, split evenly (the shard's and the
-            combine's kernels, as every rank runs them).
+            op's flags warms its calls with padding (num_valid given); {"vocab_shards": N} (gumbel_sample,
+            top_k_top_p_sample) warms vocab-parallel calls over N shards of each vocabulary, split evenly
+            (every round's kernels, as every rank runs them).
         max_batch: the largest batch size to cover.
         num_speculative_tokens: the K values of the rejection ops.
         capture: also the plans taken while a CUDA graph is captured.

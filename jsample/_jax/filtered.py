@@ -10,12 +10,13 @@ from jsample._jax._execute import arg_spec, run
 from jsample._jax._launch import (empty_outputs, filter_rows, logits_array, not_differentiable, row_valid, rowwise,
                                   spec, temperature_array)
 from jsample.ops import Logprobs, docstring, logprobs_plan_flags
-from jsample.validation import check_logprobs_request, check_top_k_top_p_sample
+from jsample.kernels.plan import run_rounds
+from jsample.validation import check_logprobs_request, check_top_k_top_p_sample, check_vocab_parallel
 
 
 @not_differentiable("top_k_top_p_sample")
 def top_k_top_p_sample(logits, seeds, positions, temperature, *, top_k=None, top_p=None, min_p=None,
-                       fp64=False, num_valid=None, return_logprobs=False, num_top=0):
+                       fp64=False, num_valid=None, return_logprobs=False, num_top=0, vocab_axis=None):
     # Docstring: jsample.ops (one text for both frontends).
     op = "top_k_top_p_sample"
     check_top_k_top_p_sample(op, spec(op, "logits", logits), spec(op, "seeds", seeds),
@@ -23,13 +24,20 @@ def top_k_top_p_sample(logits, seeds, positions, temperature, *, top_k=None, top
                              spec(op, "top_k", top_k), spec(op, "top_p", top_p), spec(op, "min_p", min_p), fp64)
     check_logprobs_request(op, return_logprobs, num_top)
     batch = logits.shape[0]
+    if vocab_axis is not None:
+        return _vocab_parallel(logits_array(logits), jnp.asarray(seeds), jnp.asarray(positions),
+                               temperature_array(temperature, batch), *filter_rows(top_k, top_p, min_p, batch),
+                               fp64=fp64, axis=vocab_axis, num_valid=num_valid, return_logprobs=return_logprobs)
     if batch == 0:
         return empty_outputs(op, 0)[0] if not return_logprobs else (
             empty_outputs(op, 0)[0], Logprobs(*empty_outputs("token_logprobs", 0, num_top)))
     top_k, top_p, min_p = filter_rows(top_k, top_p, min_p, batch)
+    # under jax.jit, logits sharded along the vocabulary take the vocab-parallel plan (tokens, not logprobs)
+    vocab_fn = None if return_logprobs else functools.partial(_vocab_sharded_rows, fp64=fp64)
     outputs = rowwise(functools.partial(_filtered_rows, fp64=fp64, num_top=num_top if return_logprobs else None),
                       logits_array(logits), jnp.asarray(seeds), jnp.asarray(positions),
-                      temperature_array(temperature, batch), top_k, top_p, min_p, row_valid(op, num_valid, batch))
+                      temperature_array(temperature, batch), top_k, top_p, min_p, row_valid(op, num_valid, batch),
+                      vocab_fn=vocab_fn)
     return (outputs[0], Logprobs(*outputs[1:])) if return_logprobs else outputs[0]
 
 
@@ -47,3 +55,47 @@ def _filtered_rows(logits, seeds, positions, temperature, top_k, top_p, min_p, v
     inputs = dict(logits=logits, seeds=seeds, positions=positions, temperature=temperature, top_k=top_k, top_p=top_p,
                   min_p=min_p, row_valid=valid, num_top=None if num_top is None else jnp.full((1,), num_top, jnp.int32))
     return tuple(run(plan, {name: value for name, value in inputs.items() if value is not None}))
+
+
+def _vocab_parallel(logits, seeds, positions, temperature, top_k, top_p, min_p, *, fp64, axis, num_valid,
+                    return_logprobs):
+    """top_k_top_p_sample of the logits whose vocabulary is split over mesh axis `axis` (inside shard_map: this
+    device's columns, the shards in axis order, equal sizes): the rounds of
+    jsample/kernels/vocab_parallel_filtered.py, an all-gather of per-row integer records between them; the
+    unsharded call's kept set and tokens."""
+    import jax
+
+    batch, shard = logits.shape
+    shards = int(jax.lax.axis_size(axis) if hasattr(jax.lax, "axis_size") else jax.lax.psum(1, axis))
+    starts = [i * shard for i in range(shards)]
+    check_vocab_parallel("top_k_top_p_sample", "vocab_axis", logits.shape, return_logprobs, starts)
+    valid = row_valid("top_k_top_p_sample", num_valid, batch)
+    if batch == 0:
+        return jnp.zeros((0,), jnp.int32)
+    return _shard_tokens(logits, seeds, positions, temperature, top_k, top_p, min_p, valid, fp64=fp64, axis=axis,
+                         shards=shards)
+
+
+def _vocab_sharded_rows(axis, shards, logits, seeds, positions, temperature, top_k, top_p, min_p, valid, *, fp64):
+    """_filtered_rows' tokens on this device's shard of the vocabulary (jax.jit with the logits sharded along
+    it: _launch.batch_partitioned's vocab_fn, called where mesh axis `axis` holds `shards` equal shards)."""
+    return (_shard_tokens(logits, seeds, positions, temperature, top_k, top_p, min_p, valid, fp64=fp64, axis=axis,
+                          shards=shards),)
+
+
+def _shard_tokens(logits, seeds, positions, temperature, top_k, top_p, min_p, valid, *, fp64, axis, shards):
+    """The vocab-parallel tokens of this device's shard `logits` [B, V / shards] (the shards in the order of mesh
+    axis `axis`)."""
+    import jax
+
+    shard = logits.shape[1]
+    sharded = kernels.plan_top_k_top_p_shard(arg_spec(logits), arg_spec(seeds), execute.target(),
+                                             has_top_k=top_k is not None, has_top_p=top_p is not None,
+                                             has_min_p=min_p is not None, fp64=fp64, shards=shards,
+                                             start_align=kernels.start_alignment([i * shard for i in range(shards)]),
+                                             row_valid=valid is not None)
+    inputs = dict(logits=logits, seeds=seeds, positions=positions, temperature=temperature, top_k=top_k, top_p=top_p,
+                  min_p=min_p, row_valid=valid,
+                  vocab_start=(jax.lax.axis_index(axis) * shard).astype(jnp.int32).reshape(1))
+    inputs = {name: value for name, value in inputs.items() if value is not None}
+    return run_rounds(sharded.rounds, run, lambda record: jax.lax.all_gather(record, axis), inputs)[0]

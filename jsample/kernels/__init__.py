@@ -49,6 +49,7 @@ from jsample.kernels.rejection import (
     rejection_stats_kernel,
     synthetic_rejection_kernel,
 )
+from jsample.kernels.vocab_parallel_filtered import ShardedPlan, plan_top_k_top_p_shard
 from jsample.kernels.vocab_parallel import (
     SUMMARY_WORDS,
     plan_gumbel_shard,
@@ -76,6 +77,8 @@ __all__ = [
     "plan_top_k_top_p_sample",
     "plan_token_logprobs",
     "plan_gumbel_shard",
+    "plan_top_k_top_p_shard",
+    "ShardedPlan",
     "plan_shard_combine",
     "start_alignment",
     "SUMMARY_WORDS",

@@ -5,10 +5,10 @@ The kept set is decided by thresholds over order-preserving integer keys, found 
 an integer sum over the row (jsample/kernels/filtered: counts for top-k, fixed-point masses for top-p). A sum
 over the row is the sum of the shards' sums, so a search splits over the shards with one all-gather a step:
 
-1. `shard_filter_stats_kernel`: each shard's largest finite key and largest finite |x| of each row (STATS_WORDS
-   words a row), all-gathered: every device then has the row's largest key (the masses are relative to it) and
-   whether its scaled logits overflow (such a row, like a greedy one, is not filtered: the sampling makes it
-   greedy, as top_k_top_p_sample does).
+1. `shard_filter_stats_kernel`: each shard's largest finite key of each row, all-gathered: every device then
+   has the row's largest key (the masses are relative to it). A row whose scaled logits overflow is searched
+   like any other (its masses may be meaningless) and sampled greedily, as top_k_top_p_sample's: the searches
+   never drop the largest logit, so the filters cannot change its argmax.
 2. Top-k's search, then top-p's, `search_steps` rounds each (`shard_filter_search_kernel`): a round narrows the
    bracket by the previous round's all-gathered sums (summed over the shards: the row's sums), keeps the
    bracket as the device's state, and sums its shard's count (top-k) or mass (top-p) of the keys at or above
@@ -19,7 +19,7 @@ over the row is the sum of the shards' sums, so a search splits over the shards 
    noise and scores), reduced to the shard's summary (vocab_parallel.shard_summary_kernel), all-gathered and
    combined (shard_combine_kernel) as vocab-parallel gumbel_sample's.
 
-Data a row crosses devices: STATS_WORDS, then 2 * WAYS int32 words a search round, then SUMMARY_WORDS; the
+Data a row crosses devices: one int32 word, then 2 * WAYS int32 words a search round, then SUMMARY_WORDS; the
 rounds are fixed by the dtype's key bits (16 ways: 4 a search for bfloat16, 5 for float16, 8 for float32), so
 that a jitted program's collectives do not depend on the data. Min-p alone takes no search round.
 
@@ -52,8 +52,8 @@ from jsample.kernels.plan import ArgSpec, Buffer, Plan, Target, launch
 from jsample.kernels.stream import load_seed, seed_word_count
 from jsample.kernels.vocab_parallel import START_MULTIPLE, SUMMARY_WORDS, shard_combine_kernel, shard_summary_kernel
 
-STATS_WORDS = 2  # a row's shard statistics: the largest finite key, the largest finite |x| (float32 bits)
 STATE_WORDS = 3  # int64 a row: the search's bracket [lo, hi) and top-p's normaliser
+_STATE_WORDS = tl.constexpr(STATE_WORDS)  # the kernels' copy: a kernel reads only constexpr globals
 SHARD_WAYS = 16  # pivots a search round: 4 rounds a bfloat16 search, 8 a float32 one
 _PHASE_STATS = tl.constexpr(PHASE_STATS)
 
@@ -75,17 +75,15 @@ def shard_filter_stats_kernel(
     row_valid_ptr,  # [B] u8|i32 (read with HAS_ROW_VALID): 0 for a padding row, whose logits are not read
     V_shard,
     row_stride,
-    stats_ptr,  # [B, STATS_WORDS] i32 output
+    stats_ptr,  # [B] i32 output
     KEY_SHIFT: tl.constexpr,
     THREADS: tl.constexpr,
     VEC: tl.constexpr,
     HAS_ROW_VALID: tl.constexpr = False,
 ):
-    """Grid (B,): the shard's largest finite key of the row (-2**31 without one) and its largest finite |x|."""
+    """Grid (B,): the shard's largest finite key of the row (-2**31 without one)."""
     row = tl.program_id(0)
-    out = stats_ptr + row.to(tl.int64) * STATS_WORDS
     largest = tl.full([], float("-inf"), tl.float32)
-    magnitude = tl.full([], 0.0, tl.float32)
     valid = True
     if HAS_ROW_VALID:
         valid = tl.load(row_valid_ptr + row) != 0
@@ -96,26 +94,18 @@ def shard_filter_stats_kernel(
             x = _tile_logits(row_ptr, start, V_shard, THREADS, VEC)
             finite = tl.abs(x) < float("inf")
             largest = tl.maximum(largest, tl.max(tl.max(tl.where(finite, x, float("-inf")), axis=1), axis=0))
-            magnitude = tl.maximum(magnitude, tl.max(tl.max(tl.where(finite, tl.abs(x), 0.0), axis=1), axis=0))
             start += THREADS * VEC
-    tl.store(out, tl.where(largest > float("-inf"), _key(largest, KEY_SHIFT), -(2**31)))
-    tl.store((out + 1).to(tl.pointer_type(tl.float32)), magnitude)
+    tl.store(stats_ptr + row, tl.where(largest > float("-inf"), _key(largest, KEY_SHIFT), -(2**31)))
 
 
 @jit
-def _row_stats(gathered_stats_ptr, row, batch, shards, temperature, SHARDS_BLOCK: tl.constexpr):
-    """(the row's largest finite key, its finite count as the launches' plan keeps it): ALL_FINITE for a row
-    the filters apply to (a finite logit, scaled logits that do not overflow: overflow_from_magnitude's rule on
-    the row's largest finite |x|), else 0 (such a row keeps all its logits)."""
+def _row_stats(gathered_stats_ptr, row, batch, shards, SHARDS_BLOCK: tl.constexpr):
+    """(the row's largest finite key, its finite count as the launches' plan keeps it: ALL_FINITE where it has a
+    finite logit, else 0)."""
     s = tl.arange(0, SHARDS_BLOCK)
-    present = s < shards
-    base = gathered_stats_ptr + (s.to(tl.int64) * batch + row) * STATS_WORDS
-    key_max = tl.max(tl.load(base, mask=present, other=-(2**31)), axis=0).to(tl.int64)
-    magnitude = tl.max(tl.load((base + 1).to(tl.pointer_type(tl.float32)), mask=present, other=0.0), axis=0)
-    inverse_t = 1.0 / temperature.to(tl.float32)
-    overflow = (inverse_t > 1.0) & (magnitude * inverse_t == float("inf"))
-    count = tl.where((key_max > -(2**31)) & ~overflow, _ALL_FINITE, 0).to(tl.int64)
-    return key_max, count
+    key_max = tl.max(tl.load(gathered_stats_ptr + s.to(tl.int64) * batch + row, mask=s < shards, other=-(2**31)),
+                     axis=0).to(tl.int64)
+    return key_max, tl.where(key_max > -(2**31), _ALL_FINITE, 0).to(tl.int64)
 
 
 @jit
@@ -130,7 +120,7 @@ def _shard_state(b64, batch, shards, temperature, key_max, count, top_k_ptr, top
         hi = lo + 1
         normalizer = lo * 0
     else:
-        state = state_in_ptr.to(tl.pointer_type(tl.int64)) + b64 * STATE_WORDS
+        state = state_in_ptr.to(tl.pointer_type(tl.int64)) + b64 * _STATE_WORDS
         lo, hi, normalizer = tl.load(state), tl.load(state + 1), tl.load(state + 2)
         if hi - lo > 1:
             ways = tl.arange(0, WAYS)
@@ -151,7 +141,7 @@ def shard_filter_search_kernel(
     temperature_ptr,  # [B] f32
     top_k_ptr,  # [B] i32|i64 (read in top-k rounds)
     top_p_ptr,  # [B] f32 (read in top-p rounds)
-    gathered_stats_ptr,  # [shards, B, STATS_WORDS] i32: every shard's statistics
+    gathered_stats_ptr,  # [shards, B] i32: every shard's statistics
     state_in_ptr,  # [B, STATE_WORDS] i64 as i32 words: the previous round's (read unless PREV_PHASE is stats)
     gathered_sums_ptr,  # [shards, B, WAYS] i64 as i32 words: every shard's sums of the previous round
     shards,
@@ -179,12 +169,12 @@ def shard_filter_search_kernel(
     b64 = row.to(tl.int64)
     batch = tl.num_programs(0)
     temperature = load_temperature(temperature_ptr, row)
-    key_max, count = _row_stats(gathered_stats_ptr, row, batch, shards, temperature, SHARDS_BLOCK)
+    key_max, count = _row_stats(gathered_stats_ptr, row, batch, shards, SHARDS_BLOCK)
     lo, hi, normalizer = _shard_state(b64, batch, shards, temperature, key_max, count, top_k_ptr, top_p_ptr,
                                       state_in_ptr, gathered_sums_ptr, PHASE, PREV_PHASE, KEY_SHIFT, WAYS,
                                       SHARDS_BLOCK)
     if tl.program_id(1) == 0:
-        state = state_out_ptr.to(tl.pointer_type(tl.int64)) + b64 * STATE_WORDS
+        state = state_out_ptr.to(tl.pointer_type(tl.int64)) + b64 * _STATE_WORDS
         tl.store(state, lo)
         tl.store(state + 1, hi)
         tl.store(state + 2, normalizer)
@@ -244,7 +234,7 @@ def shard_filtered_partial_kernel(
     block = tl.program_id(1)
     num_blocks = tl.num_programs(1)
     temperature = load_temperature(temperature_ptr, row)
-    key_max, count = _row_stats(gathered_stats_ptr, row, batch, shards, temperature, SHARDS_BLOCK)
+    key_max, count = _row_stats(gathered_stats_ptr, row, batch, shards, SHARDS_BLOCK)
     threshold, _, _ = _shard_state(b64, batch, shards, temperature, key_max, count, top_k_ptr, top_p_ptr,
                                    state_in_ptr, gathered_sums_ptr, _SAMPLE, PREV_PHASE, KEY_SHIFT, WAYS,
                                    SHARDS_BLOCK)
@@ -287,7 +277,7 @@ def plan_top_k_top_p_shard(logits: ArgSpec, seeds: ArgSpec, target: Target, *, h
                                   (("top_k", has_top_k), ("top_p", has_top_p), ("min_p", has_min_p),
                                    ("row_valid", row_valid)))
     shards_block = triton.next_power_of_2(shards)
-    rounds = [Plan((Buffer("stats", (batch, STATS_WORDS), "int32"),), (launch(
+    rounds = [Plan((Buffer("stats", (batch,), "int32"),), (launch(
         shard_filter_stats_kernel, (batch,), ("logits", valid, vocab, row_stride), ("stats",),
         KEY_SHIFT=config.key_shift, THREADS=config.threads, VEC=config.vec, HAS_ROW_VALID=row_valid,
         num_warps=config.num_warps),), ("stats",), "shard stats")]

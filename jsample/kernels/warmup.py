@@ -40,8 +40,8 @@ def _plan(op, batch, vocab, dtype, k, flags, target):
     from jsample import kernels
 
     seeds = ArgSpec.contiguous((batch,), "int64")
-    if op == "gumbel_sample" and flags.get("vocab_shards"):
-        return _vocab_parallel_plan(batch, vocab, dtype, flags, target)
+    if op in ("gumbel_sample", "top_k_top_p_sample") and flags.get("vocab_shards"):
+        return _vocab_parallel_plan(op, batch, vocab, dtype, flags, target)
     if op == "gumbel_sample":
         return kernels.plan_gumbel_sample(ArgSpec.contiguous((batch, vocab), dtype), seeds, target,
                                           fp64=flags.get("fp64", False), draft=flags.get("draft", False),
@@ -69,23 +69,38 @@ def _plan(op, batch, vocab, dtype, k, flags, target):
     raise ValueError(f"precompile: ops must be among {OPS}, got {op!r}")
 
 
-def _vocab_parallel_plan(batch, vocab, dtype, flags, target):
-    """A vocab-parallel gumbel_sample call's kernels as one plan (its shard plan on V / vocab_shards columns, then
-    the combine of the shards' summaries, read from a stand-in of the all-gather's output): every compile key of
-    the calls of each device of an even split (start columns i * V / vocab_shards)."""
+def _vocab_parallel_plan(op, batch, vocab, dtype, flags, target):
+    """A vocab-parallel call's kernels as one plan: gumbel_sample's shard plan on V / vocab_shards columns, then the
+    combine of the shards' summaries; top_k_top_p_sample's rounds one after another. What the all-gathers and
+    earlier rounds would give is a zero stand-in (no search runs on it): every compile key of the calls of each
+    device of an even split (start columns i * V / vocab_shards)."""
     from jsample import kernels
     from jsample.kernels.plan import Buffer, Plan
 
     shards = flags["vocab_shards"]
     width = shard_width(vocab, shards)
-    shard = kernels.plan_gumbel_shard(ArgSpec.contiguous((batch, width), dtype), ArgSpec.contiguous((batch,), "int64"),
-                                      target, fp64=flags.get("fp64", False), draft=flags.get("draft", False),
-                                      start_align=kernels.start_alignment([i * width for i in range(shards)]),
-                                      row_valid=flags.get("num_valid", False))
-    combine = kernels.plan_shard_combine(target, batch=batch, shards=shards)
-    gathered = Buffer("gathered", (shards, batch, kernels.SUMMARY_WORDS), "int32")
-    return Plan(shard.buffers + combine.buffers + (gathered,), shard.launches + combine.launches, ("tokens",),
-                "vocab shard and combine (precompile)")
+    logits, seeds = ArgSpec.contiguous((batch, width), dtype), ArgSpec.contiguous((batch,), "int64")
+    align = kernels.start_alignment([i * width for i in range(shards)])
+    if op == "gumbel_sample":
+        rounds = (kernels.plan_gumbel_shard(logits, seeds, target, fp64=flags.get("fp64", False),
+                                            draft=flags.get("draft", False), start_align=align,
+                                            row_valid=flags.get("num_valid", False)),
+                  kernels.plan_shard_combine(target, batch=batch, shards=shards))
+        gathered = {"gathered": (shards, batch, kernels.SUMMARY_WORDS)}
+    else:
+        rounds = kernels.plan_top_k_top_p_shard(
+            logits, seeds, target, has_top_k=flags.get("top_k", False), has_top_p=flags.get("top_p", False),
+            has_min_p=flags.get("min_p", False), fp64=flags.get("fp64", False), shards=shards, start_align=align,
+            row_valid=flags.get("num_valid", False)).rounds
+        gathered = {"gathered_" + plan.outputs[0]: (shards,) + plan.buffer(plan.outputs[0]).shape
+                    for plan in rounds[:-1]}
+        gathered.update({name + "_in": plan.buffer(name).shape for plan in rounds[:-1] for name in plan.outputs[1:]})
+    buffers = {}
+    for plan in rounds:
+        buffers.update((buffer.name, buffer) for buffer in plan.buffers)
+    buffers.update((name, Buffer(name, shape, "int32", zeroed=True)) for name, shape in gathered.items())
+    return Plan(tuple(buffers.values()), tuple(step for plan in rounds for step in plan.launches), ("tokens",),
+                "vocab-parallel rounds (precompile)")
 
 
 def shard_width(vocab: int, shards) -> int:

@@ -1,0 +1,43 @@
+"""What the vocab-parallel calls (`vocab_group`) share: every rank's shard size, the shard's first column as a
+device tensor, and the all-gather of a round's per-row records."""
+
+import torch
+
+from torch_backend._launch import kept_tensor
+
+_SHARD_SIZES = {}  # (group, this rank's shard size) -> every rank's shard size, in rank order
+_VOCAB_STARTS = {}  # (start column, device) -> that start as a [1] int32 device tensor
+
+
+def shard_sizes(group, size: int) -> list:
+    """Every rank's vocabulary shard size: asked of the group once (a host all-gather), then remembered, so
+    that later calls (and CUDA-graph captures after a first call) make no host round trip."""
+    import torch.distributed as dist
+
+    key = (group, size)
+    sizes = _SHARD_SIZES.get(key)
+    if sizes is None:
+        sizes = [None] * dist.get_world_size(group)
+        dist.all_gather_object(sizes, size, group=group)
+        _SHARD_SIZES[key] = sizes
+    return sizes
+
+
+def vocab_start(start: int, device):
+    """The shard's first global column as a [1] int32 device tensor, made once per value and device
+    (kept_tensor: no fill launch a call)."""
+    return kept_tensor(_VOCAB_STARTS, (start, device),
+                       lambda: torch.full((1,), start, dtype=torch.int32, device=device), torch.device(device))
+
+
+def all_gather(tensor: torch.Tensor, group, shards: int) -> torch.Tensor:
+    """[shards, *tensor.shape]: every rank's `tensor`, in rank order (one collective)."""
+    import torch.distributed as dist
+
+    if dist.get_backend(group) == "nccl":
+        gathered = torch.empty((shards, *tensor.shape), dtype=tensor.dtype, device=tensor.device)
+        dist.all_gather_into_tensor(gathered, tensor.contiguous(), group=group)
+        return gathered
+    parts = [torch.empty_like(tensor) for _ in range(shards)]
+    dist.all_gather(parts, tensor.contiguous(), group=group)
+    return torch.stack(parts)
