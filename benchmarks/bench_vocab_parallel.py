@@ -1,8 +1,10 @@
 """Vocab-parallel sampling on two GPUs (issue 42): logits split along the vocabulary, one shard a GPU (NCCL).
 
-Per batch size, in one run, rank 0's device time of
-  sharded    gumbel_sample(shard, ..., vocab_group=WORLD): each GPU scores its shard, one all-gather of the
-             B x 6 int32 summaries, the token on every GPU;
+Per op (gumbel_sample; top_k_top_p_sample with top_k=50, top_p=0.9) and batch size, in one run, rank 0's device
+time of
+  sharded    op(shard, ..., vocab_group=WORLD): gumbel: each GPU scores its shard, one all-gather of the B x 6
+             int32 summaries, the token on every GPU; top_k_top_p: the kept set's search rounds, an all-gather
+             of integer sums each (jsample/kernels/vocab_parallel_filtered.py), then gumbel's;
   gather     the engines' way: NCCL all_gather of the shards and the copy into [B, V] rows (vLLM's
              tensor_model_parallel_all_gather along the vocabulary), then gumbel_sample on the whole rows;
   half       gumbel_sample of one shard alone (no collective): the one-shard op on half the vocabulary;
@@ -77,7 +79,8 @@ def _measure(rank, world, args, queue):
     device = torch.device("cuda", rank)
     vocab, rows = args.vocab, []
     shard_size = vocab // world
-    for dtype in args.dtypes.split(","):
+    for op, dtype in [(op, dtype) for op in args.ops.split(",") for dtype in args.dtypes.split(",")]:
+        sample = getattr(torch_backend, {"gumbel": "gumbel_sample", "top_k_top_p": "top_k_top_p_sample"}[op])
         for batch in [int(b) for b in args.batches.split(",")]:
             torch_dtype = getattr(torch, dtype)
             nbytes = batch * shard_size * torch_dtype.itemsize
@@ -88,21 +91,23 @@ def _measure(rank, world, args, queue):
             seeds = torch.arange(batch, device=device, dtype=torch.int64) * 7919 + 11
             positions = torch.arange(batch, device=device, dtype=torch.int64) + 100
             temperature = torch.full((batch,), 0.8, device=device)
+            filters = dict(top_k=torch.full((batch,), 50, device=device),
+                           top_p=torch.full((batch,), 0.9, device=device)) if op == "top_k_top_p" else {}
             gathered = torch.empty((world, batch, shard_size), dtype=torch_dtype, device=device)
             whole = torch.empty((batch, vocab), dtype=torch_dtype, device=device)
             out = {}
 
             def sharded(i):
-                out["sharded"] = torch_backend.gumbel_sample(shards[i], seeds, positions, temperature,
-                                                             vocab_group=dist.group.WORLD)
+                out["sharded"] = sample(shards[i], seeds, positions, temperature, vocab_group=dist.group.WORLD,
+                                        **filters)
 
             def gather(i):
                 dist.all_gather_into_tensor(gathered, shards[i])
                 whole.view(batch, world, shard_size).copy_(gathered.permute(1, 0, 2))
-                out["gather"] = torch_backend.gumbel_sample(whole, seeds, positions, temperature)
+                out["gather"] = sample(whole, seeds, positions, temperature, **filters)
 
             def half(i):
-                out["half"] = torch_backend.gumbel_sample(shards[i], seeds, positions, temperature)
+                out["half"] = sample(shards[i], seeds, positions, temperature, **filters)
 
             times = {name: _time_graphs_us(_capture(fn, rotate), dist)
                      for name, fn in (("sharded", sharded), ("gather", gather), ("half", half))}
@@ -110,12 +115,14 @@ def _measure(rank, world, args, queue):
             gather(0)
             torch.cuda.synchronize()
             equal = bool(torch.equal(out["sharded"], out["gather"]))
-            rows.append(dict(dtype=dtype, batch=batch, vocab=vocab, shards=world,
+            rounds = 1 if op == "gumbel" else 2 + 2 * {"bfloat16": 4, "float16": 5, "float32": 8}[dtype]
+            words = 6 if op == "gumbel" else 2 + 2 * 16 * (rounds - 2) + 6
+            rows.append(dict(op=op, dtype=dtype, batch=batch, vocab=vocab, shards=world,
                              sharded_us=round(times["sharded"], 2), gather_then_sample_us=round(times["gather"], 2),
                              half_vocab_op_us=round(times["half"], 2),
                              sharded_vs_gather=round(times["sharded"] / times["gather"], 3),
                              sharded_vs_half=round(times["sharded"] / times["half"], 3),
-                             bytes_in_sharded=(world - 1) * batch * 6 * 4,
+                             collectives=rounds, bytes_in_sharded=(world - 1) * batch * words * 4,
                              bytes_in_gather=(world - 1) * batch * shard_size * torch_dtype.itemsize,
                              tokens_equal=equal))
             if rank == 0:
@@ -136,6 +143,7 @@ def main():
     parser.add_argument("--vocab", type=int, default=262144)
     parser.add_argument("--batches", default="1,64,256")
     parser.add_argument("--dtypes", default="bfloat16,float32")
+    parser.add_argument("--ops", default="gumbel,top_k_top_p")
     parser.add_argument("--port", type=int, default=29650)
     args = parser.parse_args()
     world = torch.cuda.device_count()
@@ -154,11 +162,11 @@ def main():
         raise SystemExit(rows)
     for w in workers:
         w.join()
-    columns = ["dtype", "batch", "vocab", "shards", "sharded_us", "gather_then_sample_us", "half_vocab_op_us",
-               "sharded_vs_gather", "sharded_vs_half", "bytes_in_sharded", "bytes_in_gather", "tokens_equal"]
+    columns = ["op", "dtype", "batch", "vocab", "shards", "sharded_us", "gather_then_sample_us", "half_vocab_op_us",
+               "sharded_vs_gather", "sharded_vs_half", "collectives", "bytes_in_sharded", "bytes_in_gather", "tokens_equal"]
     notes = ("Two GPUs, NCCL, each variant a CUDA graph replayed 50 times x 7 (median), rank 0's device time. "
-             "gather = all_gather_into_tensor of the shards + the copy into [B, V] rows + gumbel_sample; "
-             "half = gumbel_sample of one shard alone.")
+             "gather = all_gather_into_tensor of the shards + the copy into [B, V] rows + the op; "
+             "half = the op on one shard alone. top_k_top_p: top_k=50, top_p=0.9 on every row.")
     if args.out:
         harness.write_results(args.out, "vocab_parallel", harness.environment(args.git_sha), rows, columns, notes)
     print(json.dumps(rows, indent=1))

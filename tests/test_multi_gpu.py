@@ -163,8 +163,9 @@ def test_multi_gpu_torch_distributed_equals_one_gpu(tmp_path):
 @needs_two_gpus
 @pytest.mark.parametrize("sizes", ["75968,75968", "100000,51936"])
 def test_multi_gpu_vocab_parallel_torch_nccl_equals_the_unsharded_call(sizes, tmp_path):
-    """gumbel_sample(vocab_group=...) over NCCL, a GPU a rank, even and uneven splits of real vocabularies:
-    every rank's tokens are the unsharded call's on its own GPU (tests/test_vocab_parallel.py's script)."""
+    """gumbel_sample and top_k_top_p_sample (vocab_group=...) over NCCL, a GPU a rank, even and uneven splits of
+    real vocabularies: every rank's tokens are the unsharded call's on its own GPU (tests/test_vocab_parallel.py's
+    script)."""
     from test_vocab_parallel import TORCH_SCRIPT, _run
 
     port = 29700 + sum(int(size) for size in sizes.split(",")) % 97
@@ -174,9 +175,10 @@ def test_multi_gpu_vocab_parallel_torch_nccl_equals_the_unsharded_call(sizes, tm
 
 @needs_two_gpus
 def test_multi_gpu_vocab_parallel_jax_shard_map_equals_the_unsharded_call(tmp_path):
-    """gumbel_sample(vocab_axis=...) in shard_map over two GPUs (V up to 262144): the unsharded call's tokens,
-    and the compiled module all-gathers only the [2, B, 6] summaries."""
+    """gumbel_sample and top_k_top_p_sample (vocab_axis=...) in shard_map and plain jit over two GPUs (V up to
+    262144): the unsharded call's tokens, and the compiled module all-gathers only O(B) records."""
     from test_vocab_parallel import JAX_SCRIPT, _run
 
     out = _run(JAX_SCRIPT, env=dict(VP_DEVICES="gpu"), tmp_path=tmp_path)
     assert all(f"shards 2 vocab {v} ok" in out for v in (808, 151936, 262144)) and "errors ok" in out, out
+    assert out.count("filtered shards 2 ok") == 3, out

@@ -108,7 +108,7 @@ JAX_SCRIPT = textwrap.dedent('''
                         hlo = compiled.lower(logits_arg, seeds, positions, temperature, filters).compile().as_text()
                         gathers = [line.split("all-gather(")[0] for line in hlo.splitlines() if "all-gather(" in line]
                         shapes = sorted(g.split("=")[1].split("{")[0].strip() for g in gathers)
-                        assert shapes == sorted([f"s32[2,{batch}]"] + [f"s32[2,{batch},32]"] * 8
+                        assert shapes == sorted([f"s32[2,{batch},2]"] + [f"s32[2,{batch},32]"] * 8
                                                 + [f"s32[2,{batch},6]"]), shapes
                         assert not [line for line in hlo.splitlines() if "all-reduce(" in line or "all-to-all(" in line]
             # padding rows: -1, their logits unread on every shard

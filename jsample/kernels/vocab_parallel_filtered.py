@@ -19,7 +19,7 @@ over the row is the sum of the shards' sums, so a search splits over the shards 
    noise and scores), reduced to the shard's summary (vocab_parallel.shard_summary_kernel), all-gathered and
    combined (shard_combine_kernel) as vocab-parallel gumbel_sample's.
 
-Data a row crosses devices: one int32 word, then 2 * WAYS int32 words a search round, then SUMMARY_WORDS; the
+Data a row crosses devices: 2 int32 words, then 2 * WAYS int32 words a search round, then SUMMARY_WORDS; the
 rounds are fixed by the dtype's key bits (16 ways: 4 a search for bfloat16, 5 for float16, 8 for float32), so
 that a jitted program's collectives do not depend on the data. Min-p alone takes no search round.
 
@@ -75,27 +75,32 @@ def shard_filter_stats_kernel(
     row_valid_ptr,  # [B] u8|i32 (read with HAS_ROW_VALID): 0 for a padding row, whose logits are not read
     V_shard,
     row_stride,
-    stats_ptr,  # [B] i32 output
+    chunk,  # columns a program (a multiple of THREADS * VEC)
+    stats_ptr,  # [B] i64 as i32 word pairs, zero on entry: the shard's largest finite key + 2**31 (0: none)
     KEY_SHIFT: tl.constexpr,
     THREADS: tl.constexpr,
     VEC: tl.constexpr,
     HAS_ROW_VALID: tl.constexpr = False,
 ):
-    """Grid (B,): the shard's largest finite key of the row (-2**31 without one)."""
+    """Grid (B, chunks): the shard's largest finite key of the row, offset by 2**31 so that the zeroed output
+    means "none" and the chunks' atomic maximum is the row's."""
     row = tl.program_id(0)
-    largest = tl.full([], float("-inf"), tl.float32)
     valid = True
     if HAS_ROW_VALID:
         valid = tl.load(row_valid_ptr + row) != 0
     if valid:
         row_ptr = logits_ptr + row.to(tl.int64) * row_stride
-        start = 0
-        while start < V_shard:
-            x = _tile_logits(row_ptr, start, V_shard, THREADS, VEC)
+        largest = tl.full([], float("-inf"), tl.float32)
+        start = tl.program_id(1) * chunk
+        end = tl.minimum(start + chunk, V_shard)
+        while start < end:
+            x = _tile_logits(row_ptr, start, end, THREADS, VEC)
             finite = tl.abs(x) < float("inf")
             largest = tl.maximum(largest, tl.max(tl.max(tl.where(finite, x, float("-inf")), axis=1), axis=0))
             start += THREADS * VEC
-    tl.store(stats_ptr + row, tl.where(largest > float("-inf"), _key(largest, KEY_SHIFT), -(2**31)))
+        if largest > float("-inf"):
+            tl.atomic_max(stats_ptr.to(tl.pointer_type(tl.int64)) + row, _key(largest, KEY_SHIFT).to(tl.int64) + 2**31,
+                          sem="relaxed")
 
 
 @jit
@@ -103,8 +108,8 @@ def _row_stats(gathered_stats_ptr, row, batch, shards, SHARDS_BLOCK: tl.constexp
     """(the row's largest finite key, its finite count as the launches' plan keeps it: ALL_FINITE where it has a
     finite logit, else 0)."""
     s = tl.arange(0, SHARDS_BLOCK)
-    key_max = tl.max(tl.load(gathered_stats_ptr + s.to(tl.int64) * batch + row, mask=s < shards, other=-(2**31)),
-                     axis=0).to(tl.int64)
+    stats = gathered_stats_ptr.to(tl.pointer_type(tl.int64)) + s.to(tl.int64) * batch + row
+    key_max = tl.max(tl.load(stats, mask=s < shards, other=0), axis=0) - 2**31
     return key_max, tl.where(key_max > -(2**31), _ALL_FINITE, 0).to(tl.int64)
 
 
@@ -141,7 +146,7 @@ def shard_filter_search_kernel(
     temperature_ptr,  # [B] f32
     top_k_ptr,  # [B] i32|i64 (read in top-k rounds)
     top_p_ptr,  # [B] f32 (read in top-p rounds)
-    gathered_stats_ptr,  # [shards, B] i32: every shard's statistics
+    gathered_stats_ptr,  # [shards, B] i64 as i32 word pairs: every shard's statistics
     state_in_ptr,  # [B, STATE_WORDS] i64 as i32 words: the previous round's (read unless PREV_PHASE is stats)
     gathered_sums_ptr,  # [shards, B, WAYS] i64 as i32 words: every shard's sums of the previous round
     shards,
@@ -277,8 +282,9 @@ def plan_top_k_top_p_shard(logits: ArgSpec, seeds: ArgSpec, target: Target, *, h
                                   (("top_k", has_top_k), ("top_p", has_top_p), ("min_p", has_min_p),
                                    ("row_valid", row_valid)))
     shards_block = triton.next_power_of_2(shards)
-    rounds = [Plan((Buffer("stats", (batch,), "int32"),), (launch(
-        shard_filter_stats_kernel, (batch,), ("logits", valid, vocab, row_stride), ("stats",),
+    rounds = [Plan((Buffer("stats", (batch, 2), "int32", zeroed=True),), (launch(
+        shard_filter_stats_kernel, (batch, config.num_chunks), ("logits", valid, vocab, row_stride, config.chunk),
+        ("stats",),
         KEY_SHIFT=config.key_shift, THREADS=config.threads, VEC=config.vec, HAS_ROW_VALID=row_valid,
         num_warps=config.num_warps),), ("stats",), "shard stats")]
     phases = [PHASE_TOP_K] * has_top_k + [PHASE_TOP_P] * has_top_p
