@@ -425,7 +425,7 @@ for batch in (1, 256):  # one launch, two launches
                                             ArgSpec.contiguous((batch,), "int64"), target, fp64=False, draft=False,
                                             start_align=16, row_valid=True), "*bf16"))
 inputs.update({"top_k": "*i64", "top_p": "*fp32", "min_p": "*fp32", "gathered_stats": "*i32", "state_in": "*i32",
-               "gathered_sums": "*i32", "gathered_summary": "*i32"})
+               "gathered_sums": "*i32", "gathered_summary": "*i32", "tile_max_in": "*i32"})
 for batch in (1, 256):  # vocab-parallel top_k_top_p_sample: the two tilings, every kind of round once
     for dtype, fp64 in (("bfloat16", False), ("float32", True)):
         sharded = kernels.plan_top_k_top_p_shard(ArgSpec.contiguous((batch, 131072), dtype),

@@ -134,8 +134,9 @@ def run_rounds(rounds: tuple, run_plan, gather, inputs: dict) -> tuple:
     """The outputs of a vocab-parallel op's rounds (e.g. vocab_parallel_filtered.ShardedPlan.rounds), each
     plan run by `run_plan(plan, inputs)` (an executor's run) on this device's shard: after each round but the
     last, its first output is all-gathered over the shards by `gather` (the frontend's collective: [shards,
-    ...] in shard order) and given to the later rounds as `gathered_<name>`, its other outputs to the next
-    round as `<name>_in`; the last round's outputs are the results."""
+    ...] in shard order) and given to the later rounds as `gathered_<name>`, its other outputs to the later
+    rounds as `<name>_in` (until a round's output of the same name replaces it); the last round's outputs are
+    the results."""
     env = dict(inputs)
     outputs = ()
     for i, plan in enumerate(rounds):

@@ -62,8 +62,8 @@ _PHASE_STATS = tl.constexpr(PHASE_STATS)
 class ShardedPlan:
     """Plans run in turn on every shard. After each round but the last, its first output is all-gathered over
     the shards (stacked on a new leading axis, in shard order) and given to every later round as
-    `gathered_<name>`; its other outputs go to the next round as `<name>_in`. The last round's outputs are
-    the results (every device's are the same)."""
+    `gathered_<name>`; its other outputs go to the later rounds as `<name>_in` (jsample.kernels.plan.run_rounds).
+    The last round's outputs are the results (every device's are the same)."""
 
     rounds: tuple
     variant: str = ""
@@ -77,26 +77,32 @@ def shard_filter_stats_kernel(
     row_stride,
     chunk,  # columns a program (a multiple of THREADS * VEC)
     stats_ptr,  # [B] i64 as i32 word pairs, zero on entry: the shard's largest finite key + 2**31 (0: none)
+    tile_max_ptr,  # [B, cdiv(V_shard, THREADS * VEC)] i32: each tile's largest finite key (-2**31: none)
     KEY_SHIFT: tl.constexpr,
     THREADS: tl.constexpr,
     VEC: tl.constexpr,
     HAS_ROW_VALID: tl.constexpr = False,
 ):
     """Grid (B, chunks): the shard's largest finite key of the row, offset by 2**31 so that the zeroed output
-    means "none" and the chunks' atomic maximum is the row's."""
+    means "none" and the chunks' atomic maximum is the row's; and each tile's largest key, which lets the
+    search rounds skip the tiles below their bracket unread (a padding row's are not written: never read)."""
     row = tl.program_id(0)
     valid = True
     if HAS_ROW_VALID:
         valid = tl.load(row_valid_ptr + row) != 0
     if valid:
         row_ptr = logits_ptr + row.to(tl.int64) * row_stride
+        tiles_ptr = tile_max_ptr + row.to(tl.int64) * tl.cdiv(V_shard, THREADS * VEC)
         largest = tl.full([], float("-inf"), tl.float32)
         start = tl.program_id(1) * chunk
         end = tl.minimum(start + chunk, V_shard)
         while start < end:
             x = _tile_logits(row_ptr, start, end, THREADS, VEC)
             finite = tl.abs(x) < float("inf")
-            largest = tl.maximum(largest, tl.max(tl.max(tl.where(finite, x, float("-inf")), axis=1), axis=0))
+            tile_largest = tl.max(tl.max(tl.where(finite, x, float("-inf")), axis=1), axis=0)
+            tl.store(tiles_ptr + start // (THREADS * VEC),
+                     tl.where(tile_largest > float("-inf"), _key(tile_largest, KEY_SHIFT), -(2**31)))
+            largest = tl.maximum(largest, tile_largest)
             start += THREADS * VEC
         if largest > float("-inf"):
             tl.atomic_max(stats_ptr.to(tl.pointer_type(tl.int64)) + row, _key(largest, KEY_SHIFT).to(tl.int64) + 2**31,
@@ -149,6 +155,7 @@ def shard_filter_search_kernel(
     gathered_stats_ptr,  # [shards, B] i64 as i32 word pairs: every shard's statistics
     state_in_ptr,  # [B, STATE_WORDS] i64 as i32 words: the previous round's (read unless PREV_PHASE is stats)
     gathered_sums_ptr,  # [shards, B, WAYS] i64 as i32 words: every shard's sums of the previous round
+    tile_max_ptr,  # shard_filter_stats_kernel's tiles' largest keys
     shards,
     V_shard,
     row_stride,
@@ -169,7 +176,8 @@ def shard_filter_search_kernel(
     """Grid (B, chunks): a search round of the row (the module's docstring): its state, then the count (top-k)
     or fixed-point mass (top-p) of the keys in this program's columns at or above each pivot, added to the
     row's sums (integer atomics: the sums do not depend on their order). Rows whose bracket is settled (and
-    rows the filters do not apply to: greedy, overflowing, padding) read no logits."""
+    rows the filters do not apply to: greedy, padding) read no logits, nor do tiles whose largest key is below
+    the bracket (they add nothing)."""
     row = tl.program_id(0)
     b64 = row.to(tl.int64)
     batch = tl.num_programs(0)
@@ -186,8 +194,10 @@ def shard_filter_search_kernel(
     if hi - lo > 1:
         first = tl.program_id(1) * chunk
         end = tl.minimum(first + chunk, V_shard)
+        num_tiles = tl.cdiv(V_shard, THREADS * VEC)
         above = _chunk_above(logits_ptr + b64 * row_stride, first, end, V_shard, lo, hi, temperature, key_max, PHASE,
-                             KEY_SHIFT, FP64, THREADS, VEC, WAYS, WIDE_SUMS, FAST_MATH=FAST_MATH)
+                             KEY_SHIFT, FP64, THREADS, VEC, WAYS, WIDE_SUMS, tile_max_ptr + b64 * num_tiles, num_tiles,
+                             THREADS * VEC, 1, FAST_MATH=FAST_MATH)
         tl.atomic_add(sums_out_ptr.to(tl.pointer_type(tl.int64)) + b64 * WAYS + tl.arange(0, WAYS), above,
                       sem="relaxed")
 
@@ -282,11 +292,12 @@ def plan_top_k_top_p_shard(logits: ArgSpec, seeds: ArgSpec, target: Target, *, h
                                   (("top_k", has_top_k), ("top_p", has_top_p), ("min_p", has_min_p),
                                    ("row_valid", row_valid)))
     shards_block = triton.next_power_of_2(shards)
-    rounds = [Plan((Buffer("stats", (batch, 2), "int32", zeroed=True),), (launch(
-        shard_filter_stats_kernel, (batch, config.num_chunks), ("logits", valid, vocab, row_stride, config.chunk),
-        ("stats",),
+    tiles = triton.cdiv(vocab, config.threads * config.vec)
+    rounds = [Plan((Buffer("stats", (batch, 2), "int32", zeroed=True), Buffer("tile_max", (batch, tiles), "int32")),
+                   (launch(shard_filter_stats_kernel, (batch, config.num_chunks),
+                           ("logits", valid, vocab, row_stride, config.chunk), ("stats", "tile_max"),
         KEY_SHIFT=config.key_shift, THREADS=config.threads, VEC=config.vec, HAS_ROW_VALID=row_valid,
-        num_warps=config.num_warps),), ("stats",), "shard stats")]
+        num_warps=config.num_warps),), ("stats", "tile_max"), "shard stats")]
     phases = [PHASE_TOP_K] * has_top_k + [PHASE_TOP_P] * has_top_p
     prev_phase = PHASE_STATS
     for phase in phases:
@@ -297,7 +308,8 @@ def plan_top_k_top_p_shard(logits: ArgSpec, seeds: ArgSpec, target: Target, *, h
             rounds.append(Plan(buffers, (launch(
                 shard_filter_search_kernel, (batch, config.num_chunks),
                 ("logits", "temperature", top_k, top_p, "gathered_stats", "gathered_stats" if first else "state_in",
-                 "gathered_stats" if first else "gathered_sums", shards, vocab, row_stride, config.chunk),
+                 "gathered_stats" if first else "gathered_sums", "tile_max_in", shards, vocab, row_stride,
+                 config.chunk),
                 ("state", "sums"), PHASE=phase, PREV_PHASE=prev_phase, KEY_SHIFT=config.key_shift, FP64=fp64,
                 THREADS=config.threads, VEC=config.vec, WAYS=config.ways, WIDE_SUMS=config.wide_sums,
                 SHARDS_BLOCK=shards_block, FAST_MATH=config.gumbel.fast_math, num_warps=config.num_warps),),
