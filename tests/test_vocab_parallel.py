@@ -107,14 +107,15 @@ JAX_SCRIPT = textwrap.dedent('''
                     for compiled, logits_arg in ((sharded, logits), (jitted, placed)):
                         hlo = compiled.lower(logits_arg, seeds, positions, temperature, filters).compile().as_text()
                         # every gathered array (sync, or async starts; XLA may combine gathers into one) is a
-                        # per-row record: [2, B, 2] statistics, [2, B, 32] sums, [2, B, 6] summaries
+                        # per-row record: [2, B, 4] statistics, [2, B, 32] sums, [2, B, 6] summaries
                         gathers = [line.split("all-gather")[0] for line in hlo.splitlines()
                                    if "all-gather(" in line or "all-gather-start(" in line]
                         shapes = [shape for g in gathers for shape in re.findall(r"[a-z0-9]+\[[0-9,]*\]", g)]
-                        allowed = {f"s32[2,{batch},{w}]" for w in (2, 32, 6)} | {f"s32[{batch},{w}]" for w in (2, 32, 6)}
+                        allowed = ({f"s32[2,{batch},{w}]" for w in (4, 32, 6)}
+                                   | {f"s32[{batch},{w}]" for w in (4, 32, 6)})
                         assert gathers and set(shapes) <= allowed, shapes
                         if not ON_GPU:  # (the CPU's module keeps each round's gather as it is)
-                            assert sorted(shapes) == sorted([f"s32[2,{batch},2]"] + [f"s32[2,{batch},32]"] * 8
+                            assert sorted(shapes) == sorted([f"s32[2,{batch},4]"] + [f"s32[2,{batch},32]"] * 8
                                                             + [f"s32[2,{batch},6]"]), shapes
                         assert not [line for line in hlo.splitlines() if "all-reduce(" in line or "all-to-all(" in line]
             # padding rows: -1, their logits unread on every shard
@@ -393,6 +394,54 @@ def test_filtered_shard_rounds_in_one_process_equal_the_unsharded_call(dtype, fp
                 results = [_next_round(plan, i, env, r, gathered, device) for plan, env, r in zip(plans, envs, results)]
             for got in results:
                 assert torch.equal(got[0], want), (flags, sizes, got[0], want)
+
+
+def test_filtered_shard_top_k_search_starts_at_the_shards_bound(force_target):
+    """Top-k's search starts at the largest of the shards' k-th largest tile maxima (shard_top_k_bound_kernel): here
+    exactly the threshold (a row's k largest logits, nearly equal, each lead a tile of their shard), so a bound one
+    key too high would drop the k-th token, which some rows sample; the GPU's tiling (tiles of 512 float32
+    columns)."""
+    import numpy as np
+    import torch
+
+    import torch_backend
+    from conftest import TORCH_DEVICE
+    from jsample import kernels
+    from torch_backend import _execute as execute
+
+    device = torch.device(TORCH_DEVICE)
+    if device.type != "cuda":
+        force_target(large_programs=False)
+    rng = np.random.default_rng(5)
+    batch, vocab, k = 8, 8192, 3
+    x = (rng.standard_normal((batch, vocab)) * 0.5).astype(np.float32)
+    for b in range(batch):  # the k largest, 10 - 1e-6 * i, one a tile, all on shard b % 2 (its bound: the k-th)
+        tiles = (b % 2) * 8 + rng.choice(8, k, replace=False)
+        x[b, tiles * 512 + rng.integers(0, 512, k)] = 10 - 1e-6 * np.arange(k)
+    x = torch.from_numpy(x).to(device)
+    seeds = torch.arange(batch, device=device) * 101
+    positions = torch.zeros(batch, dtype=torch.int64, device=device)
+    temperature = torch.ones(batch, device=device)
+    top_k = torch.full((batch,), k, device=device)
+    want = torch_backend.top_k_top_p_sample(x, seeds, positions, temperature, top_k=top_k)
+    third = np.float32(10 - 2e-6)
+    assert (x[torch.arange(batch), want.long()].cpu().numpy() == third).any()  # some row samples the k-th
+    width = vocab // 2
+    plans, envs = [], []
+    for start in (0, width):
+        shard = x[:, start:start + width]
+        plans.append(execute.plan(kernels.plan_top_k_top_p_shard, (shard, seeds), device, None, has_top_k=True,
+                                  has_top_p=False, has_min_p=False, fp64=False, shards=2, start_align=16))
+        envs.append(dict(logits=shard, seeds=seeds, positions=positions, temperature=temperature, top_k=top_k,
+                         vocab_start=torch.full((1,), start, dtype=torch.int32, device=device)))
+    results = [list(execute.run(plan.rounds[0], device, env)) for plan, env in zip(plans, envs)]
+    bound = torch.stack([r[0] for r in results]).view(torch.int64)[..., 1].amax(0) - 2**31
+    assert (bound == int(np.float32(third).view(np.int32))).all(), bound  # the key of the k-th largest logit
+    for i in range(1, len(plans[0].rounds)):
+        gathered = torch.stack([r[0] for r in results])
+        results = [_next_round(plan, i, env, r, gathered, device) for plan, env, r in zip(plans, envs, results)]
+    for got in results:
+        assert torch.equal(got[0], want), (got[0], want)
 
 
 def _next_round(plan, i, env, previous, gathered, device):

@@ -19,7 +19,7 @@ over the row is the sum of the shards' sums, so a search splits over the shards 
    noise and scores), reduced to the shard's summary (vocab_parallel.shard_summary_kernel), all-gathered and
    combined (shard_combine_kernel) as vocab-parallel gumbel_sample's.
 
-Data a row crosses devices: 2 int32 words, then 2 * WAYS int32 words a search round, then SUMMARY_WORDS; the
+Data a row crosses devices: 4 int32 words, then 2 * WAYS int32 words a search round, then SUMMARY_WORDS; the
 rounds are fixed by the dtype's key bits (16 ways: 4 a search for bfloat16, 5 for float16, 8 for float32), so
 that a jitted program's collectives do not depend on the data. Min-p alone takes no search round.
 
@@ -41,11 +41,12 @@ from jsample.kernels.filtered.config import (
     PHASE_TOP_P,
     _ALL_FINITE,
     _SAMPLE,
+    _TOP_K,
     filtered_launch_config,
     _with_ways,
 )
 from jsample.kernels.filtered.keys import _key, _tile_logits, store_filtered_block
-from jsample.kernels.filtered.search import _chunk_above, _narrow, _start_search
+from jsample.kernels.filtered.search import _chunk_above, _kth_largest_block_key, _narrow, _start_search
 from jsample.kernels.gumbel import many_rows_config
 from jsample.kernels.host import jit
 from jsample.kernels.plan import ArgSpec, Buffer, Plan, Target, launch
@@ -76,7 +77,7 @@ def shard_filter_stats_kernel(
     V_shard,
     row_stride,
     chunk,  # columns a program (a multiple of THREADS * VEC)
-    stats_ptr,  # [B] i64 as i32 word pairs, zero on entry: the shard's largest finite key + 2**31 (0: none)
+    stats_ptr,  # [B, 2] i64 as i32 word pairs, zero on entry: word 0 the largest finite key + 2**31 (0: none)
     tile_max_ptr,  # [B, cdiv(V_shard, THREADS * VEC)] i32: each tile's largest finite key (-2**31: none)
     KEY_SHIFT: tl.constexpr,
     THREADS: tl.constexpr,
@@ -105,27 +106,60 @@ def shard_filter_stats_kernel(
             largest = tl.maximum(largest, tile_largest)
             start += THREADS * VEC
         if largest > float("-inf"):
-            tl.atomic_max(stats_ptr.to(tl.pointer_type(tl.int64)) + row, _key(largest, KEY_SHIFT).to(tl.int64) + 2**31,
-                          sem="relaxed")
+            tl.atomic_max(stats_ptr.to(tl.pointer_type(tl.int64)) + row.to(tl.int64) * 2,
+                          _key(largest, KEY_SHIFT).to(tl.int64) + 2**31, sem="relaxed")
+
+
+@jit
+def shard_top_k_bound_kernel(
+    top_k_ptr,  # [B] i32|i64
+    row_valid_ptr,  # [B] u8|i32 (read with HAS_ROW_VALID): a padding row's tiles were not written
+    tile_max_ptr,  # shard_filter_stats_kernel's
+    stats_in_ptr,  # shard_filter_stats_kernel's [B, 2] i64 (its word 0)
+    num_tiles,
+    stats_ptr,  # [B, 2] i64 output: word 0 stats_in's, word 1 the bound + 2**31 (0: none)
+    REDUCE_TILES: tl.constexpr,  # a power of two >= num_tiles
+    HAS_ROW_VALID: tl.constexpr = False,
+):
+    """Grid (B,): the k-th largest of the shard's tile maxima, a lower bound of the row's top-k threshold (k
+    tiles hold k keys at or above it, and the shard's keys are some of the row's: _kth_largest_block_key), so
+    that the largest of the shards' bounds can start top-k's search: a narrower first bracket, and every tile
+    below it skipped unread."""
+    row = tl.program_id(0)
+    valid = True
+    if HAS_ROW_VALID:
+        valid = tl.load(row_valid_ptr + row) != 0
+    bound = tl.full([], -(2**31), tl.int64)
+    if valid:
+        tiles = tl.arange(0, REDUCE_TILES)
+        tile_max = tl.load(tile_max_ptr + row.to(tl.int64) * num_tiles + tiles, mask=tiles < num_tiles,
+                           other=-(2**31))
+        bound = _kth_largest_block_key(tile_max, tl.load(top_k_ptr + row).to(tl.int64), bound, SORT=False)
+    # (word 0 copied: in JAX the output is a new array; in torch the same memory, read before it is written)
+    out = stats_ptr.to(tl.pointer_type(tl.int64)) + row.to(tl.int64) * 2
+    key_max = tl.load(stats_in_ptr.to(tl.pointer_type(tl.int64)) + row.to(tl.int64) * 2)
+    tl.store(out, key_max)
+    tl.store(out + 1, bound + 2**31)
 
 
 @jit
 def _row_stats(gathered_stats_ptr, row, batch, shards, SHARDS_BLOCK: tl.constexpr):
     """(the row's largest finite key, its finite count as the launches' plan keeps it: ALL_FINITE where it has a
-    finite logit, else 0)."""
+    finite logit, else 0, the largest of the shards' lower bounds of top-k's threshold: -2**31 where none)."""
     s = tl.arange(0, SHARDS_BLOCK)
-    stats = gathered_stats_ptr.to(tl.pointer_type(tl.int64)) + s.to(tl.int64) * batch + row
+    stats = gathered_stats_ptr.to(tl.pointer_type(tl.int64)) + (s.to(tl.int64) * batch + row) * 2
     key_max = tl.max(tl.load(stats, mask=s < shards, other=0), axis=0) - 2**31
-    return key_max, tl.where(key_max > -(2**31), _ALL_FINITE, 0).to(tl.int64)
+    bound = tl.max(tl.load(stats + 1, mask=s < shards, other=0), axis=0) - 2**31
+    return key_max, tl.where(key_max > -(2**31), _ALL_FINITE, 0).to(tl.int64), bound
 
 
 @jit
-def _shard_state(b64, batch, shards, temperature, key_max, count, top_k_ptr, top_p_ptr, state_in_ptr,
+def _shard_state(b64, batch, shards, temperature, key_max, count, bound, top_k_ptr, top_p_ptr, state_in_ptr,
                  gathered_sums_ptr, PHASE: tl.constexpr, PREV_PHASE: tl.constexpr, KEY_SHIFT: tl.constexpr,
                  WAYS: tl.constexpr, SHARDS_BLOCK: tl.constexpr):
     """The row's bracket [lo, hi) and top-p normaliser for a PHASE round: the previous round's bracket narrowed
     by its sums over every shard, and where PHASE starts a search, its first bracket (at the previous
-    threshold; the launches' plan's searches start below every finite key: filter_row_kernel)."""
+    threshold, below every finite key at first as in filter_row_kernel; top-k's at the shards' `bound`)."""
     if PREV_PHASE == _PHASE_STATS:
         lo = tl.where(count > 0, _key(tl.full([], -3.4028234663852886e38, tl.float32), KEY_SHIFT), 0).to(tl.int64)
         hi = lo + 1
@@ -143,6 +177,8 @@ def _shard_state(b64, batch, shards, temperature, key_max, count, top_k_ptr, top
     if PHASE != PREV_PHASE:
         if PHASE != _SAMPLE:
             lo, hi = _start_search(PHASE, b64, lo, key_max, count, temperature, top_k_ptr, top_p_ptr)
+            if PHASE == _TOP_K:  # a searched row starts at the shards' bound (<= its threshold <= key_max)
+                lo = tl.where(hi - lo > 1, tl.maximum(lo, bound), lo)
     return lo, hi, normalizer
 
 
@@ -152,7 +188,7 @@ def shard_filter_search_kernel(
     temperature_ptr,  # [B] f32
     top_k_ptr,  # [B] i32|i64 (read in top-k rounds)
     top_p_ptr,  # [B] f32 (read in top-p rounds)
-    gathered_stats_ptr,  # [shards, B] i64 as i32 word pairs: every shard's statistics
+    gathered_stats_ptr,  # [shards, B, 2] i64 as i32 word pairs: every shard's statistics
     state_in_ptr,  # [B, STATE_WORDS] i64 as i32 words: the previous round's (read unless PREV_PHASE is stats)
     gathered_sums_ptr,  # [shards, B, WAYS] i64 as i32 words: every shard's sums of the previous round
     tile_max_ptr,  # shard_filter_stats_kernel's tiles' largest keys
@@ -182,8 +218,8 @@ def shard_filter_search_kernel(
     b64 = row.to(tl.int64)
     batch = tl.num_programs(0)
     temperature = load_temperature(temperature_ptr, row)
-    key_max, count = _row_stats(gathered_stats_ptr, row, batch, shards, SHARDS_BLOCK)
-    lo, hi, normalizer = _shard_state(b64, batch, shards, temperature, key_max, count, top_k_ptr, top_p_ptr,
+    key_max, count, bound = _row_stats(gathered_stats_ptr, row, batch, shards, SHARDS_BLOCK)
+    lo, hi, normalizer = _shard_state(b64, batch, shards, temperature, key_max, count, bound, top_k_ptr, top_p_ptr,
                                       state_in_ptr, gathered_sums_ptr, PHASE, PREV_PHASE, KEY_SHIFT, WAYS,
                                       SHARDS_BLOCK)
     if tl.program_id(1) == 0:
@@ -249,8 +285,8 @@ def shard_filtered_partial_kernel(
     block = tl.program_id(1)
     num_blocks = tl.num_programs(1)
     temperature = load_temperature(temperature_ptr, row)
-    key_max, count = _row_stats(gathered_stats_ptr, row, batch, shards, SHARDS_BLOCK)
-    threshold, _, _ = _shard_state(b64, batch, shards, temperature, key_max, count, top_k_ptr, top_p_ptr,
+    key_max, count, bound = _row_stats(gathered_stats_ptr, row, batch, shards, SHARDS_BLOCK)
+    threshold, _, _ = _shard_state(b64, batch, shards, temperature, key_max, count, bound, top_k_ptr, top_p_ptr,
                                    state_in_ptr, gathered_sums_ptr, _SAMPLE, PREV_PHASE, KEY_SHIFT, WAYS,
                                    SHARDS_BLOCK)
     start = aligned(tl.load(vocab_start_ptr), START_ALIGN)
@@ -293,11 +329,15 @@ def plan_top_k_top_p_shard(logits: ArgSpec, seeds: ArgSpec, target: Target, *, h
                                    ("row_valid", row_valid)))
     shards_block = triton.next_power_of_2(shards)
     tiles = triton.cdiv(vocab, config.threads * config.vec)
-    rounds = [Plan((Buffer("stats", (batch, 2), "int32", zeroed=True), Buffer("tile_max", (batch, tiles), "int32")),
-                   (launch(shard_filter_stats_kernel, (batch, config.num_chunks),
-                           ("logits", valid, vocab, row_stride, config.chunk), ("stats", "tile_max"),
-        KEY_SHIFT=config.key_shift, THREADS=config.threads, VEC=config.vec, HAS_ROW_VALID=row_valid,
-        num_warps=config.num_warps),), ("stats", "tile_max"), "shard stats")]
+    stats = (launch(shard_filter_stats_kernel, (batch, config.num_chunks),
+                    ("logits", valid, vocab, row_stride, config.chunk), ("stats", "tile_max"),
+                    KEY_SHIFT=config.key_shift, THREADS=config.threads, VEC=config.vec, HAS_ROW_VALID=row_valid,
+                    num_warps=config.num_warps),)
+    if has_top_k:  # (the stats launch writes the first int64 of each row's record, this the second)
+        stats += (launch(shard_top_k_bound_kernel, (batch,), (top_k, valid, "tile_max", "stats", tiles), ("stats",),
+                         REDUCE_TILES=triton.next_power_of_2(tiles), HAS_ROW_VALID=row_valid, num_warps=4),)
+    rounds = [Plan((Buffer("stats", (batch, 4), "int32", zeroed=True), Buffer("tile_max", (batch, tiles), "int32")),
+                   stats, ("stats", "tile_max"), "shard stats")]
     phases = [PHASE_TOP_K] * has_top_k + [PHASE_TOP_P] * has_top_p
     prev_phase = PHASE_STATS
     for phase in phases:
