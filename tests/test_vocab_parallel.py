@@ -110,7 +110,7 @@ JAX_SCRIPT = textwrap.dedent('''
                         # per-row record: [2, B, 4] statistics, [2, B, 32] sums, [2, B, 6] summaries
                         gathers = [line.split("all-gather")[0] for line in hlo.splitlines()
                                    if "all-gather(" in line or "all-gather-start(" in line]
-                        shapes = [shape for g in gathers for shape in re.findall(r"[a-z0-9]+\[[0-9,]*\]", g)]
+                        shapes = [shape for g in gathers for shape in re.findall(r"[a-z0-9]+\\[[0-9,]*\\]", g)]
                         allowed = ({f"s32[2,{batch},{w}]" for w in (4, 32, 6)}
                                    | {f"s32[{batch},{w}]" for w in (4, 32, 6)})
                         assert gathers and set(shapes) <= allowed, shapes
