@@ -1,6 +1,7 @@
 """Vocab-parallel top_k_top_p_sample's rounds on ONE GPU (issue 42): the shards' rounds run in lock step on the same
 device (each all-gather a torch.stack), each round timed with CUDA events (median of 20, after a warm-up), next to
-the one-GPU op on the whole rows and on one shard. No collective is measured: this is the kernels' share of a
+the one-GPU op on the whole rows and on one shard (eager), and the whole lock-step sequence captured as one CUDA
+graph (divided by the shards: a shard's kernels without launch gaps). No collective is measured: this is the kernels' share of a
 sharded call (each shard's rounds, so a two-GPU call's device time is about one shard's column plus the
 collectives). Tokens of the rounds are checked against the one-GPU op.
 
@@ -67,13 +68,31 @@ def main():
                     for plan, env, out in zip(plans, envs, results):
                         env["gathered_" + plan.rounds[r].outputs[0]] = gathered
                         env.update((n + "_in", v) for n, v in zip(plan.rounds[r].outputs[1:], out[1:]))
+            def all_rounds():  # every shard's rounds in lock step, the gathers as stacks: one CUDA graph
+                local = [dict(env) for env in envs]
+                outs = [None] * args.shards
+                for r in range(rounds):
+                    outs = [execute.run(plan.rounds[r], device, env) for plan, env in zip(plans, local)]
+                    if r < rounds - 1:
+                        gathered = torch.stack([out[0] for out in outs])
+                        for plan, env, out in zip(plans, local, outs):
+                            env["gathered_" + plan.rounds[r].outputs[0]] = gathered
+                            env.update((n + "_in", v) for n, v in zip(plan.rounds[r].outputs[1:], out[1:]))
+                return outs
+
+            all_rounds()
+            torch.cuda.synchronize()
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                all_rounds()
+            graphed = _timed(graph.replay) / args.shards
             want = torch_backend.top_k_top_p_sample(x, seeds, positions, temperature, **filters)
             whole = _timed(lambda: torch_backend.top_k_top_p_sample(x, seeds, positions, temperature, **filters))
             half = _timed(lambda: torch_backend.top_k_top_p_sample(shards[0], seeds, positions, temperature, **filters))
             equal = all(torch.equal(out[0], want) for out in results)
             print(f"{dtype} B={batch} V={args.vocab}/{args.shards}: rounds (us a shard) "
                   + " ".join(f"{t:.1f}" for t in per_round)
-                  + f" | sum {sum(per_round):.1f} | one-GPU op whole {whole:.1f} half {half:.1f} | tokens equal {equal}",
+                  + f" | sum {sum(per_round):.1f} | a shard's rounds as a CUDA graph {graphed:.1f} | one-GPU op whole {whole:.1f} half {half:.1f} | tokens equal {equal}",
                   flush=True)
 
 
