@@ -116,7 +116,7 @@ def _measure(rank, world, args, queue):
             torch.cuda.synchronize()
             equal = bool(torch.equal(out["sharded"], out["gather"]))
             rounds = 1 if op == "gumbel" else 2 + 2 * {"bfloat16": 4, "float16": 5, "float32": 8}[dtype]
-            words = 6 if op == "gumbel" else 4 + 2 * 16 * (rounds - 2) + 6
+            words = 6 if op == "gumbel" else 6 + 2 * 16 * (rounds - 2) + 6
             rows.append(dict(op=op, dtype=dtype, batch=batch, vocab=vocab, shards=world,
                              sharded_us=round(times["sharded"], 2), gather_then_sample_us=round(times["gather"], 2),
                              half_vocab_op_us=round(times["half"], 2),

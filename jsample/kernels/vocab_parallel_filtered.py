@@ -19,7 +19,7 @@ over the row is the sum of the shards' sums, so a search splits over the shards 
    noise and scores), reduced to the shard's summary (vocab_parallel.shard_summary_kernel), all-gathered and
    combined (shard_combine_kernel) as vocab-parallel gumbel_sample's.
 
-Data a row crosses devices: 4 int32 words, then 2 * WAYS int32 words a search round, then SUMMARY_WORDS; the
+Data a row crosses devices: 6 int32 words, then 2 * WAYS int32 words a search round, then SUMMARY_WORDS; the
 rounds are fixed by the dtype's key bits (16 ways: 4 a search for bfloat16, 5 for float16, 8 for float32), so
 that a jitted program's collectives do not depend on the data. Min-p alone takes no search round.
 
@@ -45,7 +45,7 @@ from jsample.kernels.filtered.config import (
     filtered_launch_config,
     _with_ways,
 )
-from jsample.kernels.filtered.keys import _key, _tile_logits, store_filtered_block
+from jsample.kernels.filtered.keys import _key, _tile_logits, _tile_max_key, store_filtered_block
 from jsample.kernels.filtered.search import _chunk_above, _kth_largest_block_key, _narrow, _start_search
 from jsample.kernels.gumbel import many_rows_config
 from jsample.kernels.host import jit
@@ -74,10 +74,12 @@ class ShardedPlan:
 def shard_filter_stats_kernel(
     logits_ptr,  # [B, V_shard] f32|bf16|f16: this device's columns, rows `row_stride` elements apart
     row_valid_ptr,  # [B] u8|i32 (read with HAS_ROW_VALID): 0 for a padding row, whose logits are not read
+    temperature_ptr,  # [B] f32
     V_shard,
     row_stride,
     chunk,  # columns a program (a multiple of THREADS * VEC)
-    stats_ptr,  # [B, 2] i64 as i32 word pairs, zero on entry: word 0 the largest finite key + 2**31 (0: none)
+    stats_ptr,  # [B, 3] i64 as i32 word pairs, zero on entry: word 0 the largest finite key + 2**31 (0: none),
+    # word 2 1 where a finite logit's scaled value overflows
     tile_max_ptr,  # [B, cdiv(V_shard, THREADS * VEC)] i32: each tile's largest finite key (-2**31: none)
     KEY_SHIFT: tl.constexpr,
     THREADS: tl.constexpr,
@@ -85,8 +87,10 @@ def shard_filter_stats_kernel(
     HAS_ROW_VALID: tl.constexpr = False,
 ):
     """Grid (B, chunks): the shard's largest finite key of the row, offset by 2**31 so that the zeroed output
-    means "none" and the chunks' atomic maximum is the row's; and each tile's largest key, which lets the
-    search rounds skip the tiles below their bracket unread (a padding row's are not written: never read)."""
+    means "none" and the chunks' atomic maximum is the row's; whether some finite logit's x / T overflows
+    (overflow_from_magnitude's test: such a row is greedy, and its sampling round reads every block, for the
+    flag); and each tile's largest key, which lets the search rounds skip the tiles below their bracket unread
+    (a padding row's are not written: never read)."""
     row = tl.program_id(0)
     valid = True
     if HAS_ROW_VALID:
@@ -95,6 +99,7 @@ def shard_filter_stats_kernel(
         row_ptr = logits_ptr + row.to(tl.int64) * row_stride
         tiles_ptr = tile_max_ptr + row.to(tl.int64) * tl.cdiv(V_shard, THREADS * VEC)
         largest = tl.full([], float("-inf"), tl.float32)
+        magnitude = tl.full([], 0.0, tl.float32)
         start = tl.program_id(1) * chunk
         end = tl.minimum(start + chunk, V_shard)
         while start < end:
@@ -104,9 +109,13 @@ def shard_filter_stats_kernel(
             tl.store(tiles_ptr + start // (THREADS * VEC),
                      tl.where(tile_largest > float("-inf"), _key(tile_largest, KEY_SHIFT), -(2**31)))
             largest = tl.maximum(largest, tile_largest)
+            magnitude = tl.maximum(magnitude, tl.max(tl.max(tl.where(finite, tl.abs(x), 0.0), axis=1), axis=0))
             start += THREADS * VEC
+        inverse_t = 1.0 / load_temperature(temperature_ptr, row).to(tl.float32)
+        if (inverse_t > 1.0) & (magnitude * inverse_t == float("inf")):
+            tl.atomic_max(stats_ptr.to(tl.pointer_type(tl.int64)) + row.to(tl.int64) * 3 + 2, 1, sem="relaxed")
         if largest > float("-inf"):
-            tl.atomic_max(stats_ptr.to(tl.pointer_type(tl.int64)) + row.to(tl.int64) * 2,
+            tl.atomic_max(stats_ptr.to(tl.pointer_type(tl.int64)) + row.to(tl.int64) * 3,
                           _key(largest, KEY_SHIFT).to(tl.int64) + 2**31, sem="relaxed")
 
 
@@ -115,9 +124,9 @@ def shard_top_k_bound_kernel(
     top_k_ptr,  # [B] i32|i64
     row_valid_ptr,  # [B] u8|i32 (read with HAS_ROW_VALID): a padding row's tiles were not written
     tile_max_ptr,  # shard_filter_stats_kernel's
-    stats_in_ptr,  # shard_filter_stats_kernel's [B, 2] i64 (its word 0)
+    stats_in_ptr,  # shard_filter_stats_kernel's [B, 3] i64 (its words 0 and 2)
     num_tiles,
-    stats_ptr,  # [B, 2] i64 output: word 0 stats_in's, word 1 the bound + 2**31 (0: none)
+    stats_ptr,  # [B, 3] i64 output: words 0 and 2 stats_in's, word 1 the bound + 2**31 (0: none)
     REDUCE_TILES: tl.constexpr,  # a power of two >= num_tiles
     HAS_ROW_VALID: tl.constexpr = False,
 ):
@@ -135,22 +144,26 @@ def shard_top_k_bound_kernel(
         tile_max = tl.load(tile_max_ptr + row.to(tl.int64) * num_tiles + tiles, mask=tiles < num_tiles,
                            other=-(2**31))
         bound = _kth_largest_block_key(tile_max, tl.load(top_k_ptr + row).to(tl.int64), bound, SORT=False)
-    # (word 0 copied: in JAX the output is a new array; in torch the same memory, read before it is written)
-    out = stats_ptr.to(tl.pointer_type(tl.int64)) + row.to(tl.int64) * 2
-    key_max = tl.load(stats_in_ptr.to(tl.pointer_type(tl.int64)) + row.to(tl.int64) * 2)
+    # (words 0 and 2 copied: in JAX the output is a new array; in torch the same memory, read before written)
+    out = stats_ptr.to(tl.pointer_type(tl.int64)) + row.to(tl.int64) * 3
+    stats_in = stats_in_ptr.to(tl.pointer_type(tl.int64)) + row.to(tl.int64) * 3
+    key_max, overflow = tl.load(stats_in), tl.load(stats_in + 2)
     tl.store(out, key_max)
     tl.store(out + 1, bound + 2**31)
+    tl.store(out + 2, overflow)
 
 
 @jit
 def _row_stats(gathered_stats_ptr, row, batch, shards, SHARDS_BLOCK: tl.constexpr):
     """(the row's largest finite key, its finite count as the launches' plan keeps it: ALL_FINITE where it has a
-    finite logit, else 0, the largest of the shards' lower bounds of top-k's threshold: -2**31 where none)."""
+    finite logit, else 0, the largest of the shards' lower bounds of top-k's threshold: -2**31 where none,
+    whether its scaled logits overflow)."""
     s = tl.arange(0, SHARDS_BLOCK)
-    stats = gathered_stats_ptr.to(tl.pointer_type(tl.int64)) + (s.to(tl.int64) * batch + row) * 2
+    stats = gathered_stats_ptr.to(tl.pointer_type(tl.int64)) + (s.to(tl.int64) * batch + row) * 3
     key_max = tl.max(tl.load(stats, mask=s < shards, other=0), axis=0) - 2**31
     bound = tl.max(tl.load(stats + 1, mask=s < shards, other=0), axis=0) - 2**31
-    return key_max, tl.where(key_max > -(2**31), _ALL_FINITE, 0).to(tl.int64), bound
+    overflow = tl.max(tl.load(stats + 2, mask=s < shards, other=0), axis=0) > 0
+    return key_max, tl.where(key_max > -(2**31), _ALL_FINITE, 0).to(tl.int64), bound, overflow
 
 
 @jit
@@ -188,7 +201,7 @@ def shard_filter_search_kernel(
     temperature_ptr,  # [B] f32
     top_k_ptr,  # [B] i32|i64 (read in top-k rounds)
     top_p_ptr,  # [B] f32 (read in top-p rounds)
-    gathered_stats_ptr,  # [shards, B, 2] i64 as i32 word pairs: every shard's statistics
+    gathered_stats_ptr,  # [shards, B, 3] i64 as i32 word pairs: every shard's statistics
     state_in_ptr,  # [B, STATE_WORDS] i64 as i32 words: the previous round's (read unless PREV_PHASE is stats)
     gathered_sums_ptr,  # [shards, B, WAYS] i64 as i32 words: every shard's sums of the previous round
     tile_max_ptr,  # shard_filter_stats_kernel's tiles' largest keys
@@ -218,7 +231,7 @@ def shard_filter_search_kernel(
     b64 = row.to(tl.int64)
     batch = tl.num_programs(0)
     temperature = load_temperature(temperature_ptr, row)
-    key_max, count, bound = _row_stats(gathered_stats_ptr, row, batch, shards, SHARDS_BLOCK)
+    key_max, count, bound, overflow = _row_stats(gathered_stats_ptr, row, batch, shards, SHARDS_BLOCK)
     lo, hi, normalizer = _shard_state(b64, batch, shards, temperature, key_max, count, bound, top_k_ptr, top_p_ptr,
                                       state_in_ptr, gathered_sums_ptr, PHASE, PREV_PHASE, KEY_SHIFT, WAYS,
                                       SHARDS_BLOCK)
@@ -252,6 +265,7 @@ def shard_filtered_partial_kernel(
     gathered_stats_ptr,
     state_in_ptr,  # the last search round's (read unless PREV_PHASE is stats: min-p alone)
     gathered_sums_ptr,
+    tile_max_ptr,  # shard_filter_stats_kernel's tiles' largest keys, TILE columns a tile
     shards,
     V_shard,
     row_stride,
@@ -270,12 +284,17 @@ def shard_filtered_partial_kernel(
     FAST_MATH: tl.constexpr,
     WAYS: tl.constexpr,
     SHARDS_BLOCK: tl.constexpr,
+    TILE: tl.constexpr,
     SEED_WORDS: tl.constexpr = 1,
     HAS_ROW_VALID: tl.constexpr = False,
 ):
     """Grid (B, num_blocks): the row's final threshold (its last search round's bracket narrowed), then
     store_filtered_block over this shard's global columns (the row pointer moved back by vocab_start), and each
-    block's greedy candidate from its unfiltered logits: shard_partial_kernel's outputs for the kept set."""
+    block's greedy candidate from its unfiltered logits: shard_partial_kernel's outputs for the kept set. A
+    block whose tiles' largest key is below the threshold keeps nothing: no candidate, its logits unread (its
+    greedy candidate neither: the row's largest logit is kept, so such a block never holds the greedy token),
+    unless the row's scaled logits overflow (the stats round's flag): there every block reads its logits, whose
+    overflow flag makes the row greedy, as in top_k_top_p_sample."""
     row = tl.program_id(0)
     if HAS_ROW_VALID:
         if tl.load(row_valid_ptr + row) == 0:
@@ -285,7 +304,7 @@ def shard_filtered_partial_kernel(
     block = tl.program_id(1)
     num_blocks = tl.num_programs(1)
     temperature = load_temperature(temperature_ptr, row)
-    key_max, count, bound = _row_stats(gathered_stats_ptr, row, batch, shards, SHARDS_BLOCK)
+    key_max, count, bound, overflow = _row_stats(gathered_stats_ptr, row, batch, shards, SHARDS_BLOCK)
     threshold, _, _ = _shard_state(b64, batch, shards, temperature, key_max, count, bound, top_k_ptr, top_p_ptr,
                                    state_in_ptr, gathered_sums_ptr, _SAMPLE, PREV_PHASE, KEY_SHIFT, WAYS,
                                    SHARDS_BLOCK)
@@ -293,6 +312,18 @@ def shard_filtered_partial_kernel(
     end = start + aligned(V_shard, VOCAB_ALIGN)
     first_col = start + block * BLOCK_V
     out = b64 * num_blocks + block
+    num_tiles = tl.cdiv(V_shard, TILE)
+    block_max = _tile_max_key(tile_max_ptr + b64 * num_tiles, block * BLOCK_V, num_tiles, TILE,
+                              max(BLOCK_V // TILE, 1))
+    if (block_max < threshold) & ~overflow:
+        if FP64:
+            tl.store(partial_score_ptr.to(tl.pointer_type(tl.float64)) + out, float("-inf"))
+        else:
+            tl.store(partial_score_ptr + out, float("-inf"))
+        tl.store(partial_index_ptr + out, first_col)
+        tl.store(greedy_value_ptr + out, float("-inf"))
+        tl.store(greedy_index_ptr + out, -1)
+        return
     x = store_filtered_block(logits_ptr - start, b64, row_stride, end, first_col, load_seed(seeds_ptr, row, SEED_WORDS),
                              tl.load(positions_ptr + row).to(tl.int64), temperature, min_p_ptr, key_max, count,
                              threshold, partial_score_ptr, partial_index_ptr, out, HAS_MIN_P, KEY_SHIFT, FP64, BLOCK_V,
@@ -330,13 +361,13 @@ def plan_top_k_top_p_shard(logits: ArgSpec, seeds: ArgSpec, target: Target, *, h
     shards_block = triton.next_power_of_2(shards)
     tiles = triton.cdiv(vocab, config.threads * config.vec)
     stats = (launch(shard_filter_stats_kernel, (batch, config.num_chunks),
-                    ("logits", valid, vocab, row_stride, config.chunk), ("stats", "tile_max"),
+                    ("logits", valid, "temperature", vocab, row_stride, config.chunk), ("stats", "tile_max"),
                     KEY_SHIFT=config.key_shift, THREADS=config.threads, VEC=config.vec, HAS_ROW_VALID=row_valid,
                     num_warps=config.num_warps),)
-    if has_top_k:  # (the stats launch writes the first int64 of each row's record, this the second)
+    if has_top_k:  # (the stats launch writes words 0 and 2 of each row's record, this word 1)
         stats += (launch(shard_top_k_bound_kernel, (batch,), (top_k, valid, "tile_max", "stats", tiles), ("stats",),
                          REDUCE_TILES=triton.next_power_of_2(tiles), HAS_ROW_VALID=row_valid, num_warps=4),)
-    rounds = [Plan((Buffer("stats", (batch, 4), "int32", zeroed=True), Buffer("tile_max", (batch, tiles), "int32")),
+    rounds = [Plan((Buffer("stats", (batch, 6), "int32", zeroed=True), Buffer("tile_max", (batch, tiles), "int32")),
                    stats, ("stats", "tile_max"), "shard stats")]
     phases = [PHASE_TOP_K] * has_top_k + [PHASE_TOP_P] * has_top_p
     prev_phase = PHASE_STATS
@@ -367,12 +398,12 @@ def plan_top_k_top_p_shard(logits: ArgSpec, seeds: ArgSpec, target: Target, *, h
         launch(shard_filtered_partial_kernel, (batch, blocks),
                ("logits", "seeds", "positions", "temperature", top_k, top_p, min_p, "vocab_start", valid,
                 "gathered_stats", "state_in" if searched else "gathered_stats",
-                "gathered_sums" if searched else "gathered_stats", shards, vocab, row_stride),
+                "gathered_sums" if searched else "gathered_stats", "tile_max_in", shards, vocab, row_stride),
                ("partial_score", "partial_index", "greedy_value", "greedy_index"),
                PREV_PHASE=prev_phase, HAS_MIN_P=has_min_p, KEY_SHIFT=config.key_shift, FP64=fp64,
                BLOCK_V=gumbel.block_v, ROW_ALIGN=gumbel.row_align, START_ALIGN=start_align,
                VOCAB_ALIGN=gumbel.vocab_align, FAST_MATH=gumbel.fast_math, WAYS=config.ways,
-               SHARDS_BLOCK=shards_block, SEED_WORDS=seed_word_count(seeds.shape), HAS_ROW_VALID=row_valid,
+               SHARDS_BLOCK=shards_block, TILE=config.threads * config.vec, SEED_WORDS=seed_word_count(seeds.shape), HAS_ROW_VALID=row_valid,
                num_warps=gumbel.num_warps),
         launch(shard_summary_kernel, (batch,),
                ("partial_score", "partial_index", "greedy_value", "greedy_index", valid, blocks), ("summary",),
