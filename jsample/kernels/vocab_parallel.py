@@ -81,6 +81,13 @@ def shard_partial_kernel(
     x = store_sampled_block(logits_ptr - start, row, row_stride, end, first_col, load_seed(seeds_ptr, row, SEED_WORDS),
                             tl.load(positions_ptr + row).to(tl.int64), load_temperature(temperature_ptr, row),
                             partial_score_ptr, partial_index_ptr, out, STREAM, BLOCK_V, ROW_ALIGN, FP64, FAST_MATH)
+    store_greedy_candidate(x, first_col, greedy_value_ptr, greedy_index_ptr, out, BLOCK_V)
+
+
+@jit
+def store_greedy_candidate(x, first_col, greedy_value_ptr, greedy_index_ptr, out, BLOCK_V: tl.constexpr):
+    """The block's greedy candidate, from its unfiltered logits `x` (columns first_col ..): its largest finite
+    logit and that logit's lowest global column (-1: none finite)."""
     finite = tl.abs(x) < float("inf")
     largest = tl.max(tl.where(finite, x, float("-inf")), axis=0)
     cols = first_col + tl.arange(0, BLOCK_V)

@@ -51,7 +51,8 @@ from jsample.kernels.gumbel import many_rows_config
 from jsample.kernels.host import jit
 from jsample.kernels.plan import ArgSpec, Buffer, Plan, Target, launch
 from jsample.kernels.stream import load_seed, seed_word_count
-from jsample.kernels.vocab_parallel import START_MULTIPLE, SUMMARY_WORDS, shard_combine_kernel, shard_summary_kernel
+from jsample.kernels.vocab_parallel import (START_MULTIPLE, SUMMARY_WORDS, shard_combine_kernel, shard_summary_kernel,
+                                            store_greedy_candidate)
 
 STATE_WORDS = 3  # int64 a row: the search's bracket [lo, hi) and top-p's normaliser
 _STATE_WORDS = tl.constexpr(STATE_WORDS)  # the kernels' copy: a kernel reads only constexpr globals
@@ -328,12 +329,7 @@ def shard_filtered_partial_kernel(
                              tl.load(positions_ptr + row).to(tl.int64), temperature, min_p_ptr, key_max, count,
                              threshold, partial_score_ptr, partial_index_ptr, out, HAS_MIN_P, KEY_SHIFT, FP64, BLOCK_V,
                              ROW_ALIGN, FAST_MATH).to(tl.float32)
-    finite = tl.abs(x) < float("inf")
-    largest = tl.max(tl.where(finite, x, float("-inf")), axis=0)
-    cols = first_col + tl.arange(0, BLOCK_V)
-    column = tl.min(tl.where(finite & (x == largest), cols, 2147483647), axis=0)
-    tl.store(greedy_value_ptr + out, largest)
-    tl.store(greedy_index_ptr + out, tl.where(largest > float("-inf"), column, -1))
+    store_greedy_candidate(x, first_col, greedy_value_ptr, greedy_index_ptr, out, BLOCK_V)
 
 
 @functools.lru_cache(maxsize=512)
