@@ -317,3 +317,53 @@ def test_torch_compile_ahead_warms_each_variant_once_side_by_side(monkeypatch):
     monkeypatch.setattr(_execute._fast_path, "stream_capturing", lambda: True)
     _execute._compile_ahead(plan, args)
     assert (len(a.calls), len(b.calls), len(c.calls), len(bad.calls)) == (2, 1, 1, 1)
+
+
+def test_torch_vocab_parallel_first_call_compiles_every_round_ahead(monkeypatch):
+    """compile_rounds_ahead (GPU only: here _compile_ahead recorded, on CPU tensors): at a vocab-parallel
+    top_k_top_p_sample's first run on a device, one _compile_ahead over every launch of every round, each launch
+    given tensors of the dtypes and shapes its real run gets (the all-gathers' [shards, ...] stand-ins, the earlier
+    rounds' outputs), the inputs themselves where they are inputs; once per rounds and device, nothing while a
+    CUDA graph is captured."""
+    import torch
+
+    from torch_backend import _execute
+
+    calls = []
+    monkeypatch.setattr(_execute.kernels, "INTERPRETER", False)
+    monkeypatch.setattr(_execute, "COMPILE_THREADS", 4)
+    monkeypatch.setattr(_execute._fast_path, "stream_capturing", lambda: False)
+    monkeypatch.setattr(_execute, "_ROUNDS_AHEAD", set())
+    monkeypatch.setattr(_execute, "_compile_ahead", lambda plan, steps: calls.append((plan, steps)))
+    monkeypatch.setattr(torch.cuda, "device", lambda device: __import__("contextlib").nullcontext())
+    monkeypatch.setattr(torch, "zeros", lambda shape, dtype, device: torch.empty(shape, dtype=dtype))
+    batch, width, shards = 3, 4096, 2
+    target = torch_execute.compiled_target(132, 9)
+    sharded = kernels.plan_top_k_top_p_shard(ArgSpec.contiguous((batch, width), "bfloat16"),
+                                             ArgSpec.contiguous((batch,), "int64"), target, has_top_k=True,
+                                             has_top_p=True, has_min_p=False, fp64=False, shards=shards, start_align=16)
+    inputs = dict(logits=torch.empty((batch, width), dtype=torch.bfloat16), seeds=torch.empty(batch, dtype=torch.int64),
+                  positions=torch.empty(batch, dtype=torch.int64), temperature=torch.empty(batch),
+                  top_k=torch.empty(batch, dtype=torch.int64), top_p=torch.empty(batch),
+                  vocab_start=torch.empty(1, dtype=torch.int32))
+    cuda = type("Device", (), {"type": "cuda"})()
+    for _ in range(2):
+        _execute.compile_rounds_ahead(sharded.rounds, shards, cuda, inputs)
+    assert len(calls) == 1
+    merged, steps = calls[0]
+    assert list(merged.launches) == [step for plan in sharded.rounds for step in plan.launches]
+    sizes = {"gathered_" + plan.outputs[0]: (shards,) + plan.buffer(plan.outputs[0]).shape
+             for plan in sharded.rounds[:-1]}
+    sizes.update({name + "_in": plan.buffer(name).shape for plan in sharded.rounds[:-1] for name in plan.outputs[1:]})
+    for step, args in zip(merged.launches, steps):
+        for name, value in zip(list(step.args) + list(step.outputs), args):
+            if name in inputs:
+                assert value is inputs[name]
+            elif isinstance(name, str):
+                assert tuple(value.shape) == sizes.get(name, merged.buffer(name).shape), (step.kernel, name)
+            else:
+                assert value == name
+    monkeypatch.setattr(_execute, "_ROUNDS_AHEAD", set())
+    monkeypatch.setattr(_execute._fast_path, "stream_capturing", lambda: True)
+    _execute.compile_rounds_ahead(sharded.rounds, shards, cuda, inputs)
+    assert len(calls) == 1

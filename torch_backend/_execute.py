@@ -45,7 +45,7 @@ from triton import knobs
 from triton.runtime import driver
 
 from jsample import kernels
-from jsample.kernels.plan import ArgSpec, Plan, Target, resident_programs
+from jsample.kernels.plan import ArgSpec, Plan, Target, merged_rounds, resident_programs
 from torch_backend._launch import call_key
 
 from torch_backend import _fast_path
@@ -552,6 +552,30 @@ def _compile_ahead(plan: Plan, steps: list) -> None:
         if len(_COMPILED_AHEAD) > 4096:
             _COMPILED_AHEAD.clear()
         _COMPILED_AHEAD.update(warmed)
+
+
+_ROUNDS_AHEAD = set()  # (rounds, device) whose kernels compile_rounds_ahead warmed
+
+
+def compile_rounds_ahead(rounds: tuple, shards: int, device: torch.device, inputs: dict) -> None:
+    """At the first run of a vocab-parallel op's rounds on a device, _compile_ahead over all of them at once
+    (kernels.plan.merged_rounds: zero stand-ins for what the all-gathers and earlier rounds bring, which no
+    kernel runs on here): the rounds run one after another between collectives, and would otherwise compile
+    their kernels one round at a time."""
+    key = (rounds, device)
+    if (key in _ROUNDS_AHEAD or device.type != "cuda" or COMPILE_THREADS < 2 or kernels.INTERPRETER
+            or _fast_path.stream_capturing()):
+        return
+    merged = merged_rounds(rounds, shards)
+    env = dict(inputs)
+    for buffer in merged.buffers:
+        env.setdefault(buffer.name, torch.zeros(buffer.shape, dtype=_DTYPES[buffer.dtype], device=device))
+    steps = [[env[a] if isinstance(a, str) else a for a in step.args] + [env[o] for o in step.outputs]
+             for step in merged.launches]
+    with torch.cuda.device(device):
+        _compile_ahead(merged, steps)
+    with _LOCK:
+        _ROUNDS_AHEAD.add(key)
 
 
 def _launch_through_triton(step, args):

@@ -125,5 +125,6 @@ def _vocab_parallel(arguments, fp64, num_valid, return_logprobs, num_top, group)
                            has_top_k=top_k is not None, has_top_p=top_p is not None, has_min_p=min_p is not None,
                            fp64=fp64, shards=len(sizes), start_align=kernels.start_alignment(starts),
                            row_valid="row_valid" in inputs)
+    execute.compile_rounds_ahead(sharded.rounds, len(sizes), device, inputs)  # (a first call's: every round's kernels)
     return run_rounds(sharded.rounds, lambda plan, env: execute.run(plan, device, env),
                       lambda record: all_gather(record, group, len(sizes)), inputs)[0]

@@ -145,3 +145,22 @@ def run_rounds(rounds: tuple, run_plan, gather, inputs: dict) -> tuple:
             env["gathered_" + plan.outputs[0]] = gather(outputs[0])
             env.update((name + "_in", value) for name, value in zip(plan.outputs[1:], outputs[1:]))
     return outputs
+
+
+def merged_rounds(rounds: tuple, shards: int) -> Plan:
+    """A vocab-parallel op's rounds (run_rounds') as one plan: every round's launches in order, every buffer, and
+    what the all-gathers (of `shards` shards) and earlier rounds would give as zeroed stand-ins, so
+    that one executor pass can compile every kernel the rounds launch (precompile, a first call's compile-ahead);
+    its values are not the op's."""
+    buffers = {}
+    for plan in rounds:
+        buffers.update((buffer.name, buffer) for buffer in plan.buffers)
+    for plan in rounds[:-1]:
+        first = plan.buffer(plan.outputs[0])
+        buffers["gathered_" + first.name] = Buffer("gathered_" + first.name, (shards,) + first.shape, first.dtype,
+                                                   zeroed=True)
+        for name in plan.outputs[1:]:
+            buffer = plan.buffer(name)
+            buffers[name + "_in"] = Buffer(name + "_in", buffer.shape, buffer.dtype, zeroed=True)
+    return Plan(tuple(buffers.values()), tuple(step for plan in rounds for step in plan.launches),
+                rounds[-1].outputs, "rounds merged")
