@@ -308,7 +308,7 @@ def test_shard_kernels_in_one_process_equal_the_unsharded_call(dtype, fp64, plan
                 logits=shard, seeds=seeds, positions=positions, temperature=temperature,
                 vocab_start=torch.full((1,), start, dtype=torch.int32, device=device), **padding))[0])
         combine = execute.plan(kernels.plan_shard_combine, (), device, None, batch=batch, shards=len(sizes))
-        got = execute.run(combine, device, dict(gathered=torch.stack(summaries)))[0]
+        got = execute.run(combine, device, dict(gathered_summary=torch.stack(summaries)))[0]
         assert torch.equal(got, want), (sizes, got, want)
     assert want[2] == 1029 and (want[4] == 3 if num_valid is None else (want[3:] == -1).all())
 
@@ -464,8 +464,8 @@ from jsample.kernels.plan import ArgSpec
 from torch_backend import _execute as torch_execute
 
 target = torch_execute.compiled_target(132, 9)
-inputs = {"seeds": "*i64", "positions": "*i64", "temperature": "*fp32", "vocab_start": "*i32", "gathered": "*i32",
-          "row_valid": "*i32"}
+inputs = {"seeds": "*i64", "positions": "*i64", "temperature": "*fp32", "vocab_start": "*i32",
+          "gathered_summary": "*i32", "row_valid": "*i32"}
 plans = [(kernels.plan_shard_combine(target, batch=256, shards=2), "*fp32")]
 for batch in (1, 256):  # one launch, two launches
     for dtype, fp64 in (("bfloat16", False), ("float32", True)):
@@ -476,7 +476,7 @@ for batch in (1, 256):  # one launch, two launches
                                             ArgSpec.contiguous((batch,), "int64"), target, fp64=False, draft=False,
                                             start_align=16, row_valid=True), "*bf16"))
 inputs.update({"top_k": "*i64", "top_p": "*fp32", "min_p": "*fp32", "gathered_stats": "*i32", "state_in": "*i32",
-               "gathered_sums": "*i32", "gathered_summary": "*i32", "tile_max_in": "*i32"})
+               "gathered_sums": "*i32", "tile_max_in": "*i32"})
 for batch in (1, 256):  # vocab-parallel top_k_top_p_sample: the two tilings, every kind of round once
     for dtype, fp64 in (("bfloat16", False), ("float32", True)):
         sharded = kernels.plan_top_k_top_p_shard(ArgSpec.contiguous((batch, 131072), dtype),

@@ -1,8 +1,10 @@
 """What the vocab-parallel calls (`vocab_group`) share: every rank's shard size, the shard's first column as a
-device tensor, and the all-gather of a round's per-row records."""
+device tensor, the all-gather of a round's per-row records, and the run of an op's rounds."""
 
 import torch
 
+from jsample.kernels.plan import ShardedPlan, run_rounds
+from torch_backend import _execute as execute
 from torch_backend._launch import kept_tensor
 
 _SHARD_SIZES = {}  # (group, this rank's shard size) -> every rank's shard size, in rank order
@@ -41,3 +43,12 @@ def all_gather(tensor: torch.Tensor, group, shards: int) -> torch.Tensor:
     parts = [torch.empty_like(tensor) for _ in range(shards)]
     dist.all_gather(parts, tensor.contiguous(), group=group)
     return torch.stack(parts)
+
+
+def run_sharded(sharded: ShardedPlan, device, inputs: dict, group, shards: int) -> tuple:
+    """The outputs of a vocab-parallel op's rounds on this rank's shard (plan.run_rounds), each round's record
+    all-gathered over `group`; at the first run on a device, every round's kernels compiled side by side first
+    (execute.compile_rounds_ahead)."""
+    execute.compile_rounds_ahead(sharded.rounds, shards, device, inputs)
+    return run_rounds(sharded.rounds, lambda plan, env: execute.run(plan, device, env),
+                      lambda record: all_gather(record, group, shards), inputs)

@@ -6,13 +6,12 @@ import torch
 
 from jsample import kernels
 from jsample.ops import Logprobs, docstring, logprobs_plan_flags
-from jsample.kernels.plan import run_rounds
 from jsample.validation import check_logprobs_request, check_top_k_top_p_sample, check_vocab_parallel
 from torch_backend import _execute as execute
 from torch_backend.logprobs import num_top_tensor
 from torch_backend._launch import (dense, empty_outputs, filter_rows, row_logits, row_valid, temperature_array,
                                    temperature_value, traced, validate)
-from torch_backend._vocab_parallel import all_gather, shard_sizes, vocab_start
+from torch_backend._vocab_parallel import run_sharded, shard_sizes, vocab_start
 
 
 def top_k_top_p_sample(logits, seeds, positions, temperature, *, top_k=None, top_p=None, min_p=None,
@@ -125,6 +124,4 @@ def _vocab_parallel(arguments, fp64, num_valid, return_logprobs, num_top, group)
                            has_top_k=top_k is not None, has_top_p=top_p is not None, has_min_p=min_p is not None,
                            fp64=fp64, shards=len(sizes), start_align=kernels.start_alignment(starts),
                            row_valid="row_valid" in inputs)
-    execute.compile_rounds_ahead(sharded.rounds, len(sizes), device, inputs)  # (a first call's: every round's kernels)
-    return run_rounds(sharded.rounds, lambda plan, env: execute.run(plan, device, env),
-                      lambda record: all_gather(record, group, len(sizes)), inputs)[0]
+    return run_sharded(sharded, device, inputs, group, len(sizes))[0]

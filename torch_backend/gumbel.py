@@ -11,7 +11,7 @@ from torch_backend import _execute as execute
 from torch_backend.logprobs import num_top_tensor
 from torch_backend._launch import (dense, empty_outputs, row_logits, row_valid, temperature_array, temperature_value,
                                    traced, validate)
-from torch_backend._vocab_parallel import all_gather, shard_sizes, vocab_start
+from torch_backend._vocab_parallel import run_sharded, shard_sizes, vocab_start
 
 
 def gumbel_sample(logits, seeds, positions, temperature, *, fp64=False, draft=False, num_valid=None,
@@ -113,9 +113,7 @@ def _vocab_parallel(arguments, fp64, draft, num_valid, return_logprobs, num_top,
     valid = row_valid(op, num_valid, batch, device)
     if valid is not None:
         inputs["row_valid"] = valid
-    plan = execute.plan(kernels.plan_gumbel_shard, (logits, inputs["seeds"]), device, None, fp64=fp64, draft=draft,
-                        start_align=kernels.start_alignment(starts), row_valid=valid is not None)
-    (summary,) = execute.run(plan, device, inputs)
-    gathered = all_gather(summary, group, len(sizes))
-    combine = execute.plan(kernels.plan_shard_combine, (), device, None, batch=batch, shards=len(sizes))
-    return execute.run(combine, device, dict(gathered=gathered))[0]
+    sharded = execute.plan(kernels.plan_gumbel_sample_shard, (logits, inputs["seeds"]), device, None, fp64=fp64,
+                           draft=draft, shards=len(sizes), start_align=kernels.start_alignment(starts),
+                           row_valid=valid is not None)
+    return run_sharded(sharded, device, inputs, group, len(sizes))[0]

@@ -13,7 +13,7 @@ import jax.numpy as jnp
 
 from jsample import kernels
 from jsample._jax._launch import launch
-from jsample.kernels.plan import ArgSpec, Plan, Target, resident_programs
+from jsample.kernels.plan import ArgSpec, Plan, ShardedPlan, Target, resident_programs, run_rounds
 
 # jax-triton cannot chain launches (no PDL); counters buffers are zeroed outputs (a memset each call,
 # cheaper than the launch a one-launch plan saves); resident_programs -1: the GPU's SM count, looked up
@@ -61,3 +61,9 @@ def run(plan: Plan, inputs: dict) -> tuple:
             **dict(step.constexprs))
         env.update(zip(step.outputs, results))
     return tuple(env[name] for name in plan.outputs)
+
+
+def run_sharded(sharded: ShardedPlan, inputs: dict, axis) -> tuple:
+    """The outputs of a vocab-parallel op's rounds on this device's shard (plan.run_rounds), each round's record
+    all-gathered over mesh axis `axis` (inside shard_map or a partitioning rule's per-device function)."""
+    return run_rounds(sharded.rounds, run, lambda record: jax.lax.all_gather(record, axis), inputs)

@@ -10,7 +10,6 @@ from jsample._jax._execute import arg_spec, run
 from jsample._jax._launch import (empty_outputs, filter_rows, logits_array, not_differentiable, row_valid, rowwise,
                                   spec, temperature_array)
 from jsample.ops import Logprobs, docstring, logprobs_plan_flags
-from jsample.kernels.plan import run_rounds
 from jsample.validation import check_logprobs_request, check_top_k_top_p_sample, check_vocab_parallel
 
 
@@ -98,4 +97,4 @@ def _shard_tokens(logits, seeds, positions, temperature, top_k, top_p, min_p, va
                   min_p=min_p, row_valid=valid,
                   vocab_start=(jax.lax.axis_index(axis) * shard).astype(jnp.int32).reshape(1))
     inputs = {name: value for name, value in inputs.items() if value is not None}
-    return run_rounds(sharded.rounds, run, lambda record: jax.lax.all_gather(record, axis), inputs)[0]
+    return execute.run_sharded(sharded, inputs, axis)[0]

@@ -86,15 +86,12 @@ def _shard_tokens(logits, seeds, positions, temperature, valid, *, fp64, draft, 
     import jax
 
     batch, shard = logits.shape
-    start = (jax.lax.axis_index(axis) * shard).astype(jnp.int32).reshape(1)
-    target = execute.target()
-    plan = kernels.plan_gumbel_shard(arg_spec(logits), arg_spec(seeds), target, fp64=fp64, draft=draft,
-                                     start_align=kernels.start_alignment([i * shard for i in range(shards)]),
-                                     row_valid=valid is not None)
-    inputs = dict(logits=logits, seeds=seeds, positions=positions, temperature=temperature, vocab_start=start)
+    sharded = kernels.plan_gumbel_sample_shard(arg_spec(logits), arg_spec(seeds), execute.target(), fp64=fp64,
+                                               draft=draft, shards=shards,
+                                               start_align=kernels.start_alignment([i * shard for i in range(shards)]),
+                                               row_valid=valid is not None)
+    inputs = dict(logits=logits, seeds=seeds, positions=positions, temperature=temperature,
+                  vocab_start=(jax.lax.axis_index(axis) * shard).astype(jnp.int32).reshape(1))
     if valid is not None:
         inputs["row_valid"] = valid
-    (summary,) = run(plan, inputs)
-    gathered = jax.lax.all_gather(summary, axis)  # [shards, B, SUMMARY_WORDS]
-    (tokens,) = run(kernels.plan_shard_combine(target, batch=batch, shards=shards), dict(gathered=gathered))
-    return tokens
+    return execute.run_sharded(sharded, inputs, axis)[0]

@@ -49,9 +49,11 @@ from jsample.kernels.rejection import (
     rejection_stats_kernel,
     synthetic_rejection_kernel,
 )
-from jsample.kernels.vocab_parallel_filtered import ShardedPlan, plan_top_k_top_p_shard
+from jsample.kernels.plan import ShardedPlan
+from jsample.kernels.vocab_parallel_filtered import plan_top_k_top_p_shard
 from jsample.kernels.vocab_parallel import (
     SUMMARY_WORDS,
+    plan_gumbel_sample_shard,
     plan_gumbel_shard,
     plan_shard_combine,
     start_alignment,
@@ -77,6 +79,7 @@ __all__ = [
     "plan_top_k_top_p_sample",
     "plan_token_logprobs",
     "plan_gumbel_shard",
+    "plan_gumbel_sample_shard",
     "plan_top_k_top_p_shard",
     "ShardedPlan",
     "plan_shard_combine",

@@ -123,6 +123,17 @@ class Plan:
         return next(b for b in self.buffers if b.name == name)
 
 
+@dataclass(frozen=True, eq=False)
+class ShardedPlan:
+    """A vocab-parallel op's plans ("rounds"), run in turn on every shard by `run_rounds`: after each round but
+    the last, its first output is all-gathered over the shards (stacked on a new leading axis, in shard order)
+    and given to every later round as `gathered_<name>`; its other outputs go to the later rounds as
+    `<name>_in`. The last round's outputs are the results (every device's are the same)."""
+
+    rounds: tuple
+    variant: str = ""
+
+
 def launch(kernel, grid, args, outputs, *, num_warps, num_stages=1, enable_fp_fusion=False, pdl=False,
            **constexprs) -> Launch:
     """A Launch, constexprs given as keywords."""

@@ -32,7 +32,7 @@ import triton.language as tl
 from jsample.kernels.common import aligned, load_temperature, store_sampled_block
 from jsample.kernels.gumbel import ONE_LAUNCH_MAX_PROGRAMS, gumbel_launch_config, many_rows_config
 from jsample.kernels.host import jit
-from jsample.kernels.plan import ArgSpec, Buffer, Plan, Target, launch
+from jsample.kernels.plan import ArgSpec, Buffer, Plan, ShardedPlan, Target, launch
 from jsample.kernels.stream import STREAM_DRAFT, STREAM_TOKEN, load_seed, seed_word_count
 
 SUMMARY_WORDS = 6
@@ -291,12 +291,22 @@ def plan_gumbel_shard(logits: ArgSpec, seeds: ArgSpec, target: Target, *, fp64: 
 
 
 @functools.lru_cache(maxsize=512)
+def plan_gumbel_sample_shard(logits: ArgSpec, seeds: ArgSpec, target: Target, *, fp64: bool, draft: bool, shards: int,
+                             start_align: int, row_valid: bool = False) -> ShardedPlan:
+    """Vocab-parallel `gumbel_sample`'s rounds (plan.run_rounds): this shard's summary (plan_gumbel_shard), then,
+    after its all-gather, the token (plan_shard_combine)."""
+    return ShardedPlan((plan_gumbel_shard(logits, seeds, target, fp64=fp64, draft=draft, start_align=start_align,
+                                          row_valid=row_valid),
+                        plan_shard_combine(target, batch=logits.shape[0], shards=shards)), "vocab shard")
+
+
+@functools.lru_cache(maxsize=512)
 def plan_shard_combine(target: Target, *, batch: int, shards: int) -> Plan:
-    """The token of vocab-parallel `gumbel_sample` from the all-gathered summaries: input `gathered`
+    """The token of vocab-parallel `gumbel_sample` from the all-gathered summaries: input `gathered_summary`
     [shards, B, SUMMARY_WORDS] i32, output `tokens` [B] i32."""
     tokens = Buffer("tokens", (batch,), "int32")
     if batch == 0:
         return Plan((tokens,), (), ("tokens",), "empty")
-    return Plan((tokens,), (launch(shard_combine_kernel, (batch,), ("gathered",), ("tokens",), SHARDS=shards,
+    return Plan((tokens,), (launch(shard_combine_kernel, (batch,), ("gathered_summary",), ("tokens",), SHARDS=shards,
                                    SHARDS_BLOCK=triton.next_power_of_2(shards), num_warps=1),),
                 ("tokens",), "vocab combine")

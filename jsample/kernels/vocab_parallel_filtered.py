@@ -28,14 +28,12 @@ each round's first output over the shards (jax.lax.all_gather, torch.distributed
 """
 
 import functools
-from dataclasses import dataclass
 
 import triton
 import triton.language as tl
 
 from jsample.kernels.common import aligned, load_temperature
 from jsample.kernels.filtered.config import (
-    PHASE_SAMPLE,
     PHASE_STATS,
     PHASE_TOP_K,
     PHASE_TOP_P,
@@ -49,26 +47,15 @@ from jsample.kernels.filtered.keys import _key, _tile_logits, _tile_max_key, sto
 from jsample.kernels.filtered.search import _chunk_above, _kth_largest_block_key, _narrow, _start_search
 from jsample.kernels.gumbel import many_rows_config
 from jsample.kernels.host import jit
-from jsample.kernels.plan import ArgSpec, Buffer, Plan, Target, launch
+from jsample.kernels.plan import ArgSpec, Buffer, Plan, ShardedPlan, Target, launch
 from jsample.kernels.stream import load_seed, seed_word_count
-from jsample.kernels.vocab_parallel import (START_MULTIPLE, SUMMARY_WORDS, shard_combine_kernel, shard_summary_kernel,
+from jsample.kernels.vocab_parallel import (START_MULTIPLE, SUMMARY_WORDS, plan_shard_combine, shard_summary_kernel,
                                             store_greedy_candidate)
 
 STATE_WORDS = 3  # int64 a row: the search's bracket [lo, hi) and top-p's normaliser
 _STATE_WORDS = tl.constexpr(STATE_WORDS)  # the kernels' copy: a kernel reads only constexpr globals
 SHARD_WAYS = 16  # pivots a search round: 4 rounds a bfloat16 search, 8 a float32 one
 _PHASE_STATS = tl.constexpr(PHASE_STATS)
-
-
-@dataclass(frozen=True, eq=False)
-class ShardedPlan:
-    """Plans run in turn on every shard. After each round but the last, its first output is all-gathered over
-    the shards (stacked on a new leading axis, in shard order) and given to every later round as
-    `gathered_<name>`; its other outputs go to the later rounds as `<name>_in` (jsample.kernels.plan.run_rounds).
-    The last round's outputs are the results (every device's are the same)."""
-
-    rounds: tuple
-    variant: str = ""
 
 
 @jit
@@ -405,8 +392,6 @@ def plan_top_k_top_p_shard(logits: ArgSpec, seeds: ArgSpec, target: Target, *, h
                ("partial_score", "partial_index", "greedy_value", "greedy_index", valid, blocks), ("summary",),
                FP64=fp64, REDUCE_BLOCK=gumbel.reduce_block, HAS_ROW_VALID=row_valid, num_warps=1),
     ), ("summary",), "shard filtered sample"))
-    combine = Plan((Buffer("tokens", (batch,), "int32"),), (launch(
-        shard_combine_kernel, (batch,), ("gathered_summary",), ("tokens",), SHARDS=shards, SHARDS_BLOCK=shards_block,
-        num_warps=1),), ("tokens",), "vocab combine")
-    return ShardedPlan(tuple(rounds) + (combine,), "vocab shard, filtered")
+    return ShardedPlan(tuple(rounds) + (plan_shard_combine(target, batch=batch, shards=shards),),
+                       "vocab shard, filtered")
 

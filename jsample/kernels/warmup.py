@@ -70,29 +70,25 @@ def _plan(op, batch, vocab, dtype, k, flags, target):
 
 
 def _vocab_parallel_plan(op, batch, vocab, dtype, flags, target):
-    """A vocab-parallel call's kernels as one plan: gumbel_sample's shard plan on V / vocab_shards columns, then the
-    combine of the shards' summaries; top_k_top_p_sample's rounds one after another (plan.merged_rounds: what the
-    all-gathers and earlier rounds would give is a zero stand-in, on which no search runs): every compile key of
-    the calls of each device of an even split (start columns i * V / vocab_shards)."""
+    """A vocab-parallel call's rounds (gumbel_sample's: a shard's summary and the combine; top_k_top_p_sample's:
+    its searches too) as one plan (plan.merged_rounds: what the all-gathers and earlier rounds would give is a zero
+    stand-in, on which no search runs): every compile key of the calls of each device of an even split (start
+    columns i * V / vocab_shards)."""
     from jsample import kernels
-    from jsample.kernels.plan import Buffer, Plan, merged_rounds
+    from jsample.kernels.plan import merged_rounds
 
     shards = flags["vocab_shards"]
     width = shard_width(vocab, shards)
     logits, seeds = ArgSpec.contiguous((batch, width), dtype), ArgSpec.contiguous((batch,), "int64")
-    align = kernels.start_alignment([i * width for i in range(shards)])
+    common = dict(fp64=flags.get("fp64", False), shards=shards, row_valid=flags.get("num_valid", False),
+                  start_align=kernels.start_alignment([i * width for i in range(shards)]))
     if op == "top_k_top_p_sample":
-        return merged_rounds(kernels.plan_top_k_top_p_shard(
-            logits, seeds, target, has_top_k=flags.get("top_k", False), has_top_p=flags.get("top_p", False),
-            has_min_p=flags.get("min_p", False), fp64=flags.get("fp64", False), shards=shards, start_align=align,
-            row_valid=flags.get("num_valid", False)).rounds, shards)
-    shard = kernels.plan_gumbel_shard(logits, seeds, target, fp64=flags.get("fp64", False),
-                                      draft=flags.get("draft", False), start_align=align,
-                                      row_valid=flags.get("num_valid", False))
-    combine = kernels.plan_shard_combine(target, batch=batch, shards=shards)
-    gathered = Buffer("gathered", (shards, batch, kernels.SUMMARY_WORDS), "int32")
-    return Plan(shard.buffers + combine.buffers + (gathered,), shard.launches + combine.launches, ("tokens",),
-                "vocab shard and combine (precompile)")
+        sharded = kernels.plan_top_k_top_p_shard(logits, seeds, target, has_top_k=flags.get("top_k", False),
+                                                 has_top_p=flags.get("top_p", False),
+                                                 has_min_p=flags.get("min_p", False), **common)
+    else:
+        sharded = kernels.plan_gumbel_sample_shard(logits, seeds, target, draft=flags.get("draft", False), **common)
+    return merged_rounds(sharded.rounds, shards)
 
 
 def shard_width(vocab: int, shards) -> int:
