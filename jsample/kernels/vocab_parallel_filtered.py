@@ -5,10 +5,14 @@ The kept set is decided by thresholds over order-preserving integer keys, found 
 an integer sum over the row (jsample/kernels/filtered: counts for top-k, fixed-point masses for top-p). A sum
 over the row is the sum of the shards' sums, so a search splits over the shards with one all-gather a step:
 
-1. `shard_filter_stats_kernel`: each shard's largest finite key of each row, all-gathered: every device then
-   has the row's largest key (the masses are relative to it). A row whose scaled logits overflow is searched
-   like any other (its masses may be meaningless) and sampled greedily, as top_k_top_p_sample's: the searches
-   never drop the largest logit, so the filters cannot change its argmax.
+1. `shard_filter_stats_kernel` (and, with top-k, `shard_top_k_bound_kernel`): each shard's record of each row,
+   all-gathered: its largest finite key (the masses are relative to the row's), its k-th largest tile maximum
+   (the largest of the shards' is a lower bound of top-k's threshold, where its search starts), and whether a
+   finite logit's x / T overflows; each tile's largest key stays on the device, so that later rounds skip the
+   tiles (and the sampling round the blocks) below their bracket unread. A row whose scaled logits overflow is
+   searched like any other (its masses may be meaningless) and sampled greedily, as top_k_top_p_sample's: the
+   searches never drop the largest logit, so the filters cannot change its argmax (its sampling round reads
+   every block, for the overflow flag).
 2. Top-k's search, then top-p's, `search_steps` rounds each (`shard_filter_search_kernel`): a round narrows the
    bracket by the previous round's all-gathered sums (summed over the shards: the row's sums), keeps the
    bracket as the device's state, and sums its shard's count (top-k) or mass (top-p) of the keys at or above
@@ -23,8 +27,8 @@ Data a row crosses devices: 6 int32 words, then 2 * WAYS int32 words a search ro
 rounds are fixed by the dtype's key bits (16 ways: 4 a search for bfloat16, 5 for float16, 8 for float32), so
 that a jitted program's collectives do not depend on the data. Min-p alone takes no search round.
 
-The plan is `plan_top_k_top_p_shard`: a `ShardedPlan` whose rounds the frontends run in order, all-gathering
-each round's first output over the shards (jax.lax.all_gather, torch.distributed.all_gather).
+The plan is `plan_top_k_top_p_shard`: a `ShardedPlan` whose rounds the frontends run in order (plan.run_rounds),
+all-gathering each round's first output over the shards (jax.lax.all_gather, torch.distributed.all_gather).
 """
 
 import functools
