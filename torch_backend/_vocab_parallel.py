@@ -3,7 +3,9 @@ device tensor, the all-gather of a round's per-row records, and the run of an op
 
 import torch
 
+from jsample import kernels
 from jsample.kernels.plan import ShardedPlan, run_rounds
+from jsample.validation import check_vocab_parallel
 from torch_backend import _execute as execute
 from torch_backend._launch import kept_tensor
 
@@ -52,3 +54,15 @@ def run_sharded(sharded: ShardedPlan, device, inputs: dict, group, shards: int) 
     execute.compile_rounds_ahead(sharded.rounds, shards, device, inputs)
     return run_rounds(sharded.rounds, lambda plan, env: execute.run(plan, device, env),
                       lambda record: all_gather(record, group, shards), inputs)
+
+
+def shard_layout(op: str, group, logits: torch.Tensor, return_logprobs) -> tuple:
+    """(shards, start_align, vocab_start) of this rank's shard `logits` [B, V_r] of a split over `group`: the
+    number of ranks, the largest power of two dividing every shard's first column, and this shard's first column
+    as a device tensor; checked (check_vocab_parallel) as every vocab-parallel op checks it."""
+    import torch.distributed as dist
+
+    sizes = shard_sizes(group, logits.shape[1])
+    starts = [sum(sizes[:r]) for r in range(len(sizes))]
+    check_vocab_parallel(op, "vocab_group", logits.shape, return_logprobs, starts)
+    return len(sizes), kernels.start_alignment(starts), vocab_start(starts[dist.get_rank(group)], logits.device)

@@ -6,12 +6,12 @@ import torch
 
 from jsample import kernels
 from jsample.ops import Logprobs, docstring, logprobs_plan_flags
-from jsample.validation import check_logprobs_request, check_top_k_top_p_sample, check_vocab_parallel
+from jsample.validation import check_logprobs_request, check_top_k_top_p_sample
 from torch_backend import _execute as execute
 from torch_backend.logprobs import num_top_tensor
 from torch_backend._launch import (dense, empty_outputs, filter_rows, row_logits, row_valid, temperature_array,
                                    temperature_value, traced, validate)
-from torch_backend._vocab_parallel import run_sharded, shard_sizes, vocab_start
+from torch_backend._vocab_parallel import run_sharded, shard_layout
 
 
 def top_k_top_p_sample(logits, seeds, positions, temperature, *, top_k=None, top_p=None, min_p=None,
@@ -104,24 +104,18 @@ def _vocab_parallel(arguments, fp64, num_valid, return_logprobs, num_top, group)
     contiguous shard, any sizes whose starts are multiples of 4): the rounds of
     jsample/kernels/vocab_parallel_filtered.py, an all-gather of per-row integer records between them; the
     unsharded call's kept set and tokens, on every rank."""
-    import torch.distributed as dist
-
     op = "top_k_top_p_sample"
     check_logprobs_request(op, return_logprobs, num_top)
     validate(op, check_top_k_top_p_sample, arguments, (fp64,), None)
     logits = row_logits(arguments["logits"])
-    sizes = shard_sizes(group, logits.shape[1])
-    starts = [sum(sizes[:r]) for r in range(len(sizes))]
-    check_vocab_parallel(op, "vocab_group", logits.shape, return_logprobs, starts)
+    shards, start_align, start = shard_layout(op, group, logits, return_logprobs)
     batch, device = logits.shape[0], logits.device
     top_k, top_p, min_p = filter_rows(arguments["top_k"], arguments["top_p"], arguments["min_p"], batch, device)
     inputs = dict(logits=logits, seeds=dense(arguments["seeds"]), positions=dense(arguments["positions"]),
                   temperature=temperature_array(arguments["temperature"], batch, device), top_k=top_k, top_p=top_p,
-                  min_p=min_p, row_valid=row_valid(op, num_valid, batch, device),
-                  vocab_start=vocab_start(starts[dist.get_rank(group)], device))
+                  min_p=min_p, row_valid=row_valid(op, num_valid, batch, device), vocab_start=start)
     inputs = {name: value for name, value in inputs.items() if value is not None}
     sharded = execute.plan(kernels.plan_top_k_top_p_shard, (logits, inputs["seeds"]), device, None,
                            has_top_k=top_k is not None, has_top_p=top_p is not None, has_min_p=min_p is not None,
-                           fp64=fp64, shards=len(sizes), start_align=kernels.start_alignment(starts),
-                           row_valid="row_valid" in inputs)
-    return run_sharded(sharded, device, inputs, group, len(sizes))[0]
+                           fp64=fp64, shards=shards, start_align=start_align, row_valid="row_valid" in inputs)
+    return run_sharded(sharded, device, inputs, group, shards)[0]

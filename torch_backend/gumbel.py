@@ -6,12 +6,12 @@ import torch
 
 from jsample import kernels
 from jsample.ops import Logprobs, docstring, logprobs_plan_flags
-from jsample.validation import check_gumbel_sample, check_logprobs_request, check_vocab_parallel
+from jsample.validation import check_gumbel_sample, check_logprobs_request
 from torch_backend import _execute as execute
 from torch_backend.logprobs import num_top_tensor
 from torch_backend._launch import (dense, empty_outputs, row_logits, row_valid, temperature_array, temperature_value,
                                    traced, validate)
-from torch_backend._vocab_parallel import run_sharded, shard_sizes, vocab_start
+from torch_backend._vocab_parallel import run_sharded, shard_layout
 
 
 def gumbel_sample(logits, seeds, positions, temperature, *, fp64=False, draft=False, num_valid=None,
@@ -96,24 +96,17 @@ def _vocab_parallel(arguments, fp64, draft, num_valid, return_logprobs, num_top,
     contiguous shard, any sizes whose starts are multiples of 4): each rank's summary of its rows, one
     all-gather of the summaries (B x SUMMARY_WORDS int32 words a rank), the token from them on every rank
     (jsample/kernels/vocab_parallel.py): the unsharded call's tokens, on every rank."""
-    import torch.distributed as dist
-
     op = "gumbel_sample"
     check_logprobs_request(op, return_logprobs, num_top)
     validate(op, check_gumbel_sample, arguments, (fp64, draft), None)
     logits = row_logits(arguments["logits"])
-    sizes = shard_sizes(group, logits.shape[1])
-    starts = [sum(sizes[:r]) for r in range(len(sizes))]
-    check_vocab_parallel(op, "vocab_group", logits.shape, return_logprobs, starts)
+    shards, start_align, start = shard_layout(op, group, logits, return_logprobs)
     batch, device = logits.shape[0], logits.device
-    rank = dist.get_rank(group)
     inputs = dict(logits=logits, seeds=dense(arguments["seeds"]), positions=dense(arguments["positions"]),
-                  temperature=temperature_array(arguments["temperature"], batch, device),
-                  vocab_start=vocab_start(starts[rank], device))
+                  temperature=temperature_array(arguments["temperature"], batch, device), vocab_start=start)
     valid = row_valid(op, num_valid, batch, device)
     if valid is not None:
         inputs["row_valid"] = valid
     sharded = execute.plan(kernels.plan_gumbel_sample_shard, (logits, inputs["seeds"]), device, None, fp64=fp64,
-                           draft=draft, shards=len(sizes), start_align=kernels.start_alignment(starts),
-                           row_valid=valid is not None)
-    return run_sharded(sharded, device, inputs, group, len(sizes))[0]
+                           draft=draft, shards=shards, start_align=start_align, row_valid=valid is not None)
+    return run_sharded(sharded, device, inputs, group, shards)[0]

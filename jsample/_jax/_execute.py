@@ -14,6 +14,7 @@ import jax.numpy as jnp
 from jsample import kernels
 from jsample._jax._launch import launch
 from jsample.kernels.plan import ArgSpec, Plan, ShardedPlan, Target, resident_programs, run_rounds
+from jsample.validation import check_vocab_parallel
 
 # jax-triton cannot chain launches (no PDL); counters buffers are zeroed outputs (a memset each call,
 # cheaper than the launch a one-launch plan saves); resident_programs -1: the GPU's SM count, looked up
@@ -67,3 +68,19 @@ def run_sharded(sharded: ShardedPlan, inputs: dict, axis) -> tuple:
     """The outputs of a vocab-parallel op's rounds on this device's shard (plan.run_rounds), each round's record
     all-gathered over mesh axis `axis` (inside shard_map or a partitioning rule's per-device function)."""
     return run_rounds(sharded.rounds, run, lambda record: jax.lax.all_gather(record, axis), inputs)
+
+
+def axis_shards(op: str, axis, logits_shape, return_logprobs) -> int:
+    """How many devices mesh axis `axis` holds (inside shard_map), this device's shard `logits_shape` [B, V / n]
+    checked (check_vocab_parallel: equal shards in axis order) as every vocab-parallel op checks it."""
+    shards = int(jax.lax.axis_size(axis) if hasattr(jax.lax, "axis_size") else jax.lax.psum(1, axis))
+    check_vocab_parallel(op, "vocab_axis", logits_shape, return_logprobs,
+                         [i * logits_shape[1] for i in range(shards)])
+    return shards
+
+
+def shard_start(axis, shards: int, width: int) -> tuple:
+    """(this device's first global column as a [1] int32 array, the largest power of two dividing every shard's
+    first column) for equal shards of `width` columns over mesh axis `axis`."""
+    start = (jax.lax.axis_index(axis) * width).astype(jnp.int32).reshape(1)
+    return start, kernels.start_alignment([i * width for i in range(shards)])

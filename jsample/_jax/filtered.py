@@ -10,7 +10,7 @@ from jsample._jax._execute import arg_spec, run
 from jsample._jax._launch import (empty_outputs, filter_rows, logits_array, not_differentiable, row_valid, rowwise,
                                   spec, temperature_array)
 from jsample.ops import Logprobs, docstring, logprobs_plan_flags
-from jsample.validation import check_logprobs_request, check_top_k_top_p_sample, check_vocab_parallel
+from jsample.validation import check_logprobs_request, check_top_k_top_p_sample
 
 
 @not_differentiable("top_k_top_p_sample")
@@ -62,12 +62,8 @@ def _vocab_parallel(logits, seeds, positions, temperature, top_k, top_p, min_p, 
     device's columns, the shards in axis order, equal sizes): the rounds of
     jsample/kernels/vocab_parallel_filtered.py, an all-gather of per-row integer records between them; the
     unsharded call's kept set and tokens."""
-    import jax
-
-    batch, shard = logits.shape
-    shards = int(jax.lax.axis_size(axis) if hasattr(jax.lax, "axis_size") else jax.lax.psum(1, axis))
-    starts = [i * shard for i in range(shards)]
-    check_vocab_parallel("top_k_top_p_sample", "vocab_axis", logits.shape, return_logprobs, starts)
+    batch = logits.shape[0]
+    shards = execute.axis_shards("top_k_top_p_sample", axis, logits.shape, return_logprobs)
     valid = row_valid("top_k_top_p_sample", num_valid, batch)
     if batch == 0:
         return jnp.zeros((0,), jnp.int32)
@@ -85,16 +81,12 @@ def _vocab_sharded_rows(axis, shards, logits, seeds, positions, temperature, top
 def _shard_tokens(logits, seeds, positions, temperature, top_k, top_p, min_p, valid, *, fp64, axis, shards):
     """The vocab-parallel tokens of this device's shard `logits` [B, V / shards] (the shards in the order of mesh
     axis `axis`)."""
-    import jax
-
-    shard = logits.shape[1]
+    start, start_align = execute.shard_start(axis, shards, logits.shape[1])
     sharded = kernels.plan_top_k_top_p_shard(arg_spec(logits), arg_spec(seeds), execute.target(),
                                              has_top_k=top_k is not None, has_top_p=top_p is not None,
                                              has_min_p=min_p is not None, fp64=fp64, shards=shards,
-                                             start_align=kernels.start_alignment([i * shard for i in range(shards)]),
-                                             row_valid=valid is not None)
+                                             start_align=start_align, row_valid=valid is not None)
     inputs = dict(logits=logits, seeds=seeds, positions=positions, temperature=temperature, top_k=top_k, top_p=top_p,
-                  min_p=min_p, row_valid=valid,
-                  vocab_start=(jax.lax.axis_index(axis) * shard).astype(jnp.int32).reshape(1))
+                  min_p=min_p, row_valid=valid, vocab_start=start)
     inputs = {name: value for name, value in inputs.items() if value is not None}
     return execute.run_sharded(sharded, inputs, axis)[0]

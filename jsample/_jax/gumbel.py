@@ -10,7 +10,7 @@ from jsample._jax._execute import arg_spec, run
 from jsample._jax._launch import (empty_outputs, logits_array, not_differentiable, row_valid, rowwise, spec,
                                   temperature_array)
 from jsample.ops import Logprobs, docstring, logprobs_plan_flags
-from jsample.validation import check_gumbel_sample, check_logprobs_request, check_vocab_parallel
+from jsample.validation import check_gumbel_sample, check_logprobs_request
 
 
 @not_differentiable("gumbel_sample")
@@ -60,12 +60,8 @@ def _vocab_parallel(logits, seeds, positions, temperature, *, fp64, draft, axis,
     device's columns, the shards in axis order, equal sizes): each device's summary of its rows, one
     all-gather of the summaries (B x SUMMARY_WORDS int32 words a device), the token from them on every device
     (jsample/kernels/vocab_parallel.py): the unsharded call's tokens."""
-    import jax
-
-    batch, shard = logits.shape
-    shards = int(jax.lax.axis_size(axis) if hasattr(jax.lax, "axis_size") else jax.lax.psum(1, axis))
-    starts = [i * shard for i in range(shards)]
-    check_vocab_parallel("gumbel_sample", "vocab_axis", logits.shape, return_logprobs, starts)
+    batch = logits.shape[0]
+    shards = execute.axis_shards("gumbel_sample", axis, logits.shape, return_logprobs)
     valid = row_valid("gumbel_sample", num_valid, batch)  # (checked at every batch size, as torch checks it)
     if batch == 0:
         return jnp.zeros((0,), jnp.int32)
@@ -83,15 +79,11 @@ def _vocab_sharded_rows(axis, shards, logits, seeds, positions, temperature, val
 def _shard_tokens(logits, seeds, positions, temperature, valid, *, fp64, draft, axis, shards):
     """The vocab-parallel tokens of this device's shard `logits` [B, V / shards] (the shards in the order of
     mesh axis `axis`), every device's summary all-gathered over the axis."""
-    import jax
-
-    batch, shard = logits.shape
+    start, start_align = execute.shard_start(axis, shards, logits.shape[1])
     sharded = kernels.plan_gumbel_sample_shard(arg_spec(logits), arg_spec(seeds), execute.target(), fp64=fp64,
-                                               draft=draft, shards=shards,
-                                               start_align=kernels.start_alignment([i * shard for i in range(shards)]),
+                                               draft=draft, shards=shards, start_align=start_align,
                                                row_valid=valid is not None)
-    inputs = dict(logits=logits, seeds=seeds, positions=positions, temperature=temperature,
-                  vocab_start=(jax.lax.axis_index(axis) * shard).astype(jnp.int32).reshape(1))
+    inputs = dict(logits=logits, seeds=seeds, positions=positions, temperature=temperature, vocab_start=start)
     if valid is not None:
         inputs["row_valid"] = valid
     return execute.run_sharded(sharded, inputs, axis)[0]
