@@ -3,8 +3,10 @@
 Per op (gumbel_sample; top_k_top_p_sample with top_k=50, top_p=0.9) and batch size, in one run, rank 0's device
 time of
   sharded    op(shard, ..., vocab_group=WORLD): gumbel: each GPU scores its shard, one all-gather of the B x 6
-             int32 summaries, the token on every GPU; top_k_top_p: the kept set's search rounds, an all-gather
-             of integer sums each (jsample/kernels/vocab_parallel_filtered.py), then gumbel's;
+             int32 summaries, the token on every GPU; top_k_top_p (top_k a [B] tensor): the kept set's search
+             rounds, an all-gather of integer sums each (jsample/kernels/vocab_parallel_filtered.py), then
+             gumbel's; top_k_top_p_int (top_k the Python int 50): each shard's own top-k search and list,
+             one all-gather of the lists, the token on every GPU;
   gather     the engines' way: NCCL all_gather of the shards and the copy into [B, V] rows (vLLM's
              tensor_model_parallel_all_gather along the vocabulary), then gumbel_sample on the whole rows;
   half       gumbel_sample of one shard alone (no collective): the one-shard op on half the vocabulary;
@@ -75,12 +77,14 @@ def _measure(rank, world, args, queue):
     torch.cuda.set_device(rank)
     dist.init_process_group("nccl", rank=rank, world_size=world)
     import torch_backend
+    from jsample import kernels
+    from torch_backend import _execute as execute
 
     device = torch.device("cuda", rank)
     vocab, rows = args.vocab, []
     shard_size = vocab // world
     for op, dtype in [(op, dtype) for op in args.ops.split(",") for dtype in args.dtypes.split(",")]:
-        sample = getattr(torch_backend, {"gumbel": "gumbel_sample", "top_k_top_p": "top_k_top_p_sample"}[op])
+        sample = getattr(torch_backend, "gumbel_sample" if op == "gumbel" else "top_k_top_p_sample")
         for batch in [int(b) for b in args.batches.split(",")]:
             torch_dtype = getattr(torch, dtype)
             nbytes = batch * shard_size * torch_dtype.itemsize
@@ -91,8 +95,10 @@ def _measure(rank, world, args, queue):
             seeds = torch.arange(batch, device=device, dtype=torch.int64) * 7919 + 11
             positions = torch.arange(batch, device=device, dtype=torch.int64) + 100
             temperature = torch.full((batch,), 0.8, device=device)
-            filters = dict(top_k=torch.full((batch,), 50, device=device),
-                           top_p=torch.full((batch,), 0.9, device=device)) if op == "top_k_top_p" else {}
+            filters = {}
+            if op != "gumbel":  # per-row top_k (the search rounds), or the Python int 50 (the shards' lists)
+                filters = dict(top_k=torch.full((batch,), 50, device=device) if op == "top_k_top_p" else 50,
+                               top_p=torch.full((batch,), 0.9, device=device))
             gathered = torch.empty((world, batch, shard_size), dtype=torch_dtype, device=device)
             whole = torch.empty((batch, vocab), dtype=torch_dtype, device=device)
             out = {}
@@ -115,8 +121,13 @@ def _measure(rank, world, args, queue):
             gather(0)
             torch.cuda.synchronize()
             equal = bool(torch.equal(out["sharded"], out["gather"]))
-            rounds = 1 if op == "gumbel" else 2 + 2 * {"bfloat16": 4, "float16": 5, "float32": 8}[dtype]
-            words = 6 if op == "gumbel" else 6 + 2 * 16 * (rounds - 2) + 6
+            rounds, words = 1, 6
+            if op != "gumbel":  # the all-gathered records' int32 words a row, read from the plan
+                sharded_plan = execute.plan(kernels.plan_top_k_top_p_shard, (shards[0], seeds), device, None,
+                                            has_top_k=True, has_top_p=True, has_min_p=False, fp64=False, shards=world,
+                                            start_align=16, list_capacity=kernels.shard_list_capacity(filters["top_k"]))
+                records = [plan.buffer(plan.outputs[0]) for plan in sharded_plan.rounds[:-1]]
+                rounds, words = len(records), sum(record.shape[1] for record in records)
             rows.append(dict(op=op, dtype=dtype, batch=batch, vocab=vocab, shards=world,
                              sharded_us=round(times["sharded"], 2), gather_then_sample_us=round(times["gather"], 2),
                              half_vocab_op_us=round(times["half"], 2),
@@ -143,7 +154,7 @@ def main():
     parser.add_argument("--vocab", type=int, default=262144)
     parser.add_argument("--batches", default="1,64,256")
     parser.add_argument("--dtypes", default="bfloat16,float32")
-    parser.add_argument("--ops", default="gumbel,top_k_top_p")
+    parser.add_argument("--ops", default="gumbel,top_k_top_p,top_k_top_p_int")
     parser.add_argument("--port", type=int, default=29650)
     args = parser.parse_args()
     world = torch.cuda.device_count()
@@ -166,7 +177,8 @@ def main():
                "sharded_vs_gather", "sharded_vs_half", "collectives", "bytes_in_sharded", "bytes_in_gather", "tokens_equal"]
     notes = ("Two GPUs, NCCL, each variant a CUDA graph replayed 50 times x 7 (median), rank 0's device time. "
              "gather = all_gather_into_tensor of the shards + the copy into [B, V] rows + the op; "
-             "half = the op on one shard alone. top_k_top_p: top_k=50, top_p=0.9 on every row.")
+             "half = the op on one shard alone. top_k_top_p: top_k=50, top_p=0.9 on every row (top_k a [B] tensor: "
+             "the search rounds; top_k_top_p_int: top_k the Python int 50: the shards' lists, one all-gather).")
     if args.out:
         harness.write_results(args.out, "vocab_parallel", harness.environment(args.git_sha), rows, columns, notes)
     print(json.dumps(rows, indent=1))

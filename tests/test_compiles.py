@@ -72,7 +72,8 @@ def _flag_sets(op):
             yield dict(fp64=fp64, draft=False, start_align=16)
             yield dict(fp64=fp64, draft=False, start_align=16, row_valid=True)
         elif op == "vocab_parallel_top_k_top_p":
-            for k, p, m in ((True, True, False), (True, True, True), (False, True, False), (False, False, True)):
+            for k, p, m in ((True, True, False), (True, True, True), (False, True, False), (False, False, True),
+                            (50, True, False), (256, False, True)):  # (an int: a Python int's lists)
                 yield dict(top_k=k, top_p=p, min_p=m, fp64=fp64, num_valid=m)
         elif op == "token_logprobs":
             for num_top, filters in ((0, ()), (0, ("has_top_k", "has_top_p")), (7, ())):
@@ -242,23 +243,25 @@ def test_precompile_covers_vocab_parallel_calls():
                 combine = kernels.plan_shard_combine(target, batch=b, shards=shards)
                 keys = {compile_key(s, frontend) for s in shard.launches + combine.launches}
                 assert keys <= covered, (frontend, b)
-    # vocab-parallel top_k_top_p_sample: every round's kernels of every batch size
-    filters = {"top_k": True, "top_p": True, "num_valid": True}
-    for frontend, report in (
-            ("torch", torch_backend.precompile([151936], ["bfloat16"], ops=["top_k_top_p_sample"],
-                                               flags=[dict(filters, vocab_shards=2)], max_batch=300)),
-            ("jax", jsample.precompile([151936], ["bfloat16"], ops=["top_k_top_p_sample"],
-                                       flags=[dict(filters, vocab_shards=2)], max_batch=300))):
-        covered = set().union(*(case.keys for case in report.cases))
-        assert 1 <= len(report.cases) <= MAX_TILINGS, report.cases
-        for b in (1, 2, 3, 17, 64, 255, 300):
-            for target in targets(132, "top_k_top_p_sample")[frontend]:
-                sharded = kernels.plan_top_k_top_p_shard(
-                    ArgSpec.contiguous((b, 75968), "bfloat16"), ArgSpec.contiguous((b,), "int64"), target,
-                    has_top_k=True, has_top_p=True, has_min_p=False, fp64=False, shards=2, start_align=16,
-                    row_valid=True)
-                keys = {compile_key(s, frontend) for plan in sharded.rounds for s in plan.launches}
-                assert len(keys) >= 7 and keys <= covered, (frontend, b)
+    # vocab-parallel top_k_top_p_sample: every round's kernels of every batch size (per-row top_k: the searches;
+    # a Python int: the lists)
+    for filters, list_capacity in (({"top_k": True, "top_p": True, "num_valid": True}, 0),
+                                   ({"top_k": 50, "top_p": True, "num_valid": True}, 64)):
+        for frontend, report in (
+                ("torch", torch_backend.precompile([151936], ["bfloat16"], ops=["top_k_top_p_sample"],
+                                                   flags=[dict(filters, vocab_shards=2)], max_batch=300)),
+                ("jax", jsample.precompile([151936], ["bfloat16"], ops=["top_k_top_p_sample"],
+                                           flags=[dict(filters, vocab_shards=2)], max_batch=300))):
+            covered = set().union(*(case.keys for case in report.cases))
+            assert 1 <= len(report.cases) <= MAX_TILINGS, report.cases
+            for b in (1, 2, 3, 17, 64, 255, 300):
+                for target in targets(132, "top_k_top_p_sample")[frontend]:
+                    sharded = kernels.plan_top_k_top_p_shard(
+                        ArgSpec.contiguous((b, 75968), "bfloat16"), ArgSpec.contiguous((b,), "int64"), target,
+                        has_top_k=True, has_top_p=True, has_min_p=False, fp64=False, shards=2, start_align=16,
+                        row_valid=True, list_capacity=list_capacity)
+                    keys = {compile_key(s, frontend) for plan in sharded.rounds for s in plan.launches}
+                    assert len(keys) >= (5 if list_capacity else 7) and keys <= covered, (frontend, b)
     with pytest.raises(ValueError, match="precompile: vocab_shards = 3 must split V = 151936 into shards of a"):
         torch_backend.precompile([151936], ops=["gumbel_sample"], flags=[{"vocab_shards": 3}], max_batch=4)
 

@@ -118,6 +118,35 @@ JAX_SCRIPT = textwrap.dedent('''
                             assert sorted(shapes) == sorted([f"s32[2,{batch},6]"] + [f"s32[2,{batch},32]"] * 8
                                                             + [f"s32[2,{batch},6]"]), shapes
                         assert not [line for line in hlo.splitlines() if "all-reduce(" in line or "all-to-all(" in line]
+            # top_k a Python int: the shards' lists, one all-gather (a [2, B, record] int32 record)
+            for dtype, fp64, k, given in (("bfloat16", False, 3, "pm"), ("float32", True, 20, "p"),
+                                          ("float32", False, 40, "")):
+                logits = x.astype(getattr(ml_dtypes, dtype, dtype))
+                filters = {name: value for letter, name, value in (("p", "top_p", top_p), ("m", "min_p", min_p))
+                           if letter in given}
+                want = np.asarray(jsample.top_k_top_p_sample(logits, seeds, positions, temperature, fp64=fp64,
+                                                             top_k=k, **filters))
+                unfiltered = np.asarray(jsample.gumbel_sample(logits, seeds, positions, temperature, fp64=fp64))
+                assert (want != unfiltered).any(), (dtype, k, given)
+                call = lambda l, s, p, t, f: jsample.top_k_top_p_sample(l, s, p, t, fp64=fp64, top_k=k,
+                                                                        vocab_axis="tp", **f)
+                sharded = jax.jit(shard_map(call, mesh=mesh, in_specs=(P(None, "tp"), P(), P(), P(), P()),
+                                            out_specs=P()))
+                got = np.asarray(sharded(logits, seeds, positions, temperature, filters))
+                assert np.array_equal(got, want), (dtype, fp64, k, given, got, want)
+                jitted = jax.jit(lambda l, s, p, t, f: jsample.top_k_top_p_sample(l, s, p, t, fp64=fp64, top_k=k,
+                                                                                  **f))
+                placed = jax.device_put(logits, NamedSharding(mesh, P(None, "tp")))
+                assert np.array_equal(np.asarray(jitted(placed, seeds, positions, temperature, filters)), want)
+                for compiled, logits_arg in ((sharded, logits), (jitted, placed)):
+                    hlo = compiled.lower(logits_arg, seeds, positions, temperature, filters).compile().as_text()
+                    gathers = [line.split("all-gather")[0] for line in hlo.splitlines()
+                               if "all-gather(" in line or "all-gather-start(" in line]
+                    shapes = [shape for g in gathers for shape in re.findall(r"[a-z0-9]+\\[[0-9,]*\\]", g)]
+                    # one record a row and shard: 2 * capacity slot words, 4 header words, 6 a chunk's ties
+                    assert len(gathers) == 1 and re.fullmatch(rf"s32\\[(2,)?{batch},[0-9]+\\]", shapes[0]), shapes
+                    assert int(shapes[0].split(",")[-1][:-1]) <= 2 * 64 + 4 + 6 * 64, shapes
+                    assert not [line for line in hlo.splitlines() if "all-reduce(" in line or "all-to-all(" in line]
             # padding rows: -1, their logits unread on every shard
             want = np.asarray(jsample.top_k_top_p_sample(x, seeds, positions, temperature, top_k=top_k, top_p=top_p,
                                                          num_valid=np.int32(4)))
@@ -193,7 +222,8 @@ TORCH_SCRIPT = textwrap.dedent('''
                 (torch.float32, False, dict(top_k=top_k, top_p=top_p), None),
                 (torch.bfloat16, False, dict(top_k=top_k, top_p=top_p, min_p=min_p), 5),
                 (torch.float16, True, dict(top_p=top_p), None), (torch.bfloat16, False, dict(min_p=min_p), None),
-                (torch.float32, False, dict(top_k=3), None)):
+                (torch.float32, False, dict(top_k=3), None),  # a Python int: the lists' one all-gather
+                (torch.bfloat16, True, dict(top_k=20, top_p=top_p, min_p=min_p), 5)):
             logits = x.to(dtype)
             shard = logits[:, start:start + sizes[rank]]
             want = torch_backend.top_k_top_p_sample(logits, seeds, positions, temperature, fp64=fp64,
@@ -398,6 +428,109 @@ def test_filtered_shard_rounds_in_one_process_equal_the_unsharded_call(dtype, fp
                 assert torch.equal(got[0], want), (flags, sizes, got[0], want)
 
 
+@pytest.mark.parametrize("dtype, fp64, num_valid, gpu_tiling", [
+    ("float32", False, None, False), ("bfloat16", False, 5, True), ("float16", False, None, True),
+    ("float32", True, None, False)])
+def test_filtered_shard_lists_in_one_process_equal_the_unsharded_call(dtype, fp64, num_valid, gpu_tiling,
+                                                                       force_target):
+    """The lists' two rounds (list_capacity: top_k a Python int) on each shard's columns in turn: the unsharded
+    call's tokens with top-k alone and with top-p and min-p after it, splits of 1 to 4 shards; rows whose k-th
+    largest logit is tied across three shards, 200 logits tied at a row's largest (k = 1: the Gumbel-max among
+    them, across shards: the shards' tie slots), a greedy row whose largest logit is on two shards, a flat row,
+    non-finite and overflowing logits."""
+    import numpy as np
+    import torch
+
+    import torch_backend
+    from conftest import TORCH_DEVICE
+    from jsample import kernels
+    from torch_backend import _execute as execute
+
+    device = torch.device(TORCH_DEVICE)
+    if gpu_tiling and device.type != "cuda":
+        force_target(large_programs=False)
+    rng = np.random.default_rng(12)
+    batch, vocab = 8, 1030
+    grid = _filtered_grid(batch, vocab, rng)
+    grid[6, [10, 700]] = 50.0  # greedy (T = 0): the lowest of the two columns
+    grid[7, 100:300] = 12.0  # k = 1 keeps the 200 tied at the largest logit
+    x = torch.from_numpy(grid).to(getattr(torch, dtype)).to(device)
+    _, top_p, min_p, temperature = (torch.from_numpy(v).to(device) for v in _filter_values(batch, rng))
+    top_k = torch.tensor([40, 3, 20, 50, 2, 7, 5, 1], device=device)
+    seeds = torch.from_numpy(rng.integers(-(2**62), 2**62, batch)).to(device)
+    positions = torch.arange(batch, device=device)
+    padding = {} if num_valid is None else dict(row_valid=(torch.arange(batch, device=device) < num_valid).int())
+    unfiltered = torch_backend.gumbel_sample(x, seeds, positions, temperature, fp64=fp64, num_valid=num_valid)
+    for flags in ((1, 0, 0), (1, 1, 0), (1, 1, 1), (1, 0, 1)):
+        filters = {name: value for name, value, given in zip(("top_k", "top_p", "min_p"), (top_k, top_p, min_p), flags)
+                   if given}
+        want = torch_backend.top_k_top_p_sample(x, seeds, positions, temperature, fp64=fp64, num_valid=num_valid,
+                                                **filters)
+        assert (want != unfiltered).any(), flags  # each filter changes some token here (no test of nothing)
+        for sizes in ([vocab], [512, 518], [4, 1024, 2], [400, 400, 228, 2]):
+            starts = [sum(sizes[:r]) for r in range(len(sizes))]
+            plans, envs = [], []
+            for start, size in zip(starts, sizes):
+                shard = x[:, start:start + size]
+                plans.append(execute.plan(kernels.plan_top_k_top_p_shard, (shard, seeds), device, None,
+                                          has_top_k=True, has_top_p=flags[1], has_min_p=flags[2], fp64=fp64,
+                                          shards=len(sizes), start_align=kernels.start_alignment(starts),
+                                          row_valid=num_valid is not None, list_capacity=64))
+                envs.append(dict(logits=shard, seeds=seeds, positions=positions, temperature=temperature,
+                                 vocab_start=torch.full((1,), start, dtype=torch.int32, device=device), **filters,
+                                 **padding))
+            assert [len(plan.rounds) for plan in plans] == [2] * len(sizes)  # one all-gather
+            records = torch.stack([execute.run(plan.rounds[0], device, env)[0] for plan, env in zip(plans, envs)])
+            for plan, env in zip(plans, envs):
+                got = execute.run(plan.rounds[1], device, dict(env, gathered_record=records))[0]
+                assert torch.equal(got, want), (flags, sizes, got, want)
+    if num_valid is None:
+        assert want[6] == 10
+        assert 100 <= want[7] < 300 and want[7] != 100  # (not the lowest tied column: the noise decides)
+
+
+@pytest.mark.parametrize("sizes", [[1030], [512, 518], [4, 1024, 2], [16, 400, 614]])
+def test_filtered_shard_lists_weigh_tied_keys(sizes):
+    """A shard's tie slot counts as many keys as it stands for: here the k-th largest (k = 7) of each row is the
+    value of 8 tied logits (on one shard, or split over two), below one larger logit, above a flat rest that
+    top-k drops; counting the tie slot once would keep some of the rest, which T = 1.5 samples often: the
+    unsharded call's tokens in every row (32 rows, each its own seed)."""
+    import numpy as np
+    import torch
+
+    import torch_backend
+    from conftest import TORCH_DEVICE
+    from jsample import kernels
+    from torch_backend import _execute as execute
+
+    device = torch.device(TORCH_DEVICE)
+    rng = np.random.default_rng(3)
+    batch, vocab, k = 32, 1030, 7
+    x = rng.uniform(0.0, 0.04, (batch, vocab)).astype(np.float32)
+    x[:, 10:18] = 0.05
+    x[:, 600] = 0.06
+    x = torch.from_numpy(x).to(device)
+    seeds = torch.from_numpy(rng.integers(0, 2**62, batch)).to(device)
+    positions = torch.zeros(batch, dtype=torch.int64, device=device)
+    temperature = torch.full((batch,), 1.5, device=device)
+    top_k = torch.full((batch,), k, device=device)
+    want = torch_backend.top_k_top_p_sample(x, seeds, positions, temperature, top_k=k)
+    assert set(want.tolist()) == set(range(10, 18)) | {600}  # (the kept set: every one of its 9 tokens here)
+    starts = [sum(sizes[:r]) for r in range(len(sizes))]
+    plans, envs = [], []
+    for start, size in zip(starts, sizes):
+        shard = x[:, start:start + size]
+        plans.append(execute.plan(kernels.plan_top_k_top_p_shard, (shard, seeds), device, None, has_top_k=True,
+                                  has_top_p=False, has_min_p=False, fp64=False, shards=len(sizes),
+                                  start_align=kernels.start_alignment(starts), list_capacity=16))
+        envs.append(dict(logits=shard, seeds=seeds, positions=positions, temperature=temperature, top_k=top_k,
+                         vocab_start=torch.full((1,), start, dtype=torch.int32, device=device)))
+    records = torch.stack([execute.run(plan.rounds[0], device, env)[0] for plan, env in zip(plans, envs)])
+    for plan, env in zip(plans, envs):
+        got = execute.run(plan.rounds[1], device, dict(env, gathered_record=records))[0]
+        assert torch.equal(got, want), (sizes, got, want)
+
+
 def test_filtered_shard_top_k_search_starts_at_the_shards_bound(force_target):
     """Top-k's search starts at the largest of the shards' k-th largest tile maxima (shard_top_k_bound_kernel): here
     exactly the threshold (a row's k largest logits, nearly equal, each lead a tile of their shard), so a bound one
@@ -476,12 +609,14 @@ for batch in (1, 256):  # one launch, two launches
                                             ArgSpec.contiguous((batch,), "int64"), target, fp64=False, draft=False,
                                             start_align=16, row_valid=True), "*bf16"))
 inputs.update({"top_k": "*i64", "top_p": "*fp32", "min_p": "*fp32", "gathered_stats": "*i32", "state_in": "*i32",
-               "gathered_sums": "*i32", "tile_max_in": "*i32"})
+               "gathered_sums": "*i32", "tile_max_in": "*i32", "gathered_record": "*i32"})
 for batch in (1, 256):  # vocab-parallel top_k_top_p_sample: the two tilings, every kind of round once
-    for dtype, fp64 in (("bfloat16", False), ("float32", True)):
+    for dtype, fp64, list_capacity in (("bfloat16", False, 0), ("float32", True, 0), ("bfloat16", False, 64),
+                                       ("float32", True, 256)):
         sharded = kernels.plan_top_k_top_p_shard(ArgSpec.contiguous((batch, 131072), dtype),
                                                  ArgSpec.contiguous((batch,), "int64"), target, has_top_k=True,
-                                                 has_top_p=True, has_min_p=True, fp64=fp64, shards=2, start_align=16)
+                                                 has_top_p=True, has_min_p=True, fp64=fp64, shards=2, start_align=16,
+                                                 list_capacity=list_capacity)
         seen = set()
         for plan in sharded.rounds:
             kinds = tuple((step.kernel, step.constexprs) for step in plan.launches)
@@ -509,10 +644,13 @@ def test_the_shard_kernels_compile_for_sm90():
     compiled = result.stdout.split()
     assert compiled.count("shard_one_launch_kernel") == 3 and compiled.count("shard_partial_kernel") == 3, compiled
     assert compiled.count("shard_summary_kernel") == 3 + 4 and compiled.count("shard_combine_kernel") == 1 + 4, compiled
-    # a stats round, the top-k search's first and later rounds, top-p's, the sampling round, in 4 plans
-    assert compiled.count("shard_filter_stats_kernel") == 4, compiled
-    assert compiled.count("shard_filter_search_kernel") == 4 * 4, compiled
+    # a stats round, the top-k search's first and later rounds, top-p's, the sampling round, in 4 plans; the
+    # lists' 4 plans: a round of statistics, every local search step (4 for bfloat16, 8 for float32) and the
+    # list, then the merge
+    assert compiled.count("shard_filter_stats_kernel") == 4 + 4, compiled
+    assert compiled.count("shard_filter_search_kernel") == 4 * 4 + 2 * (4 + 8), compiled
     assert compiled.count("shard_filtered_partial_kernel") == 4, compiled
+    assert compiled.count("shard_top_k_list_kernel") == 4 and compiled.count("shard_list_merge_kernel") == 4, compiled
 
 
 if __name__ == "__main__":  # .ci/packaging.sh: the JAX check under the newest JAX, from an installed wheel

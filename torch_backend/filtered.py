@@ -117,5 +117,6 @@ def _vocab_parallel(arguments, fp64, num_valid, return_logprobs, num_top, group)
     inputs = {name: value for name, value in inputs.items() if value is not None}
     sharded = execute.plan(kernels.plan_top_k_top_p_shard, (logits, inputs["seeds"]), device, None,
                            has_top_k=top_k is not None, has_top_p=top_p is not None, has_min_p=min_p is not None,
-                           fp64=fp64, shards=shards, start_align=start_align, row_valid="row_valid" in inputs)
+                           fp64=fp64, shards=shards, start_align=start_align, row_valid="row_valid" in inputs,
+                           list_capacity=kernels.shard_list_capacity(arguments["top_k"]))
     return run_sharded(sharded, device, inputs, group, shards)[0]

@@ -26,13 +26,16 @@ def top_k_top_p_sample(logits, seeds, positions, temperature, *, top_k=None, top
     if vocab_axis is not None:
         return _vocab_parallel(logits_array(logits), jnp.asarray(seeds), jnp.asarray(positions),
                                temperature_array(temperature, batch), *filter_rows(top_k, top_p, min_p, batch),
-                               fp64=fp64, axis=vocab_axis, num_valid=num_valid, return_logprobs=return_logprobs)
+                               fp64=fp64, axis=vocab_axis, num_valid=num_valid, return_logprobs=return_logprobs,
+                               list_capacity=kernels.shard_list_capacity(top_k))
     if batch == 0:
         return empty_outputs(op, 0)[0] if not return_logprobs else (
             empty_outputs(op, 0)[0], Logprobs(*empty_outputs("token_logprobs", 0, num_top)))
+    list_capacity = kernels.shard_list_capacity(top_k)
     top_k, top_p, min_p = filter_rows(top_k, top_p, min_p, batch)
     # under jax.jit, logits sharded along the vocabulary take the vocab-parallel plan (tokens, not logprobs)
-    vocab_fn = None if return_logprobs else functools.partial(_vocab_sharded_rows, fp64=fp64)
+    vocab_fn = None if return_logprobs else functools.partial(_vocab_sharded_rows, fp64=fp64,
+                                                              list_capacity=list_capacity)
     outputs = rowwise(functools.partial(_filtered_rows, fp64=fp64, num_top=num_top if return_logprobs else None),
                       logits_array(logits), jnp.asarray(seeds), jnp.asarray(positions),
                       temperature_array(temperature, batch), top_k, top_p, min_p, row_valid(op, num_valid, batch),
@@ -57,7 +60,7 @@ def _filtered_rows(logits, seeds, positions, temperature, top_k, top_p, min_p, v
 
 
 def _vocab_parallel(logits, seeds, positions, temperature, top_k, top_p, min_p, *, fp64, axis, num_valid,
-                    return_logprobs):
+                    return_logprobs, list_capacity):
     """top_k_top_p_sample of the logits whose vocabulary is split over mesh axis `axis` (inside shard_map: this
     device's columns, the shards in axis order, equal sizes): the rounds of
     jsample/kernels/vocab_parallel_filtered.py, an all-gather of per-row integer records between them; the
@@ -68,24 +71,27 @@ def _vocab_parallel(logits, seeds, positions, temperature, top_k, top_p, min_p, 
     if batch == 0:
         return jnp.zeros((0,), jnp.int32)
     return _shard_tokens(logits, seeds, positions, temperature, top_k, top_p, min_p, valid, fp64=fp64, axis=axis,
-                         shards=shards)
+                         shards=shards, list_capacity=list_capacity)
 
 
-def _vocab_sharded_rows(axis, shards, logits, seeds, positions, temperature, top_k, top_p, min_p, valid, *, fp64):
+def _vocab_sharded_rows(axis, shards, logits, seeds, positions, temperature, top_k, top_p, min_p, valid, *, fp64,
+                        list_capacity):
     """_filtered_rows' tokens on this device's shard of the vocabulary (jax.jit with the logits sharded along
     it: _launch.batch_partitioned's vocab_fn, called where mesh axis `axis` holds `shards` equal shards)."""
     return (_shard_tokens(logits, seeds, positions, temperature, top_k, top_p, min_p, valid, fp64=fp64, axis=axis,
-                          shards=shards),)
+                          shards=shards, list_capacity=list_capacity),)
 
 
-def _shard_tokens(logits, seeds, positions, temperature, top_k, top_p, min_p, valid, *, fp64, axis, shards):
+def _shard_tokens(logits, seeds, positions, temperature, top_k, top_p, min_p, valid, *, fp64, axis, shards,
+                  list_capacity):
     """The vocab-parallel tokens of this device's shard `logits` [B, V / shards] (the shards in the order of mesh
-    axis `axis`)."""
+    axis `axis`); list_capacity: kernels.shard_list_capacity of the call's top_k."""
     start, start_align = execute.shard_start(axis, shards, logits.shape[1])
     sharded = kernels.plan_top_k_top_p_shard(arg_spec(logits), arg_spec(seeds), execute.target(),
                                              has_top_k=top_k is not None, has_top_p=top_p is not None,
                                              has_min_p=min_p is not None, fp64=fp64, shards=shards,
-                                             start_align=start_align, row_valid=valid is not None)
+                                             start_align=start_align, row_valid=valid is not None,
+                                             list_capacity=list_capacity)
     inputs = dict(logits=logits, seeds=seeds, positions=positions, temperature=temperature, top_k=top_k, top_p=top_p,
                   min_p=min_p, row_valid=valid, vocab_start=start)
     inputs = {name: value for name, value in inputs.items() if value is not None}

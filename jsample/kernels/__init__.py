@@ -50,7 +50,7 @@ from jsample.kernels.rejection import (
     synthetic_rejection_kernel,
 )
 from jsample.kernels.plan import ShardedPlan
-from jsample.kernels.vocab_parallel_filtered import plan_top_k_top_p_shard
+from jsample.kernels.vocab_parallel_filtered import plan_top_k_top_p_shard, shard_list_capacity
 from jsample.kernels.vocab_parallel import (
     SUMMARY_WORDS,
     plan_gumbel_sample_shard,
@@ -81,6 +81,7 @@ __all__ = [
     "plan_gumbel_shard",
     "plan_gumbel_sample_shard",
     "plan_top_k_top_p_shard",
+    "shard_list_capacity",
     "ShardedPlan",
     "plan_shard_combine",
     "start_alignment",

@@ -48,7 +48,7 @@ def _plan(op, batch, vocab, dtype, k, flags, target):
                                           row_valid=flags.get("num_valid", False), **_logprobs(flags))
     if op == "top_k_top_p_sample":
         return kernels.plan_top_k_top_p_sample(
-            ArgSpec.contiguous((batch, vocab), dtype), seeds, target, has_top_k=flags.get("top_k", False),
+            ArgSpec.contiguous((batch, vocab), dtype), seeds, target, has_top_k=bool(flags.get("top_k", False)),
             has_top_p=flags.get("top_p", False), has_min_p=flags.get("min_p", False), fp64=flags.get("fp64", False),
             row_valid=flags.get("num_valid", False), **_logprobs(flags))
     if op == "token_logprobs":
@@ -71,7 +71,7 @@ def _plan(op, batch, vocab, dtype, k, flags, target):
 
 def _vocab_parallel_plan(op, batch, vocab, dtype, flags, target):
     """A vocab-parallel call's rounds (gumbel_sample's: a shard's summary and the combine; top_k_top_p_sample's:
-    its searches too) as one plan (plan.merged_rounds: what the all-gathers and earlier rounds would give is a zero
+    its searches or its lists too) as one plan (plan.merged_rounds: what the all-gathers and earlier rounds would give is a zero
     stand-in, on which no search runs): every compile key of the calls of each device of an even split (start
     columns i * V / vocab_shards)."""
     from jsample import kernels
@@ -83,9 +83,12 @@ def _vocab_parallel_plan(op, batch, vocab, dtype, flags, target):
     common = dict(fp64=flags.get("fp64", False), shards=shards, row_valid=flags.get("num_valid", False),
                   start_align=kernels.start_alignment([i * width for i in range(shards)]))
     if op == "top_k_top_p_sample":
-        sharded = kernels.plan_top_k_top_p_shard(logits, seeds, target, has_top_k=flags.get("top_k", False),
+        # (a "top_k" given as an int, as a call's Python int: the shards' lists)
+        sharded = kernels.plan_top_k_top_p_shard(logits, seeds, target, has_top_k=bool(flags.get("top_k", False)),
                                                  has_top_p=flags.get("top_p", False),
-                                                 has_min_p=flags.get("min_p", False), **common)
+                                                 has_min_p=flags.get("min_p", False),
+                                                 list_capacity=kernels.shard_list_capacity(flags.get("top_k")),
+                                                 **common)
     else:
         sharded = kernels.plan_gumbel_sample_shard(logits, seeds, target, draft=flags.get("draft", False), **common)
     return merged_rounds(sharded.rounds, shards)
