@@ -428,16 +428,17 @@ def test_filtered_shard_rounds_in_one_process_equal_the_unsharded_call(dtype, fp
                 assert torch.equal(got[0], want), (flags, sizes, got[0], want)
 
 
-@pytest.mark.parametrize("dtype, fp64, num_valid, gpu_tiling", [
-    ("float32", False, None, False), ("bfloat16", False, 5, True), ("float16", False, None, True),
-    ("float32", True, None, False)])
-def test_filtered_shard_lists_in_one_process_equal_the_unsharded_call(dtype, fp64, num_valid, gpu_tiling,
+@pytest.mark.parametrize("dtype, fp64, num_valid, gpu_tiling, slots", [
+    ("float32", False, None, False, 1024), ("bfloat16", False, 5, True, 16), ("float16", False, None, True, 1024),
+    ("float32", True, None, False, 16)])
+def test_filtered_shard_lists_in_one_process_equal_the_unsharded_call(dtype, fp64, num_valid, gpu_tiling, slots,
                                                                        force_target):
     """The lists' two rounds (list_capacity: top_k a Python int) on each shard's columns in turn: the unsharded
     call's tokens with top-k alone and with top-p and min-p after it, splits of 1 to 4 shards; rows whose k-th
     largest logit is tied across three shards, 200 logits tied at a row's largest (k = 1: the Gumbel-max among
     them, across shards: the shards' tie slots), a greedy row whose largest logit is on two shards, a flat row,
-    non-finite and overflowing logits."""
+    non-finite and overflowing logits; with 16 candidate slots most rows' candidates overflow them (each such row
+    searched and listed from its logits by one program)."""
     import numpy as np
     import torch
 
@@ -475,7 +476,8 @@ def test_filtered_shard_lists_in_one_process_equal_the_unsharded_call(dtype, fp6
                 plans.append(execute.plan(kernels.plan_top_k_top_p_shard, (shard, seeds), device, None,
                                           has_top_k=True, has_top_p=flags[1], has_min_p=flags[2], fp64=fp64,
                                           shards=len(sizes), start_align=kernels.start_alignment(starts),
-                                          row_valid=num_valid is not None, list_capacity=64))
+                                          row_valid=num_valid is not None, list_capacity=64,
+                                          candidate_slots=slots))
                 envs.append(dict(logits=shard, seeds=seeds, positions=positions, temperature=temperature,
                                  vocab_start=torch.full((1,), start, dtype=torch.int32, device=device), **filters,
                                  **padding))
@@ -489,8 +491,9 @@ def test_filtered_shard_lists_in_one_process_equal_the_unsharded_call(dtype, fp6
         assert 100 <= want[7] < 300 and want[7] != 100  # (not the lowest tied column: the noise decides)
 
 
-@pytest.mark.parametrize("sizes", [[1030], [512, 518], [4, 1024, 2], [16, 400, 614]])
-def test_filtered_shard_lists_weigh_tied_keys(sizes):
+@pytest.mark.parametrize("sizes, slots", [([1030], 1024), ([512, 518], 1024), ([4, 1024, 2], 16),
+                                          ([16, 400, 614], 1024), ([16, 400, 614], 16)])
+def test_filtered_shard_lists_weigh_tied_keys(sizes, slots):
     """A shard's tie slot counts as many keys as it stands for: here the k-th largest (k = 7) of each row is the
     value of 8 tied logits (on one shard, or split over two), below one larger logit, above a flat rest that
     top-k drops; counting the tie slot once would keep some of the rest, which T = 1.5 samples often: the
@@ -522,7 +525,8 @@ def test_filtered_shard_lists_weigh_tied_keys(sizes):
         shard = x[:, start:start + size]
         plans.append(execute.plan(kernels.plan_top_k_top_p_shard, (shard, seeds), device, None, has_top_k=True,
                                   has_top_p=False, has_min_p=False, fp64=False, shards=len(sizes),
-                                  start_align=kernels.start_alignment(starts), list_capacity=16))
+                                  start_align=kernels.start_alignment(starts), list_capacity=16,
+                                  candidate_slots=slots))
         envs.append(dict(logits=shard, seeds=seeds, positions=positions, temperature=temperature, top_k=top_k,
                          vocab_start=torch.full((1,), start, dtype=torch.int32, device=device)))
     records = torch.stack([execute.run(plan.rounds[0], device, env)[0] for plan, env in zip(plans, envs)])
@@ -645,12 +649,12 @@ def test_the_shard_kernels_compile_for_sm90():
     assert compiled.count("shard_one_launch_kernel") == 3 and compiled.count("shard_partial_kernel") == 3, compiled
     assert compiled.count("shard_summary_kernel") == 3 + 4 and compiled.count("shard_combine_kernel") == 1 + 4, compiled
     # a stats round, the top-k search's first and later rounds, top-p's, the sampling round, in 4 plans; the
-    # lists' 4 plans: a round of statistics, every local search step (4 for bfloat16, 8 for float32) and the
-    # list, then the merge
+    # lists' 4 plans: statistics, candidates and record, then the merge
     assert compiled.count("shard_filter_stats_kernel") == 4 + 4, compiled
-    assert compiled.count("shard_filter_search_kernel") == 4 * 4 + 2 * (4 + 8), compiled
+    assert compiled.count("shard_filter_search_kernel") == 4 * 4, compiled
     assert compiled.count("shard_filtered_partial_kernel") == 4, compiled
-    assert compiled.count("shard_top_k_list_kernel") == 4 and compiled.count("shard_list_merge_kernel") == 4, compiled
+    assert [compiled.count(name) for name in ("shard_top_k_collect_kernel", "shard_top_k_record_kernel",
+                                              "shard_list_merge_kernel")] == [4, 4, 4], compiled
 
 
 if __name__ == "__main__":  # .ci/packaging.sh: the JAX check under the newest JAX, from an installed wheel

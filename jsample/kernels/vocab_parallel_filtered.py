@@ -30,16 +30,18 @@ that a jitted program's collectives do not depend on the data. Min-p alone takes
 Lists (top_k a Python int k <= SHARD_LIST_MAX_TOP_K: every row's k is known to be at most a capacity CAP, a
 power of two >= k): one all-gather in all. The row's k largest keys (with multiplicity) are among the union of
 each shard's own k largest, since the row's k-th largest key is at least every shard's k-th largest t_s. So each
-shard finds t_s exactly, alone (its stats and its top-k search steps, each launch reading the previous one's
-sums: the same kernels with one shard), and `shard_top_k_list_kernel` writes its record: the fewer than k keys
-above t_s with their global columns, and one slot for its keys equal to t_s (their count, lowest column, and
-Gumbel-max column). After the all-gather, `shard_list_merge_kernel` on every device reads top-k's threshold
-from the slots (each weighing its keys' count), top-p's from their fixed-point masses (a tie slot's mass: count
-times its key's), min-p's test per slot, as the one-GPU op's listed rows (_list_decision, _list_token), and the
-token, the Gumbel-max of the kept slots' columns (a tie slot kept keeps all its keys, whose Gumbel-max is its
-shard's: the same scores). Every key the filters keep is in a slot (the kept set is within top-k's), so the
-kept set and the token are the unsharded call's. Greedy rows: each shard's slot of its largest keys, the lowest
-column among the row's largest. A record is 2 * CAP + LIST_HEADER_WORDS + chunks * TIE_WORDS int32 words a row.
+shard finds t_s exactly, alone: `shard_filter_stats_kernel`, then `shard_top_k_collect_kernel` lists its
+candidates, the keys at or above the k-th largest of its tiles' maxima (a lower bound of t_s: the tiles below it
+unread), and `shard_top_k_record_kernel` takes t_s from them (a row with more than CANDIDATE_SLOTS candidates,
+flat or tied, is searched and listed from its logits by its program alone) and writes the shard's record: the
+fewer than k keys above t_s with their global columns, and a tie slot for its keys equal to t_s (their count,
+lowest column, and Gumbel-max column). After the all-gather, `shard_list_merge_kernel` on every device reads
+top-k's threshold from the slots (each weighing its keys' count), top-p's from their fixed-point masses (a tie
+slot's mass: count times its key's), min-p's test per slot, as the one-GPU op's listed rows (_list_decision,
+_list_token), and the token, the Gumbel-max of the kept slots' columns (a tie slot kept keeps all its keys, whose
+Gumbel-max is its shard's: the same scores). Every key the filters keep is in a slot (the kept set is within
+top-k's), so the kept set and the token are the unsharded call's. Greedy rows: each shard's slot of its largest
+keys, the lowest column among the row's largest. A record is 2 * CAP + LIST_HEADER_WORDS int32 words a row.
 
 The plan is `plan_top_k_top_p_shard`: a `ShardedPlan` whose rounds the frontends run in order (plan.run_rounds),
 all-gathering each round's first output over the shards (jax.lax.all_gather, torch.distributed.all_gather).
@@ -64,7 +66,8 @@ from jsample.kernels.filtered.config import (
 from jsample.kernels.common import noisy_scores
 from jsample.kernels.filtered.keys import (_filtered_row, _fixed_point_mass, _key, _key_value, _tile_logits,
                                            _tile_max_key, store_filtered_block)
-from jsample.kernels.filtered.search import (_chunk_above, _kth_largest_block_key, _largest_reaching, _list_token,
+from jsample.kernels.filtered.search import (_chunk_above, _collect_candidates, _kth_largest_block_key, _largest_reaching,
+                                             _list_token,
                                              _narrow, _start_search)
 from jsample.kernels.gumbel import many_rows_config
 from jsample.kernels.host import jit
@@ -79,10 +82,11 @@ SHARD_WAYS = 16  # pivots a search round: 4 rounds a bfloat16 search, 8 a float3
 _PHASE_STATS = tl.constexpr(PHASE_STATS)
 _PHASE_TOP_K = tl.constexpr(PHASE_TOP_K)
 SHARD_LIST_MAX_TOP_K = 256  # a top_k given as a Python int up to this is decided from the shards' lists
-LIST_HEADER_WORDS = 4  # after a list record's 2 * capacity slot words: listed count, tie key, 0, overflow flag
-TIE_WORDS = 6  # a chunk's ties at the shard's threshold: best score (f64), its column, lowest column, count, 0
+# after a list record's 2 * capacity slot words: the listed count, the shard's threshold t, the count of its keys
+# equal to t, their lowest and their Gumbel-max column, the overflow flag, 2 zeros
+LIST_HEADER_WORDS = 8
 _LIST_HEADER_WORDS = tl.constexpr(LIST_HEADER_WORDS)
-_TIE_WORDS = tl.constexpr(TIE_WORDS)
+CANDIDATE_SLOTS = 1024  # a shard's candidates of a row (keys at or above its tiles' bound) read from registers
 
 
 def shard_list_capacity(top_k) -> int:
@@ -357,108 +361,214 @@ def shard_filtered_partial_kernel(
 
 
 @jit
-def shard_top_k_list_kernel(
+def _tie_candidate(cols, x32, tie, seed, position, temperature, FP64: tl.constexpr, FAST_MATH: tl.constexpr):
+    """(the best Gumbel-max score as float64, its lowest column) of the columns `cols` where `tie`, their FP32 logits
+    `x32`: scored by the very code _list_token scores with (uniform_at's noise at the global columns,
+    noisy_scores)."""
+    x = tl.where(tie, x32, float("-inf"))
+    if FP64:
+        x = x.to(tl.float64)
+    noise = gumbel_noise(uniform_at(seed, position, cols, 0, FP64, FAST_MATH), FP64, FAST_MATH)
+    score, best, _overflow = noisy_scores(x, noise, temperature, FP64, FAST_MATH, x, False)
+    return best.to(tl.float64), tl.min(tl.where(tie & (score == best), cols, 2**31 - 1), axis=0)
+
+
+@jit
+def _list_floor(top_k_ptr, b64, tiles_ptr, num_tiles, key_max, filtered, KEY_SHIFT: tl.constexpr,
+                REDUCE_TILES: tl.constexpr):
+    """The lowest key a shard's candidates of the row reach: where the filters apply, the k-th largest of its tiles'
+    largest keys (a lower bound of its k-th largest key: _kth_largest_block_key), else its largest key (greedy)."""
+    floor = key_max.to(tl.int64)
+    if filtered:
+        tiles = tl.arange(0, REDUCE_TILES)
+        tile_max = tl.load(tiles_ptr + tiles, mask=tiles < num_tiles, other=-(2**31))
+        lowest = _key(tl.full([], -3.4028234663852886e38, tl.float32), KEY_SHIFT).to(tl.int64)  # every finite key's
+        floor = _kth_largest_block_key(tile_max, tl.load(top_k_ptr + b64).to(tl.int64), lowest, SORT=False)
+    return floor
+
+
+@jit
+def shard_top_k_collect_kernel(
+    logits_ptr,  # as shard_filter_stats_kernel's
+    temperature_ptr,  # [B] f32
+    top_k_ptr,  # [B] i32|i64
+    row_valid_ptr,  # [B] u8|i32 (read with HAS_ROW_VALID): a padding row's programs read and write nothing
+    stats_ptr,  # this shard's own statistics [B, 3] i64 (shard_filter_stats_kernel's)
+    tile_max_ptr,  # shard_filter_stats_kernel's tiles' largest keys
+    V_shard,
+    row_stride,
+    chunk,  # columns a program (a multiple of THREADS * VEC)
+    candidates_ptr,  # [B, 2 * SLOTS + 2] i32 output, zero on entry: SLOTS columns, their keys, the count
+    KEY_SHIFT: tl.constexpr,
+    THREADS: tl.constexpr,
+    VEC: tl.constexpr,
+    SLOTS: tl.constexpr,
+    REDUCE_TILES: tl.constexpr,  # a power of two >= the tiles a row
+    HAS_ROW_VALID: tl.constexpr = False,
+):
+    """Grid (B, chunks): this shard's candidates of the row, its finite logits whose key reaches _list_floor (its
+    k-th largest key is among them): (local) columns and keys in the row's first SLOTS slots, through one atomic a
+    tile (_collect_candidates; past SLOTS only counted). Tiles below the floor are skipped unread."""
+    row = tl.program_id(0)
+    if HAS_ROW_VALID:
+        if tl.load(row_valid_ptr + row) == 0:
+            return
+    b64 = row.to(tl.int64)
+    key_max, count, _, _ = _row_stats(stats_ptr, row, tl.num_programs(0), 1, 1)
+    if count > 0:
+        num_tiles = tl.cdiv(V_shard, THREADS * VEC)
+        tiles_ptr = tile_max_ptr + b64 * num_tiles
+        filtered = _filtered_row(load_temperature(temperature_ptr, row), count)
+        floor = _list_floor(top_k_ptr, b64, tiles_ptr, num_tiles, key_max, filtered, KEY_SHIFT, REDUCE_TILES)
+        candidates = candidates_ptr + b64 * (2 * SLOTS + 2)
+        first = tl.program_id(1) * chunk
+        _collect_candidates(logits_ptr + b64 * row_stride, first, tl.minimum(first + chunk, V_shard), V_shard, floor,
+                            candidates, candidates + 2 * SLOTS, KEY_SHIFT, THREADS, VEC, tiles_ptr, num_tiles,
+                            THREADS * VEC, 1, SLOTS)
+
+
+@jit
+def _list_tiles(row_ptr, V_shard, threshold, start_col, tiles_ptr, record, seed, position, temperature,
+                KEY_SHIFT: tl.constexpr, FP64: tl.constexpr, THREADS: tl.constexpr, VEC: tl.constexpr,
+                CAP: tl.constexpr, FAST_MATH: tl.constexpr):
+    """A row's list from its logits (where its candidates overflowed): the columns (global) and keys of the finite
+    logits with a key above `threshold` into the record's slots (fewer than CAP), and (the best score of those equal
+    to it, its column, their lowest column, their count). Tiles below the threshold are skipped unread."""
+    num_tiles = tl.cdiv(V_shard, THREADS * VEC)
+    best_score = tl.full([], float("-inf"), tl.float64)
+    best_col = tl.full([], 2**31 - 1, tl.int32)
+    lowest = tl.full([], 2**31 - 1, tl.int32)
+    ties = tl.full([], 0, tl.int32)
+    listed = tl.full([], 0, tl.int32)
+    start = 0
+    while start < V_shard:
+        if _tile_max_key(tiles_ptr, start, num_tiles, THREADS * VEC, 1) >= threshold:
+            x = tl.reshape(_tile_logits(row_ptr, start, V_shard, THREADS, VEC), [VEC * THREADS])
+            cols = tl.reshape(start_col + start + tl.arange(0, VEC)[:, None] + tl.arange(0, THREADS)[None, :] * VEC,
+                              [VEC * THREADS])
+            finite = tl.abs(x) < float("inf")
+            key = _key(x, KEY_SHIFT)
+            above = (finite & (key > threshold)).to(tl.int32)
+            slots = listed + tl.cumsum(above, 0) - above
+            stored = (above > 0) & (slots < CAP - 1)
+            tl.store(record + slots, cols, mask=stored)
+            tl.store(record + CAP + slots, key, mask=stored)
+            listed += tl.sum(above, axis=0)
+            tie = finite & (key == threshold)
+            tied = tl.sum(tie.to(tl.int32), axis=0)
+            if tied > 0:
+                ties += tied
+                lowest = tl.minimum(lowest, tl.min(tl.where(tie, cols, 2**31 - 1), axis=0))
+                tile_best, tile_col = _tie_candidate(cols, x, tie, seed, position, temperature, FP64, FAST_MATH)
+                best_col = tl.where(tile_best > best_score, tile_col,
+                                    tl.where(tile_best == best_score, tl.minimum(best_col, tile_col), best_col))
+                best_score = tl.maximum(best_score, tile_best)
+        start += THREADS * VEC
+    tl.store(record + 2 * CAP, listed)
+    return best_col, lowest, ties
+
+
+@jit
+def shard_top_k_record_kernel(
     logits_ptr,  # as shard_filter_stats_kernel's
     seeds_ptr,  # as top_k_top_p_sample's
     positions_ptr,
     temperature_ptr,  # [B] f32
     top_k_ptr,  # [B] i32|i64
     vocab_start_ptr,  # [1] i32: the global column of this shard's first column
-    row_valid_ptr,  # [B] u8|i32 (read with HAS_ROW_VALID): a padding row's programs read and write nothing
-    stats_ptr,  # this shard's own statistics [B, 3] i64 (shard_filter_stats_kernel's and the bound's)
-    state_in_ptr,  # this shard's last top-k search step's state
-    sums_in_ptr,  # and sums
+    row_valid_ptr,  # [B] u8|i32 (read with HAS_ROW_VALID): a padding row's record stays zero (nothing listed)
+    stats_ptr,  # this shard's own statistics [B, 3] i64 (shard_filter_stats_kernel's)
     tile_max_ptr,  # shard_filter_stats_kernel's tiles' largest keys
+    candidates_ptr,  # shard_top_k_collect_kernel's
     V_shard,
     row_stride,
-    chunk,  # columns a program (a multiple of THREADS * VEC)
-    record_ptr,  # [B, 2 * CAP + LIST_HEADER_WORDS + chunks * TIE_WORDS] i32 output, zero on entry
+    record_ptr,  # [B, 2 * CAP + LIST_HEADER_WORDS] i32 output, zero on entry
     KEY_SHIFT: tl.constexpr,
     FP64: tl.constexpr,
     THREADS: tl.constexpr,
     VEC: tl.constexpr,
     WAYS: tl.constexpr,
+    WIDE_SUMS: tl.constexpr,
     CAP: tl.constexpr,
+    SLOTS: tl.constexpr,
+    SELECT_WAYS: tl.constexpr,  # _largest_reaching's pivots a step over SLOTS candidates
+    REDUCE_TILES: tl.constexpr,
     FAST_MATH: tl.constexpr,
     SEED_WORDS: tl.constexpr = 1,
     HAS_ROW_VALID: tl.constexpr = False,
 ):
-    """Grid (B, chunks): this shard's list record of the row (the module's docstring, "Lists"). Its threshold t is
-    its own k-th largest key (its top-k search, run on the shard alone, narrowed by the last step's sums), or its
-    largest key where the filters do not apply (greedy rows). Slots 0 .. CAP - 2 get the columns (global) and keys
-    of the finite logits with a key above t (fewer than k: at most CAP - 1), through one atomic a tile; the keys
-    equal to t are counted, by chunk: their lowest column and their Gumbel-max column (scored by the very code
-    _list_token scores with: noise at the global columns, noisy_scores), as the chunk's tie words. Tiles whose
-    largest key is below t hold none: skipped unread."""
+    """Grid (B,): this shard's list record of the row (the module's docstring, "Lists"). Its threshold t is its own
+    k-th largest key where the filters apply (else its largest key), read from its candidates (all its keys at or
+    above t); the record: the columns (global) and keys above t (fewer than k), then the header (LIST_HEADER_WORDS:
+    their count, t, the count of keys equal to t, their lowest column and Gumbel-max column, the overflow flag of
+    the shard's scaled logits). A row with more candidates than SLOTS (flat or tied rows) is searched and listed
+    from its logits by this program alone (_chunk_above's counts, _narrow's bracket; _list_tiles)."""
     row = tl.program_id(0)
     if HAS_ROW_VALID:
         if tl.load(row_valid_ptr + row) == 0:
             return
     b64 = row.to(tl.int64)
-    batch = tl.num_programs(0)
-    c = tl.program_id(1)
+    record = record_ptr + b64 * (2 * CAP + _LIST_HEADER_WORDS)
+    key_max, count, _, overflow = _row_stats(stats_ptr, row, tl.num_programs(0), 1, 1)
     temperature = load_temperature(temperature_ptr, row)
-    key_max, count, bound, overflow = _row_stats(stats_ptr, row, batch, 1, 1)
-    threshold, _, _ = _shard_state(b64, batch, 1, temperature, key_max, count, bound, top_k_ptr, top_k_ptr,
-                                   state_in_ptr, sums_in_ptr, _SAMPLE, _PHASE_TOP_K, KEY_SHIFT, WAYS, 1)
-    threshold = tl.where(_filtered_row(temperature, count), threshold, key_max).to(tl.int32)
-    record_words = 2 * CAP + _LIST_HEADER_WORDS + tl.num_programs(1) * _TIE_WORDS
-    record = record_ptr + b64 * record_words
-    if c == 0:
-        tl.store(record + 2 * CAP + 1, threshold)
-        tl.store(record + 2 * CAP + 3, overflow.to(tl.int32))
+    filtered = _filtered_row(temperature, count)
     seed = load_seed(seeds_ptr, row, SEED_WORDS)
     position = tl.load(positions_ptr + row).to(tl.int64)
     start_col = tl.load(vocab_start_ptr)
-    row_ptr = logits_ptr + b64 * row_stride
-    num_tiles = tl.cdiv(V_shard, THREADS * VEC)
-    best_score = tl.full([], float("-inf"), tl.float64)
+    candidates = candidates_ptr + b64 * (2 * SLOTS + 2)
+    found = tl.load(candidates + 2 * SLOTS)
+    threshold = key_max.to(tl.int32)
     best_col = tl.full([], 2**31 - 1, tl.int32)
     lowest = tl.full([], 2**31 - 1, tl.int32)
     ties = tl.full([], 0, tl.int32)
-    start = c * chunk
-    end = tl.minimum(start + chunk, V_shard)
-    while start < end:
-        if _tile_max_key(tile_max_ptr + b64 * num_tiles, start, num_tiles, THREADS * VEC, 1) >= threshold:
-            x = _tile_logits(row_ptr, start, V_shard, THREADS, VEC)
-            finite = tl.abs(x) < float("inf")
-            key = _key(x, KEY_SHIFT)
-            cols = start_col + start + tl.arange(0, VEC)[:, None] + tl.arange(0, THREADS)[None, :] * VEC
-            above = tl.reshape((finite & (key > threshold)).to(tl.int32), [VEC * THREADS])
-            taken = tl.sum(above, axis=0)
-            if taken > 0:
-                base = tl.atomic_add(record + 2 * CAP, taken, sem="relaxed")
-                slots = base + tl.cumsum(above, 0) - above
-                stored = (above > 0) & (slots < CAP - 1)
-                tl.store(record + slots, tl.reshape(cols, [VEC * THREADS]), mask=stored)
-                tl.store(record + CAP + slots, tl.reshape(key, [VEC * THREADS]), mask=stored)
-            tie = tl.reshape(finite & (key == threshold), [VEC * THREADS])
-            tied = tl.sum(tie.to(tl.int32), axis=0)
-            if tied > 0:
-                flat_cols = tl.reshape(cols, [VEC * THREADS])
-                ties += tied
-                lowest = tl.minimum(lowest, tl.min(tl.where(tie, flat_cols, 2**31 - 1), axis=0))
-                xt = tl.where(tie, tl.reshape(x, [VEC * THREADS]), float("-inf"))
-                if FP64:
-                    xt = xt.to(tl.float64)
-                noise = gumbel_noise(uniform_at(seed, position, flat_cols, 0, FP64, FAST_MATH), FP64, FAST_MATH)
-                score, tile_best, _overflow = noisy_scores(xt, noise, temperature, FP64, FAST_MATH, xt, False)
-                tile_col = tl.min(tl.where(tie & (score == tile_best), flat_cols, 2**31 - 1), axis=0)
-                tile_best = tile_best.to(tl.float64)
-                best_col = tl.where(tile_best > best_score, tile_col,
-                                    tl.where(tile_best == best_score, tl.minimum(best_col, tile_col), best_col))
-                best_score = tl.maximum(best_score, tile_best)
-        start += THREADS * VEC
-    tie_words = record + 2 * CAP + _LIST_HEADER_WORDS + c * _TIE_WORDS
-    tl.store(tie_words.to(tl.pointer_type(tl.float64)), best_score)
-    tl.store(tie_words + 2, best_col)
-    tl.store(tie_words + 3, lowest)
-    tl.store(tie_words + 4, ties)
+    if count > 0:
+        if found <= SLOTS:
+            slots = tl.arange(0, SLOTS)
+            listed = slots < found
+            keys = tl.load(candidates + SLOTS + slots, mask=listed, other=-(2**31))
+            cols = start_col + tl.load(candidates + slots, mask=listed, other=0)
+            if filtered:  # the min(k, found)-th largest candidate key
+                need = tl.minimum(tl.load(top_k_ptr + b64).to(tl.int64), found)
+                lowest_key = tl.min(tl.where(listed, keys, 2**31 - 1), axis=0)
+                threshold = _largest_reaching(keys, listed.to(tl.int32), need, lowest_key, key_max,
+                                              SELECT_WAYS).to(tl.int32)
+            above = (listed & (keys > threshold)).to(tl.int32)
+            at = tl.cumsum(above, 0) - above
+            tl.store(record + at, cols, mask=(above > 0) & (at < CAP - 1))
+            tl.store(record + CAP + at, keys, mask=(above > 0) & (at < CAP - 1))
+            tl.store(record + 2 * CAP, tl.sum(above, axis=0))
+            tie = listed & (keys == threshold)
+            ties = tl.sum(tie.to(tl.int32), axis=0)
+            lowest = tl.min(tl.where(tie, cols, 2**31 - 1), axis=0)
+            _best, best_col = _tie_candidate(cols, _key_value(keys, KEY_SHIFT), tie, seed, position, temperature, FP64,
+                                             FAST_MATH)
+        else:  # more candidates than slots: this row's own search, then its list from its logits
+            row_ptr = logits_ptr + b64 * row_stride
+            num_tiles = tl.cdiv(V_shard, THREADS * VEC)
+            tiles_ptr = tile_max_ptr + b64 * num_tiles
+            if filtered:
+                lo = _list_floor(top_k_ptr, b64, tiles_ptr, num_tiles, key_max, filtered, KEY_SHIFT, REDUCE_TILES)
+                hi = key_max.to(tl.int64) + 1
+                while hi - lo > 1:
+                    counts = _chunk_above(row_ptr, 0, V_shard, V_shard, lo, hi, temperature, key_max, _PHASE_TOP_K,
+                                          KEY_SHIFT, FP64, THREADS, VEC, WAYS, WIDE_SUMS, tiles_ptr, num_tiles,
+                                          THREADS * VEC, 1, FAST_MATH=FAST_MATH)
+                    lo, hi, _normalizer = _narrow(_PHASE_TOP_K, lo, hi, counts, lo * 0, False, b64, top_k_ptr,
+                                                  top_k_ptr, WAYS, KEY_SHIFT)
+                threshold = lo.to(tl.int32)
+            best_col, lowest, ties = _list_tiles(row_ptr, V_shard, threshold, start_col, tiles_ptr, record, seed,
+                                                 position, temperature, KEY_SHIFT, FP64, THREADS, VEC, CAP, FAST_MATH)
+    header = record + 2 * CAP
+    tl.store(header + 1, threshold)
+    tl.store(header + 2, ties)
+    tl.store(header + 3, lowest)
+    tl.store(header + 4, best_col)
+    tl.store(header + 5, overflow.to(tl.int32))
 
 
 @jit
 def shard_list_merge_kernel(
-    gathered_record_ptr,  # [shards, B, record words] i32: every shard's shard_top_k_list_kernel record
+    gathered_record_ptr,  # [shards, B, 2 * CAP + LIST_HEADER_WORDS] i32: every shard's shard_top_k_record_kernel's
     seeds_ptr,
     positions_ptr,
     temperature_ptr,  # [B] f32
@@ -467,14 +577,12 @@ def shard_list_merge_kernel(
     min_p_ptr,  # [B] f32 (read with HAS_MIN_P)
     row_valid_ptr,  # [B] u8|i32 (read with HAS_ROW_VALID): a padding row's token is -1
     shards,
-    num_chunks,  # the list launch's chunks a row
     tokens_ptr,  # [B] i32 output
     KEY_SHIFT: tl.constexpr,
     FP64: tl.constexpr,
     FAST_MATH: tl.constexpr,
     CAP: tl.constexpr,
     SHARDS_BLOCK: tl.constexpr,
-    CHUNKS_BLOCK: tl.constexpr,
     HAS_TOP_P: tl.constexpr,
     HAS_MIN_P: tl.constexpr,
     WAYS: tl.constexpr,  # _largest_reaching's pivots a step
@@ -495,26 +603,16 @@ def shard_list_merge_kernel(
         valid = tl.load(row_valid_ptr + row) != 0
     if valid:
         batch = tl.num_programs(0).to(tl.int64)
-        record_words = 2 * CAP + _LIST_HEADER_WORDS + num_chunks * _TIE_WORDS
         s = tl.arange(0, SHARDS_BLOCK)
         present = s < shards
-        records = gathered_record_ptr + (s.to(tl.int64) * batch + b64) * record_words  # [SHARDS_BLOCK]
-        listed = tl.load(records + 2 * CAP, mask=present, other=0)
-        tie_key = tl.load(records + 2 * CAP + 1, mask=present, other=0)
-        overflow = tl.max(tl.load(records + 2 * CAP + 3, mask=present, other=0), axis=0) > 0
-        # each shard's ties, from its chunks' tie words
-        c = tl.arange(0, CHUNKS_BLOCK)
-        in_chunks = present[:, None] & (c < num_chunks)[None, :]
-        tie_words = records[:, None] + 2 * CAP + _LIST_HEADER_WORDS + c[None, :] * _TIE_WORDS
-        chunk_ties = tl.load(tie_words + 4, mask=in_chunks, other=0)
-        chunk_score = tl.load(tie_words.to(tl.pointer_type(tl.float64)), mask=in_chunks & (chunk_ties > 0),
-                              other=float("-inf"))
-        ties = tl.sum(chunk_ties, axis=1)
-        tie_score = tl.max(chunk_score, axis=1)
-        tie_col = tl.min(tl.where((chunk_ties > 0) & (chunk_score == tie_score[:, None]),
-                                  tl.load(tie_words + 2, mask=in_chunks, other=0), 2**31 - 1), axis=1)
-        tie_lowest = tl.min(tl.where(chunk_ties > 0, tl.load(tie_words + 3, mask=in_chunks, other=0), 2**31 - 1),
-                            axis=1)
+        records = gathered_record_ptr + (s.to(tl.int64) * batch + b64) * (2 * CAP + _LIST_HEADER_WORDS)
+        header = records + 2 * CAP
+        listed = tl.load(header, mask=present, other=0)
+        tie_key = tl.load(header + 1, mask=present, other=0)
+        ties = tl.load(header + 2, mask=present, other=0)
+        tie_lowest = tl.load(header + 3, mask=present, other=0)
+        tie_col = tl.load(header + 4, mask=present, other=0)
+        overflow = tl.max(tl.load(header + 5, mask=present, other=0), axis=0) > 0
         # the slots: a shard's listed keys (weight 1), then, in its last slot, its tied keys (weight: their count)
         slot = tl.arange(0, CAP)
         is_tie = (slot == CAP - 1)[None, :]
@@ -562,13 +660,15 @@ def shard_list_merge_kernel(
 @functools.lru_cache(maxsize=512)
 def plan_top_k_top_p_shard(logits: ArgSpec, seeds: ArgSpec, target: Target, *, has_top_k: bool, has_top_p: bool,
                            has_min_p: bool, fp64: bool, shards: int, start_align: int,
-                           row_valid: bool = False, list_capacity: int = 0) -> ShardedPlan:
+                           row_valid: bool = False, list_capacity: int = 0,
+                           candidate_slots: int = CANDIDATE_SLOTS) -> ShardedPlan:
     """A shard's rounds of vocab-parallel `top_k_top_p_sample` (the module's docstring): inputs `logits`
     [B, V_shard] (this device's columns), `seeds`, `positions`, `temperature` [B] f32, `top_k` / `top_p` /
     `min_p` where given (as top_k_top_p_sample's), `vocab_start` [1] i32 (the shard's first global column, a
     multiple of `start_align`) and, with `row_valid`, `row_valid` [B] (0: a padding row, token -1, its logits
     unread); the last round's output `tokens` [B] i32. `list_capacity` (shard_list_capacity of a call's top_k, with
-    has_top_k; every row's k at most it) takes the lists' two rounds instead of the searches'."""
+    has_top_k; every row's k at most it) takes the lists' two rounds instead of the searches', a shard's candidates
+    of a row in `candidate_slots` slots (a power of two; tests take a few, to run the rows that overflow them)."""
     if start_align < START_MULTIPLE or start_align & (start_align - 1):
         raise ValueError(f"start_align must be a power of two >= {START_MULTIPLE}, got {start_align}")
     if list_capacity and (not has_top_k or list_capacity & (list_capacity - 1) or list_capacity < 16):
@@ -596,7 +696,7 @@ def plan_top_k_top_p_shard(logits: ArgSpec, seeds: ArgSpec, target: Target, *, h
     if list_capacity:
         return _list_rounds(config, stats, batch, vocab, row_stride, tiles, top_p, min_p, valid, has_top_p=has_top_p,
                             has_min_p=has_min_p, fp64=fp64, shards=shards, capacity=list_capacity,
-                            seed_words=seed_word_count(seeds.shape), row_valid=row_valid)
+                            seed_words=seed_word_count(seeds.shape), row_valid=row_valid, slots=candidate_slots)
     rounds = [Plan((Buffer("stats", (batch, 6), "int32", zeroed=True), Buffer("tile_max", (batch, tiles), "int32")),
                    stats, ("stats", "tile_max"), "shard stats")]
     phases = [PHASE_TOP_K] * has_top_k + [PHASE_TOP_P] * has_top_p
@@ -645,43 +745,32 @@ def plan_top_k_top_p_shard(logits: ArgSpec, seeds: ArgSpec, target: Target, *, h
 
 
 def _list_rounds(config, stats, batch, vocab, row_stride, tiles, top_p, min_p, valid, *, has_top_p, has_min_p, fp64,
-                 shards, capacity, seed_words, row_valid) -> ShardedPlan:
-    """The lists' two rounds (the module's docstring, "Lists"): this shard's statistics, its own top-k search
-    (search_steps launches, each reading its own sums: no collective) and its list record, all-gathered; then every
-    device's token from the records."""
-    steps = []
-    state, sums = "stats", "stats"  # (the first step reads neither)
-    for step in range(config.search_steps):
-        steps.append(launch(
-            shard_filter_search_kernel, (batch, config.num_chunks),
-            ("logits", "temperature", "top_k", top_p, "stats", state, sums, "tile_max", 1, vocab, row_stride,
-             config.chunk),
-            (f"state_{step}", f"sums_{step}"), PHASE=PHASE_TOP_K, PREV_PHASE=PHASE_STATS if step == 0 else PHASE_TOP_K,
-            KEY_SHIFT=config.key_shift, FP64=fp64, THREADS=config.threads, VEC=config.vec, WAYS=config.ways,
-            WIDE_SUMS=config.wide_sums, SHARDS_BLOCK=1, FAST_MATH=config.gumbel.fast_math,
-            num_warps=config.num_warps))
-        state, sums = f"state_{step}", f"sums_{step}"
-    record_words = 2 * capacity + LIST_HEADER_WORDS + config.num_chunks * TIE_WORDS
-    steps.append(launch(
-        shard_top_k_list_kernel, (batch, config.num_chunks),
-        ("logits", "seeds", "positions", "temperature", "top_k", "vocab_start", valid, "stats", state, sums,
-         "tile_max", vocab, row_stride, config.chunk),
-        ("record",), KEY_SHIFT=config.key_shift, FP64=fp64, THREADS=config.threads, VEC=config.vec, WAYS=config.ways,
-        CAP=capacity, FAST_MATH=config.gumbel.fast_math, SEED_WORDS=seed_words, HAS_ROW_VALID=row_valid,
-        num_warps=config.num_warps))
-    buffers = [Buffer("record", (batch, record_words), "int32", zeroed=True),
-               Buffer("stats", (batch, 6), "int32", zeroed=True), Buffer("tile_max", (batch, tiles), "int32")]
-    for step in range(config.search_steps):
-        buffers += [Buffer(f"state_{step}", (batch, 2 * STATE_WORDS), "int32"),
-                    Buffer(f"sums_{step}", (batch, 2 * config.ways), "int32", zeroed=True)]
-    lists = Plan(tuple(buffers), stats + tuple(steps), ("record",), "shard top-k lists")
+                 shards, capacity, seed_words, row_valid, slots) -> ShardedPlan:
+    """The lists' two rounds (the module's docstring, "Lists"): this shard's statistics, candidates and list record,
+    all-gathered; then every device's token from the records."""
+    reduce_tiles = triton.next_power_of_2(tiles)
+    steps = stats[:1] + (  # (shard_filter_stats_kernel; the candidates' floor replaces the bound's launch)
+        launch(shard_top_k_collect_kernel, (batch, config.num_chunks),
+               ("logits", "temperature", "top_k", valid, "stats", "tile_max", vocab, row_stride, config.chunk),
+               ("candidates",), KEY_SHIFT=config.key_shift, THREADS=config.threads, VEC=config.vec, SLOTS=slots,
+               REDUCE_TILES=reduce_tiles, HAS_ROW_VALID=row_valid, num_warps=config.num_warps),
+        launch(shard_top_k_record_kernel, (batch,),
+               ("logits", "seeds", "positions", "temperature", "top_k", "vocab_start", valid, "stats", "tile_max",
+                "candidates", vocab, row_stride),
+               ("record",), KEY_SHIFT=config.key_shift, FP64=fp64, THREADS=config.threads, VEC=config.vec,
+               WAYS=config.ways, WIDE_SUMS=config.wide_sums, CAP=capacity, SLOTS=slots,
+               SELECT_WAYS=max(2048 // slots, 2), REDUCE_TILES=reduce_tiles, FAST_MATH=config.gumbel.fast_math,
+               SEED_WORDS=seed_words, HAS_ROW_VALID=row_valid, num_warps=config.num_warps))
+    buffers = (Buffer("record", (batch, 2 * capacity + LIST_HEADER_WORDS), "int32", zeroed=True),
+               Buffer("stats", (batch, 6), "int32", zeroed=True), Buffer("tile_max", (batch, tiles), "int32"),
+               Buffer("candidates", (batch, 2 * slots + 2), "int32", zeroed=True))
+    lists = Plan(buffers, steps, ("record",), "shard top-k lists")
     shards_block = triton.next_power_of_2(shards)
     merge = Plan((Buffer("tokens", (batch,), "int32"),), (launch(
         shard_list_merge_kernel, (batch,),
-        ("gathered_record", "seeds", "positions", "temperature", "top_k", top_p, min_p, valid, shards,
-         config.num_chunks),
+        ("gathered_record", "seeds", "positions", "temperature", "top_k", top_p, min_p, valid, shards),
         ("tokens",), KEY_SHIFT=config.key_shift, FP64=fp64, FAST_MATH=config.gumbel.fast_math, CAP=capacity,
-        SHARDS_BLOCK=shards_block, CHUNKS_BLOCK=triton.next_power_of_2(config.num_chunks), HAS_TOP_P=has_top_p,
-        HAS_MIN_P=has_min_p, WAYS=max(2048 // (shards_block * capacity), 2), SEED_WORDS=seed_words,
-        HAS_ROW_VALID=row_valid, num_warps=4),), ("tokens",), "shard lists merged")
+        SHARDS_BLOCK=shards_block, HAS_TOP_P=has_top_p, HAS_MIN_P=has_min_p,
+        WAYS=max(2048 // (shards_block * capacity), 2), SEED_WORDS=seed_words, HAS_ROW_VALID=row_valid,
+        num_warps=4),), ("tokens",), "shard lists merged")
     return ShardedPlan((lists, merge), "vocab shard, filtered, lists")
