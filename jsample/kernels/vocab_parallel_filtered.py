@@ -87,6 +87,7 @@ SHARD_LIST_MAX_TOP_K = 256  # a top_k given as a Python int up to this is decide
 LIST_HEADER_WORDS = 8
 _LIST_HEADER_WORDS = tl.constexpr(LIST_HEADER_WORDS)
 CANDIDATE_SLOTS = 1024  # a shard's candidates of a row (keys at or above its tiles' bound) read from registers
+SHORT_CANDIDATES = 256  # rows with at most these many (most rows) are decided on a block of this size
 
 
 def shard_list_capacity(top_k) -> int:
@@ -469,6 +470,32 @@ def _list_tiles(row_ptr, V_shard, threshold, start_col, tiles_ptr, record, seed,
 
 
 @jit
+def _record_from_candidates(candidates, found, SLOTS: tl.constexpr, start_col, key_max, threshold, filtered, top_k_ptr,
+                            b64, record, seed, position, temperature, KEY_SHIFT: tl.constexpr, FP64: tl.constexpr,
+                            CAP: tl.constexpr, BLOCK: tl.constexpr, WAYS: tl.constexpr, FAST_MATH: tl.constexpr):
+    """shard_top_k_record_kernel's record from the row's `found` (<= BLOCK) candidates: its threshold (the
+    min(k, found)-th largest candidate key where `filtered`, else `threshold`), the keys above it into the record's
+    slots and their count; returns (the tied keys' Gumbel-max column, lowest column, count, the threshold)."""
+    slots = tl.arange(0, BLOCK)
+    listed = slots < found
+    keys = tl.load(candidates + SLOTS + slots, mask=listed, other=-(2**31))
+    cols = start_col + tl.load(candidates + slots, mask=listed, other=0)
+    if filtered:
+        need = tl.minimum(tl.load(top_k_ptr + b64).to(tl.int64), found)
+        lowest_key = tl.min(tl.where(listed, keys, 2**31 - 1), axis=0)
+        threshold = _largest_reaching(keys, listed.to(tl.int32), need, lowest_key, key_max, WAYS).to(tl.int32)
+    above = (listed & (keys > threshold)).to(tl.int32)
+    at = tl.cumsum(above, 0) - above
+    tl.store(record + at, cols, mask=(above > 0) & (at < CAP - 1))
+    tl.store(record + CAP + at, keys, mask=(above > 0) & (at < CAP - 1))
+    tl.store(record + 2 * CAP, tl.sum(above, axis=0))
+    tie = listed & (keys == threshold)
+    _best, best_col = _tie_candidate(cols, _key_value(keys, KEY_SHIFT), tie, seed, position, temperature, FP64,
+                                     FAST_MATH)
+    return best_col, tl.min(tl.where(tie, cols, 2**31 - 1), axis=0), tl.sum(tie.to(tl.int32), axis=0), threshold
+
+
+@jit
 def shard_top_k_record_kernel(
     logits_ptr,  # as shard_filter_stats_kernel's
     seeds_ptr,  # as top_k_top_p_sample's
@@ -492,6 +519,7 @@ def shard_top_k_record_kernel(
     CAP: tl.constexpr,
     SLOTS: tl.constexpr,
     SELECT_WAYS: tl.constexpr,  # _largest_reaching's pivots a step over SLOTS candidates
+    SHORT_SLOTS: tl.constexpr,  # a power of two <= SLOTS: rows with at most these many candidates take a short block
     REDUCE_TILES: tl.constexpr,
     FAST_MATH: tl.constexpr,
     SEED_WORDS: tl.constexpr = 1,
@@ -522,26 +550,14 @@ def shard_top_k_record_kernel(
     lowest = tl.full([], 2**31 - 1, tl.int32)
     ties = tl.full([], 0, tl.int32)
     if count > 0:
-        if found <= SLOTS:
-            slots = tl.arange(0, SLOTS)
-            listed = slots < found
-            keys = tl.load(candidates + SLOTS + slots, mask=listed, other=-(2**31))
-            cols = start_col + tl.load(candidates + slots, mask=listed, other=0)
-            if filtered:  # the min(k, found)-th largest candidate key
-                need = tl.minimum(tl.load(top_k_ptr + b64).to(tl.int64), found)
-                lowest_key = tl.min(tl.where(listed, keys, 2**31 - 1), axis=0)
-                threshold = _largest_reaching(keys, listed.to(tl.int32), need, lowest_key, key_max,
-                                              SELECT_WAYS).to(tl.int32)
-            above = (listed & (keys > threshold)).to(tl.int32)
-            at = tl.cumsum(above, 0) - above
-            tl.store(record + at, cols, mask=(above > 0) & (at < CAP - 1))
-            tl.store(record + CAP + at, keys, mask=(above > 0) & (at < CAP - 1))
-            tl.store(record + 2 * CAP, tl.sum(above, axis=0))
-            tie = listed & (keys == threshold)
-            ties = tl.sum(tie.to(tl.int32), axis=0)
-            lowest = tl.min(tl.where(tie, cols, 2**31 - 1), axis=0)
-            _best, best_col = _tie_candidate(cols, _key_value(keys, KEY_SHIFT), tie, seed, position, temperature, FP64,
-                                             FAST_MATH)
+        if found <= SHORT_SLOTS:  # (most rows: a short block, a search of more pivots a step)
+            best_col, lowest, ties, threshold = _record_from_candidates(
+                candidates, found, SLOTS, start_col, key_max, threshold, filtered, top_k_ptr, b64, record, seed,
+                position, temperature, KEY_SHIFT, FP64, CAP, SHORT_SLOTS, 2048 // SHORT_SLOTS, FAST_MATH)
+        elif found <= SLOTS:
+            best_col, lowest, ties, threshold = _record_from_candidates(
+                candidates, found, SLOTS, start_col, key_max, threshold, filtered, top_k_ptr, b64, record, seed,
+                position, temperature, KEY_SHIFT, FP64, CAP, SLOTS, SELECT_WAYS, FAST_MATH)
         else:  # more candidates than slots: this row's own search, then its list from its logits
             row_ptr = logits_ptr + b64 * row_stride
             num_tiles = tl.cdiv(V_shard, THREADS * VEC)
@@ -759,7 +775,8 @@ def _list_rounds(config, stats, batch, vocab, row_stride, tiles, top_p, min_p, v
                 "candidates", vocab, row_stride),
                ("record",), KEY_SHIFT=config.key_shift, FP64=fp64, THREADS=config.threads, VEC=config.vec,
                WAYS=config.ways, WIDE_SUMS=config.wide_sums, CAP=capacity, SLOTS=slots,
-               SELECT_WAYS=max(2048 // slots, 2), REDUCE_TILES=reduce_tiles, FAST_MATH=config.gumbel.fast_math,
+               SELECT_WAYS=max(2048 // slots, 2), SHORT_SLOTS=min(SHORT_CANDIDATES, slots),
+               REDUCE_TILES=reduce_tiles, FAST_MATH=config.gumbel.fast_math,
                SEED_WORDS=seed_words, HAS_ROW_VALID=row_valid, num_warps=config.num_warps))
     buffers = (Buffer("record", (batch, 2 * capacity + LIST_HEADER_WORDS), "int32", zeroed=True),
                Buffer("stats", (batch, 6), "int32", zeroed=True), Buffer("tile_max", (batch, tiles), "int32"),
