@@ -162,18 +162,22 @@ DOCSTRINGS["top_k_top_p_sample"] = """Seeded top-k / top-p / min-p sampling: gum
 {{
         vocab_group: None, or a torch.distributed process group over which the vocabulary is split, as
             `gumbel_sample`'s: every rank returns the unsharded call's tokens, bit for bit (the same kept
-            set). The thresholds' searches run over the shards: one all-gather of the shards' row
-            statistics (6 int32 words a row: its largest key, a bound of top-k's threshold, whether it overflows), then one of their integer counts or masses at 16 pivots
-            (32 words a row) per search round: 4 rounds a search for bfloat16 logits, 5 for float16, 8 for
-            float32 (min-p alone: none), then one of the 6-word summaries. Not with return_logprobs (yet).
+            set). With top_k a Python int from 1 to 256: one all-gather, of each shard's list of its keys
+            above its own k-th largest (2 * next_pow2(max(top_k, 16)) + 8 int32 words a row). Otherwise the
+            thresholds' searches run over the shards: one all-gather of the shards' row statistics (6 int32
+            words a row), then one of their integer counts or masses at 16 pivots (32 words a row) per
+            search round: 4 rounds a search for bfloat16 logits, 5 for float16, 8 for float32 (min-p alone:
+            none), then one of the 6-word summaries. Not with return_logprobs (yet).
 ||
         vocab_axis: None, or the name of a mesh axis over which the vocabulary is split (inside
             shard_map), as `gumbel_sample`'s: the unsharded call's tokens, bit for bit (the same kept
-            set). The thresholds' searches run over the shards: one all-gather of the shards' row
-            statistics (6 int32 words a row: its largest key, a bound of top-k's threshold, whether it overflows), then one of their integer counts or masses at 16 pivots
-            (32 words a row) per search round: 4 rounds a search for bfloat16 logits, 5 for float16, 8 for
-            float32 (min-p alone: none), then one of the 6-word summaries. Not with return_logprobs
-            (yet). Under plain jax.jit, logits sharded along the vocabulary take it as gumbel_sample's do.
+            set). With top_k a Python int from 1 to 256: one all-gather, of each shard's list of its keys
+            above its own k-th largest (2 * next_pow2(max(top_k, 16)) + 8 int32 words a row). Otherwise the
+            thresholds' searches run over the shards: one all-gather of the shards' row statistics (6 int32
+            words a row), then one of their integer counts or masses at 16 pivots (32 words a row) per
+            search round: 4 rounds a search for bfloat16 logits, 5 for float16, 8 for float32 (min-p alone:
+            none), then one of the 6-word summaries. Not with return_logprobs (yet). Under plain jax.jit,
+            logits sharded along the vocabulary take it as gumbel_sample's do.
 }}
 
     Returns:
