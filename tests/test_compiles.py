@@ -370,3 +370,60 @@ def test_torch_vocab_parallel_first_call_compiles_every_round_ahead(monkeypatch)
     monkeypatch.setattr(_execute._fast_path, "stream_capturing", lambda: True)
     _execute.compile_rounds_ahead(sharded.rounds, shards, cuda, inputs)
     assert len(calls) == 1
+
+
+def test_jax_lower_ahead_lowers_each_distinct_launch_once_side_by_side(monkeypatch):
+    """JAX's first trace of a plan on a GPU (_execute._lower_ahead; here with a stand-in launch and GPU check):
+    each distinct launch lowered alone first, on worker threads, with the launch's own arguments (shapes, dtypes,
+    integers), outputs and options, then the plan's launches on the tracing thread; a second trace lowers none
+    ahead, and neither do COMPILE_THREADS < 2 nor the CPU."""
+    import threading
+    from collections import Counter
+
+    import jax
+    import jax.numpy as jnp
+
+    from jsample import kernels
+    from jsample._jax import _execute, _launch
+    from jsample.kernels.plan import ArgSpec
+
+    calls = []
+
+    def stand_in(kernel, *args, grid, out_shapes, **options):
+        calls.append((threading.get_ident(), kernel, tuple(grid), tuple(
+            a if isinstance(a, int) else (tuple(a.shape), jnp.dtype(a.dtype).name) for a in args),
+            tuple((tuple(s.shape), jnp.dtype(s.dtype).name) for s in out_shapes), tuple(sorted(options.items()))))
+        return [jnp.zeros(s.shape, s.dtype) for s in out_shapes]
+
+    monkeypatch.setattr(_execute, "launch", stand_in)
+    monkeypatch.setattr(_execute, "_LOWERED_AHEAD", set())
+    batch, vocab = 64, 151936
+    plan = kernels.plan_top_k_top_p_sample(ArgSpec.contiguous((batch, vocab), "bfloat16"),
+                                           ArgSpec.contiguous((batch,), "int32"), _execute.compiled_target(132),
+                                           has_top_k=True, has_top_p=True, has_min_p=False, fp64=False)
+    assert len({step.kernel for step in plan.launches}) >= 5
+    inputs = dict(logits=jax.ShapeDtypeStruct((batch, vocab), jnp.bfloat16),
+                  **{name: jax.ShapeDtypeStruct((batch,), dtype) for name, dtype in (
+                      ("seeds", jnp.int32), ("positions", jnp.int32), ("temperature", jnp.float32),
+                      ("top_k", jnp.int32), ("top_p", jnp.float32))})
+    main = threading.get_ident()
+
+    def trace():
+        calls.clear()
+        jax.jit(lambda arrays: _execute.run(plan, arrays)).lower(inputs)
+        return [c for c in calls if c[0] != main], [c for c in calls if c[0] == main]
+
+    monkeypatch.setattr(_launch, "on_gpu", lambda: False)  # the CPU: none ahead
+    ahead, own = trace()
+    assert not ahead and len(own) == len(plan.launches)
+    monkeypatch.setattr(_launch, "on_gpu", lambda: True)
+    monkeypatch.setattr(_execute, "COMPILE_THREADS", 1)
+    ahead, own = trace()
+    assert not ahead and len(own) == len(plan.launches)
+    monkeypatch.setattr(_execute, "COMPILE_THREADS", 4)
+    ahead, own = trace()
+    assert len(own) == len(plan.launches)
+    assert Counter(c[1:] for c in ahead) == Counter(set(c[1:] for c in own))  # each distinct launch once, the same
+    assert len({c[0] for c in ahead}) >= 2  # side by side
+    ahead, own = trace()
+    assert not ahead and len(own) == len(plan.launches)  # lowered ahead once a process

@@ -7,11 +7,15 @@ constant zero array (a stand-in for an empty input, never read).
 """
 
 import dataclasses
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import jax
 import jax.numpy as jnp
 
 from jsample import kernels
+from jsample._jax import _launch
 from jsample._jax._launch import launch
 from jsample.kernels.plan import ArgSpec, Plan, ShardedPlan, Target, resident_programs, run_rounds
 from jsample.validation import check_vocab_parallel
@@ -52,16 +56,88 @@ def run(plan: Plan, inputs: dict) -> tuple:
     for buffer in plan.buffers:
         if buffer.name not in written:
             env[buffer.name] = jnp.zeros(buffer.shape, jnp.dtype(buffer.dtype))
+    _lower_ahead(plan, env, shapes)
     for step in plan.launches:
-        results = launch(
-            step.kernel, *[env[a] if isinstance(a, str) else a for a in step.args], grid=step.grid,
-            out_shapes=[shapes[name] for name in step.outputs],
-            zeroed_outputs=tuple(i for i, name in enumerate(step.outputs)
-                                 if plan.buffer(name).zeroed or plan.buffer(name).counters),
-            num_warps=step.num_warps, num_stages=step.num_stages, enable_fp_fusion=step.enable_fp_fusion,
-            **dict(step.constexprs))
+        results = launch(step.kernel, *_step_args(step, env), grid=step.grid, **_step_options(plan, step, shapes))
         env.update(zip(step.outputs, results))
     return tuple(env[name] for name in plan.outputs)
+
+
+def _step_args(step, env) -> list:
+    """A launch's arguments: its inputs' and buffers' arrays (by name, from `env`) and its integers."""
+    return [env[a] if isinstance(a, str) else a for a in step.args]
+
+
+def _step_options(plan: Plan, step, shapes: dict) -> dict:
+    """_launch.launch's keywords for a launch of `plan`: its outputs (zeroed ones named), warps, options,
+    constexprs."""
+    return dict(out_shapes=[shapes[name] for name in step.outputs],
+                zeroed_outputs=tuple(i for i, name in enumerate(step.outputs)
+                                     if plan.buffer(name).zeroed or plan.buffer(name).counters),
+                num_warps=step.num_warps, num_stages=step.num_stages, enable_fp_fusion=step.enable_fp_fusion,
+                **dict(step.constexprs))
+
+
+def _compile_threads() -> int:
+    value = os.environ.get("JSAMPLE_COMPILE_THREADS", "")
+    if not value:
+        return min(16, os.cpu_count() or 1)
+    if not value.isdigit():
+        raise ValueError(f"JSAMPLE_COMPILE_THREADS must be a number of threads (0 or more), got {value!r}")
+    return int(value)
+
+
+# threads lowering a plan's launches ahead of its first trace (JSAMPLE_COMPILE_THREADS, as torch's compile-ahead;
+# 0 or 1: none, each kernel compiled as the plan's lowering reaches it)
+COMPILE_THREADS = _compile_threads()
+_LOWERED_AHEAD = set()  # (kernel, constexprs, options, argument facts) lowered by _lower_ahead
+_LOCK = threading.Lock()
+
+
+def _lower_ahead(plan: Plan, env: dict, shapes: dict) -> None:
+    """On a GPU, before a plan's launches are traced: each distinct launch not yet lowered in this process is
+    lowered alone (jax.jit(...).lower of that one launch, public API), side by side in threads. jax-triton
+    compiles a kernel where it lowers a call to it, one call after another, and keeps the kernels it compiled
+    for the process, so the plan's own lowering then finds them compiled (issue 39: a filtered plan's dozen
+    kernels). The compilers' Python holds the GIL; the threads overlap their native passes. Nothing here
+    decides anything: a launch that fails to lower here is left to the plan's, which raises."""
+    if COMPILE_THREADS < 2 or len(plan.launches) < 2 or not _launch.on_gpu():
+        return
+    pending = {}
+    known = dict(shapes, **env)  # (what earlier launches write: its shape and dtype)
+    for step in plan.launches:
+        args = _step_args(step, known)
+        facts = tuple((jnp.dtype(a.dtype).name, tuple(a.shape)) if hasattr(a, "dtype") else (type(a), a)
+                      for a in args)
+        key = (step.kernel, step.constexprs, step.num_warps, step.num_stages, step.enable_fp_fusion, facts,
+               tuple(jnp.dtype(shapes[name].dtype).name for name in step.outputs))
+        if key not in _LOWERED_AHEAD:
+            pending.setdefault(key, (step, args))
+    if len(pending) < 2:
+        return
+
+    def lower(item):
+        key, (step, args) = item
+        arrays = [i for i, a in enumerate(args) if not isinstance(a, int)]
+
+        def one_launch(*values):
+            full = list(args)
+            for i, value in zip(arrays, values):
+                full[i] = value
+            return launch(step.kernel, *full, grid=step.grid, **_step_options(plan, step, shapes))
+
+        try:
+            jax.jit(one_launch).lower(*[jax.ShapeDtypeStruct(args[i].shape, args[i].dtype) for i in arrays])
+        except Exception:  # noqa: BLE001 (the plan's own lowering of it raises)
+            return None
+        return key
+
+    with ThreadPoolExecutor(min(COMPILE_THREADS, len(pending))) as pool:
+        lowered = [key for key in pool.map(lower, pending.items()) if key is not None]
+    with _LOCK:
+        if len(_LOWERED_AHEAD) > 4096:
+            _LOWERED_AHEAD.clear()
+        _LOWERED_AHEAD.update(lowered)
 
 
 def run_sharded(sharded: ShardedPlan, inputs: dict, axis) -> tuple:
