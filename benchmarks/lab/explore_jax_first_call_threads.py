@@ -50,6 +50,7 @@ def main(case):
     compiled_at = time.perf_counter()
     tokens = np.asarray(compiled(*args))
     done = time.perf_counter()
+    tokens = tokens.reshape(-1)
     print(f"{case} threads {os.environ.get('JSAMPLE_COMPILE_THREADS', 'default')}: lower {lowered_at - start:.2f} s, "
           f"compile {compiled_at - lowered_at:.2f} s, first result {done - compiled_at:.2f} s, total "
           f"{done - start:.2f} s; tokens checksum {int(np.sum(tokens.astype(np.int64) * np.arange(1, tokens.size + 1)))}",
