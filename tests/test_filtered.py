@@ -10,7 +10,11 @@ import pytest
 from conftest import ON_GPU, SCORE_MARGIN, SIZE, both_frontends, make_requests, set_filtered
 from distribution_checks import P_VALUE, chi_square_pvalue, softmax
 
+import triton.language as tl
+
 from jsample import kernels
+from jsample.kernels.filtered.search import _largest_reaching
+from jsample.kernels.host import jit
 from jsample.reference import gumbel_scores_reference, top_k_top_p_sample_reference
 from jsample.reference.filtered import kept_tokens
 
@@ -790,3 +794,52 @@ def test_filtered_top_k_lists_give_the_searches_thresholds(dtype, plan_variant, 
     for tokens in results[1:]:
         np.testing.assert_array_equal(tokens, results[0])
     assert_tokens_match_reference(results[0], logits, seeds, positions, temperature, top_k, top_p, min_p)
+
+
+@jit
+def _largest_reaching_probe(keys_ptr, weights_ptr, need_ptr, bounds_ptr, out_ptr, N: tl.constexpr,
+                            WAYS: tl.constexpr):
+    """_largest_reaching of row i's N keys and weights, need and (lo, hi), into out[i]."""
+    i = tl.program_id(0)
+    offsets = i * N + tl.arange(0, N)
+    found = _largest_reaching(tl.load(keys_ptr + offsets), tl.load(weights_ptr + offsets), tl.load(need_ptr + i),
+                              tl.load(bounds_ptr + 2 * i), tl.load(bounds_ptr + 2 * i + 1), WAYS)
+    tl.store(out_ptr + i, found)
+
+
+@pytest.mark.skipif(not kernels.INTERPRETER, reason="runs its probe kernel on the host (the interpreter)")
+@pytest.mark.parametrize("n", [16, 128, 256])
+def test_largest_reaching_equals_the_brute_force(n):
+    """filtered.search._largest_reaching, direct (n <= DIRECT_REACH_KEYS) and by pivots (n above): the largest t
+    in [lo, hi] whose keys at or above it weigh at least `need` (lo where none does), against a brute force over
+    the keys and hi: ties, zero weights, masked keys, integer and float needs (<= 0, above the total), lo above
+    the answer, hi above every key."""
+    from jsample.kernels.host import launch_on_host
+
+    rng = np.random.default_rng(n)
+    rows = 64
+    keys = rng.integers(-50, 50, (rows, n)).astype(np.int32)
+    keys[::3] = rng.integers(-(2**31) + 1, 2**31 - 1, (len(keys[::3]), n))  # 32-bit keys
+    keys[1, :] = 7  # all tied
+    weights = rng.integers(0, 4, (rows, n)).astype(np.int64)
+    weights[2, n // 2:] = 0
+    keys[2, n // 2:] = -(2**31)  # masked, as the lists pad
+    needs = rng.uniform(-2, 1.1, rows) * weights.sum(1)
+    needs[::4] = np.floor(needs[::4])
+    needs[5], needs[6] = 0.0, weights[6].sum() + 1.0
+    bounds = np.empty((rows, 2), np.int64)
+    for i in range(rows):
+        low, high = int(keys[i].min()), int(keys[i].max())
+        bounds[i] = (low, high)
+        if i % 5 == 3:
+            bounds[i, 0] = (low + high) // 2  # lo above some answers
+        if i % 7 == 4:
+            bounds[i, 1] = min(high + 3, 2**31 - 1)  # hi above every key
+    out = np.zeros(rows, np.int64)
+    launch_on_host(_largest_reaching_probe, (rows,), keys, weights, needs, bounds.reshape(-1), out, N=n, WAYS=max(2048 // n, 2))
+    for i in range(rows):
+        lo, hi = bounds[i]
+        reach = lambda t: weights[i][keys[i].astype(np.int64) >= t].sum()  # noqa: E731
+        candidates = [int(hi)] + [int(k) for k in keys[i] if lo <= k <= hi]
+        want = max([t for t in candidates if reach(t) >= needs[i]], default=int(lo))
+        assert out[i] == max(want, lo), (n, i, out[i], want, lo, hi, needs[i])

@@ -371,6 +371,29 @@ def _filter_values(batch, rng):
     return top_k, top_p, min_p, temperature
 
 
+def _shard_plans(x, sizes, inputs, device, **flags):
+    """Each shard's vocab-parallel top_k_top_p_sample plan (plan_top_k_top_p_shard with `flags`) and inputs, for
+    the split of `x` [B, V] into `sizes` columns: its columns (a view), `inputs` (seeds, positions, filters, ...)
+    and its start column."""
+    from jsample import kernels
+    from torch_backend import _execute as execute
+
+    starts = [sum(sizes[:r]) for r in range(len(sizes))]
+    plans, envs = [], []
+    for start, size in zip(starts, sizes):
+        shard = x[:, start:start + size]
+        plans.append(execute.plan(kernels.plan_top_k_top_p_shard, (shard, inputs["seeds"]), device, None,
+                                  shards=len(sizes), start_align=kernels.start_alignment(starts), **flags))
+        envs.append(dict(inputs, logits=shard, vocab_start=torch_int32_full(start, device)))
+    return plans, envs
+
+
+def torch_int32_full(value, device):
+    import torch
+
+    return torch.full((1,), value, dtype=torch.int32, device=device)
+
+
 @pytest.mark.parametrize("dtype, fp64, num_valid, gpu_tiling", [
     ("float32", False, None, False), ("bfloat16", False, 5, True), ("float16", False, None, False),
     ("float32", True, None, False)])
@@ -384,7 +407,6 @@ def test_filtered_shard_rounds_in_one_process_equal_the_unsharded_call(dtype, fp
 
     import torch_backend
     from conftest import TORCH_DEVICE
-    from jsample import kernels
     from torch_backend import _execute as execute
 
     device = torch.device(TORCH_DEVICE)
@@ -405,17 +427,10 @@ def test_filtered_shard_rounds_in_one_process_equal_the_unsharded_call(dtype, fp
                                                 **filters)
         assert (want != unfiltered).any(), flags  # each filter changes some token here (no test of nothing)
         for sizes in ([vocab], [512, 518], [4, 1024, 2], [400, 400, 228, 2]):
-            starts = [sum(sizes[:r]) for r in range(len(sizes))]
-            plans, envs = [], []
-            for start, size in zip(starts, sizes):
-                shard = x[:, start:start + size]
-                plans.append(execute.plan(kernels.plan_top_k_top_p_shard, (shard, seeds), device, None,
-                                          has_top_k=flags[0], has_top_p=flags[1], has_min_p=flags[2], fp64=fp64,
-                                          shards=len(sizes), start_align=kernels.start_alignment(starts),
-                                          row_valid=num_valid is not None))
-                envs.append(dict(logits=shard, seeds=seeds, positions=positions, temperature=temperature,
-                                 vocab_start=torch.full((1,), start, dtype=torch.int32, device=device), **filters,
-                                 **padding))
+            plans, envs = _shard_plans(x, sizes, dict(seeds=seeds, positions=positions, temperature=temperature,
+                                                      **filters, **padding), device,
+                                       has_top_k=flags[0], has_top_p=flags[1], has_min_p=flags[2], fp64=fp64,
+                                       row_valid=num_valid is not None)
             # every shard's rounds in lock step (as run_rounds binds them), each all-gather the stack of the
             # shards' records of that round
             rounds = len(plans[0].rounds)
@@ -444,7 +459,6 @@ def test_filtered_shard_lists_in_one_process_equal_the_unsharded_call(dtype, fp6
 
     import torch_backend
     from conftest import TORCH_DEVICE
-    from jsample import kernels
     from torch_backend import _execute as execute
 
     device = torch.device(TORCH_DEVICE)
@@ -469,18 +483,10 @@ def test_filtered_shard_lists_in_one_process_equal_the_unsharded_call(dtype, fp6
                                                 **filters)
         assert (want != unfiltered).any(), flags  # each filter changes some token here (no test of nothing)
         for sizes in ([vocab], [512, 518], [4, 1024, 2], [400, 400, 228, 2]):
-            starts = [sum(sizes[:r]) for r in range(len(sizes))]
-            plans, envs = [], []
-            for start, size in zip(starts, sizes):
-                shard = x[:, start:start + size]
-                plans.append(execute.plan(kernels.plan_top_k_top_p_shard, (shard, seeds), device, None,
-                                          has_top_k=True, has_top_p=flags[1], has_min_p=flags[2], fp64=fp64,
-                                          shards=len(sizes), start_align=kernels.start_alignment(starts),
-                                          row_valid=num_valid is not None, list_capacity=64,
-                                          candidate_slots=slots))
-                envs.append(dict(logits=shard, seeds=seeds, positions=positions, temperature=temperature,
-                                 vocab_start=torch.full((1,), start, dtype=torch.int32, device=device), **filters,
-                                 **padding))
+            plans, envs = _shard_plans(x, sizes, dict(seeds=seeds, positions=positions, temperature=temperature,
+                                                      **filters, **padding), device,
+                                       has_top_k=True, has_top_p=flags[1], has_min_p=flags[2], fp64=fp64,
+                                       row_valid=num_valid is not None, list_capacity=64, candidate_slots=slots)
             assert [len(plan.rounds) for plan in plans] == [2] * len(sizes)  # one all-gather
             records = torch.stack([execute.run(plan.rounds[0], device, env)[0] for plan, env in zip(plans, envs)])
             for plan, env in zip(plans, envs):
@@ -503,7 +509,6 @@ def test_filtered_shard_lists_weigh_tied_keys(sizes, slots):
 
     import torch_backend
     from conftest import TORCH_DEVICE
-    from jsample import kernels
     from torch_backend import _execute as execute
 
     device = torch.device(TORCH_DEVICE)
@@ -519,16 +524,9 @@ def test_filtered_shard_lists_weigh_tied_keys(sizes, slots):
     top_k = torch.full((batch,), k, device=device)
     want = torch_backend.top_k_top_p_sample(x, seeds, positions, temperature, top_k=k)
     assert set(want.tolist()) == set(range(10, 18)) | {600}  # (the kept set: every one of its 9 tokens here)
-    starts = [sum(sizes[:r]) for r in range(len(sizes))]
-    plans, envs = [], []
-    for start, size in zip(starts, sizes):
-        shard = x[:, start:start + size]
-        plans.append(execute.plan(kernels.plan_top_k_top_p_shard, (shard, seeds), device, None, has_top_k=True,
-                                  has_top_p=False, has_min_p=False, fp64=False, shards=len(sizes),
-                                  start_align=kernels.start_alignment(starts), list_capacity=16,
-                                  candidate_slots=slots))
-        envs.append(dict(logits=shard, seeds=seeds, positions=positions, temperature=temperature, top_k=top_k,
-                         vocab_start=torch.full((1,), start, dtype=torch.int32, device=device)))
+    plans, envs = _shard_plans(x, sizes, dict(seeds=seeds, positions=positions, temperature=temperature,
+                                              top_k=top_k), device, has_top_k=True, has_top_p=False,
+                               has_min_p=False, fp64=False, list_capacity=16, candidate_slots=slots)
     records = torch.stack([execute.run(plan.rounds[0], device, env)[0] for plan, env in zip(plans, envs)])
     for plan, env in zip(plans, envs):
         got = execute.run(plan.rounds[1], device, dict(env, gathered_record=records))[0]

@@ -35,7 +35,6 @@ threads and streams may call at once.
 """
 
 import math
-import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from operator import itemgetter
@@ -45,6 +44,7 @@ from triton import knobs
 from triton.runtime import driver
 
 from jsample import kernels
+from jsample.kernels.compiles import compile_threads
 from jsample.kernels.plan import ArgSpec, Plan, Target, merged_rounds, resident_programs
 from torch_backend._launch import call_key
 
@@ -489,16 +489,7 @@ def _launch_through_triton_all(plan: Plan, env: dict) -> None:
 
 # threads compiling a plan's kernels at its first run (JSAMPLE_COMPILE_THREADS; 0 or 1: one after another, at the
 # launches)
-def _compile_threads() -> int:
-    value = os.environ.get("JSAMPLE_COMPILE_THREADS", "")
-    if not value:
-        return min(16, os.cpu_count() or 1)
-    if not value.isdigit():
-        raise ValueError(f"JSAMPLE_COMPILE_THREADS must be a number of threads (0 or more), got {value!r}")
-    return int(value)
-
-
-COMPILE_THREADS = _compile_threads()
+COMPILE_THREADS = compile_threads()
 _COMPILED_AHEAD = set()  # (kernel, constexprs, options, device, argument facts) warmed by _compile_ahead
 
 

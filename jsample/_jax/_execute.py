@@ -7,7 +7,6 @@ constant zero array (a stand-in for an empty input, never read).
 """
 
 import dataclasses
-import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -17,6 +16,7 @@ import jax.numpy as jnp
 from jsample import kernels
 from jsample._jax import _launch
 from jsample._jax._launch import launch
+from jsample.kernels.compiles import compile_threads
 from jsample.kernels.plan import ArgSpec, Plan, ShardedPlan, Target, resident_programs, run_rounds
 from jsample.validation import check_vocab_parallel
 
@@ -78,18 +78,9 @@ def _step_options(plan: Plan, step, shapes: dict) -> dict:
                 **dict(step.constexprs))
 
 
-def _compile_threads() -> int:
-    value = os.environ.get("JSAMPLE_COMPILE_THREADS", "")
-    if not value:
-        return min(16, os.cpu_count() or 1)
-    if not value.isdigit():
-        raise ValueError(f"JSAMPLE_COMPILE_THREADS must be a number of threads (0 or more), got {value!r}")
-    return int(value)
-
-
 # threads lowering a plan's launches ahead of its first trace (JSAMPLE_COMPILE_THREADS, as torch's compile-ahead;
 # 0 or 1: none, each kernel compiled as the plan's lowering reaches it)
-COMPILE_THREADS = _compile_threads()
+COMPILE_THREADS = compile_threads()
 _LOWERED_AHEAD = set()  # (kernel, constexprs, options, argument facts) lowered by _lower_ahead
 _LOCK = threading.Lock()
 

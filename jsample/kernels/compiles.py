@@ -14,9 +14,21 @@ The plans keep every batch-dependent number out of those keys: B comes from the 
 that follow B are grid sizes or device values (tests/test_compiles.py sweeps B = 1..1024).
 """
 
+import os
 from collections import defaultdict
 
 FRONTENDS = ("torch", "jax")
+
+
+def compile_threads() -> int:
+    """Threads a frontend compiles a plan's kernels with, side by side, at the plan's first run
+    (JSAMPLE_COMPILE_THREADS; default 16 or the host's cores; 0 or 1: one after another, as they are reached)."""
+    value = os.environ.get("JSAMPLE_COMPILE_THREADS", "")
+    if not value:
+        return min(16, os.cpu_count() or 1)
+    if not value.isdigit():
+        raise ValueError(f"JSAMPLE_COMPILE_THREADS must be a number of threads (0 or more), got {value!r}")
+    return int(value)
 
 
 def _kernel_name(kernel) -> str:
