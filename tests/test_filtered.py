@@ -810,10 +810,10 @@ def _largest_reaching_probe(keys_ptr, weights_ptr, need_ptr, bounds_ptr, out_ptr
 @pytest.mark.skipif(not kernels.INTERPRETER, reason="runs its probe kernel on the host (the interpreter)")
 @pytest.mark.parametrize("n", [16, 128, 256])
 def test_largest_reaching_equals_the_brute_force(n):
-    """filtered.search._largest_reaching, direct (n <= DIRECT_REACH_KEYS) and by pivots (n above): the largest t
-    in [lo, hi] whose keys at or above it weigh at least `need` (lo where none does), against a brute force over
-    the keys and hi: ties, zero weights, masked keys, integer and float needs (<= 0, above the total), lo above
-    the answer, hi above every key."""
+    """filtered.search._largest_reaching (the lists' thresholds, the k-th largest block maximum, the vocab-parallel
+    merge), at the pivots the callers take (2048 // n): the largest t in [lo, hi] whose keys at or above it weigh
+    at least `need` (lo where none does), against a brute force over the keys and hi: ties, zero weights, masked
+    keys, integer and float needs (<= 0, above the total), lo above the answer, hi above every key."""
     from jsample.kernels.host import launch_on_host
 
     rng = np.random.default_rng(n)

@@ -258,34 +258,22 @@ def _store_state(state_ptr, b64, key_max, key_min, count, lo, hi, normalizer, ke
     tl.store(state + words, tl.where(words == 7, status, values))
 
 
-DIRECT_REACH_KEYS = tl.constexpr(128)  # _largest_reaching over at most this many keys: one [n, n] reduction
-
-
 @jit
 def _largest_reaching(keys, weights, need, lo, hi, WAYS: tl.constexpr):
     """The largest t in [lo, hi] such that the `weights` of the `keys` >= t sum to at least `need`
-    (lo when no t above lo does): a search of WAYS pivots a step, each step one reduction, or for at most
-    DIRECT_REACH_KEYS keys every key's reach at once. It stands where a sort of the long lists' LIST keys
-    stood: the same key, and a far smaller kernel to compile (issue 39: the sort of 1024 keys was about 3 s
-    of a first call)."""
+    (lo when no t above lo does): a search of WAYS pivots a step, each step one reduction. It stands
+    where a sort of the long lists' LIST keys stood: the same key, and a far smaller kernel to compile
+    (issue 39: the sort of 1024 keys was about 3 s of a first call). (Every key's reach at once, one [n, n]
+    reduction for n <= 128, measured slower to run and to compile: lab INDEX.)"""
+    ways = tl.arange(0, WAYS).to(tl.int64)
     lo = lo.to(tl.int64)
     hi = hi.to(tl.int64)
-    if keys.shape[0] <= DIRECT_REACH_KEYS:
-        # at most DIRECT_REACH_KEYS keys: the weights at or above each key at once ([n, n], one reduction instead
-        # of a step a few bits; the answer is a key or lo, since the reach only changes at keys; issue 39: the
-        # steps over 32-bit keys made float32 top-k 1.2-1.36x slower at B = 2)
-        reach = tl.sum(tl.where(keys[None, :] >= keys[:, None], weights[None, :], 0), axis=1)
-        found = tl.max(tl.where((reach >= need) & (keys.to(tl.int64) <= hi), keys.to(tl.int64), lo), axis=0)
-        found = tl.where(tl.sum(tl.where(keys >= hi, weights, 0), axis=0) >= need, hi, found)  # (hi: not a key)
-        lo = tl.maximum(lo, found)
-    else:
-        ways = tl.arange(0, WAYS).to(tl.int64)
-        while lo < hi:
-            pivots = lo + 1 + (ways * (hi - lo)) // WAYS  # non-decreasing, in (lo, hi]
-            reach = tl.sum(tl.where(keys[:, None] >= pivots[None, :], weights[:, None], 0), axis=0)
-            reaches = reach >= need  # true on a prefix of the pivots
-            lo = tl.max(tl.where(reaches, pivots, lo), axis=0)
-            hi = tl.min(tl.where(reaches, hi, pivots - 1), axis=0)
+    while lo < hi:
+        pivots = lo + 1 + (ways * (hi - lo)) // WAYS  # non-decreasing, in (lo, hi]
+        reach = tl.sum(tl.where(keys[:, None] >= pivots[None, :], weights[:, None], 0), axis=0)
+        reaches = reach >= need  # true on a prefix of the pivots
+        lo = tl.max(tl.where(reaches, pivots, lo), axis=0)
+        hi = tl.min(tl.where(reaches, hi, pivots - 1), axis=0)
     return lo
 
 
