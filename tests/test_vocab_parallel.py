@@ -452,8 +452,8 @@ def test_filtered_shard_lists_in_one_process_equal_the_unsharded_call(dtype, fp6
     call's tokens with top-k alone and with top-p and min-p after it, splits of 1 to 4 shards; rows whose k-th
     largest logit is tied across three shards, 200 logits tied at a row's largest (k = 1: the Gumbel-max among
     them, across shards: the shards' tie slots), a greedy row whose largest logit is on two shards, a flat row,
-    non-finite and overflowing logits; with 16 candidate slots most rows' candidates overflow them (each such row
-    searched and listed from its logits by one program)."""
+    a row of fewer finite logits than k, non-finite and overflowing logits; with 16 candidate slots most rows'
+    candidates overflow them (each such row searched and listed from its logits by one program)."""
     import numpy as np
     import torch
 
@@ -469,6 +469,8 @@ def test_filtered_shard_lists_in_one_process_equal_the_unsharded_call(dtype, fp6
     grid = _filtered_grid(batch, vocab, rng)
     grid[6, [10, 700]] = 50.0  # greedy (T = 0): the lowest of the two columns
     grid[7, 100:300] = 12.0  # k = 1 keeps the 200 tied at the largest logit
+    finite = [3, 400, 600, 1029]  # row 5: 4 finite logits (and its NaN, +inf) where k = 7: top-k keeps all 4
+    grid[5, [c for c in range(vocab) if c not in finite + [7, 900]]] = -np.inf
     x = torch.from_numpy(grid).to(getattr(torch, dtype)).to(device)
     _, top_p, min_p, temperature = (torch.from_numpy(v).to(device) for v in _filter_values(batch, rng))
     top_k = torch.tensor([40, 3, 20, 50, 2, 7, 5, 1], device=device)
