@@ -376,7 +376,7 @@ def test_jax_lower_ahead_lowers_each_distinct_launch_once_side_by_side(monkeypat
     """JAX's first trace of a plan on a GPU (_execute._lower_ahead; here with a stand-in launch and GPU check):
     each distinct launch lowered alone first, on worker threads, with the launch's own arguments (shapes, dtypes,
     integers), outputs and options, then the plan's launches on the tracing thread; a second trace lowers none
-    ahead, and neither do COMPILE_THREADS < 2 nor the CPU."""
+    ahead, nor does a new batch size, and neither do COMPILE_THREADS < 2 nor the CPU."""
     import threading
     from collections import Counter
 
@@ -427,3 +427,10 @@ def test_jax_lower_ahead_lowers_each_distinct_launch_once_side_by_side(monkeypat
     assert len({c[0] for c in ahead}) >= 2  # side by side
     ahead, own = trace()
     assert not ahead and len(own) == len(plan.launches)  # lowered ahead once a process
+    # a new batch size: the same kernels, dtypes and integers (jax-triton's compile keys), nothing lowered ahead
+    plan = kernels.plan_top_k_top_p_sample(ArgSpec.contiguous((batch + 1, vocab), "bfloat16"),
+                                           ArgSpec.contiguous((batch + 1,), "int32"), _execute.compiled_target(132),
+                                           has_top_k=True, has_top_p=True, has_min_p=False, fp64=False)
+    inputs = {name: jax.ShapeDtypeStruct((batch + 1,) + spec.shape[1:], spec.dtype) for name, spec in inputs.items()}
+    ahead, own = trace()
+    assert not ahead and len(own) == len(plan.launches)

@@ -836,7 +836,8 @@ def test_largest_reaching_equals_the_brute_force(n):
         if i % 7 == 4:
             bounds[i, 1] = min(high + 3, 2**31 - 1)  # hi above every key
     out = np.zeros(rows, np.int64)
-    launch_on_host(_largest_reaching_probe, (rows,), keys, weights, needs, bounds.reshape(-1), out, N=n, WAYS=max(2048 // n, 2))
+    launch_on_host(_largest_reaching_probe, (rows,), keys, weights, needs, bounds.reshape(-1), out, N=n,
+                   WAYS=max(2048 // n, 2))
     for i in range(rows):
         lo, hi = bounds[i]
         reach = lambda t: weights[i][keys[i].astype(np.int64) >= t].sum()  # noqa: E731

@@ -52,7 +52,7 @@ import functools
 import triton
 import triton.language as tl
 
-from jsample.kernels.common import aligned, load_temperature
+from jsample.kernels.common import aligned, load_temperature, noisy_scores
 from jsample.kernels.filtered.config import (
     PHASE_STATS,
     PHASE_TOP_K,
@@ -63,12 +63,10 @@ from jsample.kernels.filtered.config import (
     filtered_launch_config,
     _with_ways,
 )
-from jsample.kernels.common import noisy_scores
 from jsample.kernels.filtered.keys import (_filtered_row, _fixed_point_mass, _key, _key_value, _tile_logits,
                                            _tile_max_key, store_filtered_block)
-from jsample.kernels.filtered.search import (_chunk_above, _collect_candidates, _kth_largest_block_key, _largest_reaching,
-                                             _list_token,
-                                             _narrow, _start_search)
+from jsample.kernels.filtered.search import (_chunk_above, _collect_candidates, _kth_largest_block_key,
+                                             _largest_reaching, _list_token, _narrow, _start_search)
 from jsample.kernels.gumbel import many_rows_config
 from jsample.kernels.host import jit
 from jsample.kernels.plan import ArgSpec, Buffer, Plan, ShardedPlan, Target, launch
@@ -635,7 +633,7 @@ def shard_list_merge_kernel(
         explicit = present[:, None] & (slot[None, :] < listed[:, None]) & ~is_tie
         in_list2 = explicit | (is_tie & (ties > 0)[:, None])
         keys2 = tl.load(records[:, None] + CAP + slot[None, :], mask=explicit, other=-(2**31))
-        keys2 = tl.where(is_tie, tl.where(ties > 0, tie_key, -(2**31))[:, None], keys2)
+        keys2 = tl.where(is_tie, tie_key[:, None], keys2)  # (slots not in the list: masked below)
         cols2 = tl.load(records[:, None] + slot[None, :], mask=explicit, other=0)
         cols2 = tl.where(is_tie, tie_col[:, None], cols2)
         greedy_cols2 = tl.where(is_tie, tie_lowest[:, None], cols2)
@@ -749,15 +747,14 @@ def plan_top_k_top_p_shard(logits: ArgSpec, seeds: ArgSpec, target: Target, *, h
                PREV_PHASE=prev_phase, HAS_MIN_P=has_min_p, KEY_SHIFT=config.key_shift, FP64=fp64,
                BLOCK_V=gumbel.block_v, ROW_ALIGN=gumbel.row_align, START_ALIGN=start_align,
                VOCAB_ALIGN=gumbel.vocab_align, FAST_MATH=gumbel.fast_math, WAYS=config.ways,
-               SHARDS_BLOCK=shards_block, TILE=config.threads * config.vec, SEED_WORDS=seed_word_count(seeds.shape), HAS_ROW_VALID=row_valid,
-               num_warps=gumbel.num_warps),
+               SHARDS_BLOCK=shards_block, TILE=config.threads * config.vec, SEED_WORDS=seed_word_count(seeds.shape),
+               HAS_ROW_VALID=row_valid, num_warps=gumbel.num_warps),
         launch(shard_summary_kernel, (batch,),
                ("partial_score", "partial_index", "greedy_value", "greedy_index", valid, blocks), ("summary",),
                FP64=fp64, REDUCE_BLOCK=gumbel.reduce_block, HAS_ROW_VALID=row_valid, num_warps=1),
     ), ("summary",), "shard filtered sample"))
     return ShardedPlan(tuple(rounds) + (plan_shard_combine(target, batch=batch, shards=shards),),
                        "vocab shard, filtered")
-
 
 
 def _list_rounds(config, stats, batch, vocab, row_stride, tiles, top_p, min_p, valid, *, has_top_p, has_min_p, fp64,

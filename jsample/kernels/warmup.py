@@ -71,9 +71,9 @@ def _plan(op, batch, vocab, dtype, k, flags, target):
 
 def _vocab_parallel_plan(op, batch, vocab, dtype, flags, target):
     """A vocab-parallel call's rounds (gumbel_sample's: a shard's summary and the combine; top_k_top_p_sample's:
-    its searches or its lists too) as one plan (plan.merged_rounds: what the all-gathers and earlier rounds would give is a zero
-    stand-in, on which no search runs): every compile key of the calls of each device of an even split (start
-    columns i * V / vocab_shards)."""
+    its searches or its lists too) as one plan (plan.merged_rounds: what the all-gathers and earlier rounds would
+    give is a zero stand-in, on which no search runs): every compile key of the calls of each device of an even
+    split (start columns i * V / vocab_shards)."""
     from jsample import kernels
     from jsample.kernels.plan import merged_rounds
 
