@@ -10,6 +10,9 @@ time of
   gather     the engines' way: NCCL all_gather of the shards and the copy into [B, V] rows (vLLM's
              tensor_model_parallel_all_gather along the vocabulary), then gumbel_sample on the whole rows;
   half       gumbel_sample of one shard alone (no collective): the one-shard op on half the vocabulary;
+and for token_logprobs ("logprobs": tokens drawn uniformly, far down the rows, so that the rank counts read most
+blocks) and gumbel_sample(return_logprobs=True) ("gumbel_logprobs": the sampled tokens' logprobs), sharded
+through two more all-gathers of per-row records (jsample/kernels/vocab_parallel_logprobs.py);
 plus the bytes each GPU receives. Every variant is captured as a CUDA graph (one per rotated input set, so
 repeated calls do not measure the L2 cache) and replayed a fixed number of times on both ranks (collectives
 must match), timed with CUDA events; the median of 7 repeats. Tokens of sharded and gather are checked equal.
@@ -61,6 +64,17 @@ def _capture(fn, rotate):
     return graphs
 
 
+def _same(a, b) -> bool:
+    """Outputs equal bit for bit (tensors, or tuples of them; NaN where the other has NaN)."""
+    import torch
+
+    if isinstance(a, tuple):
+        return all(_same(x, y) for x, y in zip(a, b))
+    if a.dtype.is_floating_point:
+        return bool(torch.equal(a.isnan(), b.isnan()) and torch.equal(a[~a.isnan()], b[~b.isnan()]))
+    return bool(torch.equal(a, b))
+
+
 def _rank(rank, world, args, queue):
     try:
         _measure(rank, world, args, queue)
@@ -84,7 +98,7 @@ def _measure(rank, world, args, queue):
     vocab, rows = args.vocab, []
     shard_size = vocab // world
     for op, dtype in [(op, dtype) for op in args.ops.split(",") for dtype in args.dtypes.split(",")]:
-        sample = getattr(torch_backend, "gumbel_sample" if op == "gumbel" else "top_k_top_p_sample")
+        sample = getattr(torch_backend, "gumbel_sample" if op.startswith("gumbel") else "top_k_top_p_sample")
         for batch in [int(b) for b in args.batches.split(",")]:
             torch_dtype = getattr(torch, dtype)
             nbytes = batch * shard_size * torch_dtype.itemsize
@@ -96,7 +110,17 @@ def _measure(rank, world, args, queue):
             positions = torch.arange(batch, device=device, dtype=torch.int64) + 100
             temperature = torch.full((batch,), 0.8, device=device)
             filters = {}
-            if op != "gumbel":  # per-row top_k (the search rounds), or the Python int 50 (the shards' lists)
+            if op == "gumbel_logprobs":
+                filters = dict(return_logprobs=True)
+            elif op == "logprobs":  # token_logprobs of the same uniformly drawn global tokens on both ranks
+                token_generator = torch.Generator(device=device).manual_seed(batch)
+                global_tokens = torch.randint(0, vocab, (batch,), generator=token_generator, device=device)
+
+                def sample(logits, seeds, positions, temperature, vocab_group=None):
+                    if vocab_group is None and logits.shape[1] == shard_size:  # half: the tokens within the shard
+                        return torch_backend.token_logprobs(logits, global_tokens % shard_size, temperature)
+                    return torch_backend.token_logprobs(logits, global_tokens, temperature, vocab_group=vocab_group)
+            elif op != "gumbel":  # per-row top_k (the search rounds), or the Python int 50 (the shards' lists)
                 filters = dict(top_k=torch.full((batch,), 50, device=device) if op == "top_k_top_p" else 50,
                                top_p=torch.full((batch,), 0.9, device=device))
             gathered = torch.empty((world, batch, shard_size), dtype=torch_dtype, device=device)
@@ -120,9 +144,16 @@ def _measure(rank, world, args, queue):
             sharded(0)
             gather(0)
             torch.cuda.synchronize()
-            equal = bool(torch.equal(out["sharded"], out["gather"]))
+            equal = _same(out["sharded"], out["gather"])
             rounds, words = 1, 6
-            if op != "gumbel":  # the all-gathered records' int32 words a row, read from the plan
+            if op in ("logprobs", "gumbel_logprobs"):  # token_logprobs' two records (after gumbel's summary)
+                logprobs_plan = execute.plan(kernels.plan_token_logprobs_shard, (shards[0],), device, None,
+                                             vocab=vocab, starts=tuple(r * shard_size for r in range(world)),
+                                             start_align=16)
+                records = [plan.buffer(plan.outputs[0]) for plan in logprobs_plan.rounds[:-1]]
+                rounds = len(records) + (op == "gumbel_logprobs")
+                words = sum(record.shape[1] for record in records) + 6 * (op == "gumbel_logprobs")
+            elif op != "gumbel":  # the all-gathered records' int32 words a row, read from the plan
                 sharded_plan = execute.plan(kernels.plan_top_k_top_p_shard, (shards[0], seeds), device, None,
                                             has_top_k=True, has_top_p=True, has_min_p=False, fp64=False, shards=world,
                                             start_align=16, list_capacity=kernels.shard_list_capacity(filters["top_k"]))
@@ -154,7 +185,7 @@ def main():
     parser.add_argument("--vocab", type=int, default=262144)
     parser.add_argument("--batches", default="1,64,256")
     parser.add_argument("--dtypes", default="bfloat16,float32")
-    parser.add_argument("--ops", default="gumbel,top_k_top_p,top_k_top_p_int")
+    parser.add_argument("--ops", default="gumbel,top_k_top_p,top_k_top_p_int,logprobs,gumbel_logprobs")
     parser.add_argument("--port", type=int, default=29650)
     args = parser.parse_args()
     world = torch.cuda.device_count()
@@ -178,7 +209,9 @@ def main():
     notes = ("Two GPUs, NCCL, each variant a CUDA graph replayed 50 times x 7 (median), rank 0's device time. "
              "gather = all_gather_into_tensor of the shards + the copy into [B, V] rows + the op; "
              "half = the op on one shard alone. top_k_top_p: top_k=50, top_p=0.9 on every row (top_k a [B] tensor: "
-             "the search rounds; top_k_top_p_int: top_k the Python int 50: the shards' lists, one all-gather).")
+             "the search rounds; top_k_top_p_int: top_k the Python int 50: the shards' lists, one all-gather). "
+             "logprobs: token_logprobs of uniformly drawn tokens (two all-gathers); gumbel_logprobs: "
+             "gumbel_sample(return_logprobs=True) (three; gather and half: the fused single read).")
     if args.out:
         harness.write_results(args.out, "vocab_parallel", harness.environment(args.git_sha), rows, columns, notes)
     print(json.dumps(rows, indent=1))

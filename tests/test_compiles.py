@@ -46,6 +46,8 @@ def _plans(op, target, vocab, dtype, flags, batches=BATCHES):
             yield kernels.plan_shard_combine(target, batch=b, shards=2)
         elif op == "vocab_parallel_top_k_top_p":  # a call's rounds on a shard of half the vocabulary, as one plan
             yield _vocab_parallel_plan("top_k_top_p_sample", b, vocab, dtype, dict(flags, vocab_shards=2), target)
+        elif op == "vocab_parallel_logprobs":  # token_logprobs', or gumbel_sample's with return_logprobs
+            yield _vocab_parallel_plan(flags["op"], b, vocab, dtype, dict(flags, vocab_shards=2), target)
         elif op == "top_k_top_p_sample":
             yield kernels.plan_top_k_top_p_sample(ArgSpec.contiguous((b, vocab), dtype), seeds, target, **flags)
         elif op == "rejection_sample":
@@ -71,6 +73,10 @@ def _flag_sets(op):
         elif op == "vocab_parallel_gumbel":
             yield dict(fp64=fp64, draft=False, start_align=16)
             yield dict(fp64=fp64, draft=False, start_align=16, row_valid=True)
+        elif op == "vocab_parallel_logprobs":
+            yield dict(op="gumbel_sample", fp64=fp64, return_logprobs=True, num_valid=fp64)
+            if not fp64:
+                yield dict(op="token_logprobs")
         elif op == "vocab_parallel_top_k_top_p":
             for k, p, m in ((True, True, False), (True, True, True), (False, True, False), (False, False, True),
                             (50, True, False), (256, False, True)):  # (an int: a Python int's lists)
@@ -108,7 +114,7 @@ def tilings(plans, frontend):
 
 
 OPS = ("gumbel_sample", "top_k_top_p_sample", "rejection_sample", "synthetic_rejection_sample", "token_logprobs",
-       "vocab_parallel_gumbel", "vocab_parallel_top_k_top_p")
+       "vocab_parallel_gumbel", "vocab_parallel_top_k_top_p", "vocab_parallel_logprobs")
 
 
 @pytest.mark.slow
@@ -262,6 +268,23 @@ def test_precompile_covers_vocab_parallel_calls():
                         row_valid=True, list_capacity=list_capacity)
                     keys = {compile_key(s, frontend) for plan in sharded.rounds for s in plan.launches}
                     assert len(keys) >= (4 if list_capacity else 7) and keys <= covered, (frontend, b)
+    # vocab-parallel token_logprobs, and gumbel_sample's return_logprobs (its tokens' token_logprobs after them)
+    for op, flags in (("token_logprobs", {}), ("gumbel_sample", {"return_logprobs": True})):
+        for frontend, report in (
+                ("torch", torch_backend.precompile([151936], ["float16"], ops=[op], flags=[dict(flags, vocab_shards=2)],
+                                                   max_batch=300)),
+                ("jax", jsample.precompile([151936], ["float16"], ops=[op], flags=[dict(flags, vocab_shards=2)],
+                                           max_batch=300))):
+            covered = set().union(*(case.keys for case in report.cases))
+            for b in (1, 2, 3, 17, 64, 255, 300):
+                for target in targets(132, op)[frontend]:
+                    sharded = kernels.plan_token_logprobs_shard(ArgSpec.contiguous((b, 75968), "float16"), target,
+                                                                vocab=151936, starts=(0, 75968), start_align=16)
+                    keys = {compile_key(s, frontend) for plan in sharded.rounds for s in plan.launches}
+                    assert len(keys) == 3 and keys <= covered, (frontend, op, b)
+    with pytest.raises(ValueError, match="precompile: token_logprobs with vocab_shards takes no filters"):
+        torch_backend.precompile([151936], ops=["token_logprobs"], flags=[{"vocab_shards": 2, "top_p": True}],
+                                 max_batch=4)
     with pytest.raises(ValueError, match="precompile: vocab_shards = 3 must split V = 151936 into shards of a"):
         torch_backend.precompile([151936], ops=["gumbel_sample"], flags=[{"vocab_shards": 3}], max_batch=4)
 

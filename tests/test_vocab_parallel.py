@@ -73,13 +73,51 @@ JAX_SCRIPT = textwrap.dedent('''
             placed = jax.device_put(x, NamedSharding(mesh, P(None, "tp")))
             jitted = jax.jit(lambda l, s, p, t, n: jsample.gumbel_sample(l, s, p, t, num_valid=n))
             assert np.array_equal(np.asarray(jitted(placed, seeds, positions, temperature, np.int32(4))), want)
-            # logprobs are not sharded yet: such a call gathers the logits and gives the unsharded call's
-            logprobs = jax.jit(lambda l, s, p, t: jsample.gumbel_sample(l, s, p, t, return_logprobs=True))
-            tokens, numbers = logprobs(placed, seeds, positions, temperature)
-            want_tokens, want_numbers = jsample.gumbel_sample(x, seeds, positions, temperature, return_logprobs=True)
-            assert np.array_equal(np.asarray(tokens), np.asarray(want_tokens))
-            assert np.array_equal(np.asarray(numbers.raw), np.asarray(want_numbers.raw), equal_nan=True)
+            # return_logprobs: the tokens, then their vocab-parallel token_logprobs (no gather of the logits)
+            want_tokens, want_numbers = jsample.gumbel_sample(x, seeds, positions, temperature, num_valid=np.int32(4),
+                                                              return_logprobs=True)
+            logprobs = jax.jit(lambda l, s, p, t, n: jsample.gumbel_sample(l, s, p, t, num_valid=n,
+                                                                           return_logprobs=True))
+            call = lambda l, s, p, t, n: jsample.gumbel_sample(l, s, p, t, num_valid=n, return_logprobs=True,
+                                                               vocab_axis="tp")
+            sharded = jax.jit(shard_map(call, mesh=mesh, in_specs=(P(None, "tp"),) + (P(),) * 4, out_specs=P()))
+            for tokens, numbers in (logprobs(placed, seeds, positions, temperature, np.int32(4)),
+                                    sharded(x, seeds, positions, temperature, np.int32(4))):
+                assert np.array_equal(np.asarray(tokens), np.asarray(want_tokens))
+                for got, want in zip(numbers, want_numbers):
+                    assert np.array_equal(np.asarray(got), np.asarray(want), equal_nan=True), (got, want)
+            assert np.isnan(np.asarray(want_numbers.raw)[4:]).all()
         print("shards", shards, "vocab", vocab, "ok")
+        if shards == 2:  # token_logprobs: two all-gathers of per-row records, the unsharded call's numbers
+            tokens = np.int64([5, -1, vocab - 3, 7, 2, vocab // 2 + 1, vocab - 1])  # row 4: a NaN logit
+            for dtype in ("float32", "bfloat16"):
+                logits = x.astype(getattr(ml_dtypes, dtype, dtype))
+                want = jsample.token_logprobs(logits, tokens, temperature)
+                call = lambda l, k, t: jsample.token_logprobs(l, k, t, vocab_axis="tp")
+                sharded = jax.jit(shard_map(call, mesh=mesh, in_specs=(P(None, "tp"), P(), P()), out_specs=P()))
+                jitted = jax.jit(lambda l, k, t: jsample.token_logprobs(l, k, t))
+                placed = jax.device_put(logits, NamedSharding(mesh, P(None, "tp")))
+                for compiled, logits_arg in ((sharded, logits), (jitted, placed)):
+                    got = compiled(logits_arg, tokens, temperature)
+                    for name, a, b in zip(want._fields, got, want):
+                        assert np.array_equal(np.asarray(a), np.asarray(b), equal_nan=True), (dtype, name, a, b)
+                    hlo = compiled.lower(logits_arg, tokens, temperature).compile().as_text()
+                    gathers = [line.split("all-gather")[0] for line in hlo.splitlines()
+                               if "all-gather(" in line or "all-gather-start(" in line]
+                    shapes = [shape for g in gathers for shape in re.findall(r"[a-z0-9]+\\[[0-9,]*\\]", g)]
+                    assert gathers and all(re.fullmatch(rf"s32\\[(2,)?{batch},[0-9]+\\]", shape) for shape in shapes)
+                    assert all(int(shape.split(",")[-1][:-1]) < vocab // 2 for shape in shapes), shapes
+                    if not ON_GPU:
+                        assert len(gathers) == 2, shapes
+                    assert not [line for line in hlo.splitlines() if "all-reduce(" in line or "all-to-all(" in line]
+            assert np.isnan(np.asarray(want.raw)[[1, 4]]).all() and np.asarray(want.rank)[1] == 0
+            try:
+                jax.jit(shard_map(lambda l, k, t: jsample.token_logprobs(l, k, t, top_k=3, vocab_axis="tp"), mesh=mesh,
+                                  in_specs=(P(None, "tp"), P(), P()), out_specs=P()))(x, tokens, temperature)
+                raise SystemExit("no error")
+            except ValueError as error:
+                assert "token_logprobs: vocab_axis does not take top_k, top_p or min_p" in str(error), error
+            print("logprobs shards", shards, "ok")
         # top_k_top_p_sample: the kept set's searches over the shards (a round an all-gather of integer sums)
         if shards == 2:
             x[6] = x[6, 0]  # a row of equal logits: top-k's threshold tied across both shards, top-p keeps all
@@ -234,6 +272,24 @@ TORCH_SCRIPT = textwrap.dedent('''
             got = torch_backend.top_k_top_p_sample(shard, seeds, positions, temperature, fp64=fp64,
                                                    num_valid=num_valid, vocab_group=dist.group.WORLD, **filters)
             results.append((want.tolist(), got.tolist()))
+        # token_logprobs (two all-gathers of per-row records), and gumbel_sample's return_logprobs after its tokens
+        numbers = lambda lp: [torch.nan_to_num(v.float(), nan=12345.0).tolist() for v in lp]
+        tokens = torch.tensor([5, -1, vocab - 1, 7, 0, vocab // 2 + 1], device=device)
+        for dtype in (torch.float32, torch.bfloat16, torch.float16):
+            logits = x.to(dtype)
+            shard = logits[:, start:start + sizes[rank]]
+            want = torch_backend.token_logprobs(logits, tokens, temperature)
+            got = torch_backend.token_logprobs(shard, tokens, temperature, vocab_group=dist.group.WORLD)
+            results.append((numbers(want), numbers(got)))
+            want = torch_backend.gumbel_sample(logits, seeds, positions, temperature, num_valid=5, return_logprobs=True)
+            got = torch_backend.gumbel_sample(shard, seeds, positions, temperature, num_valid=5, return_logprobs=True,
+                                              vocab_group=dist.group.WORLD)
+            results.append(([want[0].tolist()] + numbers(want[1]), [got[0].tolist()] + numbers(got[1])))
+        try:
+            torch_backend.token_logprobs(shard, tokens, temperature, top_p=0.9, vocab_group=dist.group.WORLD)
+            raise SystemExit("no error")
+        except ValueError as e:
+            assert "token_logprobs: vocab_group does not take top_k, top_p or min_p" in str(e), e
         error = ""
         if len(sizes) == 2:
             group = dist.new_group([0, 1])
@@ -284,7 +340,7 @@ def _run(script, *args, env=None, tmp_path=None):
 def test_jax_shard_map_tokens_equal_the_unsharded_call(tmp_path):
     out = _run(JAX_SCRIPT, env=dict(JAX_PLATFORMS="cpu", TRITON_INTERPRET="1"), tmp_path=tmp_path)
     assert "shards 1 vocab 301 ok" in out and "shards 2 vocab 808 ok" in out and "errors ok" in out, out
-    assert "filtered shards 2 ok" in out, out
+    assert "filtered shards 2 ok" in out and "logprobs shards 2 ok" in out, out
 
 
 @pytest.mark.parametrize("sizes, port", [("404,300", 29613), ("300,128,257", 29614)])
@@ -581,6 +637,77 @@ def test_filtered_shard_top_k_search_starts_at_the_shards_bound(force_target):
         results = [_next_round(plan, i, env, r, gathered, device) for plan, env, r in zip(plans, envs, results)]
     for got in results:
         assert torch.equal(got[0], want), (got[0], want)
+
+
+def _same_numbers(got, want) -> bool:
+    """Equal, bit for bit (NaN where the other has NaN)."""
+    import torch
+
+    if got.dtype.is_floating_point:
+        return torch.equal(got.isnan(), want.isnan()) and torch.equal(got[~got.isnan()], want[~want.isnan()])
+    return torch.equal(got, want)
+
+
+@pytest.mark.parametrize("dtype, gpu_tiling", [("float32", True), ("bfloat16", True), ("float16", False),
+                                               ("bfloat16", False)])
+def test_logprobs_shard_rounds_in_one_process_equal_the_unsharded_call(dtype, gpu_tiling, force_target):
+    """Vocab-parallel token_logprobs' three rounds on each shard's columns in turn (each all-gather a stack): the
+    unsharded call's Logprobs bit for bit, for splits of 1 to 4 shards that cut the single read's blocks (in the
+    GPU's tiling, blocks of 512 columns: a block cut by two shards, one over three shards, a split on a block's
+    edge), tokens at +inf and NaN logits, -1, an out-of-range device token, a row without a finite logit, a
+    greedy and an overflowing row, a token tied with many larger ones."""
+    import numpy as np
+    import torch
+
+    import torch_backend
+    from conftest import TORCH_DEVICE
+    from jsample import kernels
+    from jsample.ops import Logprobs
+    from torch_backend import _execute as execute
+
+    device = torch.device(TORCH_DEVICE)
+    if gpu_tiling and device.type != "cuda":
+        force_target(large_programs=False)
+    rng = np.random.default_rng(5)
+    batch, vocab = 8, 2100
+    x = (rng.standard_normal((batch, vocab)) * 3).astype(np.float32)
+    x[1, :] = -np.inf
+    x[1, [3, 1500]] = 2.0  # two finite logits on different shards
+    x[2, 700], x[2, 900] = np.nan, np.inf  # the token at +inf: NaN logprobs, rank 1 (+inf is not above it)
+    x[3, 1000:1030] = 9.0  # the token among 30 tied largest logits, across the cut block of [1000, 1100]
+    x[4, :] = -np.inf  # no finite logit, token -1
+    x[6, 2099] = 3e38  # overflows at T = 0.05: read at T = 1
+    x[7] *= 0.3
+    x[7, 1020:1041], x[7, 1030] = 6.0, 5.0  # 20 larger logits around the token, in a cut block
+    logits = torch.from_numpy(x).to(getattr(torch, dtype)).to(device)
+    tokens = torch.tensor([5, 1500, 900, 1010, -1, 5000, 2099, 1030], device=device)  # 5000: out of range
+    temperature = torch.tensor([0.7, 1.0, 1.3, 0.0, 1.0, 2.0, 0.05, 0.9], device=device)
+    # the unsharded plan run as the op runs it (the op refuses the out-of-range token where it can read it)
+    want = Logprobs(*execute.run(execute.plan(kernels.plan_token_logprobs, (logits,), device, None, has_top_k=False,
+                                              has_top_p=False, has_min_p=False, fp64=False, num_top=0), device,
+                                 dict(logits=logits, tokens=tokens, temperature=temperature,
+                                      num_top=torch.zeros(1, dtype=torch.int32, device=device))))
+    assert _same_numbers(want.raw[:5], torch_backend.token_logprobs(logits[:5], tokens[:5], temperature[:5]).raw)
+    assert torch.isnan(want.raw[[2, 4, 5]]).all() and want.rank[[4, 5]].tolist() == [0, 0] and want.rank[7] == 21
+    splits = ([2100], [1000, 1100], [4, 1024, 1072], [512, 8, 1580], [700, 700, 700], [1024, 1076],
+              [500, 600, 400, 600])
+    for sizes in splits:
+        starts = tuple(sum(sizes[:r]) for r in range(len(sizes)))
+        plans, envs = [], []
+        for start, size in zip(starts, sizes):
+            shard = logits[:, start:start + size]
+            plans.append(execute.plan(kernels.plan_token_logprobs_shard, (shard,), device, None, vocab=vocab,
+                                      starts=starts, start_align=kernels.start_alignment(starts)))
+            envs.append(dict(logits=shard, tokens=tokens, temperature=temperature,
+                             vocab_start=torch.full((1,), start, dtype=torch.int32, device=device)))
+        assert [len(plan.rounds) for plan in plans] == [3] * len(sizes)  # two all-gathers
+        results = [list(execute.run(plan.rounds[0], device, env)) for plan, env in zip(plans, envs)]
+        for i in (1, 2):
+            gathered = torch.stack([r[0] for r in results])
+            results = [_next_round(plan, i, env, r, gathered, device) for plan, env, r in zip(plans, envs, results)]
+        for got in results:
+            for name, a, b in zip(want._fields, got, want):
+                assert _same_numbers(a, b), (sizes, name, a, b)
 
 
 def _next_round(plan, i, env, previous, gathered, device):

@@ -56,7 +56,7 @@ def run_sharded(sharded: ShardedPlan, device, inputs: dict, group, shards: int) 
                       lambda record: all_gather(record, group, shards), inputs)
 
 
-def shard_layout(op: str, group, logits: torch.Tensor, return_logprobs) -> tuple:
+def shard_layout(op: str, group, logits: torch.Tensor, return_logprobs, **checks) -> tuple:
     """(shards, start_align, vocab_start) of this rank's shard `logits` [B, V_r] of a split over `group`: the
     number of ranks, the largest power of two dividing every shard's first column, and this shard's first column
     as a device tensor; checked (check_vocab_parallel) as every vocab-parallel op checks it."""
@@ -64,5 +64,11 @@ def shard_layout(op: str, group, logits: torch.Tensor, return_logprobs) -> tuple
 
     sizes = shard_sizes(group, logits.shape[1])
     starts = [sum(sizes[:r]) for r in range(len(sizes))]
-    check_vocab_parallel(op, "vocab_group", logits.shape, return_logprobs, starts)
+    check_vocab_parallel(op, "vocab_group", logits.shape, return_logprobs, starts, **checks)
     return len(sizes), kernels.start_alignment(starts), vocab_start(starts[dist.get_rank(group)], logits.device)
+
+
+def shard_starts(group, logits: torch.Tensor) -> tuple:
+    """(every rank's first global column, in rank order; the whole vocabulary's size) of the split of `logits`."""
+    sizes = shard_sizes(group, logits.shape[1])
+    return tuple(sum(sizes[:r]) for r in range(len(sizes))), sum(sizes)

@@ -8,7 +8,7 @@ from jsample import kernels
 from jsample.ops import Logprobs, docstring, logprobs_plan_flags
 from jsample.validation import check_gumbel_sample, check_logprobs_request
 from torch_backend import _execute as execute
-from torch_backend.logprobs import num_top_tensor
+from torch_backend.logprobs import num_top_tensor, vocab_parallel_logprobs
 from torch_backend._launch import (dense, empty_outputs, row_logits, row_valid, temperature_array, temperature_value,
                                    traced, validate)
 from torch_backend._vocab_parallel import run_sharded, shard_layout
@@ -95,12 +95,13 @@ def _vocab_parallel(arguments, fp64, draft, num_valid, return_logprobs, num_top,
     """gumbel_sample of logits whose vocabulary is split over the ranks of `group` (rank r holds the r-th
     contiguous shard, any sizes whose starts are multiples of 4): each rank's summary of its rows, one
     all-gather of the summaries (B x SUMMARY_WORDS int32 words a rank), the token from them on every rank
-    (jsample/kernels/vocab_parallel.py): the unsharded call's tokens, on every rank."""
+    (jsample/kernels/vocab_parallel.py): the unsharded call's tokens, on every rank. With return_logprobs, then
+    the tokens' vocab-parallel token_logprobs (the unsharded call's: its logprobs are token_logprobs')."""
     op = "gumbel_sample"
     check_logprobs_request(op, return_logprobs, num_top)
     validate(op, check_gumbel_sample, arguments, (fp64, draft), None)
     logits = row_logits(arguments["logits"])
-    shards, start_align, start = shard_layout(op, group, logits, return_logprobs)
+    shards, start_align, start = shard_layout(op, group, logits, return_logprobs, num_top=num_top)
     batch, device = logits.shape[0], logits.device
     inputs = dict(logits=logits, seeds=dense(arguments["seeds"]), positions=dense(arguments["positions"]),
                   temperature=temperature_array(arguments["temperature"], batch, device), vocab_start=start)
@@ -109,4 +110,7 @@ def _vocab_parallel(arguments, fp64, draft, num_valid, return_logprobs, num_top,
         inputs["row_valid"] = valid
     sharded = execute.plan(kernels.plan_gumbel_sample_shard, (logits, inputs["seeds"]), device, None, fp64=fp64,
                            draft=draft, shards=shards, start_align=start_align, row_valid=valid is not None)
-    return run_sharded(sharded, device, inputs, group, shards)[0]
+    tokens = run_sharded(sharded, device, inputs, group, shards)[0]
+    if not return_logprobs:
+        return tokens
+    return tokens, vocab_parallel_logprobs(logits, tokens, inputs["temperature"], group, op=op)

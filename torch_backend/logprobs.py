@@ -11,16 +11,20 @@ from torch_backend import _execute as execute
 from torch_backend import _fast_path
 from torch_backend._launch import (dense, empty_outputs, filter_rows, row_logits, temperature_array, temperature_value,
                                    traced, validate)
+from torch_backend._vocab_parallel import run_sharded, shard_layout, shard_starts
 
 _NUM_TOP = {}  # (device, count) -> the [1] int32 tensor the kernel reads the count from
 
 
 def token_logprobs(logits, tokens, temperature, *, top_k=None, top_p=None, min_p=None, num_top=0,
-                   fp64=False) -> Logprobs:
+                   fp64=False, vocab_group=None) -> Logprobs:
     # Docstring: jsample.ops (one text for both frontends).
     op = "token_logprobs"
     arguments = dict(logits=logits, tokens=tokens, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p)
     validate(op, check_token_logprobs, arguments, (num_top, fp64))
+    if vocab_group is not None:
+        return vocab_parallel_logprobs(logits, tokens, temperature, vocab_group,
+                                       filters=any(f is not None for f in (top_k, top_p, min_p)), num_top=num_top)
     if tokens.device.type == "cpu" and type(tokens) is torch.Tensor:  # (not a fake or traced tensor)
         check_token_values(op, tokens.numpy(), logits.shape[1])
     logits = row_logits(logits)
@@ -35,6 +39,24 @@ def token_logprobs(logits, tokens, temperature, *, top_k=None, top_p=None, min_p
 
 
 token_logprobs.__doc__ = docstring("token_logprobs", "torch")
+
+
+def vocab_parallel_logprobs(logits, tokens, temperature, group, *, op="token_logprobs", filters=False,
+                            num_top=0) -> Logprobs:
+    """token_logprobs (no filters, num_top 0) of logits whose vocabulary is split over the ranks of `group` (rank
+    r holds the r-th contiguous shard): two all-gathers of per-row records (jsample/kernels/
+    vocab_parallel_logprobs.py), the unsharded call's Logprobs on every rank; `tokens` are global columns."""
+    logits = row_logits(logits)
+    shards, start_align, start = shard_layout(op, group, logits, False, num_top=num_top, filters=filters)
+    starts, vocab = shard_starts(group, logits)
+    if tokens.device.type == "cpu" and type(tokens) is torch.Tensor:
+        check_token_values(op, tokens.numpy(), vocab)
+    batch, device = logits.shape[0], logits.device
+    sharded = execute.plan(kernels.plan_token_logprobs_shard, (logits,), device, None, vocab=vocab, starts=starts,
+                           start_align=start_align)
+    inputs = dict(logits=logits, tokens=dense(tokens), temperature=temperature_array(temperature, batch, device),
+                  vocab_start=start)
+    return Logprobs(*run_sharded(sharded, device, inputs, group, shards))
 
 
 def num_top_tensor(count: int, device) -> torch.Tensor:

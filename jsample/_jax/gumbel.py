@@ -9,6 +9,7 @@ from jsample._jax import _execute as execute
 from jsample._jax._execute import arg_spec, run
 from jsample._jax._launch import (empty_outputs, logits_array, not_differentiable, row_valid, rowwise, spec,
                                   temperature_array)
+from jsample._jax.logprobs import vocab_parallel_logprobs
 from jsample.ops import Logprobs, docstring, logprobs_plan_flags
 from jsample.validation import check_gumbel_sample, check_logprobs_request
 
@@ -25,12 +26,13 @@ def gumbel_sample(logits, seeds, positions, temperature, *, fp64=False, draft=Fa
     if vocab_axis is not None:
         return _vocab_parallel(logits_array(logits), jnp.asarray(seeds), jnp.asarray(positions),
                                temperature_array(temperature, batch), fp64=fp64, draft=draft, axis=vocab_axis,
-                               num_valid=num_valid, return_logprobs=return_logprobs)
+                               num_valid=num_valid, return_logprobs=return_logprobs, num_top=num_top)
     if batch == 0:
         return empty_outputs(op, 0)[0] if not return_logprobs else (
             empty_outputs(op, 0)[0], Logprobs(*empty_outputs("token_logprobs", 0, num_top)))
-    # under jax.jit, logits sharded along the vocabulary take the vocab-parallel plan (tokens, not logprobs)
-    vocab_fn = None if return_logprobs else functools.partial(_vocab_sharded_rows, fp64=fp64, draft=draft)
+    # under jax.jit, logits sharded along the vocabulary take the vocab-parallel plan (logprobs without a top list)
+    vocab_fn = None if num_top else functools.partial(_vocab_sharded_rows, fp64=fp64, draft=draft,
+                                                      return_logprobs=return_logprobs)
     outputs = rowwise(functools.partial(_gumbel_rows, fp64=fp64, draft=draft,
                                         num_top=num_top if return_logprobs else None),
                       logits_array(logits), jnp.asarray(seeds), jnp.asarray(positions),
@@ -55,25 +57,34 @@ def _gumbel_rows(logits, seeds, positions, temperature, valid, *, fp64, draft, n
     return tuple(run(plan, inputs))
 
 
-def _vocab_parallel(logits, seeds, positions, temperature, *, fp64, draft, axis, num_valid, return_logprobs):
+def _vocab_parallel(logits, seeds, positions, temperature, *, fp64, draft, axis, num_valid, return_logprobs,
+                    num_top):
     """gumbel_sample of the logits whose vocabulary is split over mesh axis `axis` (inside shard_map: this
     device's columns, the shards in axis order, equal sizes): each device's summary of its rows, one
     all-gather of the summaries (B x SUMMARY_WORDS int32 words a device), the token from them on every device
-    (jsample/kernels/vocab_parallel.py): the unsharded call's tokens."""
+    (jsample/kernels/vocab_parallel.py): the unsharded call's tokens; with return_logprobs, then their
+    vocab-parallel token_logprobs (the unsharded call's: its logprobs are token_logprobs')."""
     batch = logits.shape[0]
-    shards = execute.axis_shards("gumbel_sample", axis, logits.shape, return_logprobs)
+    shards = execute.axis_shards("gumbel_sample", axis, logits.shape, return_logprobs, num_top=num_top)
     valid = row_valid("gumbel_sample", num_valid, batch)  # (checked at every batch size, as torch checks it)
     if batch == 0:
-        return jnp.zeros((0,), jnp.int32)
-    return _shard_tokens(logits, seeds, positions, temperature, valid, fp64=fp64, draft=draft, axis=axis,
-                         shards=shards)
+        tokens = jnp.zeros((0,), jnp.int32)
+        return (tokens, Logprobs(*empty_outputs("token_logprobs", 0, 0))) if return_logprobs else tokens
+    outputs = _vocab_sharded_rows(axis, shards, logits, seeds, positions, temperature, valid, fp64=fp64, draft=draft,
+                                  return_logprobs=return_logprobs)
+    return (outputs[0], Logprobs(*outputs[1:])) if return_logprobs else outputs[0]
 
 
-def _vocab_sharded_rows(axis, shards, logits, seeds, positions, temperature, valid, *, fp64, draft):
-    """_gumbel_rows' tokens on this device's shard of the vocabulary (jax.jit with the logits sharded along
-    it: _launch.batch_partitioned's vocab_fn, called where mesh axis `axis` holds `shards` equal shards)."""
-    return (_shard_tokens(logits, seeds, positions, temperature, valid, fp64=fp64, draft=draft, axis=axis,
-                          shards=shards),)
+def _vocab_sharded_rows(axis, shards, logits, seeds, positions, temperature, valid, *, fp64, draft,
+                        return_logprobs=False):
+    """_gumbel_rows' outputs on this device's shard of the vocabulary (inside shard_map, or jax.jit with the
+    logits sharded along it: _launch.batch_partitioned's vocab_fn, called where mesh axis `axis` holds `shards`
+    equal shards): the tokens, and with return_logprobs their vocab-parallel token_logprobs."""
+    tokens = _shard_tokens(logits, seeds, positions, temperature, valid, fp64=fp64, draft=draft, axis=axis,
+                           shards=shards)
+    if not return_logprobs:
+        return (tokens,)
+    return (tokens,) + tuple(vocab_parallel_logprobs(logits, tokens, temperature, axis=axis, shards=shards))
 
 
 def _shard_tokens(logits, seeds, positions, temperature, valid, *, fp64, draft, axis, shards):

@@ -51,6 +51,7 @@ from jsample.kernels.rejection import (
 )
 from jsample.kernels.plan import ShardedPlan
 from jsample.kernels.vocab_parallel_filtered import plan_top_k_top_p_shard, shard_list_capacity
+from jsample.kernels.vocab_parallel_logprobs import plan_token_logprobs_shard
 from jsample.kernels.vocab_parallel import (
     SUMMARY_WORDS,
     plan_gumbel_sample_shard,

@@ -344,19 +344,30 @@ def store_block_stats(x, temperature, stats_ptr, row64, block, num_blocks, FAST_
         else:
             largest, d, magnitude = _masked_block_stats(x)
             top = tl.max(x, axis=0)
-        raw_terms = exp2_approx(d * LOG2E)
-        scaled_terms = exp2_approx((d * inverse_t) * LOG2E)
     else:
         largest, d, magnitude = _masked_block_stats(x)
         top = tl.max(tl.where(x == x, x, float("-inf")), axis=0)
-        raw_terms = tl.exp(d)
-        scaled_terms = tl.exp(d * inverse_t)
+    raw_sum, scaled_sum = _block_sums(d, inverse_t, FAST_MATH)
     out = stats_ptr.to(tl.pointer_type(tl.float64)) + (row64 * STATS) * num_blocks + block
     tl.store(out, largest.to(tl.float64))
     tl.store(out + num_blocks, top.to(tl.float64))
-    tl.store(out + 2 * num_blocks, tl.sum(_fixed(raw_terms), axis=0).to(tl.float64))
-    tl.store(out + 3 * num_blocks, tl.sum(_fixed(scaled_terms), axis=0).to(tl.float64))
+    tl.store(out + 2 * num_blocks, raw_sum.to(tl.float64))
+    tl.store(out + 3 * num_blocks, scaled_sum.to(tl.float64))
     tl.store(out + 4 * num_blocks, magnitude.to(tl.float64))
+
+
+@jit
+def _block_sums(d, inverse_t, FAST_MATH: tl.constexpr):
+    """The fixed-point sums (int64) of exp(d) and exp(d / T) over a block's differences d = x - m_b (-inf where
+    the logit is not finite): store_block_stats' terms (vocab-parallel logprobs sum a shard's part of a block
+    with the same code)."""
+    if FAST_MATH:
+        raw_terms = exp2_approx(d * LOG2E)
+        scaled_terms = exp2_approx((d * inverse_t) * LOG2E)
+    else:
+        raw_terms = tl.exp(d)
+        scaled_terms = tl.exp(d * inverse_t)
+    return tl.sum(_fixed(raw_terms), axis=0), tl.sum(_fixed(scaled_terms), axis=0)
 
 
 @jit
@@ -968,9 +979,21 @@ def _reduce_row(logits_ptr, tokens_ptr, temperature_ptr, row_valid_ptr, V, row_s
     token = tl.load(tokens_ptr + b64).to(tl.int64)
     m, larger, greedy, log_raw_sum, log_scaled_sum = _row_from_block_stats(stats_ptr, counts_ptr, b64, num_blocks,
                                                                            temperature, REDUCE_BLOCK)
-    inverse_t = tl.where(greedy, 1.0, 1.0 / temperature)
     valid = (token >= 0) & (token < V) & (m > float("-inf"))
     x_token = tl.load(row_ptr + tl.where(valid, token, 0)).to(tl.float32)
+    store_row_logprobs(b64, x_token, valid, temperature, m, larger, greedy, log_raw_sum, log_scaled_sum, num_top_ptr,
+                       top_ids_ptr, top_values_ptr, raw_ptr, scaled_ptr, kept_ptr, log_kept_mass_ptr, rank_ptr,
+                       top_logprobs_ptr, HAS_TOP)
+
+
+@jit
+def store_row_logprobs(b64, x_token, valid, temperature, m, larger, greedy, log_raw_sum, log_scaled_sum, num_top_ptr,
+                       top_ids_ptr, top_values_ptr, raw_ptr, scaled_ptr, kept_ptr, log_kept_mass_ptr, rank_ptr,
+                       top_logprobs_ptr, HAS_TOP: tl.constexpr):
+    """_reduce_row's outputs of row b64 (no filters) from its numbers (_row_from_block_stats') and its token's
+    logit x_token (valid: a token of the row, and the row has a finite logit); vocab-parallel token_logprobs'
+    merge stores with it too."""
+    inverse_t = tl.where(greedy, 1.0, 1.0 / temperature)
     d = x_token.to(tl.float64) - m.to(tl.float64)
     scaled = d * inverse_t.to(tl.float64) - log_scaled_sum
     nan = float("nan")

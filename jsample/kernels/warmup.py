@@ -40,7 +40,7 @@ def _plan(op, batch, vocab, dtype, k, flags, target):
     from jsample import kernels
 
     seeds = ArgSpec.contiguous((batch,), "int64")
-    if op in ("gumbel_sample", "top_k_top_p_sample") and flags.get("vocab_shards"):
+    if op in ("gumbel_sample", "top_k_top_p_sample", "token_logprobs") and flags.get("vocab_shards"):
         return _vocab_parallel_plan(op, batch, vocab, dtype, flags, target)
     if op == "gumbel_sample":
         return kernels.plan_gumbel_sample(ArgSpec.contiguous((batch, vocab), dtype), seeds, target,
@@ -70,8 +70,9 @@ def _plan(op, batch, vocab, dtype, k, flags, target):
 
 
 def _vocab_parallel_plan(op, batch, vocab, dtype, flags, target):
-    """A vocab-parallel call's rounds (gumbel_sample's: a shard's summary and the combine; top_k_top_p_sample's:
-    its searches or its lists too) as one plan (plan.merged_rounds: what the all-gathers and earlier rounds would
+    """A vocab-parallel call's rounds (gumbel_sample's: a shard's summary and the combine, with return_logprobs
+    token_logprobs' rounds after them; top_k_top_p_sample's: its searches or its lists too; token_logprobs': its
+    statistics, counts and merge) as one plan (plan.merged_rounds: what the all-gathers and earlier rounds would
     give is a zero stand-in, on which no search runs): every compile key of the calls of each device of an even
     split (start columns i * V / vocab_shards)."""
     from jsample import kernels
@@ -80,8 +81,18 @@ def _vocab_parallel_plan(op, batch, vocab, dtype, flags, target):
     shards = flags["vocab_shards"]
     width = shard_width(vocab, shards)
     logits, seeds = ArgSpec.contiguous((batch, width), dtype), ArgSpec.contiguous((batch,), "int64")
+    starts = tuple(i * width for i in range(shards))
     common = dict(fp64=flags.get("fp64", False), shards=shards, row_valid=flags.get("num_valid", False),
-                  start_align=kernels.start_alignment([i * width for i in range(shards)]))
+                  start_align=kernels.start_alignment(starts))
+    logprobs = ()
+    if op == "token_logprobs" or flags.get("return_logprobs"):
+        if flags.get("num_top") or (op == "token_logprobs" and any(flags.get(f) for f in ("top_k", "top_p", "min_p"))):
+            raise ValueError(f"precompile: {op} with vocab_shards takes no filters and num_top = 0 (logprobs with "
+                             f"filters or a top list are not sharded yet), got {flags}.")
+        logprobs = kernels.plan_token_logprobs_shard(logits, target, vocab=width * shards, starts=starts,
+                                                     start_align=common["start_align"]).rounds
+        if op == "token_logprobs":
+            return merged_rounds(logprobs, shards)
     if op == "top_k_top_p_sample":
         # (a "top_k" given as an int, as a call's Python int: the shards' lists)
         sharded = kernels.plan_top_k_top_p_shard(logits, seeds, target, has_top_k=bool(flags.get("top_k", False)),
@@ -91,7 +102,7 @@ def _vocab_parallel_plan(op, batch, vocab, dtype, flags, target):
                                                  **common)
     else:
         sharded = kernels.plan_gumbel_sample_shard(logits, seeds, target, draft=flags.get("draft", False), **common)
-    return merged_rounds(sharded.rounds, shards)
+    return merged_rounds(sharded.rounds + logprobs, shards)
 
 
 def shard_width(vocab: int, shards) -> int:
@@ -114,6 +125,8 @@ def _with_num_tops(op, flags) -> list:
     """A logprobs flag set without num_top stands for both kernels' calls: num_top 0 (the single read, without
     filters) and 1 (every larger count alike)."""
     if (op == "token_logprobs" or flags.get("return_logprobs")) and "num_top" not in flags:
+        if flags.get("vocab_shards"):  # (vocab-parallel logprobs: num_top 0 only)
+            return [dict(flags, num_top=0)]
         return [dict(flags, num_top=0), dict(flags, num_top=1)]
     return [flags]
 
@@ -143,7 +156,8 @@ def input_specs(case: WarmupCase, wide: str = "int64") -> dict:
     if flags.get("vocab_shards"):  # this device's columns, and its start column
         specs.update(logits=((b, shard_width(v, flags["vocab_shards"])), case.dtype), vocab_start=((1,), "int32"))
     if case.op == "token_logprobs":
-        specs = dict(logits=((b, v), case.dtype), tokens=((b,), wide), temperature=((b,), "float32"))
+        specs = dict(logits=specs["logits"], tokens=((b,), wide), temperature=((b,), "float32"),
+                     **{name: specs[name] for name in ("vocab_start",) if name in specs})
     if case.op == "token_logprobs" or flags.get("return_logprobs"):
         specs["num_top"] = ((1,), "int32")
     for name, dtype in (("top_k", wide), ("top_p", "float32"), ("min_p", "float32")):
