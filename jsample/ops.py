@@ -71,16 +71,16 @@ DOCSTRINGS["gumbel_sample"] = """Seeded Gumbel-max sampling: token_b = argmax_k 
             summary of 6 int32 words a row crosses the group (one all-gather); every rank returns the
             unsharded call's tokens, bit for bit. The shard sizes are asked of the group at the first
             call of each size. With num_valid, padding rows read nothing on any rank. With
-            return_logprobs (num_top 0), then the tokens' vocab-parallel `token_logprobs` (two more
-            all-gathers of per-row records): the unsharded call's Logprobs.
+            return_logprobs, then the tokens' vocab-parallel `token_logprobs` (two more all-gathers of
+            per-row records): the unsharded call's Logprobs, top lists included.
 ||
         vocab_axis: None, or the name of a mesh axis over which the vocabulary is split (inside
             shard_map): `logits` is then this device's [B, V / n] shard, the shards in axis order, equal
             sizes (a multiple of 4 columns with more than one shard). Seeds, positions and temperature
             are replicated over the axis, and so is the result: the unsharded call's tokens, bit for bit;
             only a summary of 6 int32 words a row is all-gathered. With num_valid, padding rows read
-            nothing on any device. With return_logprobs (num_top 0), then the tokens' vocab-parallel
-            `token_logprobs` (two more all-gathers): the unsharded call's Logprobs. Under plain jax.jit, logits placed
+            nothing on any device. With return_logprobs, then the tokens' vocab-parallel `token_logprobs`
+            (two more all-gathers): the unsharded call's Logprobs. Under plain jax.jit, logits placed
             with a NamedSharding split along the vocabulary (equal shards, a multiple of 4 columns each)
             take the same plan without vocab_axis; any other split is gathered first.
 }}
@@ -394,14 +394,14 @@ DOCSTRINGS["token_logprobs"] = """Log-probabilities of given tokens (e.g. sample
 {{
         vocab_group: None, or a torch.distributed process group over which the vocabulary is split, as
             `gumbel_sample`'s (`logits` this rank's [B, V_r] shard, `tokens` global columns in [0, V)):
-            every rank returns the unsharded call's Logprobs, bit for bit, from two all-gathers of
-            per-row records (the single read's block statistics, then the rank counts), no logits. Without
-            filters and with num_top = 0 only (for now).
+            every rank returns the unsharded call's Logprobs, bit for bit, top lists included, from two
+            all-gathers of per-row records (the single read's block statistics, then the rank counts and
+            each rank's top list), no logits. Without filters only (for now).
 ||
         vocab_axis: None, or the name of a mesh axis over which the vocabulary is split (inside
             shard_map), as `gumbel_sample`'s (`tokens` global columns): every device returns the unsharded
-            call's Logprobs, bit for bit, from two all-gathers of per-row records. Without filters and with
-            num_top = 0 only (for now). Under plain jax.jit, logits with a NamedSharding split along the
+            call's Logprobs, bit for bit, top lists included, from two all-gathers of per-row records.
+            Without filters only (for now). Under plain jax.jit, logits with a NamedSharding split along the
             vocabulary (equal shards, a multiple of 4 columns each) take the same plan.
 }}
 

@@ -74,9 +74,8 @@ def _flag_sets(op):
             yield dict(fp64=fp64, draft=False, start_align=16)
             yield dict(fp64=fp64, draft=False, start_align=16, row_valid=True)
         elif op == "vocab_parallel_logprobs":
-            yield dict(op="gumbel_sample", fp64=fp64, return_logprobs=True, num_valid=fp64)
-            if not fp64:
-                yield dict(op="token_logprobs")
+            yield dict(op="gumbel_sample", fp64=fp64, return_logprobs=True, num_valid=fp64, num_top=5 * fp64)
+            yield dict(op="token_logprobs", num_top=7 * fp64)
         elif op == "vocab_parallel_top_k_top_p":
             for k, p, m in ((True, True, False), (True, True, True), (False, True, False), (False, False, True),
                             (50, True, False), (256, False, True)):  # (an int: a Python int's lists)
@@ -278,10 +277,12 @@ def test_precompile_covers_vocab_parallel_calls():
             covered = set().union(*(case.keys for case in report.cases))
             for b in (1, 2, 3, 17, 64, 255, 300):
                 for target in targets(132, op)[frontend]:
-                    sharded = kernels.plan_token_logprobs_shard(ArgSpec.contiguous((b, 75968), "float16"), target,
-                                                                vocab=151936, starts=(0, 75968), start_align=16)
-                    keys = {compile_key(s, frontend) for plan in sharded.rounds for s in plan.launches}
-                    assert len(keys) == 3 and keys <= covered, (frontend, op, b)
+                    for num_top in (0, 1, 9):  # (every count from 1 runs the same kernels)
+                        sharded = kernels.plan_token_logprobs_shard(ArgSpec.contiguous((b, 75968), "float16"), target,
+                                                                    vocab=151936, starts=(0, 75968), start_align=16,
+                                                                    num_top=num_top)
+                        keys = {compile_key(s, frontend) for plan in sharded.rounds for s in plan.launches}
+                        assert len(keys) == 3 + (num_top > 0) and keys <= covered, (frontend, op, b, num_top)
     with pytest.raises(ValueError, match="precompile: token_logprobs with vocab_shards takes no filters"):
         torch_backend.precompile([151936], ops=["token_logprobs"], flags=[{"vocab_shards": 2, "top_p": True}],
                                  max_batch=4)

@@ -75,11 +75,11 @@ JAX_SCRIPT = textwrap.dedent('''
             assert np.array_equal(np.asarray(jitted(placed, seeds, positions, temperature, np.int32(4))), want)
             # return_logprobs: the tokens, then their vocab-parallel token_logprobs (no gather of the logits)
             want_tokens, want_numbers = jsample.gumbel_sample(x, seeds, positions, temperature, num_valid=np.int32(4),
-                                                              return_logprobs=True)
+                                                              return_logprobs=True, num_top=3)
             logprobs = jax.jit(lambda l, s, p, t, n: jsample.gumbel_sample(l, s, p, t, num_valid=n,
-                                                                           return_logprobs=True))
+                                                                           return_logprobs=True, num_top=3))
             call = lambda l, s, p, t, n: jsample.gumbel_sample(l, s, p, t, num_valid=n, return_logprobs=True,
-                                                               vocab_axis="tp")
+                                                               num_top=3, vocab_axis="tp")
             sharded = jax.jit(shard_map(call, mesh=mesh, in_specs=(P(None, "tp"),) + (P(),) * 4, out_specs=P()))
             for tokens, numbers in (logprobs(placed, seeds, positions, temperature, np.int32(4)),
                                     sharded(x, seeds, positions, temperature, np.int32(4))):
@@ -90,12 +90,12 @@ JAX_SCRIPT = textwrap.dedent('''
         print("shards", shards, "vocab", vocab, "ok")
         if shards == 2:  # token_logprobs: two all-gathers of per-row records, the unsharded call's numbers
             tokens = np.int64([5, -1, vocab - 3, 7, 2, vocab // 2 + 1, vocab - 1])  # row 4: a NaN logit
-            for dtype in ("float32", "bfloat16"):
+            for dtype, num_top in (("float32", 0), ("bfloat16", 5)):
                 logits = x.astype(getattr(ml_dtypes, dtype, dtype))
-                want = jsample.token_logprobs(logits, tokens, temperature)
-                call = lambda l, k, t: jsample.token_logprobs(l, k, t, vocab_axis="tp")
+                want = jsample.token_logprobs(logits, tokens, temperature, num_top=num_top)
+                call = lambda l, k, t: jsample.token_logprobs(l, k, t, num_top=num_top, vocab_axis="tp")
                 sharded = jax.jit(shard_map(call, mesh=mesh, in_specs=(P(None, "tp"), P(), P()), out_specs=P()))
-                jitted = jax.jit(lambda l, k, t: jsample.token_logprobs(l, k, t))
+                jitted = jax.jit(lambda l, k, t: jsample.token_logprobs(l, k, t, num_top=num_top))
                 placed = jax.device_put(logits, NamedSharding(mesh, P(None, "tp")))
                 for compiled, logits_arg in ((sharded, logits), (jitted, placed)):
                     got = compiled(logits_arg, tokens, temperature)
@@ -278,12 +278,15 @@ TORCH_SCRIPT = textwrap.dedent('''
         for dtype in (torch.float32, torch.bfloat16, torch.float16):
             logits = x.to(dtype)
             shard = logits[:, start:start + sizes[rank]]
-            want = torch_backend.token_logprobs(logits, tokens, temperature)
-            got = torch_backend.token_logprobs(shard, tokens, temperature, vocab_group=dist.group.WORLD)
+            num_top = {torch.float32: 0, torch.bfloat16: 4, torch.float16: 64}[dtype]
+            want = torch_backend.token_logprobs(logits, tokens, temperature, num_top=num_top)
+            got = torch_backend.token_logprobs(shard, tokens, temperature, num_top=num_top,
+                                               vocab_group=dist.group.WORLD)
             results.append((numbers(want), numbers(got)))
-            want = torch_backend.gumbel_sample(logits, seeds, positions, temperature, num_valid=5, return_logprobs=True)
+            want = torch_backend.gumbel_sample(logits, seeds, positions, temperature, num_valid=5, return_logprobs=True,
+                                               num_top=num_top // 2)
             got = torch_backend.gumbel_sample(shard, seeds, positions, temperature, num_valid=5, return_logprobs=True,
-                                              vocab_group=dist.group.WORLD)
+                                              num_top=num_top // 2, vocab_group=dist.group.WORLD)
             results.append(([want[0].tolist()] + numbers(want[1]), [got[0].tolist()] + numbers(got[1])))
         try:
             torch_backend.token_logprobs(shard, tokens, temperature, top_p=0.9, vocab_group=dist.group.WORLD)
@@ -648,14 +651,15 @@ def _same_numbers(got, want) -> bool:
     return torch.equal(got, want)
 
 
-@pytest.mark.parametrize("dtype, gpu_tiling", [("float32", True), ("bfloat16", True), ("float16", False),
-                                               ("bfloat16", False)])
-def test_logprobs_shard_rounds_in_one_process_equal_the_unsharded_call(dtype, gpu_tiling, force_target):
+@pytest.mark.parametrize("dtype, gpu_tiling, num_top", [("float32", True, 0), ("bfloat16", True, 5),
+                                                        ("float16", False, 3), ("bfloat16", False, 64)])
+def test_logprobs_shard_rounds_in_one_process_equal_the_unsharded_call(dtype, gpu_tiling, num_top, force_target):
     """Vocab-parallel token_logprobs' three rounds on each shard's columns in turn (each all-gather a stack): the
-    unsharded call's Logprobs bit for bit, for splits of 1 to 4 shards that cut the single read's blocks (in the
-    GPU's tiling, blocks of 512 columns: a block cut by two shards, one over three shards, a split on a block's
-    edge), tokens at +inf and NaN logits, -1, an out-of-range device token, a row without a finite logit, a
-    greedy and an overflowing row, a token tied with many larger ones."""
+    unsharded call's Logprobs bit for bit, top lists included, for splits of 1 to 4 shards that cut the single
+    read's blocks (in the GPU's tiling, blocks of 512 columns: a block cut by two shards, one over three shards,
+    a split on a block's edge), tokens at +inf and NaN logits, -1, an out-of-range device token, a row without a
+    finite logit, a row of two finite logits, a greedy and an overflowing row, a token tied with many larger
+    ones, 30 tied largest logits across a shard's edge (the top list: the lowest columns first)."""
     import numpy as np
     import torch
 
@@ -674,7 +678,7 @@ def test_logprobs_shard_rounds_in_one_process_equal_the_unsharded_call(dtype, gp
     x[1, :] = -np.inf
     x[1, [3, 1500]] = 2.0  # two finite logits on different shards
     x[2, 700], x[2, 900] = np.nan, np.inf  # the token at +inf: NaN logprobs, rank 1 (+inf is not above it)
-    x[3, 1000:1030] = 9.0  # the token among 30 tied largest logits, across the cut block of [1000, 1100]
+    x[3, 1000:1030] = 30.0  # the token among 30 tied largest logits, across the cut block of [1000, 1100]
     x[4, :] = -np.inf  # no finite logit, token -1
     x[6, 2099] = 3e38  # overflows at T = 0.05: read at T = 1
     x[7] *= 0.3
@@ -683,22 +687,24 @@ def test_logprobs_shard_rounds_in_one_process_equal_the_unsharded_call(dtype, gp
     tokens = torch.tensor([5, 1500, 900, 1010, -1, 5000, 2099, 1030], device=device)  # 5000: out of range
     temperature = torch.tensor([0.7, 1.0, 1.3, 0.0, 1.0, 2.0, 0.05, 0.9], device=device)
     # the unsharded plan run as the op runs it (the op refuses the out-of-range token where it can read it)
+    count = torch.full((1,), num_top, dtype=torch.int32, device=device)
     want = Logprobs(*execute.run(execute.plan(kernels.plan_token_logprobs, (logits,), device, None, has_top_k=False,
-                                              has_top_p=False, has_min_p=False, fp64=False, num_top=0), device,
-                                 dict(logits=logits, tokens=tokens, temperature=temperature,
-                                      num_top=torch.zeros(1, dtype=torch.int32, device=device))))
+                                              has_top_p=False, has_min_p=False, fp64=False, num_top=num_top), device,
+                                 dict(logits=logits, tokens=tokens, temperature=temperature, num_top=count)))
     assert _same_numbers(want.raw[:5], torch_backend.token_logprobs(logits[:5], tokens[:5], temperature[:5]).raw)
     assert torch.isnan(want.raw[[2, 4, 5]]).all() and want.rank[[4, 5]].tolist() == [0, 0] and want.rank[7] == 21
     splits = ([2100], [1000, 1100], [4, 1024, 1072], [512, 8, 1580], [700, 700, 700], [1024, 1076],
               [500, 600, 400, 600])
+    if num_top:  # (the interpreter runs the top lists slowly: the splits that matter to them)
+        splits = ([1000, 1100], [4, 1024, 1072], [1024, 1076])
     for sizes in splits:
         starts = tuple(sum(sizes[:r]) for r in range(len(sizes)))
         plans, envs = [], []
         for start, size in zip(starts, sizes):
             shard = logits[:, start:start + size]
             plans.append(execute.plan(kernels.plan_token_logprobs_shard, (shard,), device, None, vocab=vocab,
-                                      starts=starts, start_align=kernels.start_alignment(starts)))
-            envs.append(dict(logits=shard, tokens=tokens, temperature=temperature,
+                                      starts=starts, start_align=kernels.start_alignment(starts), num_top=num_top))
+            envs.append(dict(logits=shard, tokens=tokens, temperature=temperature, num_top=count,
                              vocab_start=torch.full((1,), start, dtype=torch.int32, device=device)))
         assert [len(plan.rounds) for plan in plans] == [3] * len(sizes)  # two all-gathers
         results = [list(execute.run(plan.rounds[0], device, env)) for plan, env in zip(plans, envs)]
@@ -708,6 +714,9 @@ def test_logprobs_shard_rounds_in_one_process_equal_the_unsharded_call(dtype, gp
         for got in results:
             for name, a, b in zip(want._fields, got, want):
                 assert _same_numbers(a, b), (sizes, name, a, b)
+    if num_top:
+        assert want.top_ids[3, :min(num_top, 30)].tolist() == list(range(1000, 1000 + min(num_top, 30)))
+        assert want.top_ids[1, :2].tolist() == [3, 1500] and (want.top_ids[4] == -1).all()
 
 
 def _next_round(plan, i, env, previous, gathered, device):
@@ -754,6 +763,12 @@ for batch in (1, 256):  # vocab-parallel top_k_top_p_sample: the two tilings, ev
             if kinds not in seen:
                 seen.add(kinds)
                 plans.append((plan, ck.POINTER_TYPES[dtype]))
+inputs.update({"tokens": "*i64", "num_top": "*i32", "shard_top_ids_in": "*i32", "shard_top_values_in": "*fp32",
+               "gathered_stats_record": "*i32", "gathered_counts_record": "*i32"})
+for batch, dtype, num_top, valid in ((1, "bfloat16", 0, False), (256, "float32", 5, True)):  # token_logprobs
+    sharded = kernels.plan_token_logprobs_shard(ArgSpec.contiguous((batch, 75968), dtype), target, vocab=151936,
+                                                starts=(0, 75968), start_align=16, num_top=num_top, row_valid=valid)
+    plans.extend((plan, ck.POINTER_TYPES[dtype]) for plan in sharded.rounds)
 for plan, logits in plans:
     for name in ck.compile_plan(plan, {"logits": logits, **inputs}):
         print("compiled", name)

@@ -101,7 +101,7 @@ def _vocab_parallel(arguments, fp64, draft, num_valid, return_logprobs, num_top,
     check_logprobs_request(op, return_logprobs, num_top)
     validate(op, check_gumbel_sample, arguments, (fp64, draft), None)
     logits = row_logits(arguments["logits"])
-    shards, start_align, start = shard_layout(op, group, logits, return_logprobs, num_top=num_top)
+    shards, start_align, start = shard_layout(op, group, logits, return_logprobs)
     batch, device = logits.shape[0], logits.device
     inputs = dict(logits=logits, seeds=dense(arguments["seeds"]), positions=dense(arguments["positions"]),
                   temperature=temperature_array(arguments["temperature"], batch, device), vocab_start=start)
@@ -113,4 +113,5 @@ def _vocab_parallel(arguments, fp64, draft, num_valid, return_logprobs, num_top,
     tokens = run_sharded(sharded, device, inputs, group, shards)[0]
     if not return_logprobs:
         return tokens
-    return tokens, vocab_parallel_logprobs(logits, tokens, inputs["temperature"], group, op=op)
+    return tokens, vocab_parallel_logprobs(logits, tokens, inputs["temperature"], group, op=op, num_top=num_top,
+                                           valid=valid)

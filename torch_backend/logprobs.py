@@ -42,20 +42,22 @@ token_logprobs.__doc__ = docstring("token_logprobs", "torch")
 
 
 def vocab_parallel_logprobs(logits, tokens, temperature, group, *, op="token_logprobs", filters=False,
-                            num_top=0) -> Logprobs:
-    """token_logprobs (no filters, num_top 0) of logits whose vocabulary is split over the ranks of `group` (rank
-    r holds the r-th contiguous shard): two all-gathers of per-row records (jsample/kernels/
-    vocab_parallel_logprobs.py), the unsharded call's Logprobs on every rank; `tokens` are global columns."""
+                            num_top=0, valid=None) -> Logprobs:
+    """token_logprobs (no filters) of logits whose vocabulary is split over the ranks of `group` (rank r holds the
+    r-th contiguous shard): two all-gathers of per-row records (jsample/kernels/vocab_parallel_logprobs.py), the
+    unsharded call's Logprobs on every rank; `tokens` are global columns; `valid`: gumbel_sample's row flags."""
     logits = row_logits(logits)
-    shards, start_align, start = shard_layout(op, group, logits, False, num_top=num_top, filters=filters)
+    shards, start_align, start = shard_layout(op, group, logits, False, filters=filters)
     starts, vocab = shard_starts(group, logits)
     if tokens.device.type == "cpu" and type(tokens) is torch.Tensor:
         check_token_values(op, tokens.numpy(), vocab)
     batch, device = logits.shape[0], logits.device
     sharded = execute.plan(kernels.plan_token_logprobs_shard, (logits,), device, None, vocab=vocab, starts=starts,
-                           start_align=start_align)
+                           start_align=start_align, num_top=num_top, row_valid=valid is not None)
     inputs = dict(logits=logits, tokens=dense(tokens), temperature=temperature_array(temperature, batch, device),
-                  vocab_start=start)
+                  vocab_start=start, num_top=num_top_tensor(num_top, device))
+    if valid is not None:
+        inputs["row_valid"] = valid
     return Logprobs(*run_sharded(sharded, device, inputs, group, shards))
 
 

@@ -30,9 +30,9 @@ def gumbel_sample(logits, seeds, positions, temperature, *, fp64=False, draft=Fa
     if batch == 0:
         return empty_outputs(op, 0)[0] if not return_logprobs else (
             empty_outputs(op, 0)[0], Logprobs(*empty_outputs("token_logprobs", 0, num_top)))
-    # under jax.jit, logits sharded along the vocabulary take the vocab-parallel plan (logprobs without a top list)
-    vocab_fn = None if num_top else functools.partial(_vocab_sharded_rows, fp64=fp64, draft=draft,
-                                                      return_logprobs=return_logprobs)
+    # under jax.jit, logits sharded along the vocabulary take the vocab-parallel plan (logprobs too)
+    vocab_fn = functools.partial(_vocab_sharded_rows, fp64=fp64, draft=draft, return_logprobs=return_logprobs,
+                                 num_top=num_top)
     outputs = rowwise(functools.partial(_gumbel_rows, fp64=fp64, draft=draft,
                                         num_top=num_top if return_logprobs else None),
                       logits_array(logits), jnp.asarray(seeds), jnp.asarray(positions),
@@ -65,18 +65,18 @@ def _vocab_parallel(logits, seeds, positions, temperature, *, fp64, draft, axis,
     (jsample/kernels/vocab_parallel.py): the unsharded call's tokens; with return_logprobs, then their
     vocab-parallel token_logprobs (the unsharded call's: its logprobs are token_logprobs')."""
     batch = logits.shape[0]
-    shards = execute.axis_shards("gumbel_sample", axis, logits.shape, return_logprobs, num_top=num_top)
+    shards = execute.axis_shards("gumbel_sample", axis, logits.shape, return_logprobs)
     valid = row_valid("gumbel_sample", num_valid, batch)  # (checked at every batch size, as torch checks it)
     if batch == 0:
         tokens = jnp.zeros((0,), jnp.int32)
-        return (tokens, Logprobs(*empty_outputs("token_logprobs", 0, 0))) if return_logprobs else tokens
+        return (tokens, Logprobs(*empty_outputs("token_logprobs", 0, num_top))) if return_logprobs else tokens
     outputs = _vocab_sharded_rows(axis, shards, logits, seeds, positions, temperature, valid, fp64=fp64, draft=draft,
-                                  return_logprobs=return_logprobs)
+                                  return_logprobs=return_logprobs, num_top=num_top)
     return (outputs[0], Logprobs(*outputs[1:])) if return_logprobs else outputs[0]
 
 
 def _vocab_sharded_rows(axis, shards, logits, seeds, positions, temperature, valid, *, fp64, draft,
-                        return_logprobs=False):
+                        return_logprobs=False, num_top=0):
     """_gumbel_rows' outputs on this device's shard of the vocabulary (inside shard_map, or jax.jit with the
     logits sharded along it: _launch.batch_partitioned's vocab_fn, called where mesh axis `axis` holds `shards`
     equal shards): the tokens, and with return_logprobs their vocab-parallel token_logprobs."""
@@ -84,7 +84,8 @@ def _vocab_sharded_rows(axis, shards, logits, seeds, positions, temperature, val
                            shards=shards)
     if not return_logprobs:
         return (tokens,)
-    return (tokens,) + tuple(vocab_parallel_logprobs(logits, tokens, temperature, axis=axis, shards=shards))
+    return (tokens,) + tuple(vocab_parallel_logprobs(logits, tokens, temperature, axis=axis, shards=shards,
+                                                     num_top=num_top, valid=valid))
 
 
 def _shard_tokens(logits, seeds, positions, temperature, valid, *, fp64, draft, axis, shards):

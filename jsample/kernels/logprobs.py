@@ -560,52 +560,67 @@ def top_list_kernel(
         V = aligned(V, VOCAB_ALIGN)
         row_ptr = logits_ptr + tl.multiple_of(request * request_stride + (b64 % ROWS) * row_stride, ROW_ALIGN)
         maxima_ptr = stats_ptr.to(tl.pointer_type(tl.float64)) + (b64 * STATS) * num_blocks
-        blocks = tl.arange(0, REDUCE_BLOCK)
-        block_max = tl.load(maxima_ptr + blocks, mask=blocks < num_blocks, other=float("-inf")).to(tl.float32)
-        bound = _kth_largest(block_max, num_top)
-        slots = tl.arange(0, TOP)
-        list_values = tl.full([TOP], float("-inf"), tl.float32)
-        list_cols = tl.full([TOP], -1, tl.int32)
-        count = num_top * 0  # entries in the list (the first `count` slots)
-        worst_value = tl.full([], float("-inf"), tl.float32)  # the list's worst entry, once it is full
-        worst_col = tl.full([], -1, tl.int32)
-        offsets = tl.arange(0, BLOCK_V)
-        for block in range(tl.program_id(1), num_blocks, PROGRAMS):
-            largest = tl.load(maxima_ptr + block).to(tl.float32)
-            if (largest >= bound) & (largest > float("-inf")):
-                cols = block * BLOCK_V + offsets
-                x = tl.load(row_ptr + cols, mask=cols < V, other=float("-inf")).to(tl.float32)
-                eligible = (tl.abs(x) < float("inf")) & (x >= bound)
-                more = num_top > 0
-                while more:
-                    beats = (count < num_top) | (x > worst_value) | ((x == worst_value) & (cols < worst_col))
-                    value, col = _take_best(x, cols, eligible & beats, 2147483647)
-                    more = col < 2147483647
-                    if more:
-                        eligible = eligible & (cols != col)
-                        slot = tl.where(count < num_top, count,
-                                        tl.min(tl.where((list_values == worst_value) & (list_cols == worst_col),
-                                                        slots, TOP), axis=0))
-                        list_values = tl.where(slots == slot, value, list_values)
-                        list_cols = tl.where(slots == slot, col, list_cols)
-                        count = tl.minimum(count + 1, num_top)
-                        if count == num_top:  # the worst: the smallest value, the highest column among equal ones
-                            worst_value = tl.min(tl.where(slots < count, list_values, float("inf")), axis=0)
-                            worst_col = tl.max(tl.where((slots < count) & (list_values == worst_value), list_cols,
-                                                        -1), axis=0)
-        if PROGRAMS == 1:
-            _store_sorted(list_values, list_cols, slots < count, num_top, b64, top_ids_ptr, top_values_ptr)
-        else:
-            mine = b64 * (PROGRAMS * TOP) + tl.program_id(1) * TOP + slots
-            tl.store(partial_values_ptr + mine, list_values)
-            tl.store(partial_ids_ptr + mine, tl.where(slots < count, list_cols, -1))
-            tl.debug_barrier()  # every thread's stores before the one release
-            if tl.atomic_add(arrivals_ptr + b64, 1, sem="acq_rel", scope="gpu") == PROGRAMS - 1:
-                every = b64 * (PROGRAMS * TOP) + tl.arange(0, PROGRAMS * TOP)
-                values = tl.load(partial_values_ptr + every, cache_modifier=".cg")
-                ids = tl.load(partial_ids_ptr + every, cache_modifier=".cg")
-                _store_merged(values, ids, row_ptr, num_top, b64, top_ids_ptr, top_values_ptr)
-                tl.atomic_xchg(arrivals_ptr + b64, 0, sem="relaxed", scope="gpu")
+        list_row_top(row_ptr, 0, V, num_top, maxima_ptr, num_blocks, b64, top_ids_ptr, top_values_ptr, partial_ids_ptr,
+                     partial_values_ptr, arrivals_ptr, BLOCK_V, REDUCE_BLOCK, TOP, PROGRAMS, False)
+
+
+@jit
+def list_row_top(row_ptr, first, V, num_top, maxima_ptr, num_blocks, b64, top_ids_ptr, top_values_ptr, partial_ids_ptr,
+                 partial_values_ptr, arrivals_ptr, BLOCK_V: tl.constexpr, REDUCE_BLOCK: tl.constexpr,
+                 TOP: tl.constexpr, PROGRAMS: tl.constexpr, FIRST: tl.constexpr):
+    """top_list_kernel's list of row b64 (num_top >= 1): its columns [0, V) at row_ptr (with FIRST, [first, V):
+    a vocabulary shard's columns counted from its first block's start), blocks of BLOCK_V whose largest finite
+    logits are at maxima_ptr (f64, num_blocks of them)."""
+    blocks = tl.arange(0, REDUCE_BLOCK)
+    block_max = tl.load(maxima_ptr + blocks, mask=blocks < num_blocks, other=float("-inf")).to(tl.float32)
+    bound = _kth_largest(block_max, num_top)
+    slots = tl.arange(0, TOP)
+    list_values = tl.full([TOP], float("-inf"), tl.float32)
+    list_cols = tl.full([TOP], -1, tl.int32)
+    count = num_top * 0  # entries in the list (the first `count` slots)
+    worst_value = tl.full([], float("-inf"), tl.float32)  # the list's worst entry, once it is full
+    worst_col = tl.full([], -1, tl.int32)
+    offsets = tl.arange(0, BLOCK_V)
+    for block in range(tl.program_id(1), num_blocks, PROGRAMS):
+        largest = tl.load(maxima_ptr + block).to(tl.float32)
+        if (largest >= bound) & (largest > float("-inf")):
+            cols = block * BLOCK_V + offsets
+            if FIRST:
+                held = (cols >= first) & (cols < V)
+            else:
+                held = cols < V
+            x = tl.load(row_ptr + cols, mask=held, other=float("-inf")).to(tl.float32)
+            eligible = (tl.abs(x) < float("inf")) & (x >= bound)
+            more = num_top > 0
+            while more:
+                beats = (count < num_top) | (x > worst_value) | ((x == worst_value) & (cols < worst_col))
+                value, col = _take_best(x, cols, eligible & beats, 2147483647)
+                more = col < 2147483647
+                if more:
+                    eligible = eligible & (cols != col)
+                    slot = tl.where(count < num_top, count,
+                                    tl.min(tl.where((list_values == worst_value) & (list_cols == worst_col),
+                                                    slots, TOP), axis=0))
+                    list_values = tl.where(slots == slot, value, list_values)
+                    list_cols = tl.where(slots == slot, col, list_cols)
+                    count = tl.minimum(count + 1, num_top)
+                    if count == num_top:  # the worst: the smallest value, the highest column among equal ones
+                        worst_value = tl.min(tl.where(slots < count, list_values, float("inf")), axis=0)
+                        worst_col = tl.max(tl.where((slots < count) & (list_values == worst_value), list_cols,
+                                                    -1), axis=0)
+    if PROGRAMS == 1:
+        _store_sorted(list_values, list_cols, slots < count, num_top, b64, top_ids_ptr, top_values_ptr)
+    else:
+        mine = b64 * (PROGRAMS * TOP) + tl.program_id(1) * TOP + slots
+        tl.store(partial_values_ptr + mine, list_values)
+        tl.store(partial_ids_ptr + mine, tl.where(slots < count, list_cols, -1))
+        tl.debug_barrier()  # every thread's stores before the one release
+        if tl.atomic_add(arrivals_ptr + b64, 1, sem="acq_rel", scope="gpu") == PROGRAMS - 1:
+            every = b64 * (PROGRAMS * TOP) + tl.arange(0, PROGRAMS * TOP)
+            values = tl.load(partial_values_ptr + every, cache_modifier=".cg")
+            ids = tl.load(partial_ids_ptr + every, cache_modifier=".cg")
+            _store_merged(values, ids, row_ptr, num_top, b64, top_ids_ptr, top_values_ptr)
+            tl.atomic_xchg(arrivals_ptr + b64, 0, sem="relaxed", scope="gpu")
 
 
 @jit

@@ -1,5 +1,5 @@
 """Vocab-parallel `token_logprobs` (issue 42): logits split along the vocabulary over devices, the unsharded
-call's logprobs and ranks, bit for bit, from O(B) words a device.
+call's logprobs, ranks and top lists, bit for bit, from O(B) words a device.
 
 The unsharded single read (logprobs.py) cuts every row into blocks of BLOCK_V columns (single_read_config of
 the whole vocabulary), keeps a block's statistics (store_block_stats: its largest finite logit m_b, its
@@ -10,21 +10,25 @@ block's statistics are its shards' statistics combined: the maxima by max, the s
 part of the block takes its terms against the block's own m_b. Three rounds (plan.run_rounds):
 
 1. `shard_logprobs_stats_kernel`, grid (B, SPAN): every global block the shard touches (at most SPAN, the same
-   on every device), its statistics over the shard's columns, into the shard's record (RECORD_HEADER words
-   after them: the shard's first and end columns, whether it holds the row's token, and that token's
-   logit). A block wholly in the shard has the unsharded block's statistics; a block cut by the shard's
-   edge (at most its first and its last) only its maxima. All-gathered.
+   on every device), its statistics over the shard's columns, into the shard's record ([STATS, SPAN + 1] f64
+   a row, slot SPAN the header: the shard's first and end columns, whether it holds the row's token, and
+   that token's logit). A block wholly in the shard has the unsharded block's statistics; a block cut by the
+   shard's edge (at most its first and its last) only its maxima. With a top list (num_top >= 1),
+   `shard_top_list_kernel`: the shard's own num_top largest logits (top_list_kernel's code over its
+   columns). The record is all-gathered.
 2. `shard_logprobs_count_kernel`, grid (B, SPAN): from the gathered records, the token's logit (its
    shard's) and each cut block's m_b (the largest of its parts' maxima): the count of logits above the
    token's in each of the shard's blocks (reading only blocks whose largest non-NaN logit is above it, as
-   the samplers' rank counts do), and the sums of its cut blocks' parts against m_b. All-gathered.
+   the samplers' rank counts do), the sums of its cut blocks' parts against m_b, and the shard's top list
+   (global columns). All-gathered.
 3. `shard_logprobs_merge_kernel`, grid (B,): on every device, the row's blocks' statistics assembled in the
-   unsharded layout, then the unsharded reduce's own functions (_row_from_block_stats, store_row_logprobs,
+   unsharded layout, the best num_top of the shards' lists (the row's: a logit among the row's num_top best is
+   among its shard's), then the unsharded reduce's own functions (_row_from_block_stats, store_row_logprobs,
    with the reduce's warps): the same FP64 combination in the same order, the same numbers.
 
-Two all-gathers: 10 x SPAN + 4 words a row, then 8 + SPAN (SPAN about the shard's blocks, V / shards / 512
-on a GPU). The shards' first columns are device scalars (vocab_start) and multiples of 4; a shard's count of
-columns and the batch are runtime values: no batch size costs a compilation.
+Two all-gathers: 10 x (SPAN + 1) int32 words a row, then 8 + SPAN (+ 128 with a top list); SPAN is about the
+shard's blocks (V / shards / 512 on a GPU). The shards' first columns are device scalars (vocab_start) and
+multiples of 4; the batch and num_top are runtime values: no batch size or count costs a compilation.
 """
 
 import functools
@@ -33,25 +37,27 @@ import triton
 import triton.language as tl
 
 from jsample.kernels.common import aligned, is_greedy, largest_power_of_two_dividing, load_temperature
+from jsample.kernels.filtered import _key, _key_value
 from jsample.kernels.host import jit
-from jsample.kernels.logprobs import (STATS, _block_sums, _row_from_block_stats, single_read_config,
-                                      store_block_stats, store_row_logprobs)
+from jsample.kernels.logprobs import (STATS, TOP_LIST, TOP_LIST_PROGRAMS, _block_sums, _row_from_block_stats,
+                                      _store_padding_row, list_row_top, single_read_config, store_block_stats, store_row_logprobs,
+                                      top_list_buffers)
 from jsample.kernels.plan import ArgSpec, Buffer, Plan, ShardedPlan, Target, launch
 
-RECORD_HEADER = 4  # the stats record's words after its blocks: first column, end column, holds the token, its logit
-_HEADER = tl.constexpr(RECORD_HEADER)
 PARTIAL_WORDS = 8  # the counts record's words before its blocks' counts: the cut first and last blocks' sums
 _PARTIAL = tl.constexpr(PARTIAL_WORDS)
+_TOP = tl.constexpr(TOP_LIST)
 
 
 def stats_record_words(span: int) -> int:
-    """int32 words a row of round 1's record takes: SPAN blocks' statistics (f64), then the header."""
-    return 2 * STATS.value * span + RECORD_HEADER
+    """int32 words a row of round 1's record takes: STATS f64 values for each of SPAN blocks and the header."""
+    return 2 * STATS.value * (span + 1)
 
 
-def counts_record_words(span: int) -> int:
-    """int32 words a row of round 2's record takes: two cut blocks' sums (i64 pairs), then SPAN counts (even)."""
-    return PARTIAL_WORDS + span + span % 2
+def counts_record_words(span: int, top: bool) -> int:
+    """int32 words a row of round 2's record takes: two cut blocks' sums (i64 pairs), SPAN counts (even), and with
+    a top list TOP_LIST columns and TOP_LIST logits."""
+    return PARTIAL_WORDS + span + span % 2 + (2 * TOP_LIST if top else 0)
 
 
 def shard_span(starts, vocab: int, block_v: int) -> int:
@@ -69,11 +75,19 @@ def _shard_columns(vocab_start_ptr, V_shard, START_ALIGN: tl.constexpr, VOCAB_AL
 
 
 @jit
+def _header(record, SPAN: tl.constexpr):
+    """A shard's row record's header slot (f64 pointer: k * (SPAN + 1) apart): the largest logit -inf (no block),
+    then the shard's first column, its end column, whether it holds the token, the token's logit."""
+    return record.to(tl.pointer_type(tl.float64)) + SPAN
+
+
+@jit
 def shard_logprobs_stats_kernel(
     logits_ptr,  # [B, V_shard] f32|bf16|f16: this device's columns, rows `row_stride` elements apart
     tokens_ptr,  # [B] i32|i64: global columns
     temperature_ptr,  # [B] f32, or one f32 for all rows
     vocab_start_ptr,  # [1] i32: the global column of this shard's first column
+    row_valid_ptr,  # [B] u8|i32 (read with HAS_ROW_VALID): 0 for a padding row, its logits unread in every round
     V_shard,
     row_stride,
     record_ptr,  # [B, stats_record_words(SPAN)] i32 output
@@ -83,25 +97,68 @@ def shard_logprobs_stats_kernel(
     START_ALIGN: tl.constexpr,
     VOCAB_ALIGN: tl.constexpr,
     FAST_MATH: tl.constexpr,
+    HAS_ROW_VALID: tl.constexpr = False,
 ):
     """Round 1 (the module's docstring): block first + j of the row, over this shard's columns."""
     row = tl.program_id(0).to(tl.int64)
+    if HAS_ROW_VALID:
+        if tl.load(row_valid_ptr + row) == 0:
+            return
     j = tl.program_id(1)
     start, end = _shard_columns(vocab_start_ptr, V_shard, START_ALIGN, VOCAB_ALIGN)
     cols = (start // BLOCK_V + j) * BLOCK_V + tl.arange(0, BLOCK_V)
     row_ptr = logits_ptr + tl.multiple_of(row * row_stride, ROW_ALIGN) - start  # indexed by global columns
     x = tl.load(row_ptr + cols, mask=(cols >= start) & (cols < end), other=float("-inf")).to(tl.float32)
-    record = record_ptr + row * (2 * STATS * SPAN + _HEADER)
-    store_block_stats(x, load_temperature(temperature_ptr, row), record, 0, j, SPAN, FAST_MATH)
+    record = record_ptr + row * (2 * STATS * (SPAN + 1))
+    store_block_stats(x, load_temperature(temperature_ptr, row), record, 0, j, SPAN + 1, FAST_MATH)
     if j == 0:
         token = tl.load(tokens_ptr + row).to(tl.int64)
         here = (token >= start) & (token < end)
-        header = record + 2 * STATS * SPAN
-        tl.store(header, start)
-        tl.store(header + 1, end)
-        tl.store(header + 2, here.to(tl.int32))
         x_token = tl.load(row_ptr + tl.where(here, token, start)).to(tl.float32)
-        tl.store((header + 3).to(tl.pointer_type(tl.float32)), tl.where(here, x_token, float("nan")))
+        header = _header(record, SPAN)
+        tl.store(header, float("-inf"))
+        tl.store(header + (SPAN + 1), start.to(tl.float64))
+        tl.store(header + 2 * (SPAN + 1), end.to(tl.float64))
+        tl.store(header + 3 * (SPAN + 1), here.to(tl.float64))
+        tl.store(header + 4 * (SPAN + 1), tl.where(here, x_token, float("nan")).to(tl.float64))
+
+
+@jit
+def shard_top_list_kernel(
+    logits_ptr,  # as shard_logprobs_stats_kernel's
+    vocab_start_ptr,
+    row_valid_ptr,  # as shard_logprobs_stats_kernel's
+    num_top_ptr,  # [1] i32: the count a row, 1..TOP_LIST
+    V_shard,
+    row_stride,
+    record_ptr,  # [B, stats_record_words(SPAN)] i32: shard_logprobs_stats_kernel's
+    top_ids_ptr,  # [B, num_top] i32 output: columns counted from the start of the shard's first block
+    top_values_ptr,  # [B, num_top] f32 output
+    partial_ids_ptr,  # top_list_kernel's scratch and counters
+    partial_values_ptr,
+    arrivals_ptr,
+    SPAN: tl.constexpr,
+    BLOCK_V: tl.constexpr,
+    REDUCE_BLOCK: tl.constexpr,  # a power of two > SPAN
+    ROW_ALIGN: tl.constexpr,
+    START_ALIGN: tl.constexpr,
+    VOCAB_ALIGN: tl.constexpr,
+    PROGRAMS: tl.constexpr,
+    HAS_ROW_VALID: tl.constexpr = False,
+):
+    """Grid (B, PROGRAMS): top_list_kernel's list of the shard's columns (their blocks' maxima from the record)."""
+    row = tl.program_id(0).to(tl.int64)
+    if HAS_ROW_VALID:
+        if tl.load(row_valid_ptr + row) == 0:
+            return
+    num_top = tl.load(num_top_ptr)
+    if num_top > 0:
+        start, end = _shard_columns(vocab_start_ptr, V_shard, START_ALIGN, VOCAB_ALIGN)
+        base = (start // BLOCK_V) * BLOCK_V  # the shard's first block's first global column
+        row_ptr = logits_ptr + tl.multiple_of(row * row_stride, ROW_ALIGN) - start + base
+        maxima = record_ptr.to(tl.pointer_type(tl.float64)) + row * (STATS * (SPAN + 1))
+        list_row_top(row_ptr, start - base, end - base, num_top, maxima, SPAN + 1, row, top_ids_ptr, top_values_ptr,
+                     partial_ids_ptr, partial_values_ptr, arrivals_ptr, BLOCK_V, REDUCE_BLOCK, _TOP, PROGRAMS, True)
 
 
 @jit
@@ -110,9 +167,9 @@ def _token_logit(gathered_ptr, row, batch, SHARDS: tl.constexpr, SPAN: tl.conste
     x_token = tl.full([], float("nan"), tl.float32)
     held = tl.full([], 0, tl.int1)
     for s in tl.static_range(SHARDS):
-        header = gathered_ptr + (s * batch + row) * (2 * STATS * SPAN + _HEADER) + 2 * STATS * SPAN
-        here = tl.load(header + 2) != 0
-        x_token = tl.where(here, tl.load((header + 3).to(tl.pointer_type(tl.float32))), x_token)
+        header = _header(gathered_ptr + (s * batch + row) * (2 * STATS * (SPAN + 1)), SPAN)
+        here = tl.load(header + 3 * (SPAN + 1)) != 0
+        x_token = tl.where(here, tl.load(header + 4 * (SPAN + 1)).to(tl.float32), x_token)
         held = held | here
     return x_token, held
 
@@ -120,15 +177,16 @@ def _token_logit(gathered_ptr, row, batch, SHARDS: tl.constexpr, SPAN: tl.conste
 @jit
 def _block_part(gathered_ptr, s, row, batch, g, V, SPAN: tl.constexpr, BLOCK_V: tl.constexpr):
     """(shard s's slot of global block g, whether shard s holds columns of it, whether it holds all of them,
-    the slot's stats pointer (f64, STATS values SPAN apart)): g may be a vector."""
-    record = gathered_ptr + (s * batch + row) * (2 * STATS * SPAN + _HEADER)
-    start = tl.load(record + 2 * STATS * SPAN)
-    end = tl.load(record + 2 * STATS * SPAN + 1)
+    the slot's stats pointer (f64, STATS values SPAN + 1 apart), shard s's first column): g may be a vector."""
+    record = gathered_ptr + (s * batch + row) * (2 * STATS * (SPAN + 1))
+    header = _header(record, SPAN)
+    start = tl.load(header + (SPAN + 1)).to(tl.int32)
+    end = tl.load(header + 2 * (SPAN + 1)).to(tl.int32)
     j = g - start // BLOCK_V
     lo = g * BLOCK_V
     holds = (j >= 0) & (j < SPAN) & (lo < end) & (lo + BLOCK_V > start)
     whole = holds & (lo >= start) & (tl.minimum(lo + BLOCK_V, V) <= end)
-    return j, holds, whole, record.to(tl.pointer_type(tl.float64)) + tl.where(holds, j, 0)
+    return j, holds, whole, record.to(tl.pointer_type(tl.float64)) + tl.where(holds, j, 0), start
 
 
 @jit
@@ -136,11 +194,15 @@ def shard_logprobs_count_kernel(
     logits_ptr,  # as shard_logprobs_stats_kernel's
     temperature_ptr,
     vocab_start_ptr,
+    row_valid_ptr,  # as shard_logprobs_stats_kernel's
+    num_top_ptr,  # [1] i32 (read with HAS_TOP)
+    top_ids_ptr,  # [B, num_top] i32 (HAS_TOP): shard_top_list_kernel's, from the shard's first block's start
+    top_values_ptr,  # [B, num_top] f32 (HAS_TOP)
     gathered_ptr,  # [SHARDS, B, stats_record_words(SPAN)] i32: every shard's round 1 record, in column order
     V,  # the whole vocabulary
     V_shard,
     row_stride,
-    record_ptr,  # [B, counts_record_words(SPAN)] i32 output
+    record_ptr,  # [B, counts_record_words(SPAN, HAS_TOP)] i32 output
     SHARDS: tl.constexpr,
     SPAN: tl.constexpr,
     BLOCK_V: tl.constexpr,
@@ -148,16 +210,32 @@ def shard_logprobs_count_kernel(
     START_ALIGN: tl.constexpr,
     VOCAB_ALIGN: tl.constexpr,
     FAST_MATH: tl.constexpr,
+    HAS_TOP: tl.constexpr,
+    HAS_ROW_VALID: tl.constexpr = False,
 ):
     """Round 2 (the module's docstring): block first + j's count of logits above the token's, and, for a block
-    cut by this shard's edge, the sums of the shard's part against the whole block's largest finite logit."""
+    cut by this shard's edge, the sums of the shard's part against the whole block's largest finite logit; the
+    first program of a row copies the shard's top list into the record (global columns)."""
     row = tl.program_id(0).to(tl.int64)
+    if HAS_ROW_VALID:
+        if tl.load(row_valid_ptr + row) == 0:
+            return
     batch = tl.num_programs(0).to(tl.int64)
     j = tl.program_id(1)
     start, end = _shard_columns(vocab_start_ptr, V_shard, START_ALIGN, VOCAB_ALIGN)
     g = start // BLOCK_V + j
     lo = g * BLOCK_V
-    record = record_ptr + row * (_PARTIAL + SPAN + SPAN % 2)
+    record = record_ptr + row * (_PARTIAL + SPAN + SPAN % 2 + (2 * _TOP if HAS_TOP else 0))
+    if HAS_TOP:
+        if j == 0:
+            num_top = tl.load(num_top_ptr)
+            slots = tl.arange(0, _TOP)
+            listed = slots < num_top
+            ids = tl.load(top_ids_ptr + row * num_top + slots, mask=listed, other=-1)
+            values = tl.load(top_values_ptr + row * num_top + slots, mask=listed, other=float("-inf"))
+            top = record + _PARTIAL + SPAN + SPAN % 2
+            tl.store(top + slots, tl.where(ids >= 0, ids + (start // BLOCK_V) * BLOCK_V, -1))
+            tl.store((top + _TOP + slots).to(tl.pointer_type(tl.float32)), values)
     if lo >= end:  # past the shard's blocks
         tl.store(record + _PARTIAL + j, 0)
         return
@@ -166,10 +244,9 @@ def shard_logprobs_count_kernel(
     block_max = tl.full([], float("-inf"), tl.float32)
     top = tl.full([], float("-inf"), tl.float32)
     for s in tl.static_range(SHARDS):
-        slot, holds, whole, stats = _block_part(gathered_ptr, s, row, batch, g, V, SPAN, BLOCK_V)
+        slot, holds, whole, stats, first = _block_part(gathered_ptr, s, row, batch, g, V, SPAN, BLOCK_V)
         block_max = tl.maximum(block_max, tl.where(holds, tl.load(stats).to(tl.float32), float("-inf")))
-        mine = tl.load(gathered_ptr + (s * batch + row) * (2 * STATS * SPAN + _HEADER) + 2 * STATS * SPAN) == start
-        top = tl.where(mine & holds, tl.load(stats + SPAN).to(tl.float32), top)
+        top = tl.where((first == start) & holds, tl.load(stats + (SPAN + 1)).to(tl.float32), top)
     cut = (lo < start) | (tl.minimum(lo + BLOCK_V, V) > end)
     count = tl.zeros([], tl.int32)
     if (held & (top > x_token)) | cut:
@@ -191,45 +268,59 @@ def shard_logprobs_count_kernel(
 @jit
 def shard_logprobs_merge_kernel(
     gathered_stats_ptr,  # [SHARDS, B, stats_record_words(SPAN)] i32: round 1's records
-    gathered_counts_ptr,  # [SHARDS, B, counts_record_words(SPAN)] i32: round 2's records
+    gathered_counts_ptr,  # [SHARDS, B, counts_record_words(SPAN, HAS_TOP)] i32: round 2's records
     tokens_ptr,  # [B] i32|i64
     temperature_ptr,
+    row_valid_ptr,  # as shard_logprobs_stats_kernel's: a padding row's outputs are NaN, rank 0, no top list
+    num_top_ptr,  # [1] i32 (read with HAS_TOP)
     V,  # the whole vocabulary
     num_blocks,  # the unsharded single read's blocks a row
     stats_ptr,  # [B, 2 * STATS, num_blocks] f32 scratch: the unsharded layout (f64 values)
     counts_ptr,  # [B, num_blocks] i32 scratch
+    top_values_ptr,  # [B, num_top] f32 scratch (HAS_TOP): the merged list's logits
     raw_ptr,  # [B] f32 outputs: raw, scaled, kept, log_kept_mass (logprobs_reduce_kernel's)
     scaled_ptr,
     kept_ptr,
     log_kept_mass_ptr,
     rank_ptr,  # [B] i32
+    top_ids_ptr,  # [B, num_top] i32 output (HAS_TOP)
+    top_logprobs_ptr,  # [B, num_top] f32 output (HAS_TOP)
     SHARDS: tl.constexpr,
     SPAN: tl.constexpr,
     BLOCK_V: tl.constexpr,
     REDUCE_BLOCK: tl.constexpr,  # the unsharded reduce's
+    HAS_TOP: tl.constexpr,
+    SHARDS_BLOCK: tl.constexpr,  # a power of two >= SHARDS
+    HAS_ROW_VALID: tl.constexpr = False,
 ):
     """Round 3 (the module's docstring), with logprobs_reduce_kernel's warps: the row's blocks' statistics as
-    the unsharded read stores them (every part of a block combined: maxima by max, sums added), then that
-    kernel's own reduction of them."""
+    the unsharded read stores them (every part of a block combined: maxima by max, sums added), the merged top
+    list, then that kernel's own reduction of them."""
     row = tl.program_id(0).to(tl.int64)
     batch = tl.num_programs(0).to(tl.int64)
+    if HAS_ROW_VALID:
+        if tl.load(row_valid_ptr + row) == 0:
+            _store_padding_row(row, raw_ptr, scaled_ptr, kept_ptr, log_kept_mass_ptr, rank_ptr, top_ids_ptr,
+                               top_logprobs_ptr, tl.load(num_top_ptr) if HAS_TOP else 0)
+            return
     g = tl.arange(0, REDUCE_BLOCK)
     in_row = g < num_blocks
     stats = stats_ptr.to(tl.pointer_type(tl.float64)) + (row * STATS) * num_blocks + g
     counts = counts_ptr + row * num_blocks + g
+    words = _PARTIAL + SPAN + SPAN % 2 + (2 * _TOP if HAS_TOP else 0)
     for k in tl.static_range(STATS):
         tl.store(stats + k * num_blocks, float("-inf") if k < 2 else 0.0, mask=in_row)
     tl.store(counts, 0, mask=in_row)
     for s in tl.static_range(SHARDS):
         tl.debug_barrier()  # the previous part's stores, by other threads, before these loads
-        slot, holds, whole, part = _block_part(gathered_stats_ptr, s, row, batch, g, V, SPAN, BLOCK_V)
+        slot, holds, whole, part, first = _block_part(gathered_stats_ptr, s, row, batch, g, V, SPAN, BLOCK_V)
         holds = holds & in_row
-        partial = gathered_counts_ptr + (s * batch + row) * (_PARTIAL + SPAN + SPAN % 2)
+        partial = gathered_counts_ptr + (s * batch + row) * words
         last = tl.max(tl.where(holds, slot, 0), axis=0)
         sums = partial.to(tl.pointer_type(tl.int64)) + tl.where(slot == 0, 0, 2)  # a cut block's: round 2's
         cut_sums = holds & ~whole & ((slot == 0) | (slot == last))
         for k in tl.static_range(STATS):
-            value = tl.load(part + k * SPAN, mask=holds, other=0.0)
+            value = tl.load(part + k * (SPAN + 1), mask=holds, other=0.0)
             if k == 2 or k == 3:
                 value = tl.where(whole, value, tl.load(sums + (k - 2), mask=cut_sums, other=0).to(tl.float64))
             now = tl.load(stats + k * num_blocks, mask=holds, other=0.0)
@@ -237,6 +328,23 @@ def shard_logprobs_merge_kernel(
             tl.store(stats + k * num_blocks, combined, mask=holds)
         tl.store(counts, tl.load(counts, mask=holds, other=0) + tl.load(partial + _PARTIAL + slot, mask=holds,
                                                                          other=0), mask=holds)
+    if HAS_TOP:  # the best num_top of the shards' lists, as top_list_kernel orders them
+        num_top = tl.load(num_top_ptr)
+        entries = tl.arange(0, SHARDS_BLOCK * _TOP)
+        shard = entries // _TOP
+        listed = shard < SHARDS
+        top = gathered_counts_ptr + (shard * batch + row) * words + _PARTIAL + SPAN + SPAN % 2 + entries % _TOP
+        cols = tl.load(top, mask=listed, other=-1)
+        values = tl.load((top + _TOP).to(tl.pointer_type(tl.float32)), mask=listed, other=float("-inf"))
+        packed = tl.where(cols >= 0, _key(values, 0).to(tl.int64) * 4294967296 + (2147483647 - cols),
+                          -9223372036854775807)
+        order = tl.sort(packed, descending=True)
+        wanted = entries < num_top
+        found = order > -9223372036854775807
+        tl.store(top_ids_ptr + row * num_top + entries, tl.where(found, 2147483647 - (order & 4294967295), -1),
+                 mask=wanted)
+        tl.store(top_values_ptr + row * num_top + entries,
+                 tl.where(found, _key_value((order >> 32).to(tl.int32), 0), float("-inf")), mask=wanted)
     tl.debug_barrier()
     temperature = load_temperature(temperature_ptr, row)
     token = tl.load(tokens_ptr + row).to(tl.int64)
@@ -244,26 +352,30 @@ def shard_logprobs_merge_kernel(
                                                                            temperature, REDUCE_BLOCK)
     x_token, held = _token_logit(gathered_stats_ptr, row, batch, SHARDS, SPAN)
     valid = held & (token >= 0) & (token < V) & (m > float("-inf"))
-    store_row_logprobs(row, x_token, valid, temperature, m, larger, greedy, log_raw_sum, log_scaled_sum, rank_ptr,
-                       rank_ptr, raw_ptr, raw_ptr, scaled_ptr, kept_ptr, log_kept_mass_ptr, rank_ptr, raw_ptr, False)
+    store_row_logprobs(row, x_token, valid, temperature, m, larger, greedy, log_raw_sum, log_scaled_sum, num_top_ptr,
+                       top_ids_ptr, top_values_ptr, raw_ptr, scaled_ptr, kept_ptr, log_kept_mass_ptr, rank_ptr,
+                       top_logprobs_ptr, HAS_TOP)
 
 
 @functools.lru_cache(maxsize=512)
-def plan_token_logprobs_shard(logits: ArgSpec, target: Target, *, vocab: int, starts: tuple,
-                              start_align: int) -> ShardedPlan:
-    """Vocab-parallel `token_logprobs` (no filters, no top list) of this device's shard `logits` [B, V_shard] of
-    a `vocab`-column vocabulary whose shards start at `starts` (every shard's first column, in order; this one's
-    is the input `vocab_start` [1] i32, a multiple of `start_align`): inputs `tokens` [B] (global columns),
-    `temperature` [B] f32 (or one f32), `vocab_start`; outputs token_logprobs' (raw, scaled, kept,
-    log_kept_mass, rank, top_ids, top_logprobs; the top ones [B, 0]), on every device."""
+def plan_token_logprobs_shard(logits: ArgSpec, target: Target, *, vocab: int, starts: tuple, start_align: int,
+                              num_top: int = 0, row_valid: bool = False) -> ShardedPlan:
+    """Vocab-parallel `token_logprobs` (no filters) of this device's shard `logits` [B, V_shard] of a `vocab`-column
+    vocabulary whose shards start at `starts` (every shard's first column, in order; this one's is the input
+    `vocab_start` [1] i32, a multiple of `start_align`): inputs `tokens` [B] (global columns), `temperature` [B]
+    f32 (or one f32), `vocab_start`, and `num_top` [1] i32 (equal to `num_top`: the top outputs' width; read on the
+    device, so every count from 1 runs the same kernels) and, with `row_valid`, `row_valid` [B] u8|i32 (0: a
+    padding row, its logits unread: NaN logprobs, rank 0, top_ids -1); outputs token_logprobs' (raw, scaled,
+    kept, log_kept_mass, rank, top_ids, top_logprobs), on every device."""
     batch, shard_vocab = logits.shape
     config = single_read_config(vocab, target)  # the unsharded call's blocks
     span = shard_span(starts, vocab, config.block_v)
+    top = num_top > 0
     names = ("raw", "scaled", "kept", "log_kept_mass", "rank", "top_ids", "top_logprobs")
     outputs = tuple(Buffer(name, (batch,), "int32" if name == "rank" else "float32") for name in names[:5]) + (
-        Buffer("top_ids", (batch, 0), "int32"), Buffer("top_logprobs", (batch, 0), "float32"))
+        Buffer("top_ids", (batch, num_top), "int32"), Buffer("top_logprobs", (batch, num_top), "float32"))
     stats_record = Buffer("stats_record", (batch, stats_record_words(span)), "int32")
-    counts_record = Buffer("counts_record", (batch, counts_record_words(span)), "int32")
+    counts_record = Buffer("counts_record", (batch, counts_record_words(span, top)), "int32")
     if batch == 0:
         return ShardedPlan((Plan((stats_record,), (), ("stats_record",), "empty"),
                             Plan((counts_record,), (), ("counts_record",), "empty"),
@@ -271,23 +383,42 @@ def plan_token_logprobs_shard(logits: ArgSpec, target: Target, *, vocab: int, st
     row_stride = logits.strides[0]
     shards = len(starts)
     tiles = dict(SPAN=span, BLOCK_V=config.block_v, ROW_ALIGN=largest_power_of_two_dividing(row_stride, 16),
-                 START_ALIGN=start_align, VOCAB_ALIGN=largest_power_of_two_dividing(shard_vocab, 16),
-                 FAST_MATH=config.fast_math)
-    stats = Plan((stats_record,), (launch(
-        shard_logprobs_stats_kernel, (batch, span),
-        ("logits", "tokens", "temperature", "vocab_start", shard_vocab, row_stride), ("stats_record",),
-        num_warps=config.num_warps, **tiles),), ("stats_record",), "vocab shard logprobs stats")
+                 START_ALIGN=start_align, VOCAB_ALIGN=largest_power_of_two_dividing(shard_vocab, 16))
+    valid = "row_valid" if row_valid else "vocab_start"  # (the stand-in is never read)
+    tiles["HAS_ROW_VALID"] = row_valid
+    columns = ("logits", "vocab_start", valid)
+    stats_launches = (launch(
+        shard_logprobs_stats_kernel, (batch, span), ("logits", "tokens", "temperature", "vocab_start", valid,
+                                                     shard_vocab, row_stride), ("stats_record",),
+        FAST_MATH=config.fast_math, num_warps=config.num_warps, **tiles),)
+    stats_buffers = (stats_record,)
+    list_names = ()
+    if top:
+        programs = 1 if target.large_programs else TOP_LIST_PROGRAMS
+        list_names = ("shard_top_ids", "shard_top_values")
+        stats_buffers += (Buffer("shard_top_ids", (batch, num_top), "int32"),
+                          Buffer("shard_top_values", (batch, num_top), "float32")) + top_list_buffers(batch, target)
+        stats_launches += (launch(
+            shard_top_list_kernel, (batch, programs), columns + ("num_top", shard_vocab, row_stride, "stats_record"),
+            list_names + ("top_partial_ids", "top_partial_values", "top_arrivals"),
+            REDUCE_BLOCK=triton.next_power_of_2(span + 1), PROGRAMS=programs, num_warps=4, **tiles),)
+    stats = Plan(stats_buffers, stats_launches, ("stats_record",) + list_names, "vocab shard logprobs stats")
+    top_args = tuple(name + "_in" for name in list_names) if top else ("vocab_start", "vocab_start")
     counts = Plan((counts_record,), (launch(
         shard_logprobs_count_kernel, (batch, span),
-        ("logits", "temperature", "vocab_start", "gathered_stats_record", vocab, shard_vocab, row_stride),
-        ("counts_record",), SHARDS=shards, num_warps=config.num_warps, **tiles),), ("counts_record",),
-        "vocab shard logprobs counts")
+        ("logits", "temperature", "vocab_start", valid, "num_top" if top else "vocab_start") + top_args + (
+            "gathered_stats_record", vocab, shard_vocab, row_stride),
+        ("counts_record",), SHARDS=shards, FAST_MATH=config.fast_math, HAS_TOP=top, num_warps=config.num_warps,
+        **tiles),), ("counts_record",), "vocab shard logprobs counts")
     scratch = (Buffer("merged_stats", (batch, 2 * STATS.value, config.num_blocks), "float32"),
-               Buffer("merged_counts", (batch, config.num_blocks), "int32"))
+               Buffer("merged_counts", (batch, config.num_blocks), "int32"),
+               Buffer("merged_top_values", (batch, num_top), "float32"))
     merge = Plan(scratch + outputs, (launch(
         shard_logprobs_merge_kernel, (batch,),
-        ("gathered_stats_record", "gathered_counts_record", "tokens", "temperature", vocab, config.num_blocks),
-        ("merged_stats", "merged_counts") + names[:5], SHARDS=shards, SPAN=span, BLOCK_V=config.block_v,
-        REDUCE_BLOCK=config.reduce_block, num_warps=4),), names, "vocab merge logprobs")
+        ("gathered_stats_record", "gathered_counts_record", "tokens", "temperature", valid,
+         "num_top" if top else "tokens", vocab, config.num_blocks),
+        ("merged_stats", "merged_counts", "merged_top_values") + names, SHARDS=shards, SPAN=span,
+        BLOCK_V=config.block_v, REDUCE_BLOCK=config.reduce_block, HAS_TOP=top,
+        SHARDS_BLOCK=triton.next_power_of_2(shards), HAS_ROW_VALID=row_valid, num_warps=4),), names,
+        "vocab merge logprobs")
     return ShardedPlan((stats, counts, merge), "vocab shard logprobs")
-

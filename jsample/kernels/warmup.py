@@ -86,11 +86,13 @@ def _vocab_parallel_plan(op, batch, vocab, dtype, flags, target):
                   start_align=kernels.start_alignment(starts))
     logprobs = ()
     if op == "token_logprobs" or flags.get("return_logprobs"):
-        if flags.get("num_top") or (op == "token_logprobs" and any(flags.get(f) for f in ("top_k", "top_p", "min_p"))):
-            raise ValueError(f"precompile: {op} with vocab_shards takes no filters and num_top = 0 (logprobs with "
-                             f"filters or a top list are not sharded yet), got {flags}.")
+        if op == "token_logprobs" and any(flags.get(f) for f in ("top_k", "top_p", "min_p")):
+            raise ValueError(f"precompile: {op} with vocab_shards takes no filters (logprobs with filters are not "
+                             f"sharded yet), got {flags}.")
         logprobs = kernels.plan_token_logprobs_shard(logits, target, vocab=width * shards, starts=starts,
-                                                     start_align=common["start_align"]).rounds
+                                                     start_align=common["start_align"],
+                                                     num_top=flags.get("num_top", 0),
+                                                     row_valid=op == "gumbel_sample" and common["row_valid"]).rounds
         if op == "token_logprobs":
             return merged_rounds(logprobs, shards)
     if op == "top_k_top_p_sample":
@@ -125,8 +127,6 @@ def _with_num_tops(op, flags) -> list:
     """A logprobs flag set without num_top stands for both kernels' calls: num_top 0 (the single read, without
     filters) and 1 (every larger count alike)."""
     if (op == "token_logprobs" or flags.get("return_logprobs")) and "num_top" not in flags:
-        if flags.get("vocab_shards"):  # (vocab-parallel logprobs: num_top 0 only)
-            return [dict(flags, num_top=0)]
         return [dict(flags, num_top=0), dict(flags, num_top=1)]
     return [flags]
 
