@@ -10,7 +10,7 @@ time of
   gather     the engines' way: NCCL all_gather of the shards and the copy into [B, V] rows (vLLM's
              tensor_model_parallel_all_gather along the vocabulary), then gumbel_sample on the whole rows;
   half       gumbel_sample of one shard alone (no collective): the one-shard op on half the vocabulary;
-and for token_logprobs ("logprobs": tokens drawn uniformly, far down the rows, so that the rank counts read most
+and for token_logprobs ("logprobs", "logprobs_top20" with num_top=20: tokens drawn uniformly, far down the rows, so that the rank counts read most
 blocks) and gumbel_sample(return_logprobs=True) ("gumbel_logprobs": the sampled tokens' logprobs), sharded
 through two more all-gathers of per-row records (jsample/kernels/vocab_parallel_logprobs.py);
 plus the bytes each GPU receives. Every variant is captured as a CUDA graph (one per rotated input set, so
@@ -112,14 +112,17 @@ def _measure(rank, world, args, queue):
             filters = {}
             if op == "gumbel_logprobs":
                 filters = dict(return_logprobs=True)
-            elif op == "logprobs":  # token_logprobs of the same uniformly drawn global tokens on both ranks
+            elif op in ("logprobs", "logprobs_top20"):  # token_logprobs of the same uniform global tokens on both ranks
                 token_generator = torch.Generator(device=device).manual_seed(batch)
                 global_tokens = torch.randint(0, vocab, (batch,), generator=token_generator, device=device)
+                num_top = 20 if op == "logprobs_top20" else 0
 
                 def sample(logits, seeds, positions, temperature, vocab_group=None):
                     if vocab_group is None and logits.shape[1] == shard_size:  # half: the tokens within the shard
-                        return torch_backend.token_logprobs(logits, global_tokens % shard_size, temperature)
-                    return torch_backend.token_logprobs(logits, global_tokens, temperature, vocab_group=vocab_group)
+                        return torch_backend.token_logprobs(logits, global_tokens % shard_size, temperature,
+                                                            num_top=num_top)
+                    return torch_backend.token_logprobs(logits, global_tokens, temperature, num_top=num_top,
+                                                        vocab_group=vocab_group)
             elif op != "gumbel":  # per-row top_k (the search rounds), or the Python int 50 (the shards' lists)
                 filters = dict(top_k=torch.full((batch,), 50, device=device) if op == "top_k_top_p" else 50,
                                top_p=torch.full((batch,), 0.9, device=device))
@@ -146,10 +149,10 @@ def _measure(rank, world, args, queue):
             torch.cuda.synchronize()
             equal = _same(out["sharded"], out["gather"])
             rounds, words = 1, 6
-            if op in ("logprobs", "gumbel_logprobs"):  # token_logprobs' two records (after gumbel's summary)
+            if op in ("logprobs", "logprobs_top20", "gumbel_logprobs"):  # token_logprobs' records (after gumbel's)
                 logprobs_plan = execute.plan(kernels.plan_token_logprobs_shard, (shards[0],), device, None,
                                              vocab=vocab, starts=tuple(r * shard_size for r in range(world)),
-                                             start_align=16)
+                                             start_align=16, num_top=20 if op == "logprobs_top20" else 0)
                 records = [plan.buffer(plan.outputs[0]) for plan in logprobs_plan.rounds[:-1]]
                 rounds = len(records) + (op == "gumbel_logprobs")
                 words = sum(record.shape[1] for record in records) + 6 * (op == "gumbel_logprobs")
@@ -185,7 +188,7 @@ def main():
     parser.add_argument("--vocab", type=int, default=262144)
     parser.add_argument("--batches", default="1,64,256")
     parser.add_argument("--dtypes", default="bfloat16,float32")
-    parser.add_argument("--ops", default="gumbel,top_k_top_p,top_k_top_p_int,logprobs,gumbel_logprobs")
+    parser.add_argument("--ops", default="gumbel,top_k_top_p,top_k_top_p_int,logprobs,logprobs_top20,gumbel_logprobs")
     parser.add_argument("--port", type=int, default=29650)
     args = parser.parse_args()
     world = torch.cuda.device_count()
@@ -210,7 +213,7 @@ def main():
              "gather = all_gather_into_tensor of the shards + the copy into [B, V] rows + the op; "
              "half = the op on one shard alone. top_k_top_p: top_k=50, top_p=0.9 on every row (top_k a [B] tensor: "
              "the search rounds; top_k_top_p_int: top_k the Python int 50: the shards' lists, one all-gather). "
-             "logprobs: token_logprobs of uniformly drawn tokens (two all-gathers); gumbel_logprobs: "
+             "logprobs: token_logprobs of uniformly drawn tokens (two all-gathers; _top20: num_top=20); gumbel_logprobs: "
              "gumbel_sample(return_logprobs=True) (three; gather and half: the fused single read).")
     if args.out:
         harness.write_results(args.out, "vocab_parallel", harness.environment(args.git_sha), rows, columns, notes)
