@@ -16,7 +16,7 @@ from jsample import kernels
 from jsample._jax import _execute as jax_execute
 from jsample.kernels.compiles import compile_key, count_compilations, integer_class
 from jsample.kernels.plan import ArgSpec
-from jsample.kernels.warmup import _vocab_parallel_plan
+from jsample.kernels.warmup import _vocab_parallel_plan, input_specs, warmup_cases
 from torch_backend import _execute as torch_execute
 
 BATCHES = range(1, 1025)
@@ -219,6 +219,33 @@ def test_precompile_workers_make_the_calls(tmp_path):
     assert result.returncode == 0 and "worker process failed" not in result.stderr, result.stderr[-3000:]
     calls, kernels_ = map(int, result.stdout.split())
     assert calls >= 2 and kernels_ >= 2
+
+
+def test_precompile_makes_the_inputs_of_every_case():
+    """Both frontends can make every input a warm-up case names (a num_valid call's uint8 row flags were missing
+    from torch's dtypes: precompile with {"num_valid": True} failed on a GPU, where the calls are made)."""
+    import torch
+
+    from jsample._jax import warmup as jax_warmup
+    from torch_backend import warmup as torch_warmup
+
+    cases = []
+    for op in ("gumbel_sample", "top_k_top_p_sample", "rejection_sample", "synthetic_rejection_sample",
+               "token_logprobs"):
+        for flags in ({}, {"num_valid": True}, {"return_logprobs": True, "num_valid": True},
+                      {"vocab_shards": 2, "num_valid": True}):
+            if flags.get("vocab_shards") and op not in ("gumbel_sample", "token_logprobs"):
+                continue
+            if op == "token_logprobs" and flags.get("num_valid"):
+                flags = {"vocab_shards": 2} if flags.get("vocab_shards") else {}
+            cases.extend(warmup_cases([1024], ["bfloat16"], [op], [flags], 2, (2,),
+                                      [torch_execute.compiled_target(132, 9)], "torch"))
+    assert any(dtype == "uint8" for case in cases for _, dtype in input_specs(case).values())
+    for case in cases:
+        made = torch_warmup._inputs(case, torch.device("cpu"))
+        assert {name: (tuple(t.shape), str(t.dtype).replace("torch.", "")) for name, t in made.items()} == {
+            name: (tuple(shape), dtype) for name, (shape, dtype) in input_specs(case).items()}, case
+        assert set(jax_warmup._input_shapes(case)) == set(made), case
 
 
 def test_precompile_covers_vocab_parallel_calls():

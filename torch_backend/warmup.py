@@ -13,7 +13,7 @@ from jsample.kernels.warmup import PrecompileReport, WarmupCase, _plan, input_sp
 from torch_backend import _execute as execute
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16, "int32": torch.int32,
-           "int64": torch.int64}
+           "int64": torch.int64, "uint8": torch.uint8}  # (uint8: the row flags of a num_valid call)
 
 
 def precompile(vocab_sizes, dtypes=("bfloat16",), *, ops=None, flags=None, max_batch=512, num_speculative_tokens=(4,),
