@@ -10,9 +10,10 @@ time of
   gather     the engines' way: NCCL all_gather of the shards and the copy into [B, V] rows (vLLM's
              tensor_model_parallel_all_gather along the vocabulary), then gumbel_sample on the whole rows;
   half       gumbel_sample of one shard alone (no collective): the one-shard op on half the vocabulary;
-and for token_logprobs ("logprobs", "logprobs_top20" with num_top=20: tokens drawn uniformly, far down the rows, so that the rank counts read most
-blocks) and gumbel_sample(return_logprobs=True) ("gumbel_logprobs": the sampled tokens' logprobs), sharded
-through two more all-gathers of per-row records (jsample/kernels/vocab_parallel_logprobs.py);
+and for token_logprobs ("logprobs", "logprobs_top20" with num_top=20: tokens drawn uniformly, far down the
+rows, so that the rank counts read most blocks) and gumbel_sample(return_logprobs=True) ("gumbel_logprobs": the
+sampled tokens' logprobs), sharded through two more all-gathers of per-row records
+(jsample/kernels/vocab_parallel_logprobs.py);
 plus the bytes each GPU receives. Every variant is captured as a CUDA graph (one per rotated input set, so
 repeated calls do not measure the L2 cache) and replayed a fixed number of times on both ranks (collectives
 must match), timed with CUDA events; the median of 7 repeats. Tokens of sharded and gather are checked equal.
@@ -213,8 +214,8 @@ def main():
              "gather = all_gather_into_tensor of the shards + the copy into [B, V] rows + the op; "
              "half = the op on one shard alone. top_k_top_p: top_k=50, top_p=0.9 on every row (top_k a [B] tensor: "
              "the search rounds; top_k_top_p_int: top_k the Python int 50: the shards' lists, one all-gather). "
-             "logprobs: token_logprobs of uniformly drawn tokens (two all-gathers; _top20: num_top=20); gumbel_logprobs: "
-             "gumbel_sample(return_logprobs=True) (three; gather and half: the fused single read).")
+             "logprobs: token_logprobs of uniformly drawn tokens (two all-gathers; _top20: num_top=20); "
+             "gumbel_logprobs: gumbel_sample(return_logprobs=True) (three; gather and half: the fused single read).")
     if args.out:
         harness.write_results(args.out, "vocab_parallel", harness.environment(args.git_sha), rows, columns, notes)
     print(json.dumps(rows, indent=1))

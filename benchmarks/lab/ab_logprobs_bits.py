@@ -8,7 +8,6 @@ Each checkout runs in a process of its own on the GPU (or the CPU interpreter): 
 bytes are hashed; the script prints each case and whether the two checkouts agree.
 """
 
-import hashlib
 import json
 import os
 import subprocess
@@ -35,7 +34,8 @@ for vocab in (1000,) if small else (32000, 151936):
             positions = torch.arange(batch, device=device)
             cases = {
                 "token_logprobs": lambda: torch_backend.token_logprobs(logits, tokens, temperature),
-                "token_logprobs num_top=5": lambda: torch_backend.token_logprobs(logits, tokens, temperature, num_top=5),
+                "token_logprobs num_top=5": lambda: torch_backend.token_logprobs(logits, tokens, temperature,
+                                                                                 num_top=5),
                 "token_logprobs top_k top_p": lambda: torch_backend.token_logprobs(logits, tokens, temperature,
                                                                                    top_k=50, top_p=0.9),
                 "gumbel_sample return_logprobs": lambda: torch_backend.gumbel_sample(

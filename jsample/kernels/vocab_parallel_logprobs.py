@@ -40,8 +40,8 @@ from jsample.kernels.common import aligned, is_greedy, largest_power_of_two_divi
 from jsample.kernels.filtered import _key, _key_value
 from jsample.kernels.host import jit
 from jsample.kernels.logprobs import (STATS, TOP_LIST, TOP_LIST_PROGRAMS, _block_sums, _row_from_block_stats,
-                                      _store_padding_row, list_row_top, single_read_config, store_block_stats, store_row_logprobs,
-                                      top_list_buffers)
+                                      _store_padding_row, list_row_top, single_read_config, store_block_stats,
+                                      store_row_logprobs, top_list_buffers)
 from jsample.kernels.plan import ArgSpec, Buffer, Plan, ShardedPlan, Target, launch
 
 PARTIAL_WORDS = 8  # the counts record's words before its blocks' counts: the cut first and last blocks' sums
