@@ -62,10 +62,9 @@ def shard_layout(op: str, group, logits: torch.Tensor, return_logprobs, **checks
     as a device tensor; checked (check_vocab_parallel) as every vocab-parallel op checks it."""
     import torch.distributed as dist
 
-    sizes = shard_sizes(group, logits.shape[1])
-    starts = [sum(sizes[:r]) for r in range(len(sizes))]
+    starts, _ = shard_starts(group, logits)
     check_vocab_parallel(op, "vocab_group", logits.shape, return_logprobs, starts, **checks)
-    return len(sizes), kernels.start_alignment(starts), vocab_start(starts[dist.get_rank(group)], logits.device)
+    return len(starts), kernels.start_alignment(starts), vocab_start(starts[dist.get_rank(group)], logits.device)
 
 
 def shard_starts(group, logits: torch.Tensor) -> tuple:

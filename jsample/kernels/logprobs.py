@@ -640,17 +640,24 @@ def _kth_largest(values, k):
 
 
 @jit
-def _store_merged(values, cols, row_ptr, num_top, b64, top_ids_ptr, top_values_ptr):
-    """_store_sorted of the listed entries (column >= 0, distinct, finite values) by one sort: each entry packed
-    as (its value's key, 2**31 - 1 - its column), in descending order the same order (a larger value first, the
-    lower column first among equal ones, -0.0 equal to +0.0 as _key makes them); the values read again from the
-    row by column (the logits themselves, sign of zero included)."""
+def _sorted_entries(values, cols):
+    """The listed entries (column >= 0, distinct, finite values) in top_list_kernel's order by one sort: each entry
+    packed as (its value's key, 2**31 - 1 - its column), in descending order the same order (a larger value first,
+    the lower column first among equal ones, -0.0 equal to +0.0 as _key makes them). Returns, in that order, their
+    columns (-1 past the listed ones), their values' keys, and which are listed."""
     packed = tl.where(cols >= 0, _key(values, 0).to(tl.int64) * 4294967296 + (2147483647 - cols),
                       -9223372036854775807)
     order = tl.sort(packed, descending=True)
-    rank = tl.arange(0, values.shape[0])
     listed = order > -9223372036854775807
-    sorted_cols = tl.where(listed, 2147483647 - (order & 4294967295), -1).to(tl.int32)
+    return tl.where(listed, 2147483647 - (order & 4294967295), -1).to(tl.int32), (order >> 32).to(tl.int32), listed
+
+
+@jit
+def _store_merged(values, cols, row_ptr, num_top, b64, top_ids_ptr, top_values_ptr):
+    """_store_sorted of the listed entries by one sort (_sorted_entries); the values read again from the row by
+    column (the logits themselves, sign of zero included)."""
+    sorted_cols, _, listed = _sorted_entries(values, cols)
+    rank = tl.arange(0, values.shape[0])
     wanted = rank < num_top
     sorted_values = tl.load(row_ptr + sorted_cols, mask=wanted & listed, other=float("-inf")).to(tl.float32)
     tl.store(top_ids_ptr + b64 * num_top + rank, sorted_cols, mask=wanted)

@@ -37,10 +37,10 @@ import triton
 import triton.language as tl
 
 from jsample.kernels.common import aligned, is_greedy, largest_power_of_two_dividing, load_temperature
-from jsample.kernels.filtered import _key, _key_value
+from jsample.kernels.filtered import _key_value
 from jsample.kernels.host import jit
 from jsample.kernels.logprobs import (STATS, TOP_LIST, TOP_LIST_PROGRAMS, _block_sums, _row_from_block_stats,
-                                      _store_padding_row, list_row_top, single_read_config, store_block_stats,
+                                      _sorted_entries, _store_padding_row, list_row_top, single_read_config, store_block_stats,
                                       store_row_logprobs, top_list_buffers)
 from jsample.kernels.plan import ArgSpec, Buffer, Plan, ShardedPlan, Target, launch
 
@@ -233,9 +233,9 @@ def shard_logprobs_count_kernel(
             listed = slots < num_top
             ids = tl.load(top_ids_ptr + row * num_top + slots, mask=listed, other=-1)
             values = tl.load(top_values_ptr + row * num_top + slots, mask=listed, other=float("-inf"))
-            top = record + _PARTIAL + SPAN + SPAN % 2
-            tl.store(top + slots, tl.where(ids >= 0, ids + (start // BLOCK_V) * BLOCK_V, -1))
-            tl.store((top + _TOP + slots).to(tl.pointer_type(tl.float32)), values)
+            lists = record + _PARTIAL + SPAN + SPAN % 2
+            tl.store(lists + slots, tl.where(ids >= 0, ids + (start // BLOCK_V) * BLOCK_V, -1))
+            tl.store((lists + _TOP + slots).to(tl.pointer_type(tl.float32)), values)
     if lo >= end:  # past the shard's blocks
         tl.store(record + _PARTIAL + j, 0)
         return
@@ -333,18 +333,14 @@ def shard_logprobs_merge_kernel(
         entries = tl.arange(0, SHARDS_BLOCK * _TOP)
         shard = entries // _TOP
         listed = shard < SHARDS
-        top = gathered_counts_ptr + (shard * batch + row) * words + _PARTIAL + SPAN + SPAN % 2 + entries % _TOP
-        cols = tl.load(top, mask=listed, other=-1)
-        values = tl.load((top + _TOP).to(tl.pointer_type(tl.float32)), mask=listed, other=float("-inf"))
-        packed = tl.where(cols >= 0, _key(values, 0).to(tl.int64) * 4294967296 + (2147483647 - cols),
-                          -9223372036854775807)
-        order = tl.sort(packed, descending=True)
+        lists = gathered_counts_ptr + (shard * batch + row) * words + _PARTIAL + SPAN + SPAN % 2 + entries % _TOP
+        cols = tl.load(lists, mask=listed, other=-1)
+        values = tl.load((lists + _TOP).to(tl.pointer_type(tl.float32)), mask=listed, other=float("-inf"))
+        sorted_cols, keys, found = _sorted_entries(values, cols)
         wanted = entries < num_top
-        found = order > -9223372036854775807
-        tl.store(top_ids_ptr + row * num_top + entries, tl.where(found, 2147483647 - (order & 4294967295), -1),
+        tl.store(top_ids_ptr + row * num_top + entries, sorted_cols, mask=wanted)
+        tl.store(top_values_ptr + row * num_top + entries, tl.where(found, _key_value(keys, 0), float("-inf")),
                  mask=wanted)
-        tl.store(top_values_ptr + row * num_top + entries,
-                 tl.where(found, _key_value((order >> 32).to(tl.int32), 0), float("-inf")), mask=wanted)
     tl.debug_barrier()
     temperature = load_temperature(temperature_ptr, row)
     token = tl.load(tokens_ptr + row).to(tl.int64)
