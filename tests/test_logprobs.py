@@ -180,6 +180,29 @@ def test_top_k_rows_take_the_list_and_the_others_the_passes(filters, row_5):
     _assert_close_to_reference(t, token_logprobs_reference(x, tokens, temperature, num_top=3, **filters), filters)
 
 
+def test_filters_leave_raw_scaled_rank_and_the_top_list_as_without_them(force_target):
+    """raw, scaled, rank and the top list do not depend on the filters, bit for bit, whichever kernel does a row
+    (the list's, or the multi-pass kernel's: top-p keeping hundreds of logits, k = 200): every row takes the single
+    read's block statistics, here in the GPU's tiling (512-column blocks combined in FP64)."""
+    import torch_backend
+
+    force_target(large_programs=False)
+    rng = np.random.default_rng(3)
+    x = (rng.standard_normal((4, 3000)) * 3).astype(np.float32)
+    x[1] *= 0.02  # nearly flat: top-p 0.95 keeps thousands of logits
+    logits = torch.from_numpy(x).to(TORCH_DEVICE)
+    tokens = torch.tensor([0, 10, 2999, 7], device=TORCH_DEVICE)
+    temperature = torch.tensor([0.8, 1.0, 1.3, 0.6], device=TORCH_DEVICE)
+    filters = dict(top_k=torch.tensor([5, 0, 200, 3], device=TORCH_DEVICE),
+                   top_p=torch.tensor([0.9, 0.95, 1.0, 0.5], device=TORCH_DEVICE))
+    filtered = torch_backend.token_logprobs(logits, tokens, temperature, num_top=2, **filters)
+    plain = torch_backend.token_logprobs(logits, tokens, temperature, num_top=2)
+    assert (filtered.log_kept_mass[:3] < 0).all() and not torch.equal(filtered.kept, plain.kept)
+    for name in ("raw", "scaled", "rank", "top_ids", "top_logprobs"):
+        assert torch.equal(getattr(filtered, name), getattr(plain, name)), (name, getattr(filtered, name),
+                                                                            getattr(plain, name))
+
+
 _NO_TOP_K_FILTERS = {
     "p": (dict(top_p=np.float32([0.7, 0.9, 0.0, 1.0, 0.5, 0.9, 0.95, np.nan])), [1, 0, 1, 1, 0, 1, 0, 1]),
     "p+min_p": (dict(top_p=np.float32([0.7, 0.9, 0.0, 1.0, 0.5, 0.9, 0.95, np.nan]),

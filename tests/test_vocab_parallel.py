@@ -719,6 +719,72 @@ def test_logprobs_shard_rounds_in_one_process_equal_the_unsharded_call(dtype, gp
         assert want.top_ids[1, :2].tolist() == [3, 1500] and (want.top_ids[4] == -1).all()
 
 
+@pytest.mark.parametrize("dtype, gpu_tiling, filters, num_top", [
+    ("float32", True, ("top_k", "top_p"), 0), ("bfloat16", True, ("top_p", "min_p"), 3),
+    ("float16", False, ("top_k",), 0), ("bfloat16", False, ("top_k", "top_p", "min_p"), 2),
+    ("float32", False, ("min_p",), 0)])
+def test_filtered_logprobs_shard_rounds_in_one_process_equal_the_unsharded_call(dtype, gpu_tiling, filters, num_top,
+                                                                                force_target):
+    """Vocab-parallel token_logprobs with top_k / top_p / min_p: the filters' statistics and search rounds, then the
+    logprobs' three rounds (kept terms summed per shard against the row's largest logit), each shard in turn: the
+    unsharded call's Logprobs bit for bit (kept and log_kept_mass included) over splits that cut blocks, on rows the
+    unsharded op decides from its list of 64 and rows its multi-pass kernel does (top-p keeping hundreds of
+    logits, k = 100), tokens outside the kept set (kept = -inf), greedy and overflowing rows, p <= 0, NaN min_p."""
+    import numpy as np
+    import torch
+
+    from conftest import TORCH_DEVICE
+    from jsample import kernels
+    from jsample.ops import Logprobs
+    from torch_backend import _execute as execute
+
+    device = torch.device(TORCH_DEVICE)
+    if gpu_tiling and device.type != "cuda":
+        force_target(large_programs=False)
+    rng = np.random.default_rng(11)
+    batch, vocab = 8, 2100
+    x = (rng.standard_normal((batch, vocab)) * 2).astype(np.float32)
+    x[1, :] = -np.inf
+    x[1, [3, 1500, 1501]] = [2.0, 2.0, 1.0]  # three finite logits on two shards
+    x[3] *= 0.05  # nearly flat: top-p keeps hundreds of logits (the multi-pass kernel's rows)
+    x[4, 1000:1030] = 30.0  # 30 tied largest logits across a cut block
+    x[6, 2099] = 3e38  # overflows at T = 0.05: greedy, every finite logit kept
+    logits = torch.from_numpy(x).to(getattr(torch, dtype)).to(device)
+    order = np.argsort(-x, axis=1, kind="stable")
+    tokens = torch.tensor([order[0, 2], 1501, order[2, 40], order[3, 300], 1010, order[5, 0], 2099, order[7, 9]],
+                          device=device)
+    temperature = torch.tensor([0.7, 1.0, 1.3, 1.0, 0.9, 0.0, 0.05, 0.8], device=device)
+    rows = dict(top_k=torch.tensor([5, 0, 3, 100, 40, 50, 2, 70], device=device),
+                top_p=torch.tensor([0.9, 1.0, 0.5, 0.97, 0.0, 0.99, 0.3, 0.95], device=device),
+                min_p=torch.tensor([0.05, 0.0, 0.2, 0.001, 0.0, float("nan"), 0.5, 0.0], device=device))
+    given = {name: rows[name] for name in filters}
+    flags = dict(has_top_k="top_k" in given, has_top_p="top_p" in given, has_min_p="min_p" in given, fp64=False)
+    count = torch.full((1,), num_top, dtype=torch.int32, device=device)
+    inputs = dict(tokens=tokens, temperature=temperature, num_top=count, **given)
+    unsharded = execute.plan(kernels.plan_token_logprobs, (logits,), device, None, num_top=num_top, **flags)
+    want = Logprobs(*execute.run(unsharded, device, dict(logits=logits, **inputs)))
+    assert torch.isfinite(want.kept).sum() >= 3 and want.log_kept_mass[5] == 0  # a greedy row
+    if "top_k" in given or "top_p" in given:
+        assert (want.kept == float("-inf")).any() and (want.log_kept_mass < 0).any()
+    for sizes in ([1000, 1100], [4, 1024, 1072], [512, 8, 1580], [500, 600, 400, 600]):
+        starts = tuple(sum(sizes[:r]) for r in range(len(sizes)))
+        plans, envs = [], []
+        for start, size in zip(starts, sizes):
+            shard = logits[:, start:start + size]
+            plans.append(execute.plan(kernels.plan_token_logprobs_shard, (shard,), device, None, vocab=vocab,
+                                      starts=starts, start_align=kernels.start_alignment(starts), num_top=num_top,
+                                      **flags))
+            envs.append(dict(logits=shard, vocab_start=torch.full((1,), start, dtype=torch.int32, device=device),
+                             **inputs))
+        results = [list(execute.run(plan.rounds[0], device, env)) for plan, env in zip(plans, envs)]
+        for i in range(1, len(plans[0].rounds)):
+            gathered = torch.stack([r[0] for r in results])
+            results = [_next_round(plan, i, env, r, gathered, device) for plan, env, r in zip(plans, envs, results)]
+        for got in results:
+            for name, a, b in zip(want._fields, got, want):
+                assert _same_numbers(a, b), (sizes, name, a, b)
+
+
 def _next_round(plan, i, env, previous, gathered, device):
     """Round i of a shard's ShardedPlan, after round i - 1 gave `previous` and its all-gather `gathered`
     (run_rounds' bindings)."""

@@ -12,9 +12,10 @@ forms, both shared by the frontends and both summing the normalisers' terms as i
   kept set lies within them (filtered_list_reduce_kernel; top-p's whole-row mass from row_mass_kernel); the
   other rows: `token_logprobs_kernel`, grid (B,), a program that reads its row a few times over:
 
-1. The row's largest finite logit m, its count of finite logits and largest |x| (the greedy rule:
-   T < 1e-5 or NaN, or some finite x / T beyond float32: common.overflow_from_magnitude's rule; a
-   greedy row is read at T = 1 and not filtered).
+1. The row's largest finite logit m, the greedy rule (T < 1e-5 or NaN, or some finite x / T beyond float32:
+   common.overflow_from_magnitude's rule; a greedy row is read at T = 1 and not filtered), the normalisers
+   and the rank, all from the single read's block statistics, as every other row takes them (so raw, scaled
+   and rank do not depend on which kernel does a row, nor on the filters); a pass counts the finite logits.
 2. The kept set, exactly `top_k_top_p_sample`'s (filtered.py states the rules): every filter keeps
    the logits at or above a threshold, found here by bisection over the order-preserving 32-bit key of
    the float32 values (filtered._key), a pass over the row a step: top-k's threshold is the largest key
@@ -23,9 +24,9 @@ forms, both shared by the frontends and both summing the normalisers' terms as i
    (filtered._fixed_point_mass, so the same integer sums); min-p compares e = p / p_max
    (filtered._relative_probability) with min_p. The thresholds depend on the values only, not on how
    the samplers' tilings find them: the same set.
-3. The normalisers (sums of exp(x - m) and exp((x - m) / T) over the finite logits, and over the kept
-   set; FP32 terms summed as integers, each row's token term in FP64), the token's logit and rank (1 +
-   the count of larger logits).
+3. The kept mass: the kept logits' terms exp((x - m) / T) summed as integers (kept_term, the list rows' and
+   the vocabulary shards' terms too), log_kept_mass = log S (row_log_kept_mass: exactly 0 where no filter
+   limits the row), the token's logit.
 4. `num_top` (a device scalar: one compilation for every count) passes, each the next largest finite
    logit after the previous one (the lowest column first among equal logits).
 
@@ -115,6 +116,40 @@ def _kept(x, threshold, temperature, key_max, min_p, filtered, HAS_MIN_P: tl.con
 
 
 @jit
+def kept_term(x, m, inverse_t):
+    """A finite logit's fixed-point term of the kept mass, exp((x - m) / T) against the row's largest logit m
+    (every path and shard takes the same term: an integer sum in any order)."""
+    return _fixed(tl.where(_finite(x), tl.exp((x - m) * inverse_t), 0.0))
+
+
+@jit
+def top_k_and_top_p(top_k_ptr, top_p_ptr, request, HAS_TOP_K: tl.constexpr, HAS_TOP_P: tl.constexpr):
+    """(k, p) of a request: 0 and 1 (no limit) for an absent filter."""
+    k = tl.full([], 0, tl.int64)
+    if HAS_TOP_K:
+        k = tl.load(top_k_ptr + request).to(tl.int64)
+    p = 1.0
+    if HAS_TOP_P:
+        p = tl.load(top_p_ptr + request)
+    return k, p
+
+
+@jit
+def filters_limit(k, count, p, min_p):
+    """Whether some filter may leave out a finite logit of a row of `count` finite ones: top-k with 1 <= k < count,
+    top-p below 1 (NaN keeps all), min-p above 0. Otherwise log_kept_mass is exactly 0."""
+    return ((k >= 1) & (k < count)) | (p < 1.0) | (min_p > 0.0)
+
+
+@jit
+def row_log_kept_mass(kept_sum, log_scaled_sum, filtered, limits):
+    """log S from the kept terms' integer sum (kept_term) and the row's log scaled normaliser (of its block
+    statistics); exactly 0 for a row the filters leave whole (greedy, or no filter limits it)."""
+    log_kept_mass = tl.log(kept_sum.to(tl.float64)) - _LOG_FIXED_ONE - log_scaled_sum
+    return tl.where(filtered & limits, log_kept_mass, 0.0)
+
+
+@jit
 def _store_padding_row(b64, raw_ptr, scaled_ptr, kept_ptr, log_kept_mass_ptr, rank_ptr, top_ids_ptr, top_logprobs_ptr,
                        num_top):
     """The outputs of a padding row (at or past num_valid)."""
@@ -150,6 +185,9 @@ def token_logprobs_kernel(
     fast_top_ids_ptr,
     fast_top_logprobs_ptr,
     fast_done_ptr,
+    num_blocks,  # logprobs_stats_kernel's blocks a row
+    stats_ptr,  # [B, STATS, num_blocks] f64: logprobs_stats_kernel's (the normalisers, the row's largest logit)
+    counts_ptr,  # [B, num_blocks] i32: its rank counts
     raw_ptr,  # [B] f32 outputs: raw, scaled, kept, log_kept_mass
     scaled_ptr,
     kept_ptr,
@@ -165,25 +203,24 @@ def token_logprobs_kernel(
     BLOCK_V: tl.constexpr,
     ROW_ALIGN: tl.constexpr,  # powers of two dividing the row stride and V: both frontends then compile the
     VOCAB_ALIGN: tl.constexpr,  # same vectorised code (jax-triton tells the compiler nothing: common.aligned)
+    REDUCE_BLOCK: tl.constexpr,  # a power of two >= num_blocks
     HAS_ROW_VALID: tl.constexpr = False,
     ROWS: tl.constexpr = 1,  # rows a request (rejection_sample's K + 1): temperature, filters, row_valid per request
-    HAS_FAST: tl.constexpr = False,  # after filtered_list_reduce_kernel: its rows copied, the others computed
 ):
     b = tl.program_id(0)
     b64 = b.to(tl.int64)
     request = b64 // ROWS
-    if HAS_FAST:
-        if tl.load(fast_done_ptr + b64) != 0:
-            tl.store(raw_ptr + b64, tl.load(fast_raw_ptr + b64))
-            tl.store(scaled_ptr + b64, tl.load(fast_scaled_ptr + b64))
-            tl.store(kept_ptr + b64, tl.load(fast_kept_ptr + b64))
-            tl.store(log_kept_mass_ptr + b64, tl.load(fast_log_kept_mass_ptr + b64))
-            tl.store(rank_ptr + b64, tl.load(fast_rank_ptr + b64))
-            num_top = tl.load(num_top_ptr)
-            for j in range(num_top):
-                tl.store(top_ids_ptr + b64 * num_top + j, tl.load(fast_top_ids_ptr + b64 * num_top + j))
-                tl.store(top_logprobs_ptr + b64 * num_top + j, tl.load(fast_top_logprobs_ptr + b64 * num_top + j))
-            return
+    if tl.load(fast_done_ptr + b64) != 0:  # filtered_list_reduce_kernel's row: copied
+        tl.store(raw_ptr + b64, tl.load(fast_raw_ptr + b64))
+        tl.store(scaled_ptr + b64, tl.load(fast_scaled_ptr + b64))
+        tl.store(kept_ptr + b64, tl.load(fast_kept_ptr + b64))
+        tl.store(log_kept_mass_ptr + b64, tl.load(fast_log_kept_mass_ptr + b64))
+        tl.store(rank_ptr + b64, tl.load(fast_rank_ptr + b64))
+        num_top = tl.load(num_top_ptr)
+        for j in range(num_top):
+            tl.store(top_ids_ptr + b64 * num_top + j, tl.load(fast_top_ids_ptr + b64 * num_top + j))
+            tl.store(top_logprobs_ptr + b64 * num_top + j, tl.load(fast_top_logprobs_ptr + b64 * num_top + j))
+        return
     if HAS_ROW_VALID:
         if tl.load(row_valid_ptr + request) == 0:
             _store_padding_row(b64, raw_ptr, scaled_ptr, kept_ptr, log_kept_mass_ptr, rank_ptr, top_ids_ptr,
@@ -191,21 +228,16 @@ def token_logprobs_kernel(
             return
     V = aligned(V, VOCAB_ALIGN)
     row_ptr = logits_ptr + tl.multiple_of(request * request_stride + (b64 % ROWS) * row_stride, ROW_ALIGN)
-    # 1. the largest finite logit, the count of finite logits, the largest finite |x|
-    largest = tl.full([BLOCK_V], float("-inf"), tl.float32)
-    magnitude = tl.zeros([BLOCK_V], tl.float32)
+    # 1. the row's numbers from the single read's block statistics (the rows filtered_list_reduce_kernel does and the
+    # unfiltered op take the same: raw, scaled and rank do not depend on the path), and its count of finite logits
+    temperature = load_temperature(temperature_ptr, request)
+    m, larger, greedy, log_raw_sum, log_scaled_sum = _row_from_block_stats(stats_ptr, counts_ptr, b64, num_blocks,
+                                                                           temperature, REDUCE_BLOCK)
     finite_count = tl.zeros([BLOCK_V], tl.int32)
     for start in range(0, V, BLOCK_V):
         cols, x = _row_block(row_ptr, start, V, BLOCK_V)
-        finite = _finite(x)
-        largest = tl.maximum(largest, tl.where(finite, x, float("-inf")))
-        magnitude = tl.maximum(magnitude, tl.where(finite, tl.abs(x), 0.0))
-        finite_count += finite.to(tl.int32)
-    m = tl.max(largest, axis=0)
+        finite_count += _finite(x).to(tl.int32)
     count = tl.sum(finite_count, axis=0)
-    temperature = load_temperature(temperature_ptr, request)
-    overflow = tl.max(magnitude, axis=0) * (1.0 / temperature) == float("inf")
-    greedy = is_greedy(temperature) | overflow
     filtered = (not greedy) & (count > 0)
     inverse_t = tl.where(greedy, 1.0, 1.0 / temperature)
     key_max = _key(m, 0)
@@ -248,37 +280,22 @@ def token_logprobs_kernel(
     if HAS_MIN_P:
         min_p = _min_p(min_p_ptr, request)
 
-    # 3. normalisers, the token's logit and rank
+    # 3. the kept mass (the kept terms exp((x - m) / T), as integers), the token's logit
     token = tl.load(tokens_ptr + b64).to(tl.int64)
     valid = (token >= 0) & (token < V) & (count > 0)
     x_token = tl.load(row_ptr + tl.where(valid, token, 0)).to(tl.float32)
-    raw_terms = tl.zeros([BLOCK_V], tl.int64)
-    scaled_terms = tl.zeros([BLOCK_V], tl.int64)
     kept_terms = tl.zeros([BLOCK_V], tl.int64)
-    larger = tl.zeros([BLOCK_V], tl.int32)
     for start in range(0, V, BLOCK_V):
         cols, x = _row_block(row_ptr, start, V, BLOCK_V)
-        finite = _finite(x)
-        raw_terms += _fixed(tl.where(finite, tl.exp(x - m), 0.0))
-        scaled = _fixed(tl.where(finite, tl.exp((x - m) * inverse_t), 0.0))
-        scaled_terms += scaled
-        kept_terms += tl.where(_kept(x, threshold, temperature, key_max, min_p, filtered, HAS_MIN_P, FP64), scaled, 0)
-        larger += ((x > x_token) & (cols < V)).to(tl.int32)
-    log_raw_sum = tl.log(tl.sum(raw_terms, axis=0).to(tl.float64)) - _LOG_FIXED_ONE
-    log_scaled_sum = tl.log(tl.sum(scaled_terms, axis=0).to(tl.float64)) - _LOG_FIXED_ONE
-    log_kept_mass = tl.log(tl.sum(kept_terms, axis=0).to(tl.float64)) - _LOG_FIXED_ONE - log_scaled_sum
+        kept = _kept(x, threshold, temperature, key_max, min_p, filtered, HAS_MIN_P, FP64)
+        kept_terms += tl.where(kept, kept_term(x, m, inverse_t), 0)
+    k, p = top_k_and_top_p(top_k_ptr, top_p_ptr, request, HAS_TOP_K, HAS_TOP_P)
+    log_kept_mass = row_log_kept_mass(tl.sum(kept_terms, axis=0), log_scaled_sum, filtered,
+                                      filters_limit(k, count, p, min_p))
     token_kept = _kept(x_token, threshold, temperature, key_max, min_p, filtered, HAS_MIN_P, FP64)
-    d = x_token.to(tl.float64) - m.to(tl.float64)
-    raw = d - log_raw_sum
-    scaled = d * inverse_t.to(tl.float64) - log_scaled_sum  # (a greedy row: inverse_t = 1, scaled = raw)
-    kept = tl.where(token_kept, scaled - log_kept_mass, float("-inf"))
-    nan = float("nan")
-    defined = valid & (x_token == x_token) & (x_token < float("inf"))  # NaN or +inf at the token: NaN
-    tl.store(raw_ptr + b64, tl.where(defined, raw, nan).to(tl.float32))
-    tl.store(scaled_ptr + b64, tl.where(defined, scaled, nan).to(tl.float32))
-    tl.store(kept_ptr + b64, tl.where(defined, kept, nan).to(tl.float32))
-    tl.store(log_kept_mass_ptr + b64, tl.where(defined, log_kept_mass, nan).to(tl.float32))
-    tl.store(rank_ptr + b64, tl.where(valid, 1 + tl.sum(larger, axis=0), 0))
+    store_row_logprobs(b64, x_token, valid, temperature, m, larger, greedy, log_raw_sum, log_scaled_sum, num_top_ptr,
+                       top_ids_ptr, top_ids_ptr, raw_ptr, scaled_ptr, kept_ptr, log_kept_mass_ptr, rank_ptr,
+                       top_logprobs_ptr, False, log_kept_mass, token_kept)
 
     # 4. the num_top largest finite logits, largest first, the lowest column first among equal ones
     num_top = tl.load(num_top_ptr)
@@ -889,23 +906,15 @@ def filtered_list_reduce_kernel(
                     short = kept & (before.to(tl.float64) < limit)
                     threshold = tl.min(tl.where(short, keys, 2**62), axis=0)
             kept = _kept(values, threshold, temperature, key_max, min_p, filtered, HAS_MIN_P, FP64) & listed
-            kept_terms = tl.where(kept, _fixed(tl.exp((values - m) * inverse_t)), 0)
-            log_kept_mass = tl.log(tl.sum(kept_terms, axis=0).to(tl.float64)) - _LOG_FIXED_ONE - log_scaled_sum
-            log_kept_mass = tl.where(filtered & limits, log_kept_mass, 0.0)  # every finite logit kept
+            kept_terms = tl.where(kept, kept_term(values, m, inverse_t), 0)
+            log_kept_mass = row_log_kept_mass(tl.sum(kept_terms, axis=0), log_scaled_sum, filtered, limits)
             token = tl.load(tokens_ptr + b64).to(tl.int64)
             valid = (token >= 0) & (token < V) & (m > float("-inf"))
             x_token = tl.load(row_ptr + tl.where(valid, token, 0)).to(tl.float32)
             token_kept = _kept(x_token, threshold, temperature, key_max, min_p, filtered, HAS_MIN_P, FP64)
-            d = x_token.to(tl.float64) - m.to(tl.float64)
-            scaled = d * inverse_t.to(tl.float64) - log_scaled_sum
-            nan = float("nan")
-            defined = valid & (x_token == x_token) & (x_token < float("inf"))
-            tl.store(raw_ptr + b64, tl.where(defined, d - log_raw_sum, nan).to(tl.float32))
-            tl.store(scaled_ptr + b64, tl.where(defined, scaled, nan).to(tl.float32))
-            tl.store(kept_ptr + b64, tl.where(defined & token_kept, scaled - log_kept_mass,
-                                              tl.where(defined, float("-inf"), nan)).to(tl.float32))
-            tl.store(log_kept_mass_ptr + b64, tl.where(defined, log_kept_mass, nan).to(tl.float32))
-            tl.store(rank_ptr + b64, tl.where(valid, 1 + larger, 0))
+            store_row_logprobs(b64, x_token, valid, temperature, m, larger, greedy, log_raw_sum, log_scaled_sum,
+                               num_top_ptr, top_ids_ptr, top_ids_ptr, raw_ptr, scaled_ptr, kept_ptr, log_kept_mass_ptr,
+                               rank_ptr, top_logprobs_ptr, False, log_kept_mass, token_kept)
             num_top = tl.load(num_top_ptr)
             for j in range(num_top):  # the list's first num_top (num_top <= LIST)
                 out = b64 * num_top + j
@@ -1011,10 +1020,11 @@ def _reduce_row(logits_ptr, tokens_ptr, temperature_ptr, row_valid_ptr, V, row_s
 @jit
 def store_row_logprobs(b64, x_token, valid, temperature, m, larger, greedy, log_raw_sum, log_scaled_sum, num_top_ptr,
                        top_ids_ptr, top_values_ptr, raw_ptr, scaled_ptr, kept_ptr, log_kept_mass_ptr, rank_ptr,
-                       top_logprobs_ptr, HAS_TOP: tl.constexpr):
-    """_reduce_row's outputs of row b64 (no filters) from its numbers (_row_from_block_stats') and its token's
-    logit x_token (valid: a token of the row, and the row has a finite logit); vocab-parallel token_logprobs'
-    merge stores with it too."""
+                       top_logprobs_ptr, HAS_TOP: tl.constexpr, log_kept_mass=0.0, token_kept=True):
+    """The outputs of row b64 from its numbers (_row_from_block_stats') and its token's logit x_token (valid: a
+    token of the row, and the row has a finite logit), its log_kept_mass (row_log_kept_mass: 0 without filters)
+    and whether the filters keep the token: _reduce_row's, token_logprobs_kernel's and vocab-parallel
+    token_logprobs' merge's stores."""
     inverse_t = tl.where(greedy, 1.0, 1.0 / temperature)
     d = x_token.to(tl.float64) - m.to(tl.float64)
     scaled = d * inverse_t.to(tl.float64) - log_scaled_sum
@@ -1022,8 +1032,9 @@ def store_row_logprobs(b64, x_token, valid, temperature, m, larger, greedy, log_
     defined = valid & (x_token == x_token) & (x_token < float("inf"))  # NaN or +inf at the token: NaN
     tl.store(raw_ptr + b64, tl.where(defined, d - log_raw_sum, nan).to(tl.float32))
     tl.store(scaled_ptr + b64, tl.where(defined, scaled, nan).to(tl.float32))
-    tl.store(kept_ptr + b64, tl.where(defined, scaled, nan).to(tl.float32))
-    tl.store(log_kept_mass_ptr + b64, tl.where(defined, 0.0, nan).to(tl.float32))
+    kept = tl.where(token_kept, scaled - log_kept_mass, float("-inf"))  # (scaled - 0.0 is scaled, bit for bit)
+    tl.store(kept_ptr + b64, tl.where(defined, kept, nan).to(tl.float32))
+    tl.store(log_kept_mass_ptr + b64, tl.where(defined, log_kept_mass, nan).to(tl.float32))
     tl.store(rank_ptr + b64, tl.where(valid, 1 + larger, 0))
     if HAS_TOP:  # token_logprobs_kernel's formula, with this row's normaliser
         num_top = tl.load(num_top_ptr)
@@ -1117,7 +1128,9 @@ def plan_token_logprobs(logits: ArgSpec, target: Target, *, has_top_k: bool, has
                FAST_MATH=not target.interpreter, MASS_PROGRAMS=MASS_PROGRAMS, ROW_ALIGN=row_align,
                VOCAB_ALIGN=largest_power_of_two_dividing(vocab, 16), HAS_ROW_VALID=row_valid, ROWS=rows,
                HAS_TOP_K=has_top_k, num_warps=8),
-        launch(token_logprobs_kernel, (batch * rows,), args + fast_names, names, HAS_FAST=True, **multipass))
+        launch(token_logprobs_kernel, (batch * rows,),
+               args + fast_names + (config.num_blocks, "logprob_stats", "rank_counts"), names,
+               REDUCE_BLOCK=config.reduce_block, **multipass))
     if has_top_p:
         scratch += (Buffer("row_mass", (batch * rows, 2 * MASS_PROGRAMS), "int32"),)  # i64 as i32 pairs (JAX: no x64)
     return Plan(scratch + outputs, launches, names, "filters' list, then one launch")

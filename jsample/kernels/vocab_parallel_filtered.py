@@ -700,36 +700,14 @@ def plan_top_k_top_p_shard(logits: ArgSpec, seeds: ArgSpec, target: Target, *, h
                                    ("row_valid", row_valid)))
     shards_block = triton.next_power_of_2(shards)
     tiles = triton.cdiv(vocab, config.threads * config.vec)
-    stats = (launch(shard_filter_stats_kernel, (batch, config.num_chunks),
-                    ("logits", valid, "temperature", vocab, row_stride, config.chunk), ("stats", "tile_max"),
-                    KEY_SHIFT=config.key_shift, THREADS=config.threads, VEC=config.vec, HAS_ROW_VALID=row_valid,
-                    num_warps=config.num_warps),)
-    if has_top_k:  # (the stats launch writes words 0 and 2 of each row's record, this word 1)
-        stats += (launch(shard_top_k_bound_kernel, (batch,), (top_k, valid, "tile_max", "stats", tiles), ("stats",),
-                         REDUCE_TILES=triton.next_power_of_2(tiles), HAS_ROW_VALID=row_valid, num_warps=4),)
+    stats = _filter_stats_launches(config, batch, vocab, row_stride, tiles, top_k, valid, has_top_k=has_top_k,
+                                   row_valid=row_valid)
     if list_capacity:
         return _list_rounds(config, stats, batch, vocab, row_stride, tiles, top_p, min_p, valid, has_top_p=has_top_p,
                             has_min_p=has_min_p, fp64=fp64, shards=shards, capacity=list_capacity,
                             seed_words=seed_word_count(seeds.shape), row_valid=row_valid, slots=candidate_slots)
-    rounds = [Plan((Buffer("stats", (batch, 6), "int32", zeroed=True), Buffer("tile_max", (batch, tiles), "int32")),
-                   stats, ("stats", "tile_max"), "shard stats")]
-    phases = [PHASE_TOP_K] * has_top_k + [PHASE_TOP_P] * has_top_p
-    prev_phase = PHASE_STATS
-    for phase in phases:
-        for _ in range(config.search_steps):
-            first = prev_phase == PHASE_STATS
-            buffers = (Buffer("sums", (batch, 2 * config.ways), "int32", zeroed=True),
-                       Buffer("state", (batch, 2 * STATE_WORDS), "int32"))
-            rounds.append(Plan(buffers, (launch(
-                shard_filter_search_kernel, (batch, config.num_chunks),
-                ("logits", "temperature", top_k, top_p, "gathered_stats", "gathered_stats" if first else "state_in",
-                 "gathered_stats" if first else "gathered_sums", "tile_max_in", shards, vocab, row_stride,
-                 config.chunk),
-                ("state", "sums"), PHASE=phase, PREV_PHASE=prev_phase, KEY_SHIFT=config.key_shift, FP64=fp64,
-                THREADS=config.threads, VEC=config.vec, WAYS=config.ways, WIDE_SUMS=config.wide_sums,
-                SHARDS_BLOCK=shards_block, FAST_MATH=config.gumbel.fast_math, num_warps=config.num_warps),),
-                ("sums", "state"), "shard search"))
-            prev_phase = phase
+    rounds, prev_phase = _search_rounds(config, stats, batch, vocab, row_stride, tiles, top_k, top_p,
+                                        has_top_k=has_top_k, has_top_p=has_top_p, fp64=fp64, shards=shards)
     gumbel = config.gumbel
     if not target.large_programs:
         gumbel = many_rows_config(gumbel, vocab)
@@ -755,6 +733,112 @@ def plan_top_k_top_p_shard(logits: ArgSpec, seeds: ArgSpec, target: Target, *, h
     ), ("summary",), "shard filtered sample"))
     return ShardedPlan(tuple(rounds) + (plan_shard_combine(target, batch=batch, shards=shards),),
                        "vocab shard, filtered")
+
+
+def _filter_stats_launches(config, batch, vocab, row_stride, tiles, top_k, valid, *, has_top_k, row_valid):
+    """The statistics round's launches: shard_filter_stats_kernel, and with top-k shard_top_k_bound_kernel."""
+    stats = (launch(shard_filter_stats_kernel, (batch, config.num_chunks),
+                    ("logits", valid, "temperature", vocab, row_stride, config.chunk), ("stats", "tile_max"),
+                    KEY_SHIFT=config.key_shift, THREADS=config.threads, VEC=config.vec, HAS_ROW_VALID=row_valid,
+                    num_warps=config.num_warps),)
+    if has_top_k:  # (the stats launch writes words 0 and 2 of each row's record, this word 1)
+        stats += (launch(shard_top_k_bound_kernel, (batch,), (top_k, valid, "tile_max", "stats", tiles), ("stats",),
+                         REDUCE_TILES=triton.next_power_of_2(tiles), HAS_ROW_VALID=row_valid, num_warps=4),)
+    return stats
+
+
+def _search_rounds(config, stats, batch, vocab, row_stride, tiles, top_k, top_p, *, has_top_k, has_top_p, fp64,
+                   shards) -> tuple:
+    """(the statistics round and the searches' rounds, the last round's phase): the module's steps 1 and 2."""
+    rounds = [Plan((Buffer("stats", (batch, 6), "int32", zeroed=True), Buffer("tile_max", (batch, tiles), "int32")),
+                   stats, ("stats", "tile_max"), "shard stats")]
+    phases = [PHASE_TOP_K] * has_top_k + [PHASE_TOP_P] * has_top_p
+    prev_phase = PHASE_STATS
+    for phase in phases:
+        for _ in range(config.search_steps):
+            first = prev_phase == PHASE_STATS
+            buffers = (Buffer("sums", (batch, 2 * config.ways), "int32", zeroed=True),
+                       Buffer("state", (batch, 2 * STATE_WORDS), "int32"))
+            rounds.append(Plan(buffers, (launch(
+                shard_filter_search_kernel, (batch, config.num_chunks),
+                ("logits", "temperature", top_k, top_p, "gathered_stats", "gathered_stats" if first else "state_in",
+                 "gathered_stats" if first else "gathered_sums", "tile_max_in", shards, vocab, row_stride,
+                 config.chunk),
+                ("state", "sums"), PHASE=phase, PREV_PHASE=prev_phase, KEY_SHIFT=config.key_shift, FP64=fp64,
+                THREADS=config.threads, VEC=config.vec, WAYS=config.ways, WIDE_SUMS=config.wide_sums,
+                SHARDS_BLOCK=triton.next_power_of_2(shards), FAST_MATH=config.gumbel.fast_math,
+                num_warps=config.num_warps),),
+                ("sums", "state"), "shard search"))
+            prev_phase = phase
+    return rounds, prev_phase
+
+
+@jit
+def shard_threshold_kernel(
+    temperature_ptr,  # [B] f32
+    top_k_ptr,
+    top_p_ptr,
+    row_valid_ptr,  # [B] u8|i32 (read with HAS_ROW_VALID): a padding row's words are not written
+    gathered_stats_ptr,  # as shard_filtered_partial_kernel's
+    state_in_ptr,
+    gathered_sums_ptr,
+    shards,
+    threshold_ptr,  # [B, 4] i32 output: the kept set's threshold over the 32-bit keys (_key(x, 0)), i64; the row's
+    # largest finite logit (f32 bits; -inf where none), a zero word
+    PREV_PHASE: tl.constexpr,
+    KEY_SHIFT: tl.constexpr,
+    WAYS: tl.constexpr,
+    SHARDS_BLOCK: tl.constexpr,
+    HAS_ROW_VALID: tl.constexpr = False,
+):
+    """Grid (B,): the row's final threshold, as shard_filtered_partial_kernel takes it (its last search round's
+    bracket narrowed), for vocab-parallel token_logprobs with filters (vocab_parallel_logprobs.py): the kept set
+    is the logits whose key is at or above it (and, with min-p, whose e reaches min_p), the sampler's exactly."""
+    row = tl.program_id(0)
+    if HAS_ROW_VALID:
+        if tl.load(row_valid_ptr + row) == 0:
+            return
+    b64 = row.to(tl.int64)
+    batch = tl.num_programs(0)
+    temperature = load_temperature(temperature_ptr, row)
+    key_max, count, bound, overflow = _row_stats(gathered_stats_ptr, row, batch, shards, SHARDS_BLOCK)
+    threshold, _, _ = _shard_state(b64, batch, shards, temperature, key_max, count, bound, top_k_ptr, top_p_ptr,
+                                   state_in_ptr, gathered_sums_ptr, _SAMPLE, PREV_PHASE, KEY_SHIFT, WAYS,
+                                   SHARDS_BLOCK)
+    out = threshold_ptr + b64 * 4
+    tl.store(out.to(tl.pointer_type(tl.int64)), threshold.to(tl.int64) << KEY_SHIFT)  # key >> s >= t: key >= t << s
+    # (a dtype's keys lose nothing to KEY_SHIFT: the largest logit's value exactly)
+    largest = tl.where(key_max > -(2**31), _key_value(key_max, KEY_SHIFT), float("-inf"))
+    tl.store(out + 2, largest.to(tl.int32, bitcast=True))
+    tl.store(out + 3, 0)
+
+
+def plan_kept_threshold_shard(logits: ArgSpec, target: Target, *, has_top_k: bool, has_top_p: bool, fp64: bool,
+                              shards: int, row_valid: bool = False) -> tuple:
+    """(the rounds that find the kept set's thresholds of vocab-parallel top_k_top_p_sample, the statistics round
+    and the searches', for vocab-parallel token_logprobs with filters to run first; the launch that takes each
+    row's threshold from them, its output `kept_threshold` [B, 4] i32: shard_threshold_kernel's). Inputs:
+    `logits` [B, V_shard], `temperature`, `top_k` / `top_p` where given, `row_valid` with row_valid."""
+    batch, vocab = logits.shape
+    row_stride = logits.strides[0]
+    config = _with_ways(filtered_launch_config(batch, vocab, row_stride, logits.dtype, fp64,
+                                               fast_math=not target.interpreter, large_programs=target.large_programs),
+                        SHARD_WAYS)
+    unused = "temperature"  # stands in for an absent input, never read
+    top_k, top_p, valid = (name if given else unused for name, given in
+                           (("top_k", has_top_k), ("top_p", has_top_p), ("row_valid", row_valid)))
+    tiles = triton.cdiv(vocab, config.threads * config.vec)
+    stats = _filter_stats_launches(config, batch, vocab, row_stride, tiles, top_k, valid, has_top_k=has_top_k,
+                                   row_valid=row_valid)
+    rounds, prev_phase = _search_rounds(config, stats, batch, vocab, row_stride, tiles, top_k, top_p,
+                                        has_top_k=has_top_k, has_top_p=has_top_p, fp64=fp64, shards=shards)
+    searched = prev_phase != PHASE_STATS
+    threshold = launch(shard_threshold_kernel, (batch,),
+                       ("temperature", top_k, top_p, valid, "gathered_stats", "state_in" if searched else
+                        "gathered_stats", "gathered_sums" if searched else "gathered_stats", shards),
+                       ("kept_threshold",), PREV_PHASE=prev_phase, KEY_SHIFT=config.key_shift, WAYS=config.ways,
+                       SHARDS_BLOCK=triton.next_power_of_2(shards), HAS_ROW_VALID=row_valid, num_warps=1)
+    return tuple(rounds), threshold
 
 
 def _list_rounds(config, stats, batch, vocab, row_stride, tiles, top_p, min_p, valid, *, has_top_p, has_min_p, fp64,

@@ -37,14 +37,18 @@ import triton
 import triton.language as tl
 
 from jsample.kernels.common import aligned, is_greedy, largest_power_of_two_dividing, load_temperature
-from jsample.kernels.filtered import _key_value
+from jsample.kernels.filtered import _key, _key_value, _min_p
 from jsample.kernels.host import jit
-from jsample.kernels.logprobs import (STATS, TOP_LIST, TOP_LIST_PROGRAMS, _block_sums, _row_from_block_stats,
-                                      _sorted_entries, _store_padding_row, list_row_top, single_read_config, store_block_stats,
-                                      store_row_logprobs, top_list_buffers)
+from jsample.kernels.logprobs import (STATS, TOP_LIST, TOP_LIST_PROGRAMS, _block_sums, _finite, _kept,
+                                      _row_from_block_stats, _sorted_entries, _store_padding_row, filters_limit,
+                                      kept_term, list_row_top, row_log_kept_mass, single_read_config,
+                                      store_block_stats, store_row_logprobs, top_k_and_top_p, top_list_buffers)
 from jsample.kernels.plan import ArgSpec, Buffer, Plan, ShardedPlan, Target, launch
+from jsample.kernels.vocab_parallel_filtered import plan_kept_threshold_shard
 
-PARTIAL_WORDS = 8  # the counts record's words before its blocks' counts: the cut first and last blocks' sums
+# the counts record's words before its blocks' counts (i64 as i32 pairs): the cut first and last blocks' sums (raw,
+# scaled), and with filters the shard's kept terms' sum and its count of finite logits
+PARTIAL_WORDS = 12
 _PARTIAL = tl.constexpr(PARTIAL_WORDS)
 _TOP = tl.constexpr(TOP_LIST)
 
@@ -199,10 +203,12 @@ def shard_logprobs_count_kernel(
     top_ids_ptr,  # [B, num_top] i32 (HAS_TOP): shard_top_list_kernel's, from the shard's first block's start
     top_values_ptr,  # [B, num_top] f32 (HAS_TOP)
     gathered_ptr,  # [SHARDS, B, stats_record_words(SPAN)] i32: every shard's round 1 record, in column order
+    min_p_ptr,  # [B] f32 (read with FILTERED and HAS_MIN_P)
+    threshold_ptr,  # [B, 4] i32 (read with FILTERED): shard_threshold_kernel's
     V,  # the whole vocabulary
     V_shard,
     row_stride,
-    record_ptr,  # [B, counts_record_words(SPAN, HAS_TOP)] i32 output
+    record_ptr,  # [B, counts_record_words(SPAN, HAS_TOP)] i32 output (zero on entry with FILTERED)
     SHARDS: tl.constexpr,
     SPAN: tl.constexpr,
     BLOCK_V: tl.constexpr,
@@ -212,10 +218,15 @@ def shard_logprobs_count_kernel(
     FAST_MATH: tl.constexpr,
     HAS_TOP: tl.constexpr,
     HAS_ROW_VALID: tl.constexpr = False,
+    FILTERED: tl.constexpr = False,  # filters: the kept terms' sum and the finite count of the shard's columns
+    HAS_MIN_P: tl.constexpr = False,
+    FP64: tl.constexpr = False,  # the samplers' fp64 flag (min-p's relative probabilities)
 ):
     """Round 2 (the module's docstring): block first + j's count of logits above the token's, and, for a block
     cut by this shard's edge, the sums of the shard's part against the whole block's largest finite logit; the
-    first program of a row copies the shard's top list into the record (global columns)."""
+    first program of a row copies the shard's top list into the record (global columns). With filters, every
+    block adds its kept terms (kept_term, against the row's largest logit) and its finite logits to the row's
+    two sums (integer atomics: any order)."""
     row = tl.program_id(0).to(tl.int64)
     if HAS_ROW_VALID:
         if tl.load(row_valid_ptr + row) == 0:
@@ -249,19 +260,29 @@ def shard_logprobs_count_kernel(
         top = tl.where((first == start) & holds, tl.load(stats + (SPAN + 1)).to(tl.float32), top)
     cut = (lo < start) | (tl.minimum(lo + BLOCK_V, V) > end)
     count = tl.zeros([], tl.int32)
-    if (held & (top > x_token)) | cut:
+    if (held & (top > x_token)) | cut | FILTERED:
         cols = lo + tl.arange(0, BLOCK_V)
         row_ptr = logits_ptr + tl.multiple_of(row * row_stride, ROW_ALIGN) - start
         x = tl.load(row_ptr + cols, mask=(cols >= start) & (cols < end), other=float("-inf")).to(tl.float32)
         count = tl.sum((x > x_token).to(tl.int32), axis=0)
+        temperature = load_temperature(temperature_ptr, row)
+        inverse_t = tl.where(is_greedy(temperature), 1.0, 1.0 / temperature)
         if cut:
-            temperature = load_temperature(temperature_ptr, row)
-            inverse_t = tl.where(is_greedy(temperature), 1.0, 1.0 / temperature)
             d = tl.where(tl.abs(x) < float("inf"), x - block_max, float("-inf"))
             raw_sum, scaled_sum = _block_sums(d, inverse_t, FAST_MATH)
             at = record.to(tl.pointer_type(tl.int64)) + tl.where(j == 0, 0, 2)  # the first block's, or the last's
             tl.store(at, raw_sum)
             tl.store(at + 1, scaled_sum)
+        if FILTERED:  # (a greedy row's sums are not used: its kept set is every finite logit)
+            threshold = tl.load((threshold_ptr + row * 4).to(tl.pointer_type(tl.int64)))
+            m = tl.load(threshold_ptr + row * 4 + 2).to(tl.float32, bitcast=True)
+            min_p = 0.0
+            if HAS_MIN_P:
+                min_p = _min_p(min_p_ptr, row)
+            kept = _kept(x, threshold, temperature, _key(m, 0), min_p, True, HAS_MIN_P, FP64)
+            sums = record.to(tl.pointer_type(tl.int64)) + 4
+            tl.atomic_add(sums, tl.sum(tl.where(kept, kept_term(x, m, inverse_t), 0), axis=0), sem="relaxed")
+            tl.atomic_add(sums + 1, tl.sum(_finite(x).to(tl.int64), axis=0), sem="relaxed")
     tl.store(record + _PARTIAL + j, tl.where(held, count, 0))
 
 
@@ -273,6 +294,10 @@ def shard_logprobs_merge_kernel(
     temperature_ptr,
     row_valid_ptr,  # as shard_logprobs_stats_kernel's: a padding row's outputs are NaN, rank 0, no top list
     num_top_ptr,  # [1] i32 (read with HAS_TOP)
+    top_k_ptr,  # [B] i32|i64 (read with HAS_TOP_K)
+    top_p_ptr,  # [B] f32 (read with HAS_TOP_P)
+    min_p_ptr,  # [B] f32 (read with HAS_MIN_P)
+    threshold_ptr,  # [B, 4] i32 (read with FILTERED): shard_threshold_kernel's
     V,  # the whole vocabulary
     num_blocks,  # the unsharded single read's blocks a row
     stats_ptr,  # [B, 2 * STATS, num_blocks] f32 scratch: the unsharded layout (f64 values)
@@ -292,10 +317,16 @@ def shard_logprobs_merge_kernel(
     HAS_TOP: tl.constexpr,
     SHARDS_BLOCK: tl.constexpr,  # a power of two >= SHARDS
     HAS_ROW_VALID: tl.constexpr = False,
+    FILTERED: tl.constexpr = False,
+    HAS_TOP_K: tl.constexpr = False,
+    HAS_TOP_P: tl.constexpr = False,
+    HAS_MIN_P: tl.constexpr = False,
+    FP64: tl.constexpr = False,
 ):
     """Round 3 (the module's docstring), with logprobs_reduce_kernel's warps: the row's blocks' statistics as
     the unsharded read stores them (every part of a block combined: maxima by max, sums added), the merged top
-    list, then that kernel's own reduction of them."""
+    list, then that kernel's own reduction of them; with filters, the kept mass from the shards' kept sums and
+    finite counts, by token_logprobs_kernel's rules (row_log_kept_mass, filters_limit, _kept)."""
     row = tl.program_id(0).to(tl.int64)
     batch = tl.num_programs(0).to(tl.int64)
     if HAS_ROW_VALID:
@@ -348,22 +379,41 @@ def shard_logprobs_merge_kernel(
                                                                            temperature, REDUCE_BLOCK)
     x_token, held = _token_logit(gathered_stats_ptr, row, batch, SHARDS, SPAN)
     valid = held & (token >= 0) & (token < V) & (m > float("-inf"))
+    log_kept_mass = tl.zeros([], tl.float64)
+    token_kept = tl.full([], 1, tl.int1)
+    if FILTERED:
+        s = tl.arange(0, SHARDS_BLOCK)
+        sums = (gathered_counts_ptr + (s * batch + row) * words).to(tl.pointer_type(tl.int64)) + 4
+        kept_sum = tl.sum(tl.load(sums, mask=s < SHARDS, other=0), axis=0)
+        count = tl.sum(tl.load(sums + 1, mask=s < SHARDS, other=0), axis=0)
+        k, p = top_k_and_top_p(top_k_ptr, top_p_ptr, row, HAS_TOP_K, HAS_TOP_P)
+        min_p = 0.0
+        if HAS_MIN_P:
+            min_p = _min_p(min_p_ptr, row)
+        filtered = (not greedy) & (count > 0)
+        log_kept_mass = row_log_kept_mass(kept_sum, log_scaled_sum, filtered, filters_limit(k, count, p, min_p))
+        threshold = tl.load((threshold_ptr + row * 4).to(tl.pointer_type(tl.int64)))
+        token_kept = _kept(x_token, threshold, temperature, _key(m, 0), min_p, filtered, HAS_MIN_P, FP64)
     store_row_logprobs(row, x_token, valid, temperature, m, larger, greedy, log_raw_sum, log_scaled_sum, num_top_ptr,
                        top_ids_ptr, top_values_ptr, raw_ptr, scaled_ptr, kept_ptr, log_kept_mass_ptr, rank_ptr,
-                       top_logprobs_ptr, HAS_TOP)
+                       top_logprobs_ptr, HAS_TOP, log_kept_mass, token_kept)
 
 
 @functools.lru_cache(maxsize=512)
 def plan_token_logprobs_shard(logits: ArgSpec, target: Target, *, vocab: int, starts: tuple, start_align: int,
-                              num_top: int = 0, row_valid: bool = False) -> ShardedPlan:
-    """Vocab-parallel `token_logprobs` (no filters) of this device's shard `logits` [B, V_shard] of a `vocab`-column
+                              num_top: int = 0, row_valid: bool = False, has_top_k: bool = False,
+                              has_top_p: bool = False, has_min_p: bool = False, fp64: bool = False) -> ShardedPlan:
+    """Vocab-parallel `token_logprobs` of this device's shard `logits` [B, V_shard] of a `vocab`-column
     vocabulary whose shards start at `starts` (every shard's first column, in order; this one's is the input
     `vocab_start` [1] i32, a multiple of `start_align`): inputs `tokens` [B] (global columns), `temperature` [B]
     f32 (or one f32), `vocab_start`, and `num_top` [1] i32 (equal to `num_top`: the top outputs' width; read on the
-    device, so every count from 1 runs the same kernels) and, with `row_valid`, `row_valid` [B] u8|i32 (0: a
-    padding row, its logits unread: NaN logprobs, rank 0, top_ids -1); outputs token_logprobs' (raw, scaled,
-    kept, log_kept_mass, rank, top_ids, top_logprobs), on every device."""
+    device, so every count from 1 runs the same kernels), `top_k` / `top_p` / `min_p` [B] where given (then `temperature`
+    [B]) and, with `row_valid`, `row_valid` [B] u8|i32 (0: a padding row, its logits unread: NaN logprobs, rank 0,
+    top_ids -1); outputs token_logprobs' (raw, scaled, kept, log_kept_mass, rank, top_ids, top_logprobs), on every
+    device. With filters, vocab-parallel top_k_top_p_sample's statistics and search rounds come first (its kept
+    set: plan_kept_threshold_shard), and round 2 sums each shard's kept terms against the row's largest logit."""
     batch, shard_vocab = logits.shape
+    filtered = has_top_k or has_top_p or has_min_p
     config = single_read_config(vocab, target)  # the unsharded call's blocks
     span = shard_span(starts, vocab, config.block_v)
     top = num_top > 0
@@ -371,7 +421,7 @@ def plan_token_logprobs_shard(logits: ArgSpec, target: Target, *, vocab: int, st
     outputs = tuple(Buffer(name, (batch,), "int32" if name == "rank" else "float32") for name in names[:5]) + (
         Buffer("top_ids", (batch, num_top), "int32"), Buffer("top_logprobs", (batch, num_top), "float32"))
     stats_record = Buffer("stats_record", (batch, stats_record_words(span)), "int32")
-    counts_record = Buffer("counts_record", (batch, counts_record_words(span, top)), "int32")
+    counts_record = Buffer("counts_record", (batch, counts_record_words(span, top)), "int32", zeroed=filtered)
     if batch == 0:
         return ShardedPlan((Plan((stats_record,), (), ("stats_record",), "empty"),
                             Plan((counts_record,), (), ("counts_record",), "empty"),
@@ -398,23 +448,37 @@ def plan_token_logprobs_shard(logits: ArgSpec, target: Target, *, vocab: int, st
             shard_top_list_kernel, (batch, programs), columns + ("num_top", shard_vocab, row_stride, "stats_record"),
             list_names + ("top_partial_ids", "top_partial_values", "top_arrivals"),
             REDUCE_BLOCK=triton.next_power_of_2(span + 1), PROGRAMS=programs, num_warps=4, **tiles),)
+    search_rounds = ()
+    threshold = "vocab_start"  # (the stand-in is never read)
+    if filtered:
+        search_rounds, threshold_launch = plan_kept_threshold_shard(logits, target, has_top_k=has_top_k,
+                                                                    has_top_p=has_top_p, fp64=fp64, shards=shards,
+                                                                    row_valid=row_valid)
+        stats_launches = (threshold_launch,) + stats_launches
+        stats_buffers += (Buffer("kept_threshold", (batch, 4), "int32"),)
+        list_names += ("kept_threshold",)
+        threshold = "kept_threshold_in"
+    filters = dict(FILTERED=filtered, HAS_MIN_P=has_min_p, FP64=fp64)
+    top_k, top_p, min_p = (name if given else "vocab_start" for name, given in
+                           (("top_k", has_top_k), ("top_p", has_top_p), ("min_p", has_min_p)))
     stats = Plan(stats_buffers, stats_launches, ("stats_record",) + list_names, "vocab shard logprobs stats")
-    top_args = tuple(name + "_in" for name in list_names) if top else ("vocab_start", "vocab_start")
+    top_args = ("shard_top_ids_in", "shard_top_values_in") if top else ("vocab_start", "vocab_start")
     counts = Plan((counts_record,), (launch(
         shard_logprobs_count_kernel, (batch, span),
         ("logits", "temperature", "vocab_start", valid, "num_top" if top else "vocab_start") + top_args + (
-            "gathered_stats_record", vocab, shard_vocab, row_stride),
+            "gathered_stats_record", min_p, threshold, vocab, shard_vocab, row_stride),
         ("counts_record",), SHARDS=shards, FAST_MATH=config.fast_math, HAS_TOP=top, num_warps=config.num_warps,
-        **tiles),), ("counts_record",), "vocab shard logprobs counts")
+        **filters, **tiles),), ("counts_record",), "vocab shard logprobs counts")
     scratch = (Buffer("merged_stats", (batch, 2 * STATS.value, config.num_blocks), "float32"),
                Buffer("merged_counts", (batch, config.num_blocks), "int32"),
                Buffer("merged_top_values", (batch, num_top), "float32"))
     merge = Plan(scratch + outputs, (launch(
         shard_logprobs_merge_kernel, (batch,),
         ("gathered_stats_record", "gathered_counts_record", "tokens", "temperature", valid,
-         "num_top" if top else "tokens", vocab, config.num_blocks),
+         "num_top" if top else "tokens", top_k, top_p, min_p, threshold, vocab, config.num_blocks),
         ("merged_stats", "merged_counts", "merged_top_values") + names, SHARDS=shards, SPAN=span,
         BLOCK_V=config.block_v, REDUCE_BLOCK=config.reduce_block, HAS_TOP=top,
-        SHARDS_BLOCK=triton.next_power_of_2(shards), HAS_ROW_VALID=row_valid, num_warps=4),), names,
-        "vocab merge logprobs")
-    return ShardedPlan((stats, counts, merge), "vocab shard logprobs")
+        SHARDS_BLOCK=triton.next_power_of_2(shards), HAS_ROW_VALID=row_valid, HAS_TOP_K=has_top_k,
+        HAS_TOP_P=has_top_p, num_warps=4, **filters),), names, "vocab merge logprobs")
+    return ShardedPlan(search_rounds + (stats, counts, merge),
+                       "vocab shard logprobs" + (", filtered" if filtered else ""))
