@@ -309,19 +309,11 @@ def check_logprobs_request(op: str, return_logprobs, num_top) -> None:
         raise ValueError(f"{op}: num_top = {num_top} needs return_logprobs=True.")
 
 
-def check_vocab_parallel(op: str, name: str, logits_shape, return_logprobs, starts, filters=False) -> None:
+def check_vocab_parallel(op: str, name: str, logits_shape, starts) -> None:
     """Vocab-parallel sampling (`vocab_axis` in JAX, `vocab_group` in torch): 2-D logits whose shards start at
-    multiples of 4 (`starts`: every shard's first global column; the stream draws four columns a call).
-    Logprobs are sharded without filters: token_logprobs without top_k / top_p / min_p (`filters`), and
-    gumbel_sample's return_logprobs (num_top as the op takes it)."""
+    multiples of 4 (`starts`: every shard's first global column; the stream draws four columns a call)."""
     if len(logits_shape) != 2:
         raise ValueError(f"{op}: {name} takes 2-D logits [B, V_shard], got {len(logits_shape)}-D.")
-    if return_logprobs and op != "gumbel_sample":
-        raise ValueError(f"{op}: {name} does not take return_logprobs=True (logprobs with filters are not sharded "
-                         "yet).")
-    if filters:
-        raise ValueError(f"{op}: {name} does not take top_k, top_p or min_p (logprobs with filters are not sharded "
-                         "yet).")
     if any(start % 4 for start in starts):
         raise ValueError(f"{op}: {name} needs every shard to start at a multiple of 4 columns, got shards starting at "
                          f"{list(starts)}.")

@@ -76,6 +76,9 @@ def _flag_sets(op):
         elif op == "vocab_parallel_logprobs":
             yield dict(op="gumbel_sample", fp64=fp64, return_logprobs=True, num_valid=fp64, num_top=5 * fp64)
             yield dict(op="token_logprobs", num_top=7 * fp64)
+            yield dict(op="token_logprobs", top_k=True, top_p=True, min_p=fp64, fp64=fp64)  # the searches first
+            yield dict(op="top_k_top_p_sample", top_k=50, top_p=True, return_logprobs=True, num_valid=fp64,
+                       num_top=3 * fp64)
         elif op == "vocab_parallel_top_k_top_p":
             for k, p, m in ((True, True, False), (True, True, True), (False, True, False), (False, False, True),
                             (50, True, False), (256, False, True)):  # (an int: a Python int's lists)
@@ -294,8 +297,13 @@ def test_precompile_covers_vocab_parallel_calls():
                         row_valid=True, list_capacity=list_capacity)
                     keys = {compile_key(s, frontend) for plan in sharded.rounds for s in plan.launches}
                     assert len(keys) >= (4 if list_capacity else 7) and keys <= covered, (frontend, b)
-    # vocab-parallel token_logprobs, and gumbel_sample's return_logprobs (its tokens' token_logprobs after them)
-    for op, flags in (("token_logprobs", {}), ("gumbel_sample", {"return_logprobs": True})):
+    # vocab-parallel token_logprobs (with filters: the kept set's searches first), and the samplers'
+    # return_logprobs (their tokens' token_logprobs after them)
+    for op, flags, filters in (("token_logprobs", {}, {}), ("gumbel_sample", {"return_logprobs": True}, {}),
+                               ("token_logprobs", {"top_k": True, "top_p": True}, dict(has_top_k=True, has_top_p=True)),
+                               ("top_k_top_p_sample", {"top_k": 50, "min_p": True, "return_logprobs": True,
+                                                       "num_valid": True},
+                                dict(has_top_k=True, has_min_p=True, row_valid=True))):
         for frontend, report in (
                 ("torch", torch_backend.precompile([151936], ["float16"], ops=[op], flags=[dict(flags, vocab_shards=2)],
                                                    max_batch=300)),
@@ -307,12 +315,10 @@ def test_precompile_covers_vocab_parallel_calls():
                     for num_top in (0, 1, 9):  # (every count from 1 runs the same kernels)
                         sharded = kernels.plan_token_logprobs_shard(ArgSpec.contiguous((b, 75968), "float16"), target,
                                                                     vocab=151936, starts=(0, 75968), start_align=16,
-                                                                    num_top=num_top)
+                                                                    num_top=num_top, **filters)
                         keys = {compile_key(s, frontend) for plan in sharded.rounds for s in plan.launches}
-                        assert len(keys) == 3 + (num_top > 0) and keys <= covered, (frontend, op, b, num_top)
-    with pytest.raises(ValueError, match="precompile: token_logprobs with vocab_shards takes no filters"):
-        torch_backend.precompile([151936], ops=["token_logprobs"], flags=[{"vocab_shards": 2, "top_p": True}],
-                                 max_batch=4)
+                        extra = 4 if filters else 0  # (stats, top-k's bound, search, threshold)
+                        assert len(keys) >= 3 + (num_top > 0) + extra and keys <= covered, (frontend, op, b, num_top)
     with pytest.raises(ValueError, match="precompile: vocab_shards = 3 must split V = 151936 into shards of a"):
         torch_backend.precompile([151936], ops=["gumbel_sample"], flags=[{"vocab_shards": 3}], max_batch=4)
 

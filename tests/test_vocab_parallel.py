@@ -111,12 +111,42 @@ JAX_SCRIPT = textwrap.dedent('''
                         assert len(gathers) == 2, shapes
                     assert not [line for line in hlo.splitlines() if "all-reduce(" in line or "all-to-all(" in line]
             assert np.isnan(np.asarray(want.raw)[[1, 4]]).all() and np.asarray(want.rank)[1] == 0
-            try:
-                jax.jit(shard_map(lambda l, k, t: jsample.token_logprobs(l, k, t, top_k=3, vocab_axis="tp"), mesh=mesh,
-                                  in_specs=(P(None, "tp"), P(), P()), out_specs=P()))(x, tokens, temperature)
-                raise SystemExit("no error")
-            except ValueError as error:
-                assert "token_logprobs: vocab_axis does not take top_k, top_p or min_p" in str(error), error
+            # with filters: the kept set's searches first; top_k_top_p_sample's return_logprobs after its tokens
+            rows = dict(top_k=np.int64([3, 50, 7, 1000, 2, 5, 9]),
+                        top_p=np.float32([0.9, 0.5, 0.95, 0.3, 1, 0.8, 0.99]),
+                        min_p=np.float32([0.01, 0.2, 0.0, 0.05, 0.5, 0.1, 0.0]))
+            for dtype, given, num_top in (("float32", ("top_k", "top_p"), 0), ("bfloat16", ("top_p", "min_p"), 2)):
+                logits = x.astype(getattr(ml_dtypes, dtype, dtype))
+                filters = {name: rows[name] for name in given}
+                want = jsample.token_logprobs(logits, tokens, temperature, num_top=num_top, **filters)
+                assert (np.asarray(want.log_kept_mass) < 0).any()
+                call = lambda l, k, t, f: jsample.token_logprobs(l, k, t, num_top=num_top, vocab_axis="tp", **f)
+                sharded = jax.jit(shard_map(call, mesh=mesh, in_specs=(P(None, "tp"), P(), P(), P()), out_specs=P()))
+                jitted = jax.jit(lambda l, k, t, f: jsample.token_logprobs(l, k, t, num_top=num_top, **f))
+                placed = jax.device_put(logits, NamedSharding(mesh, P(None, "tp")))
+                for compiled, logits_arg in ((sharded, logits), (jitted, placed)):
+                    got = compiled(logits_arg, tokens, temperature, filters)
+                    for name, a, b in zip(want._fields, got, want):
+                        assert np.array_equal(np.asarray(a), np.asarray(b), equal_nan=True), (dtype, name, a, b)
+                    hlo = compiled.lower(logits_arg, tokens, temperature, filters).compile().as_text()
+                    gathers = [line.split("all-gather")[0] for line in hlo.splitlines()
+                               if "all-gather(" in line or "all-gather-start(" in line]
+                    shapes = [shape for g in gathers for shape in re.findall(r"[a-z0-9]+\\[[0-9,]*\\]", g)]
+                    assert gathers and all(int(shape.split(",")[-1][:-1]) < vocab // 2 for shape in shapes), shapes
+            want = jsample.top_k_top_p_sample(x, seeds, positions, temperature, top_k=20, top_p=rows["top_p"],
+                                              num_valid=np.int32(5), return_logprobs=True, num_top=3)
+            call = lambda l, s, p, t, q, n: jsample.top_k_top_p_sample(l, s, p, t, top_k=20, top_p=q, num_valid=n,
+                                                                      return_logprobs=True, num_top=3, vocab_axis="tp")
+            sharded = jax.jit(shard_map(call, mesh=mesh, in_specs=(P(None, "tp"),) + (P(),) * 5, out_specs=P()))
+            jitted = jax.jit(lambda l, s, p, t, q, n: jsample.top_k_top_p_sample(
+                l, s, p, t, top_k=20, top_p=q, num_valid=n, return_logprobs=True, num_top=3))
+            placed = jax.device_put(x, NamedSharding(mesh, P(None, "tp")))
+            for got in (sharded(x, seeds, positions, temperature, rows["top_p"], np.int32(5)),
+                        jitted(placed, seeds, positions, temperature, rows["top_p"], np.int32(5))):
+                assert np.array_equal(np.asarray(got[0]), np.asarray(want[0]))
+                for name, a, b in zip(want[1]._fields, got[1], want[1]):
+                    assert np.array_equal(np.asarray(a), np.asarray(b), equal_nan=True), (name, a, b)
+            assert np.isfinite(np.asarray(want[1].kept)[:5]).sum() >= 3 and np.isnan(np.asarray(want[1].raw)[5:]).all()
             print("logprobs shards", shards, "ok")
         # top_k_top_p_sample: the kept set's searches over the shards (a round an all-gather of integer sums)
         if shards == 2:
@@ -288,11 +318,30 @@ TORCH_SCRIPT = textwrap.dedent('''
             got = torch_backend.gumbel_sample(shard, seeds, positions, temperature, num_valid=5, return_logprobs=True,
                                               num_top=num_top // 2, vocab_group=dist.group.WORLD)
             results.append(([want[0].tolist()] + numbers(want[1]), [got[0].tolist()] + numbers(got[1])))
-        try:
-            torch_backend.token_logprobs(shard, tokens, temperature, top_p=0.9, vocab_group=dist.group.WORLD)
-            raise SystemExit("no error")
-        except ValueError as e:
-            assert "token_logprobs: vocab_group does not take top_k, top_p or min_p" in str(e), e
+        # with filters: token_logprobs (the kept set's searches, then the records), top_k_top_p_sample's return_logprobs
+        top_p[5] = 0.999  # keeps most of the row
+        for dtype, filters, num_top in ((torch.float32, dict(top_k=top_k, top_p=top_p), 2),
+                                        (torch.bfloat16, dict(top_p=top_p, min_p=min_p), 0),
+                                        (torch.float16, dict(min_p=min_p), 3)):
+            logits = x.to(dtype)
+            shard = logits[:, start:start + sizes[rank]]
+            want = torch_backend.token_logprobs(logits, tokens, temperature, num_top=num_top, **filters)
+            got = torch_backend.token_logprobs(shard, tokens, temperature, num_top=num_top,
+                                               vocab_group=dist.group.WORLD, **filters)
+            results.append((numbers(want), numbers(got)))
+        for dtype, fp64, filters, num_valid, num_top in (
+                (torch.bfloat16, False, dict(top_k=20, top_p=top_p), 5, 3),  # the lists' tokens
+                (torch.float32, True, dict(top_k=top_k, min_p=min_p), None, 0)):  # the searches' tokens
+            logits = x.to(dtype)
+            shard = logits[:, start:start + sizes[rank]]
+            want = torch_backend.top_k_top_p_sample(logits, seeds, positions, temperature, fp64=fp64,
+                                                    num_valid=num_valid, return_logprobs=True, num_top=num_top,
+                                                    **filters)
+            assert torch.isfinite(want[1].kept[:num_valid]).sum() >= 3, want  # (rows without a finite logit: NaN)
+            got = torch_backend.top_k_top_p_sample(shard, seeds, positions, temperature, fp64=fp64,
+                                                   num_valid=num_valid, return_logprobs=True, num_top=num_top,
+                                                   vocab_group=dist.group.WORLD, **filters)
+            results.append(([want[0].tolist()] + numbers(want[1]), [got[0].tolist()] + numbers(got[1])))
         error = ""
         if len(sizes) == 2:
             group = dist.new_group([0, 1])
@@ -835,6 +884,12 @@ for batch, dtype, num_top, valid in ((1, "bfloat16", 0, False), (256, "float32",
     sharded = kernels.plan_token_logprobs_shard(ArgSpec.contiguous((batch, 75968), dtype), target, vocab=151936,
                                                 starts=(0, 75968), start_align=16, num_top=num_top, row_valid=valid)
     plans.extend((plan, ck.POINTER_TYPES[dtype]) for plan in sharded.rounds)
+inputs["kept_threshold_in"] = "*i32"
+for batch, dtype in ((1, "bfloat16"), (256, "float32")):  # with filters: the threshold, the kept sums
+    sharded = kernels.plan_token_logprobs_shard(ArgSpec.contiguous((batch, 75968), dtype), target, vocab=151936,
+                                                starts=(0, 75968), start_align=16, num_top=2, row_valid=True,
+                                                has_top_k=True, has_top_p=True, has_min_p=True)
+    plans.extend((plan, ck.POINTER_TYPES[dtype]) for plan in sharded.rounds[-3:])
 for plan, logits in plans:
     for name in ck.compile_plan(plan, {"logits": logits, **inputs}):
         print("compiled", name)
@@ -863,6 +918,9 @@ def test_the_shard_kernels_compile_for_sm90():
     assert compiled.count("shard_filtered_partial_kernel") == 4, compiled
     assert [compiled.count(name) for name in ("shard_top_k_collect_kernel", "shard_top_k_record_kernel",
                                               "shard_list_merge_kernel")] == [4, 4, 4], compiled
+    # token_logprobs: 2 plans without filters and 2 with them (threshold, records, kept sums)
+    assert [compiled.count(name) for name in ("shard_threshold_kernel", "shard_logprobs_count_kernel",
+                                              "shard_logprobs_merge_kernel")] == [2, 4, 4], compiled
 
 
 if __name__ == "__main__":  # .ci/packaging.sh: the JAX check under the newest JAX, from an installed wheel

@@ -56,14 +56,14 @@ def run_sharded(sharded: ShardedPlan, device, inputs: dict, group, shards: int) 
                       lambda record: all_gather(record, group, shards), inputs)
 
 
-def shard_layout(op: str, group, logits: torch.Tensor, return_logprobs, **checks) -> tuple:
+def shard_layout(op: str, group, logits: torch.Tensor) -> tuple:
     """(shards, start_align, vocab_start) of this rank's shard `logits` [B, V_r] of a split over `group`: the
     number of ranks, the largest power of two dividing every shard's first column, and this shard's first column
     as a device tensor; checked (check_vocab_parallel) as every vocab-parallel op checks it."""
     import torch.distributed as dist
 
     starts, _ = shard_starts(group, logits)
-    check_vocab_parallel(op, "vocab_group", logits.shape, return_logprobs, starts, **checks)
+    check_vocab_parallel(op, "vocab_group", logits.shape, starts)
     return len(starts), kernels.start_alignment(starts), vocab_start(starts[dist.get_rank(group)], logits.device)
 
 

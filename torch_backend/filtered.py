@@ -8,7 +8,7 @@ from jsample import kernels
 from jsample.ops import Logprobs, docstring, logprobs_plan_flags
 from jsample.validation import check_logprobs_request, check_top_k_top_p_sample
 from torch_backend import _execute as execute
-from torch_backend.logprobs import num_top_tensor
+from torch_backend.logprobs import num_top_tensor, vocab_parallel_logprobs
 from torch_backend._launch import (dense, empty_outputs, filter_rows, row_logits, row_valid, temperature_array,
                                    temperature_value, traced, validate)
 from torch_backend._vocab_parallel import run_sharded, shard_layout
@@ -103,12 +103,13 @@ def _vocab_parallel(arguments, fp64, num_valid, return_logprobs, num_top, group)
     """top_k_top_p_sample of logits whose vocabulary is split over the ranks of `group` (rank r holds the r-th
     contiguous shard, any sizes whose starts are multiples of 4): the rounds of
     jsample/kernels/vocab_parallel_filtered.py, an all-gather of per-row integer records between them; the
-    unsharded call's kept set and tokens, on every rank."""
+    unsharded call's kept set and tokens, on every rank; with return_logprobs, then the tokens' vocab-parallel
+    token_logprobs with the same filters (the unsharded call's: its logprobs are token_logprobs')."""
     op = "top_k_top_p_sample"
     check_logprobs_request(op, return_logprobs, num_top)
     validate(op, check_top_k_top_p_sample, arguments, (fp64,), None)
     logits = row_logits(arguments["logits"])
-    shards, start_align, start = shard_layout(op, group, logits, return_logprobs)
+    shards, start_align, start = shard_layout(op, group, logits)
     batch, device = logits.shape[0], logits.device
     top_k, top_p, min_p = filter_rows(arguments["top_k"], arguments["top_p"], arguments["min_p"], batch, device)
     inputs = dict(logits=logits, seeds=dense(arguments["seeds"]), positions=dense(arguments["positions"]),
@@ -119,4 +120,9 @@ def _vocab_parallel(arguments, fp64, num_valid, return_logprobs, num_top, group)
                            has_top_k=top_k is not None, has_top_p=top_p is not None, has_min_p=min_p is not None,
                            fp64=fp64, shards=shards, start_align=start_align, row_valid="row_valid" in inputs,
                            list_capacity=kernels.shard_list_capacity(arguments["top_k"]))
-    return run_sharded(sharded, device, inputs, group, shards)[0]
+    tokens = run_sharded(sharded, device, inputs, group, shards)[0]
+    if not return_logprobs:
+        return tokens
+    return tokens, vocab_parallel_logprobs(logits, tokens, inputs["temperature"], group, op=op,
+                                           filters=(top_k, top_p, min_p), fp64=fp64, num_top=num_top,
+                                           valid=inputs.get("row_valid"))

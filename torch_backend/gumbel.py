@@ -101,7 +101,7 @@ def _vocab_parallel(arguments, fp64, draft, num_valid, return_logprobs, num_top,
     check_logprobs_request(op, return_logprobs, num_top)
     validate(op, check_gumbel_sample, arguments, (fp64, draft), None)
     logits = row_logits(arguments["logits"])
-    shards, start_align, start = shard_layout(op, group, logits, return_logprobs)
+    shards, start_align, start = shard_layout(op, group, logits)
     batch, device = logits.shape[0], logits.device
     inputs = dict(logits=logits, seeds=dense(arguments["seeds"]), positions=dense(arguments["positions"]),
                   temperature=temperature_array(arguments["temperature"], batch, device), vocab_start=start)

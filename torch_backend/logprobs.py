@@ -24,7 +24,8 @@ def token_logprobs(logits, tokens, temperature, *, top_k=None, top_p=None, min_p
     validate(op, check_token_logprobs, arguments, (num_top, fp64))
     if vocab_group is not None:
         return vocab_parallel_logprobs(logits, tokens, temperature, vocab_group,
-                                       filters=any(f is not None for f in (top_k, top_p, min_p)), num_top=num_top)
+                                       filters=filter_rows(top_k, top_p, min_p, logits.shape[0], logits.device),
+                                       fp64=fp64, num_top=num_top)
     if tokens.device.type == "cpu" and type(tokens) is torch.Tensor:  # (not a fake or traced tensor)
         check_token_values(op, tokens.numpy(), logits.shape[1])
     logits = row_logits(logits)
@@ -41,23 +42,28 @@ def token_logprobs(logits, tokens, temperature, *, top_k=None, top_p=None, min_p
 token_logprobs.__doc__ = docstring("token_logprobs", "torch")
 
 
-def vocab_parallel_logprobs(logits, tokens, temperature, group, *, op="token_logprobs", filters=False,
-                            num_top=0, valid=None) -> Logprobs:
-    """token_logprobs (no filters) of logits whose vocabulary is split over the ranks of `group` (rank r holds the
-    r-th contiguous shard): two all-gathers of per-row records (jsample/kernels/vocab_parallel_logprobs.py), the
-    unsharded call's Logprobs on every rank; `tokens` are global columns; `valid`: gumbel_sample's row flags."""
+def vocab_parallel_logprobs(logits, tokens, temperature, group, *, op="token_logprobs", filters=(None, None, None),
+                            fp64=False, num_top=0, valid=None) -> Logprobs:
+    """token_logprobs of logits whose vocabulary is split over the ranks of `group` (rank r holds the r-th
+    contiguous shard): with `filters` (top_k, top_p, min_p: filter_rows' [B] tensors or None), the sharded
+    searches of their kept set first; then two all-gathers of per-row records
+    (jsample/kernels/vocab_parallel_logprobs.py), the unsharded call's Logprobs on every rank; `tokens` are
+    global columns; `valid`: the samplers' row flags."""
     logits = row_logits(logits)
-    shards, start_align, start = shard_layout(op, group, logits, False, filters=filters)
+    shards, start_align, start = shard_layout(op, group, logits)
     starts, vocab = shard_starts(group, logits)
     if tokens.device.type == "cpu" and type(tokens) is torch.Tensor:
         check_token_values(op, tokens.numpy(), vocab)
     batch, device = logits.shape[0], logits.device
+    top_k, top_p, min_p = filters
     sharded = execute.plan(kernels.plan_token_logprobs_shard, (logits,), device, None, vocab=vocab, starts=starts,
-                           start_align=start_align, num_top=num_top, row_valid=valid is not None)
+                           start_align=start_align, num_top=num_top, row_valid=valid is not None,
+                           has_top_k=top_k is not None, has_top_p=top_p is not None, has_min_p=min_p is not None,
+                           fp64=fp64)
     inputs = dict(logits=logits, tokens=dense(tokens), temperature=temperature_array(temperature, batch, device),
-                  vocab_start=start, num_top=num_top_tensor(num_top, device))
-    if valid is not None:
-        inputs["row_valid"] = valid
+                  vocab_start=start, num_top=num_top_tensor(num_top, device), top_k=top_k, top_p=top_p, min_p=min_p,
+                  row_valid=valid)
+    inputs = {name: value for name, value in inputs.items() if value is not None}
     return Logprobs(*run_sharded(sharded, device, inputs, group, shards))
 
 

@@ -7,6 +7,7 @@ import jax.numpy as jnp
 from jsample import kernels
 from jsample._jax import _execute as execute
 from jsample._jax._execute import arg_spec, run
+from jsample._jax.logprobs import vocab_parallel_logprobs
 from jsample._jax._launch import (empty_outputs, filter_rows, logits_array, not_differentiable, row_valid, rowwise,
                                   spec, temperature_array)
 from jsample.ops import Logprobs, docstring, logprobs_plan_flags
@@ -27,15 +28,15 @@ def top_k_top_p_sample(logits, seeds, positions, temperature, *, top_k=None, top
         return _vocab_parallel(logits_array(logits), jnp.asarray(seeds), jnp.asarray(positions),
                                temperature_array(temperature, batch), *filter_rows(top_k, top_p, min_p, batch),
                                fp64=fp64, axis=vocab_axis, num_valid=num_valid, return_logprobs=return_logprobs,
-                               list_capacity=kernels.shard_list_capacity(top_k))
+                               num_top=num_top, list_capacity=kernels.shard_list_capacity(top_k))
     if batch == 0:
         return empty_outputs(op, 0)[0] if not return_logprobs else (
             empty_outputs(op, 0)[0], Logprobs(*empty_outputs("token_logprobs", 0, num_top)))
     list_capacity = kernels.shard_list_capacity(top_k)
     top_k, top_p, min_p = filter_rows(top_k, top_p, min_p, batch)
-    # under jax.jit, logits sharded along the vocabulary take the vocab-parallel plan (tokens, not logprobs)
-    vocab_fn = None if return_logprobs else functools.partial(_vocab_sharded_rows, fp64=fp64,
-                                                              list_capacity=list_capacity)
+    # under jax.jit, logits sharded along the vocabulary take the vocab-parallel plan
+    vocab_fn = functools.partial(_vocab_sharded_rows, fp64=fp64, list_capacity=list_capacity,
+                                 num_top=num_top if return_logprobs else None)
     outputs = rowwise(functools.partial(_filtered_rows, fp64=fp64, num_top=num_top if return_logprobs else None),
                       logits_array(logits), jnp.asarray(seeds), jnp.asarray(positions),
                       temperature_array(temperature, batch), top_k, top_p, min_p, row_valid(op, num_valid, batch),
@@ -60,26 +61,36 @@ def _filtered_rows(logits, seeds, positions, temperature, top_k, top_p, min_p, v
 
 
 def _vocab_parallel(logits, seeds, positions, temperature, top_k, top_p, min_p, *, fp64, axis, num_valid,
-                    return_logprobs, list_capacity):
+                    return_logprobs, num_top, list_capacity):
     """top_k_top_p_sample of the logits whose vocabulary is split over mesh axis `axis` (inside shard_map: this
     device's columns, the shards in axis order, equal sizes): the rounds of
     jsample/kernels/vocab_parallel_filtered.py, an all-gather of per-row integer records between them; the
-    unsharded call's kept set and tokens."""
+    unsharded call's kept set and tokens; with return_logprobs, then their vocab-parallel token_logprobs."""
     batch = logits.shape[0]
-    shards = execute.axis_shards("top_k_top_p_sample", axis, logits.shape, return_logprobs)
+    shards = execute.axis_shards("top_k_top_p_sample", axis, logits.shape)
     valid = row_valid("top_k_top_p_sample", num_valid, batch)
     if batch == 0:
-        return jnp.zeros((0,), jnp.int32)
-    return _shard_tokens(logits, seeds, positions, temperature, top_k, top_p, min_p, valid, fp64=fp64, axis=axis,
-                         shards=shards, list_capacity=list_capacity)
+        tokens = jnp.zeros((0,), jnp.int32)
+        return (tokens, Logprobs(*empty_outputs("token_logprobs", 0, num_top))) if return_logprobs else tokens
+    outputs = _vocab_sharded_rows(axis, shards, logits, seeds, positions, temperature, top_k, top_p, min_p, valid,
+                                  fp64=fp64, list_capacity=list_capacity,
+                                  num_top=num_top if return_logprobs else None)
+    return (outputs[0], Logprobs(*outputs[1:])) if return_logprobs else outputs[0]
 
 
 def _vocab_sharded_rows(axis, shards, logits, seeds, positions, temperature, top_k, top_p, min_p, valid, *, fp64,
-                        list_capacity):
-    """_filtered_rows' tokens on this device's shard of the vocabulary (jax.jit with the logits sharded along
-    it: _launch.batch_partitioned's vocab_fn, called where mesh axis `axis` holds `shards` equal shards)."""
-    return (_shard_tokens(logits, seeds, positions, temperature, top_k, top_p, min_p, valid, fp64=fp64, axis=axis,
-                          shards=shards, list_capacity=list_capacity),)
+                        list_capacity, num_top):
+    """_filtered_rows' outputs on this device's shard of the vocabulary (inside shard_map, or jax.jit with the
+    logits sharded along it: _launch.batch_partitioned's vocab_fn, called where mesh axis `axis` holds `shards`
+    equal shards): the tokens, and where num_top is not None (return_logprobs) their vocab-parallel
+    token_logprobs with the same filters."""
+    tokens = _shard_tokens(logits, seeds, positions, temperature, top_k, top_p, min_p, valid, fp64=fp64, axis=axis,
+                           shards=shards, list_capacity=list_capacity)
+    if num_top is None:
+        return (tokens,)
+    return (tokens,) + tuple(vocab_parallel_logprobs(logits, tokens, temperature, axis=axis, shards=shards,
+                                                     num_top=num_top, filters=(top_k, top_p, min_p), fp64=fp64,
+                                                     valid=valid))
 
 
 def _shard_tokens(logits, seeds, positions, temperature, top_k, top_p, min_p, valid, *, fp64, axis, shards,

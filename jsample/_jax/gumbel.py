@@ -65,7 +65,7 @@ def _vocab_parallel(logits, seeds, positions, temperature, *, fp64, draft, axis,
     (jsample/kernels/vocab_parallel.py): the unsharded call's tokens; with return_logprobs, then their
     vocab-parallel token_logprobs (the unsharded call's: its logprobs are token_logprobs')."""
     batch = logits.shape[0]
-    shards = execute.axis_shards("gumbel_sample", axis, logits.shape, return_logprobs)
+    shards = execute.axis_shards("gumbel_sample", axis, logits.shape)
     valid = row_valid("gumbel_sample", num_valid, batch)  # (checked at every batch size, as torch checks it)
     if batch == 0:
         tokens = jnp.zeros((0,), jnp.int32)

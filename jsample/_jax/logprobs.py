@@ -23,22 +23,22 @@ def token_logprobs(logits, tokens, temperature, *, top_k=None, top_p=None, min_p
                          spec(op, "temperature", temperature), spec(op, "top_k", top_k), spec(op, "top_p", top_p),
                          spec(op, "min_p", min_p), num_top, fp64)
     batch = logits.shape[0]
-    filtered = any(f is not None for f in (top_k, top_p, min_p))
     if vocab_axis is not None:
-        shards = execute.axis_shards(op, vocab_axis, logits.shape, False, filters=filtered)
+        shards = execute.axis_shards(op, vocab_axis, logits.shape)
         if isinstance(tokens, (np.ndarray, list)):
             check_token_values(op, tokens, logits.shape[1] * shards)
         if batch == 0:
             return Logprobs(*empty_outputs(op, 0, num_top))
         return vocab_parallel_logprobs(logits_array(logits), jnp.asarray(tokens), temperature_array(temperature, batch),
-                                       axis=vocab_axis, shards=shards, num_top=num_top)
+                                       axis=vocab_axis, shards=shards, num_top=num_top,
+                                       filters=filter_rows(top_k, top_p, min_p, batch), fp64=fp64)
     if isinstance(tokens, (np.ndarray, list)):
         check_token_values(op, tokens, logits.shape[1])
     if batch == 0:
         return Logprobs(*empty_outputs(op, 0, num_top))
     top_k, top_p, min_p = filter_rows(top_k, top_p, min_p, batch)
-    # under jax.jit, logits sharded along the vocabulary take the vocab-parallel plan (no filters)
-    vocab_fn = None if filtered else functools.partial(_vocab_sharded_rows, num_top=num_top)
+    # under jax.jit, logits sharded along the vocabulary take the vocab-parallel plan
+    vocab_fn = functools.partial(_vocab_sharded_rows, num_top=num_top, fp64=fp64)
     return Logprobs(*rowwise(functools.partial(_logprobs_rows, num_top=num_top, fp64=fp64), logits_array(logits),
                              jnp.asarray(tokens), temperature_array(temperature, batch), top_k, top_p, min_p,
                              vocab_fn=vocab_fn))
@@ -57,25 +57,29 @@ def _logprobs_rows(logits, tokens, temperature, top_k, top_p, min_p, *, num_top,
     return run(plan, {name: value for name, value in inputs.items() if value is not None})
 
 
-def vocab_parallel_logprobs(logits, tokens, temperature, *, axis, shards, num_top=0, valid=None):
-    """token_logprobs (no filters) of this device's shard `logits` [B, V / shards] of a vocabulary split
-    over mesh axis `axis` (equal shards in axis order; `tokens` global columns; `valid`: gumbel_sample's row
-    flags): two all-gathers of per-row records
-    (jsample/kernels/vocab_parallel_logprobs.py), the unsharded call's Logprobs on every device."""
+def vocab_parallel_logprobs(logits, tokens, temperature, *, axis, shards, num_top=0, filters=(None, None, None),
+                            fp64=False, valid=None):
+    """token_logprobs of this device's shard `logits` [B, V / shards] of a vocabulary split over mesh axis `axis`
+    (equal shards in axis order; `tokens` global columns; `filters`: filter_rows' top_k, top_p, min_p or None;
+    `valid`: the samplers' row flags): with filters, the sharded searches of their kept set first; then two
+    all-gathers of per-row records (jsample/kernels/vocab_parallel_logprobs.py), the unsharded call's Logprobs
+    on every device."""
     start, start_align = execute.shard_start(axis, shards, logits.shape[1])
     width = logits.shape[1]
+    top_k, top_p, min_p = filters
     sharded = kernels.plan_token_logprobs_shard(arg_spec(logits), execute.target(), vocab=width * shards,
                                                 starts=tuple(i * width for i in range(shards)),
                                                 start_align=start_align, num_top=num_top,
-                                                row_valid=valid is not None)
+                                                row_valid=valid is not None, has_top_k=top_k is not None,
+                                                has_top_p=top_p is not None, has_min_p=min_p is not None, fp64=fp64)
     inputs = dict(logits=logits, tokens=tokens, temperature=temperature, vocab_start=start,
-                  num_top=jnp.full((1,), num_top, jnp.int32))
-    if valid is not None:
-        inputs["row_valid"] = valid
-    return Logprobs(*execute.run_sharded(sharded, inputs, axis))
+                  num_top=jnp.full((1,), num_top, jnp.int32), top_k=top_k, top_p=top_p, min_p=min_p, row_valid=valid)
+    return Logprobs(*execute.run_sharded(sharded, {name: value for name, value in inputs.items() if value is not None},
+                                         axis))
 
 
-def _vocab_sharded_rows(axis, shards, logits, tokens, temperature, top_k, top_p, min_p, *, num_top):
+def _vocab_sharded_rows(axis, shards, logits, tokens, temperature, top_k, top_p, min_p, *, num_top, fp64):
     """_logprobs_rows' outputs on this device's shard of the vocabulary (jax.jit with the logits sharded along it:
     _launch.batch_partitioned's vocab_fn, where mesh axis `axis` holds `shards` equal shards)."""
-    return tuple(vocab_parallel_logprobs(logits, tokens, temperature, axis=axis, shards=shards, num_top=num_top))
+    return tuple(vocab_parallel_logprobs(logits, tokens, temperature, axis=axis, shards=shards, num_top=num_top,
+                                         filters=(top_k, top_p, min_p), fp64=fp64))

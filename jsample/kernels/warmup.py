@@ -86,13 +86,13 @@ def _vocab_parallel_plan(op, batch, vocab, dtype, flags, target):
                   start_align=kernels.start_alignment(starts))
     logprobs = ()
     if op == "token_logprobs" or flags.get("return_logprobs"):
-        if op == "token_logprobs" and any(flags.get(f) for f in ("top_k", "top_p", "min_p")):
-            raise ValueError(f"precompile: {op} with vocab_shards takes no filters (logprobs with filters are not "
-                             f"sharded yet), got {flags}.")
+        filters = dict(has_top_k=bool(flags.get("top_k", False)), has_top_p=flags.get("top_p", False),
+                       has_min_p=flags.get("min_p", False)) if op != "gumbel_sample" else {}
         logprobs = kernels.plan_token_logprobs_shard(logits, target, vocab=width * shards, starts=starts,
                                                      start_align=common["start_align"],
-                                                     num_top=flags.get("num_top", 0),
-                                                     row_valid=op == "gumbel_sample" and common["row_valid"]).rounds
+                                                     num_top=flags.get("num_top", 0), fp64=common["fp64"],
+                                                     row_valid=op != "token_logprobs" and common["row_valid"],
+                                                     **filters).rounds
         if op == "token_logprobs":
             return merged_rounds(logprobs, shards)
     if op == "top_k_top_p_sample":
