@@ -13,7 +13,9 @@ time of
 and for token_logprobs ("logprobs", "logprobs_top20" with num_top=20: tokens drawn uniformly, far down the
 rows, so that the rank counts read most blocks) and gumbel_sample(return_logprobs=True) ("gumbel_logprobs": the
 sampled tokens' logprobs), sharded through two more all-gathers of per-row records
-(jsample/kernels/vocab_parallel_logprobs.py);
+(jsample/kernels/vocab_parallel_logprobs.py); with filters, "logprobs_filtered" (token_logprobs of uniform tokens
+with top_k = 50 and top_p = 0.9 as [B] tensors: the kept set's search rounds first) and "top_k_top_p_logprobs"
+(top_k_top_p_sample(top_k=50, top_p=0.9, return_logprobs=True): the lists' tokens, then their filtered logprobs);
 plus the bytes each GPU receives. Every variant is captured as a CUDA graph (one per rotated input set, so
 repeated calls do not measure the L2 cache) and replayed a fixed number of times on both ranks (collectives
 must match), timed with CUDA events; the median of 7 repeats. Tokens of sharded and gather are checked equal.
@@ -113,17 +115,21 @@ def _measure(rank, world, args, queue):
             filters = {}
             if op == "gumbel_logprobs":
                 filters = dict(return_logprobs=True)
-            elif op in ("logprobs", "logprobs_top20"):  # token_logprobs of the same uniform global tokens on both ranks
+            elif op == "top_k_top_p_logprobs":  # the lists' tokens, then their filtered token_logprobs
+                filters = dict(top_k=50, top_p=torch.full((batch,), 0.9, device=device), return_logprobs=True)
+            elif op in ("logprobs", "logprobs_top20", "logprobs_filtered"):  # uniform global tokens, on both ranks
                 token_generator = torch.Generator(device=device).manual_seed(batch)
                 global_tokens = torch.randint(0, vocab, (batch,), generator=token_generator, device=device)
                 num_top = 20 if op == "logprobs_top20" else 0
+                kept_by = dict(top_k=torch.full((batch,), 50, device=device),
+                               top_p=torch.full((batch,), 0.9, device=device)) if op == "logprobs_filtered" else {}
 
                 def sample(logits, seeds, positions, temperature, vocab_group=None):
                     if vocab_group is None and logits.shape[1] == shard_size:  # half: the tokens within the shard
                         return torch_backend.token_logprobs(logits, global_tokens % shard_size, temperature,
-                                                            num_top=num_top)
+                                                            num_top=num_top, **kept_by)
                     return torch_backend.token_logprobs(logits, global_tokens, temperature, num_top=num_top,
-                                                        vocab_group=vocab_group)
+                                                        vocab_group=vocab_group, **kept_by)
             elif op != "gumbel":  # per-row top_k (the search rounds), or the Python int 50 (the shards' lists)
                 filters = dict(top_k=torch.full((batch,), 50, device=device) if op == "top_k_top_p" else 50,
                                top_p=torch.full((batch,), 0.9, device=device))
@@ -150,11 +156,17 @@ def _measure(rank, world, args, queue):
             torch.cuda.synchronize()
             equal = _same(out["sharded"], out["gather"])
             rounds, words = 1, 6
-            if op in ("logprobs", "logprobs_top20", "gumbel_logprobs"):  # token_logprobs' records (after gumbel's)
+            if "logprobs" in op:  # token_logprobs' records (after the sampler's)
+                filtered = op in ("logprobs_filtered", "top_k_top_p_logprobs")
                 logprobs_plan = execute.plan(kernels.plan_token_logprobs_shard, (shards[0],), device, None,
                                              vocab=vocab, starts=tuple(r * shard_size for r in range(world)),
-                                             start_align=16, num_top=20 if op == "logprobs_top20" else 0)
+                                             start_align=16, num_top=20 if op == "logprobs_top20" else 0,
+                                             has_top_k=filtered, has_top_p=filtered)
                 records = [plan.buffer(plan.outputs[0]) for plan in logprobs_plan.rounds[:-1]]
+                if op == "top_k_top_p_logprobs":  # the lists' record first
+                    records += [execute.plan(kernels.plan_top_k_top_p_shard, (shards[0], seeds), device, None,
+                                             has_top_k=True, has_top_p=True, has_min_p=False, fp64=False,
+                                             shards=world, start_align=16, list_capacity=64).rounds[0].buffer("record")]
                 rounds = len(records) + (op == "gumbel_logprobs")
                 words = sum(record.shape[1] for record in records) + 6 * (op == "gumbel_logprobs")
             elif op != "gumbel":  # the all-gathered records' int32 words a row, read from the plan
@@ -215,7 +227,9 @@ def main():
              "half = the op on one shard alone. top_k_top_p: top_k=50, top_p=0.9 on every row (top_k a [B] tensor: "
              "the search rounds; top_k_top_p_int: top_k the Python int 50: the shards' lists, one all-gather). "
              "logprobs: token_logprobs of uniformly drawn tokens (two all-gathers; _top20: num_top=20); "
-             "gumbel_logprobs: gumbel_sample(return_logprobs=True) (three; gather and half: the fused single read).")
+             "gumbel_logprobs: gumbel_sample(return_logprobs=True) (three; gather and half: the fused single read); "
+             "logprobs_filtered: token_logprobs with top_k=50, top_p=0.9 ([B] tensors: the searches, then three); "
+             "top_k_top_p_logprobs: top_k_top_p_sample(top_k=50, top_p=0.9, return_logprobs=True).")
     if args.out:
         harness.write_results(args.out, "vocab_parallel", harness.environment(args.git_sha), rows, columns, notes)
     print(json.dumps(rows, indent=1))
