@@ -303,7 +303,7 @@ def test_precompile_covers_vocab_parallel_calls():
                                ("token_logprobs", {"top_k": True, "top_p": True}, dict(has_top_k=True, has_top_p=True)),
                                ("top_k_top_p_sample", {"top_k": 50, "min_p": True, "return_logprobs": True,
                                                        "num_valid": True},
-                                dict(has_top_k=True, has_min_p=True, row_valid=True))):
+                                dict(has_top_k=True, has_min_p=True, row_valid=True, threshold_given=True))):
         for frontend, report in (
                 ("torch", torch_backend.precompile([151936], ["float16"], ops=[op], flags=[dict(flags, vocab_shards=2)],
                                                    max_batch=300)),
@@ -317,7 +317,8 @@ def test_precompile_covers_vocab_parallel_calls():
                                                                     vocab=151936, starts=(0, 75968), start_align=16,
                                                                     num_top=num_top, **filters)
                         keys = {compile_key(s, frontend) for plan in sharded.rounds for s in plan.launches}
-                        extra = 4 if filters else 0  # (stats, top-k's bound, search, threshold)
+                        # (the searches: stats, top-k's bound, search, threshold; given by the lists' merge: none)
+                        extra = 4 if filters and not filters.get("threshold_given") else 0
                         assert len(keys) >= 3 + (num_top > 0) + extra and keys <= covered, (frontend, op, b, num_top)
     with pytest.raises(ValueError, match="precompile: vocab_shards = 3 must split V = 151936 into shards of a"):
         torch_backend.precompile([151936], ops=["gumbel_sample"], flags=[{"vocab_shards": 3}], max_batch=4)

@@ -871,7 +871,7 @@ for batch in (1, 256):  # vocab-parallel top_k_top_p_sample: the two tilings, ev
         sharded = kernels.plan_top_k_top_p_shard(ArgSpec.contiguous((batch, 131072), dtype),
                                                  ArgSpec.contiguous((batch,), "int64"), target, has_top_k=True,
                                                  has_top_p=True, has_min_p=True, fp64=fp64, shards=2, start_align=16,
-                                                 list_capacity=list_capacity)
+                                                 list_capacity=list_capacity, store_threshold=list_capacity == 256)
         seen = set()
         for plan in sharded.rounds:
             kinds = tuple((step.kernel, step.constexprs) for step in plan.launches)
@@ -884,11 +884,11 @@ for batch, dtype, num_top, valid in ((1, "bfloat16", 0, False), (256, "float32",
     sharded = kernels.plan_token_logprobs_shard(ArgSpec.contiguous((batch, 75968), dtype), target, vocab=151936,
                                                 starts=(0, 75968), start_align=16, num_top=num_top, row_valid=valid)
     plans.extend((plan, ck.POINTER_TYPES[dtype]) for plan in sharded.rounds)
-inputs["kept_threshold_in"] = "*i32"
-for batch, dtype in ((1, "bfloat16"), (256, "float32")):  # with filters: the threshold, the kept sums
+inputs.update({"kept_threshold_in": "*i32", "kept_threshold": "*i32"})
+for batch, dtype, given in ((1, "bfloat16", False), (256, "float32", True)):  # with filters: the kept sums
     sharded = kernels.plan_token_logprobs_shard(ArgSpec.contiguous((batch, 75968), dtype), target, vocab=151936,
                                                 starts=(0, 75968), start_align=16, num_top=2, row_valid=True,
-                                                has_top_k=True, has_top_p=True, has_min_p=True)
+                                                has_top_k=True, has_top_p=True, has_min_p=True, threshold_given=given)
     plans.extend((plan, ck.POINTER_TYPES[dtype]) for plan in sharded.rounds[-3:])
 for plan, logits in plans:
     for name in ck.compile_plan(plan, {"logits": logits, **inputs}):
@@ -918,9 +918,9 @@ def test_the_shard_kernels_compile_for_sm90():
     assert compiled.count("shard_filtered_partial_kernel") == 4, compiled
     assert [compiled.count(name) for name in ("shard_top_k_collect_kernel", "shard_top_k_record_kernel",
                                               "shard_list_merge_kernel")] == [4, 4, 4], compiled
-    # token_logprobs: 2 plans without filters and 2 with them (threshold, records, kept sums)
+    # token_logprobs: 2 plans without filters and 2 with them (the searches' threshold, or the lists' merge's)
     assert [compiled.count(name) for name in ("shard_threshold_kernel", "shard_logprobs_count_kernel",
-                                              "shard_logprobs_merge_kernel")] == [2, 4, 4], compiled
+                                              "shard_logprobs_merge_kernel")] == [1, 4, 4], compiled
 
 
 if __name__ == "__main__":  # .ci/packaging.sh: the JAX check under the newest JAX, from an installed wheel

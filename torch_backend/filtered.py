@@ -116,13 +116,16 @@ def _vocab_parallel(arguments, fp64, num_valid, return_logprobs, num_top, group)
                   temperature=temperature_array(arguments["temperature"], batch, device), top_k=top_k, top_p=top_p,
                   min_p=min_p, row_valid=row_valid(op, num_valid, batch, device), vocab_start=start)
     inputs = {name: value for name, value in inputs.items() if value is not None}
+    list_capacity = kernels.shard_list_capacity(arguments["top_k"])
     sharded = execute.plan(kernels.plan_top_k_top_p_shard, (logits, inputs["seeds"]), device, None,
                            has_top_k=top_k is not None, has_top_p=top_p is not None, has_min_p=min_p is not None,
                            fp64=fp64, shards=shards, start_align=start_align, row_valid="row_valid" in inputs,
-                           list_capacity=kernels.shard_list_capacity(arguments["top_k"]))
-    tokens = run_sharded(sharded, device, inputs, group, shards)[0]
+                           list_capacity=list_capacity, store_threshold=return_logprobs and list_capacity > 0)
+    outputs = run_sharded(sharded, device, inputs, group, shards)
     if not return_logprobs:
-        return tokens
-    return tokens, vocab_parallel_logprobs(logits, tokens, inputs["temperature"], group, op=op,
-                                           filters=(top_k, top_p, min_p), fp64=fp64, num_top=num_top,
-                                           valid=inputs.get("row_valid"))
+        return outputs[0]
+    # (the lists' merge gives the kept set; otherwise the logprobs' rounds search it again)
+    return outputs[0], vocab_parallel_logprobs(logits, outputs[0], inputs["temperature"], group, op=op,
+                                               filters=(top_k, top_p, min_p), fp64=fp64, num_top=num_top,
+                                               valid=inputs.get("row_valid"), kept_threshold=outputs[-1]
+                                               if len(outputs) > 1 else None)

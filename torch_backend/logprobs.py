@@ -43,12 +43,13 @@ token_logprobs.__doc__ = docstring("token_logprobs", "torch")
 
 
 def vocab_parallel_logprobs(logits, tokens, temperature, group, *, op="token_logprobs", filters=(None, None, None),
-                            fp64=False, num_top=0, valid=None) -> Logprobs:
+                            fp64=False, num_top=0, valid=None, kept_threshold=None) -> Logprobs:
     """token_logprobs of logits whose vocabulary is split over the ranks of `group` (rank r holds the r-th
     contiguous shard): with `filters` (top_k, top_p, min_p: filter_rows' [B] tensors or None), the sharded
     searches of their kept set first; then two all-gathers of per-row records
     (jsample/kernels/vocab_parallel_logprobs.py), the unsharded call's Logprobs on every rank; `tokens` are
-    global columns; `valid`: the samplers' row flags."""
+    global columns; `valid`: the samplers' row flags; `kept_threshold`: the lists' merge's (the kept set, no
+    search)."""
     logits = row_logits(logits)
     shards, start_align, start = shard_layout(op, group, logits)
     starts, vocab = shard_starts(group, logits)
@@ -59,10 +60,10 @@ def vocab_parallel_logprobs(logits, tokens, temperature, group, *, op="token_log
     sharded = execute.plan(kernels.plan_token_logprobs_shard, (logits,), device, None, vocab=vocab, starts=starts,
                            start_align=start_align, num_top=num_top, row_valid=valid is not None,
                            has_top_k=top_k is not None, has_top_p=top_p is not None, has_min_p=min_p is not None,
-                           fp64=fp64)
+                           fp64=fp64, threshold_given=kept_threshold is not None)
     inputs = dict(logits=logits, tokens=dense(tokens), temperature=temperature_array(temperature, batch, device),
                   vocab_start=start, num_top=num_top_tensor(num_top, device), top_k=top_k, top_p=top_p, min_p=min_p,
-                  row_valid=valid)
+                  row_valid=valid, kept_threshold=kept_threshold)
     inputs = {name: value for name, value in inputs.items() if value is not None}
     return Logprobs(*run_sharded(sharded, device, inputs, group, shards))
 

@@ -84,26 +84,29 @@ def _vocab_sharded_rows(axis, shards, logits, seeds, positions, temperature, top
     logits sharded along it: _launch.batch_partitioned's vocab_fn, called where mesh axis `axis` holds `shards`
     equal shards): the tokens, and where num_top is not None (return_logprobs) their vocab-parallel
     token_logprobs with the same filters."""
-    tokens = _shard_tokens(logits, seeds, positions, temperature, top_k, top_p, min_p, valid, fp64=fp64, axis=axis,
-                           shards=shards, list_capacity=list_capacity)
+    outputs = _shard_tokens(logits, seeds, positions, temperature, top_k, top_p, min_p, valid, fp64=fp64, axis=axis,
+                            shards=shards, list_capacity=list_capacity,
+                            store_threshold=num_top is not None and list_capacity > 0)
     if num_top is None:
-        return (tokens,)
-    return (tokens,) + tuple(vocab_parallel_logprobs(logits, tokens, temperature, axis=axis, shards=shards,
-                                                     num_top=num_top, filters=(top_k, top_p, min_p), fp64=fp64,
-                                                     valid=valid))
+        return outputs[:1]
+    # (the lists' merge gives the kept set; otherwise the logprobs' rounds search it again)
+    return outputs[:1] + tuple(vocab_parallel_logprobs(
+        logits, outputs[0], temperature, axis=axis, shards=shards, num_top=num_top, filters=(top_k, top_p, min_p),
+        fp64=fp64, valid=valid, kept_threshold=outputs[1] if len(outputs) > 1 else None))
 
 
 def _shard_tokens(logits, seeds, positions, temperature, top_k, top_p, min_p, valid, *, fp64, axis, shards,
-                  list_capacity):
-    """The vocab-parallel tokens of this device's shard `logits` [B, V / shards] (the shards in the order of mesh
-    axis `axis`); list_capacity: kernels.shard_list_capacity of the call's top_k."""
+                  list_capacity, store_threshold=False):
+    """(the vocab-parallel tokens, and with store_threshold the lists' kept-set thresholds) of this device's shard
+    `logits` [B, V / shards] (the shards in the order of mesh axis `axis`); list_capacity:
+    kernels.shard_list_capacity of the call's top_k."""
     start, start_align = execute.shard_start(axis, shards, logits.shape[1])
     sharded = kernels.plan_top_k_top_p_shard(arg_spec(logits), arg_spec(seeds), execute.target(),
                                              has_top_k=top_k is not None, has_top_p=top_p is not None,
                                              has_min_p=min_p is not None, fp64=fp64, shards=shards,
                                              start_align=start_align, row_valid=valid is not None,
-                                             list_capacity=list_capacity)
+                                             list_capacity=list_capacity, store_threshold=store_threshold)
     inputs = dict(logits=logits, seeds=seeds, positions=positions, temperature=temperature, top_k=top_k, top_p=top_p,
                   min_p=min_p, row_valid=valid, vocab_start=start)
     inputs = {name: value for name, value in inputs.items() if value is not None}
-    return execute.run_sharded(sharded, inputs, axis)[0]
+    return tuple(execute.run_sharded(sharded, inputs, axis))

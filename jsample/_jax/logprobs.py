@@ -58,10 +58,11 @@ def _logprobs_rows(logits, tokens, temperature, top_k, top_p, min_p, *, num_top,
 
 
 def vocab_parallel_logprobs(logits, tokens, temperature, *, axis, shards, num_top=0, filters=(None, None, None),
-                            fp64=False, valid=None):
+                            fp64=False, valid=None, kept_threshold=None):
     """token_logprobs of this device's shard `logits` [B, V / shards] of a vocabulary split over mesh axis `axis`
     (equal shards in axis order; `tokens` global columns; `filters`: filter_rows' top_k, top_p, min_p or None;
-    `valid`: the samplers' row flags): with filters, the sharded searches of their kept set first; then two
+    `valid`: the samplers' row flags; `kept_threshold`: the lists' merge's kept set): with filters, the sharded
+    searches of their kept set first (unless kept_threshold is given); then two
     all-gathers of per-row records (jsample/kernels/vocab_parallel_logprobs.py), the unsharded call's Logprobs
     on every device."""
     start, start_align = execute.shard_start(axis, shards, logits.shape[1])
@@ -71,9 +72,11 @@ def vocab_parallel_logprobs(logits, tokens, temperature, *, axis, shards, num_to
                                                 starts=tuple(i * width for i in range(shards)),
                                                 start_align=start_align, num_top=num_top,
                                                 row_valid=valid is not None, has_top_k=top_k is not None,
-                                                has_top_p=top_p is not None, has_min_p=min_p is not None, fp64=fp64)
+                                                has_top_p=top_p is not None, has_min_p=min_p is not None, fp64=fp64,
+                                                threshold_given=kept_threshold is not None)
     inputs = dict(logits=logits, tokens=tokens, temperature=temperature, vocab_start=start,
-                  num_top=jnp.full((1,), num_top, jnp.int32), top_k=top_k, top_p=top_p, min_p=min_p, row_valid=valid)
+                  num_top=jnp.full((1,), num_top, jnp.int32), top_k=top_k, top_p=top_p, min_p=min_p, row_valid=valid,
+                  kept_threshold=kept_threshold)
     return Logprobs(*execute.run_sharded(sharded, {name: value for name, value in inputs.items() if value is not None},
                                          axis))
 

@@ -592,6 +592,7 @@ def shard_list_merge_kernel(
     row_valid_ptr,  # [B] u8|i32 (read with HAS_ROW_VALID): a padding row's token is -1
     shards,
     tokens_ptr,  # [B] i32 output
+    threshold_ptr,  # [B, 4] i32 output (with STORE_THRESHOLD): shard_threshold_kernel's words, for the filtered rows
     KEY_SHIFT: tl.constexpr,
     FP64: tl.constexpr,
     FAST_MATH: tl.constexpr,
@@ -602,6 +603,7 @@ def shard_list_merge_kernel(
     WAYS: tl.constexpr,  # _largest_reaching's pivots a step
     SEED_WORDS: tl.constexpr = 1,
     HAS_ROW_VALID: tl.constexpr = False,
+    STORE_THRESHOLD: tl.constexpr = False,  # return_logprobs: the kept set, for vocab-parallel token_logprobs
 ):
     """Grid (B,), on every device alike: the row's token from the shards' lists (the module's docstring, "Lists"):
     top-k's threshold, the min(k, listed)-th largest listed key counted with multiplicity (a tie slot weighs its
@@ -665,6 +667,11 @@ def shard_list_merge_kernel(
                 token = _list_token(cols, x32, in_list, threshold, load_seed(seeds_ptr, row, SEED_WORDS),
                                     tl.load(positions_ptr + row).to(tl.int64), temperature, key_max, min_p_ptr, b64,
                                     HAS_MIN_P, KEY_SHIFT, FP64, FAST_MATH)
+                if STORE_THRESHOLD:  # (a logit past every list is below the threshold: the same kept set)
+                    out = threshold_ptr + b64 * 4
+                    tl.store(out.to(tl.pointer_type(tl.int64)), threshold.to(tl.int64) << KEY_SHIFT)
+                    tl.store(out + 2, _key_value(key_max, KEY_SHIFT).to(tl.int32, bitcast=True))
+                    tl.store(out + 3, 0)
             else:  # greedy: the largest logit's lowest column
                 greedy_cols = tl.reshape(greedy_cols2, [SHARDS_BLOCK * CAP])
                 token = tl.min(tl.where(in_list & (keys == key_max), greedy_cols, 2**31 - 1), axis=0)
@@ -675,18 +682,22 @@ def shard_list_merge_kernel(
 def plan_top_k_top_p_shard(logits: ArgSpec, seeds: ArgSpec, target: Target, *, has_top_k: bool, has_top_p: bool,
                            has_min_p: bool, fp64: bool, shards: int, start_align: int,
                            row_valid: bool = False, list_capacity: int = 0,
-                           candidate_slots: int = CANDIDATE_SLOTS) -> ShardedPlan:
+                           candidate_slots: int = CANDIDATE_SLOTS, store_threshold: bool = False) -> ShardedPlan:
     """A shard's rounds of vocab-parallel `top_k_top_p_sample` (the module's docstring): inputs `logits`
     [B, V_shard] (this device's columns), `seeds`, `positions`, `temperature` [B] f32, `top_k` / `top_p` /
     `min_p` where given (as top_k_top_p_sample's), `vocab_start` [1] i32 (the shard's first global column, a
     multiple of `start_align`) and, with `row_valid`, `row_valid` [B] (0: a padding row, token -1, its logits
     unread); the last round's output `tokens` [B] i32. `list_capacity` (shard_list_capacity of a call's top_k, with
     has_top_k; every row's k at most it) takes the lists' two rounds instead of the searches', a shard's candidates
-    of a row in `candidate_slots` slots (a power of two; tests take a few, to run the rows that overflow them)."""
+    of a row in `candidate_slots` slots (a power of two; tests take a few, to run the rows that overflow them).
+    `store_threshold` (with list_capacity: return_logprobs): the last round outputs `kept_threshold` [B, 4] i32 after
+    the tokens (shard_threshold_kernel's words: vocab-parallel token_logprobs then takes the kept set from it)."""
     if start_align < START_MULTIPLE or start_align & (start_align - 1):
         raise ValueError(f"start_align must be a power of two >= {START_MULTIPLE}, got {start_align}")
     if list_capacity and (not has_top_k or list_capacity & (list_capacity - 1) or list_capacity < 16):
         raise ValueError(f"list_capacity must be 0 or a power of two >= 16 with top_k, got {list_capacity}")
+    if store_threshold and not list_capacity:
+        raise ValueError("store_threshold takes the lists' rounds (a list_capacity)")
     batch, vocab = logits.shape
     if batch == 0:
         return ShardedPlan((Plan((Buffer("tokens", (0,), "int32"),), (), ("tokens",), "empty"),), "empty")
@@ -705,7 +716,8 @@ def plan_top_k_top_p_shard(logits: ArgSpec, seeds: ArgSpec, target: Target, *, h
     if list_capacity:
         return _list_rounds(config, stats, batch, vocab, row_stride, tiles, top_p, min_p, valid, has_top_p=has_top_p,
                             has_min_p=has_min_p, fp64=fp64, shards=shards, capacity=list_capacity,
-                            seed_words=seed_word_count(seeds.shape), row_valid=row_valid, slots=candidate_slots)
+                            seed_words=seed_word_count(seeds.shape), row_valid=row_valid, slots=candidate_slots,
+                            store_threshold=store_threshold)
     rounds, prev_phase = _search_rounds(config, stats, batch, vocab, row_stride, tiles, top_k, top_p,
                                         has_top_k=has_top_k, has_top_p=has_top_p, fp64=fp64, shards=shards)
     gumbel = config.gumbel
@@ -842,7 +854,7 @@ def plan_kept_threshold_shard(logits: ArgSpec, target: Target, *, has_top_k: boo
 
 
 def _list_rounds(config, stats, batch, vocab, row_stride, tiles, top_p, min_p, valid, *, has_top_p, has_min_p, fp64,
-                 shards, capacity, seed_words, row_valid, slots) -> ShardedPlan:
+                 shards, capacity, seed_words, row_valid, slots, store_threshold) -> ShardedPlan:
     """The lists' two rounds (the module's docstring, "Lists"): this shard's statistics, candidates and list record,
     all-gathered; then every device's token from the records."""
     reduce_tiles = triton.next_power_of_2(tiles)
@@ -864,11 +876,12 @@ def _list_rounds(config, stats, batch, vocab, row_stride, tiles, top_p, min_p, v
                Buffer("candidates", (batch, 2 * slots + 2), "int32", zeroed=True))
     lists = Plan(buffers, steps, ("record",), "shard top-k lists")
     shards_block = triton.next_power_of_2(shards)
-    merge = Plan((Buffer("tokens", (batch,), "int32"),), (launch(
+    outputs = ("tokens", "kept_threshold") if store_threshold else ("tokens",)
+    merge = Plan((Buffer("tokens", (batch,), "int32"), Buffer("kept_threshold", (batch, 4), "int32")), (launch(
         shard_list_merge_kernel, (batch,),
         ("gathered_record", "seeds", "positions", "temperature", "top_k", top_p, min_p, valid, shards),
-        ("tokens",), KEY_SHIFT=config.key_shift, FP64=fp64, FAST_MATH=config.gumbel.fast_math, CAP=capacity,
-        SHARDS_BLOCK=shards_block, HAS_TOP_P=has_top_p, HAS_MIN_P=has_min_p,
+        ("tokens", "kept_threshold"), KEY_SHIFT=config.key_shift, FP64=fp64, FAST_MATH=config.gumbel.fast_math,
+        CAP=capacity, SHARDS_BLOCK=shards_block, HAS_TOP_P=has_top_p, HAS_MIN_P=has_min_p,
         WAYS=max(2048 // (shards_block * capacity), 2), SEED_WORDS=seed_words, HAS_ROW_VALID=row_valid,
-        num_warps=4),), ("tokens",), "shard lists merged")
+        STORE_THRESHOLD=store_threshold, num_warps=4),), outputs, "shard lists merged")
     return ShardedPlan((lists, merge), "vocab shard, filtered, lists")

@@ -402,7 +402,8 @@ def shard_logprobs_merge_kernel(
 @functools.lru_cache(maxsize=512)
 def plan_token_logprobs_shard(logits: ArgSpec, target: Target, *, vocab: int, starts: tuple, start_align: int,
                               num_top: int = 0, row_valid: bool = False, has_top_k: bool = False,
-                              has_top_p: bool = False, has_min_p: bool = False, fp64: bool = False) -> ShardedPlan:
+                              has_top_p: bool = False, has_min_p: bool = False, fp64: bool = False,
+                              threshold_given: bool = False) -> ShardedPlan:
     """Vocab-parallel `token_logprobs` of this device's shard `logits` [B, V_shard] of a `vocab`-column
     vocabulary whose shards start at `starts` (every shard's first column, in order; this one's is the input
     `vocab_start` [1] i32, a multiple of `start_align`): inputs `tokens` [B] (global columns), `temperature` [B]
@@ -411,7 +412,9 @@ def plan_token_logprobs_shard(logits: ArgSpec, target: Target, *, vocab: int, st
     [B]) and, with `row_valid`, `row_valid` [B] u8|i32 (0: a padding row, its logits unread: NaN logprobs, rank 0,
     top_ids -1); outputs token_logprobs' (raw, scaled, kept, log_kept_mass, rank, top_ids, top_logprobs), on every
     device. With filters, vocab-parallel top_k_top_p_sample's statistics and search rounds come first (its kept
-    set: plan_kept_threshold_shard), and round 2 sums each shard's kept terms against the row's largest logit."""
+    set: plan_kept_threshold_shard), or with `threshold_given` the input `kept_threshold` [B, 4] i32 holds it (the
+    sampler's lists' merge stored it: store_threshold); round 2 sums each shard's kept terms against the row's
+    largest logit."""
     batch, shard_vocab = logits.shape
     filtered = has_top_k or has_top_p or has_min_p
     config = single_read_config(vocab, target)  # the unsharded call's blocks
@@ -450,7 +453,9 @@ def plan_token_logprobs_shard(logits: ArgSpec, target: Target, *, vocab: int, st
             REDUCE_BLOCK=triton.next_power_of_2(span + 1), PROGRAMS=programs, num_warps=4, **tiles),)
     search_rounds = ()
     threshold = "vocab_start"  # (the stand-in is never read)
-    if filtered:
+    if filtered and threshold_given:
+        threshold = "kept_threshold"
+    elif filtered:
         search_rounds, threshold_launch = plan_kept_threshold_shard(logits, target, has_top_k=has_top_k,
                                                                     has_top_p=has_top_p, fp64=fp64, shards=shards,
                                                                     row_valid=row_valid)
