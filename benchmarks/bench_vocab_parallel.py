@@ -161,7 +161,8 @@ def _measure(rank, world, args, queue):
                 logprobs_plan = execute.plan(kernels.plan_token_logprobs_shard, (shards[0],), device, None,
                                              vocab=vocab, starts=tuple(r * shard_size for r in range(world)),
                                              start_align=16, num_top=20 if op == "logprobs_top20" else 0,
-                                             has_top_k=filtered, has_top_p=filtered)
+                                             has_top_k=filtered, has_top_p=filtered,
+                                             threshold_given=op == "top_k_top_p_logprobs")
                 records = [plan.buffer(plan.outputs[0]) for plan in logprobs_plan.rounds[:-1]]
                 if op == "top_k_top_p_logprobs":  # the lists' record first
                     records += [execute.plan(kernels.plan_top_k_top_p_shard, (shards[0], seeds), device, None,

@@ -181,4 +181,4 @@ def test_multi_gpu_vocab_parallel_jax_shard_map_equals_the_unsharded_call(tmp_pa
 
     out = _run(JAX_SCRIPT, env=dict(VP_DEVICES="gpu"), tmp_path=tmp_path)
     assert all(f"shards 2 vocab {v} ok" in out for v in (808, 151936, 262144)) and "errors ok" in out, out
-    assert out.count("filtered shards 2 ok") == 3, out
+    assert out.count("filtered shards 2 ok") == 3 and "filtered logprobs shards 2 vocab 151936 ok" in out, out

@@ -111,6 +111,8 @@ JAX_SCRIPT = textwrap.dedent('''
                         assert len(gathers) == 2, shapes
                     assert not [line for line in hlo.splitlines() if "all-reduce(" in line or "all-to-all(" in line]
             assert np.isnan(np.asarray(want.raw)[[1, 4]]).all() and np.asarray(want.rank)[1] == 0
+            print("logprobs shards", shards, "ok")
+        if shards == 2 and (not ON_GPU or vocab == 151936):  # (each dtype and flag set a compile on the GPU)
             # with filters: the kept set's searches first; top_k_top_p_sample's return_logprobs after its tokens
             rows = dict(top_k=np.int64([3, 50, 7, 1000, 2, 5, 9]),
                         top_p=np.float32([0.9, 0.5, 0.95, 0.3, 1, 0.8, 0.99]),
@@ -147,7 +149,7 @@ JAX_SCRIPT = textwrap.dedent('''
                 for name, a, b in zip(want[1]._fields, got[1], want[1]):
                     assert np.array_equal(np.asarray(a), np.asarray(b), equal_nan=True), (name, a, b)
             assert np.isfinite(np.asarray(want[1].kept)[:5]).sum() >= 3 and np.isnan(np.asarray(want[1].raw)[5:]).all()
-            print("logprobs shards", shards, "ok")
+            print("filtered logprobs shards", shards, "vocab", vocab, "ok")
         # top_k_top_p_sample: the kept set's searches over the shards (a round an all-gather of integer sums)
         if shards == 2:
             x[6] = x[6, 0]  # a row of equal logits: top-k's threshold tied across both shards, top-p keeps all
@@ -391,7 +393,8 @@ def _run(script, *args, env=None, tmp_path=None):
 
 def test_jax_shard_map_tokens_equal_the_unsharded_call(tmp_path):
     out = _run(JAX_SCRIPT, env=dict(JAX_PLATFORMS="cpu", TRITON_INTERPRET="1"), tmp_path=tmp_path)
-    assert "shards 1 vocab 301 ok" in out and "shards 2 vocab 808 ok" in out and "errors ok" in out, out
+    assert "filtered shards 2 ok" in out and "logprobs shards 2 ok" in out, out
+    assert "filtered logprobs shards 2 vocab 808 ok" in out, out
     assert "filtered shards 2 ok" in out and "logprobs shards 2 ok" in out, out
 
 
