@@ -169,7 +169,9 @@ DOCSTRINGS["top_k_top_p_sample"] = """Seeded top-k / top-p / min-p sampling: gum
             thresholds' searches run over the shards: one all-gather of the shards' row statistics (6 int32
             words a row), then one of their integer counts or masses at 16 pivots (32 words a row) per
             search round: 4 rounds a search for bfloat16 logits, 5 for float16, 8 for float32 (min-p alone:
-            none), then one of the 6-word summaries. Not with return_logprobs (yet).
+            none), then one of the 6-word summaries. With return_logprobs, then the tokens' vocab-parallel
+            `token_logprobs` with the same filters (the unsharded call's Logprobs, bit for bit): two more
+            all-gathers after the lists, whose merge gives the kept set; after the searches, they run again.
 ||
         vocab_axis: None, or the name of a mesh axis over which the vocabulary is split (inside
             shard_map), as `gumbel_sample`'s: the unsharded call's tokens, bit for bit (the same kept
@@ -178,8 +180,10 @@ DOCSTRINGS["top_k_top_p_sample"] = """Seeded top-k / top-p / min-p sampling: gum
             thresholds' searches run over the shards: one all-gather of the shards' row statistics (6 int32
             words a row), then one of their integer counts or masses at 16 pivots (32 words a row) per
             search round: 4 rounds a search for bfloat16 logits, 5 for float16, 8 for float32 (min-p alone:
-            none), then one of the 6-word summaries. Not with return_logprobs (yet). Under plain jax.jit,
-            logits sharded along the vocabulary take it as gumbel_sample's do.
+            none), then one of the 6-word summaries. With return_logprobs, then the tokens' vocab-parallel
+            `token_logprobs` with the same filters (the unsharded call's Logprobs, bit for bit): two more
+            all-gathers after the lists, whose merge gives the kept set; after the searches, they run again.
+            Under plain jax.jit, logits sharded along the vocabulary take it as gumbel_sample's do.
 }}
 
     Returns:
@@ -396,13 +400,14 @@ DOCSTRINGS["token_logprobs"] = """Log-probabilities of given tokens (e.g. sample
             `gumbel_sample`'s (`logits` this rank's [B, V_r] shard, `tokens` global columns in [0, V)):
             every rank returns the unsharded call's Logprobs, bit for bit, top lists included, from two
             all-gathers of per-row records (the single read's block statistics, then the rank counts and
-            each rank's top list), no logits. Without filters only (for now).
+            each rank's top list), no logits. With filters, their kept set's search rounds first (as
+            `top_k_top_p_sample`'s), and each rank's kept mass against the row's largest logit.
 ||
         vocab_axis: None, or the name of a mesh axis over which the vocabulary is split (inside
             shard_map), as `gumbel_sample`'s (`tokens` global columns): every device returns the unsharded
-            call's Logprobs, bit for bit, top lists included, from two all-gathers of per-row records.
-            Without filters only (for now). Under plain jax.jit, logits with a NamedSharding split along the
-            vocabulary (equal shards, a multiple of 4 columns each) take the same plan.
+            call's Logprobs, bit for bit, top lists included, from two all-gathers of per-row records (with
+            filters, their kept set's search rounds first). Under plain jax.jit, logits with a NamedSharding
+            split along the vocabulary (equal shards, a multiple of 4 columns each) take the same plan.
 }}
 
     Returns:

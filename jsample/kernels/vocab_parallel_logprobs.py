@@ -26,9 +26,18 @@ part of the block takes its terms against the block's own m_b. Three rounds (pla
    among its shard's), then the unsharded reduce's own functions (_row_from_block_stats, store_row_logprobs,
    with the reduce's warps): the same FP64 combination in the same order, the same numbers.
 
-Two all-gathers: 10 x (SPAN + 1) int32 words a row, then 8 + SPAN (+ 128 with a top list); SPAN is about the
-shard's blocks (V / shards / 512 on a GPU). The shards' first columns are device scalars (vocab_start) and
-multiples of 4; the batch and num_top are runtime values: no batch size or count costs a compilation.
+Two all-gathers: 10 x (SPAN + 1) int32 words a row, then PARTIAL_WORDS + SPAN (+ 128 with a top list); SPAN is
+about the shard's blocks (V / shards / 512 on a GPU). The shards' first columns are device scalars (vocab_start)
+and multiples of 4; the batch and num_top are runtime values: no batch size or count costs a compilation.
+
+With filters (top_k / top_p / min_p), the kept set is vocab-parallel top_k_top_p_sample's: its statistics and
+search rounds come first (vocab_parallel_filtered.plan_kept_threshold_shard; its shard_threshold_kernel runs in
+round 1 and keeps each row's threshold, over the 32-bit keys, and largest logit m on the device), or the
+sampler's lists' merge hands them over (`threshold_given`). The one-GPU kept mass is an integer sum of
+kept_term(x) = floor(exp((x - m) / T) * 2**40) over the kept logits against the row's m, in any order: round 2
+adds each block's kept terms and finite count into the shard's record (integer atomics), and the merge takes
+log_kept_mass and kept by the one-GPU rules (row_log_kept_mass, filters_limit, _kept; raw, scaled and rank are
+the block statistics' as without filters, as the one-GPU op takes them on every row).
 """
 
 import functools
