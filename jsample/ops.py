@@ -171,7 +171,7 @@ DOCSTRINGS["top_k_top_p_sample"] = """Seeded top-k / top-p / min-p sampling: gum
             search round: 4 rounds a search for bfloat16 logits, 5 for float16, 8 for float32 (min-p alone:
             none), then one of the 6-word summaries. With return_logprobs, then the tokens' vocab-parallel
             `token_logprobs` with the same filters (the unsharded call's Logprobs, bit for bit): two more
-            all-gathers after the lists, whose merge gives the kept set; after the searches, they run again.
+            all-gathers (the sampling rounds' last one hands over the kept set).
 ||
         vocab_axis: None, or the name of a mesh axis over which the vocabulary is split (inside
             shard_map), as `gumbel_sample`'s: the unsharded call's tokens, bit for bit (the same kept
@@ -182,7 +182,7 @@ DOCSTRINGS["top_k_top_p_sample"] = """Seeded top-k / top-p / min-p sampling: gum
             search round: 4 rounds a search for bfloat16 logits, 5 for float16, 8 for float32 (min-p alone:
             none), then one of the 6-word summaries. With return_logprobs, then the tokens' vocab-parallel
             `token_logprobs` with the same filters (the unsharded call's Logprobs, bit for bit): two more
-            all-gathers after the lists, whose merge gives the kept set; after the searches, they run again.
+            all-gathers (the sampling rounds' last one hands over the kept set).
             Under plain jax.jit, logits sharded along the vocabulary take it as gumbel_sample's do.
 }}
 

@@ -149,6 +149,16 @@ JAX_SCRIPT = textwrap.dedent('''
                 for name, a, b in zip(want[1]._fields, got[1], want[1]):
                     assert np.array_equal(np.asarray(a), np.asarray(b), equal_nan=True), (name, a, b)
             assert np.isfinite(np.asarray(want[1].kept)[:5]).sum() >= 3 and np.isnan(np.asarray(want[1].raw)[5:]).all()
+            # per-row top_k: the sampler's searches, whose last round gives the kept set to the logprobs' rounds
+            want = jsample.top_k_top_p_sample(x, seeds, positions, temperature, top_k=rows["top_k"],
+                                              min_p=rows["min_p"], return_logprobs=True)
+            call = lambda l, s, p, t, k, m: jsample.top_k_top_p_sample(l, s, p, t, top_k=k, min_p=m,
+                                                                      return_logprobs=True, vocab_axis="tp")
+            sharded = jax.jit(shard_map(call, mesh=mesh, in_specs=(P(None, "tp"),) + (P(),) * 5, out_specs=P()))
+            got = sharded(x, seeds, positions, temperature, rows["top_k"], rows["min_p"])
+            assert np.array_equal(np.asarray(got[0]), np.asarray(want[0]))
+            for name, a, b in zip(want[1]._fields, got[1], want[1]):
+                assert np.array_equal(np.asarray(a), np.asarray(b), equal_nan=True), (name, a, b)
             print("filtered logprobs shards", shards, "vocab", vocab, "ok")
         # top_k_top_p_sample: the kept set's searches over the shards (a round an all-gather of integer sums)
         if shards == 2:

@@ -120,12 +120,11 @@ def _vocab_parallel(arguments, fp64, num_valid, return_logprobs, num_top, group)
     sharded = execute.plan(kernels.plan_top_k_top_p_shard, (logits, inputs["seeds"]), device, None,
                            has_top_k=top_k is not None, has_top_p=top_p is not None, has_min_p=min_p is not None,
                            fp64=fp64, shards=shards, start_align=start_align, row_valid="row_valid" in inputs,
-                           list_capacity=list_capacity, store_threshold=return_logprobs and list_capacity > 0)
+                           list_capacity=list_capacity, store_threshold=return_logprobs)
     outputs = run_sharded(sharded, device, inputs, group, shards)
     if not return_logprobs:
         return outputs[0]
-    # (the lists' merge gives the kept set; otherwise the logprobs' rounds search it again)
+    # (the sampling rounds' last one gives the kept set: no search again)
     return outputs[0], vocab_parallel_logprobs(logits, outputs[0], inputs["temperature"], group, op=op,
                                                filters=(top_k, top_p, min_p), fp64=fp64, num_top=num_top,
-                                               valid=inputs.get("row_valid"), kept_threshold=outputs[-1]
-                                               if len(outputs) > 1 else None)
+                                               valid=inputs.get("row_valid"), kept_threshold=outputs[1])

@@ -86,13 +86,13 @@ def _vocab_sharded_rows(axis, shards, logits, seeds, positions, temperature, top
     token_logprobs with the same filters."""
     outputs = _shard_tokens(logits, seeds, positions, temperature, top_k, top_p, min_p, valid, fp64=fp64, axis=axis,
                             shards=shards, list_capacity=list_capacity,
-                            store_threshold=num_top is not None and list_capacity > 0)
+                            store_threshold=num_top is not None)
     if num_top is None:
         return outputs[:1]
-    # (the lists' merge gives the kept set; otherwise the logprobs' rounds search it again)
+    # (the sampling rounds' last one gives the kept set: no search again)
     return outputs[:1] + tuple(vocab_parallel_logprobs(
         logits, outputs[0], temperature, axis=axis, shards=shards, num_top=num_top, filters=(top_k, top_p, min_p),
-        fp64=fp64, valid=valid, kept_threshold=outputs[1] if len(outputs) > 1 else None))
+        fp64=fp64, valid=valid, kept_threshold=outputs[1]))
 
 
 def _shard_tokens(logits, seeds, positions, temperature, top_k, top_p, min_p, valid, *, fp64, axis, shards,

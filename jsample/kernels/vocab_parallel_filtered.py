@@ -690,17 +690,16 @@ def plan_top_k_top_p_shard(logits: ArgSpec, seeds: ArgSpec, target: Target, *, h
     unread); the last round's output `tokens` [B] i32. `list_capacity` (shard_list_capacity of a call's top_k, with
     has_top_k; every row's k at most it) takes the lists' two rounds instead of the searches', a shard's candidates
     of a row in `candidate_slots` slots (a power of two; tests take a few, to run the rows that overflow them).
-    `store_threshold` (with list_capacity: return_logprobs): the last round outputs `kept_threshold` [B, 4] i32 after
-    the tokens (shard_threshold_kernel's words: vocab-parallel token_logprobs then takes the kept set from it)."""
+    `store_threshold` (return_logprobs): the last round outputs `kept_threshold` [B, 4] i32 after the tokens
+    (shard_threshold_kernel's words: vocab-parallel token_logprobs then takes the kept set from it)."""
     if start_align < START_MULTIPLE or start_align & (start_align - 1):
         raise ValueError(f"start_align must be a power of two >= {START_MULTIPLE}, got {start_align}")
     if list_capacity and (not has_top_k or list_capacity & (list_capacity - 1) or list_capacity < 16):
         raise ValueError(f"list_capacity must be 0 or a power of two >= 16 with top_k, got {list_capacity}")
-    if store_threshold and not list_capacity:
-        raise ValueError("store_threshold takes the lists' rounds (a list_capacity)")
     batch, vocab = logits.shape
     if batch == 0:
-        return ShardedPlan((Plan((Buffer("tokens", (0,), "int32"),), (), ("tokens",), "empty"),), "empty")
+        empty = (Buffer("tokens", (0,), "int32"), Buffer("kept_threshold", (0, 4), "int32"))
+        return ShardedPlan((Plan(empty, (), ("tokens", "kept_threshold")[:1 + store_threshold], "empty"),), "empty")
     row_stride = logits.strides[0]
     config = _with_ways(filtered_launch_config(batch, vocab, row_stride, logits.dtype, fp64,
                                                fast_math=not target.interpreter, large_programs=target.large_programs),
@@ -720,6 +719,12 @@ def plan_top_k_top_p_shard(logits: ArgSpec, seeds: ArgSpec, target: Target, *, h
                             store_threshold=store_threshold)
     rounds, prev_phase = _search_rounds(config, stats, batch, vocab, row_stride, tiles, top_k, top_p,
                                         has_top_k=has_top_k, has_top_p=has_top_p, fp64=fp64, shards=shards)
+    combine = plan_shard_combine(target, batch=batch, shards=shards)
+    if store_threshold:  # (the searches' last sums and state are still the later rounds' inputs)
+        combine = Plan(combine.buffers + (Buffer("kept_threshold", (batch, 4), "int32"),),
+                       combine.launches + (_threshold_launch(config, batch, prev_phase, top_k, top_p, valid, shards,
+                                                             row_valid),),
+                       combine.outputs + ("kept_threshold",), combine.variant + ", kept set")
     gumbel = config.gumbel
     if not target.large_programs:
         gumbel = many_rows_config(gumbel, vocab)
@@ -743,8 +748,7 @@ def plan_top_k_top_p_shard(logits: ArgSpec, seeds: ArgSpec, target: Target, *, h
                ("partial_score", "partial_index", "greedy_value", "greedy_index", valid, blocks), ("summary",),
                FP64=fp64, REDUCE_BLOCK=gumbel.reduce_block, HAS_ROW_VALID=row_valid, num_warps=1),
     ), ("summary",), "shard filtered sample"))
-    return ShardedPlan(tuple(rounds) + (plan_shard_combine(target, batch=batch, shards=shards),),
-                       "vocab shard, filtered")
+    return ShardedPlan(tuple(rounds) + (combine,), "vocab shard, filtered")
 
 
 def _filter_stats_launches(config, batch, vocab, row_stride, tiles, top_k, valid, *, has_top_k, row_valid):
@@ -844,13 +848,17 @@ def plan_kept_threshold_shard(logits: ArgSpec, target: Target, *, has_top_k: boo
                                    row_valid=row_valid)
     rounds, prev_phase = _search_rounds(config, stats, batch, vocab, row_stride, tiles, top_k, top_p,
                                         has_top_k=has_top_k, has_top_p=has_top_p, fp64=fp64, shards=shards)
+    return tuple(rounds), _threshold_launch(config, batch, prev_phase, top_k, top_p, valid, shards, row_valid)
+
+
+def _threshold_launch(config, batch, prev_phase, top_k, top_p, valid, shards, row_valid):
+    """shard_threshold_kernel's launch after the searches' rounds (any later round: it reads their outputs)."""
     searched = prev_phase != PHASE_STATS
-    threshold = launch(shard_threshold_kernel, (batch,),
-                       ("temperature", top_k, top_p, valid, "gathered_stats", "state_in" if searched else
-                        "gathered_stats", "gathered_sums" if searched else "gathered_stats", shards),
-                       ("kept_threshold",), PREV_PHASE=prev_phase, KEY_SHIFT=config.key_shift, WAYS=config.ways,
-                       SHARDS_BLOCK=triton.next_power_of_2(shards), HAS_ROW_VALID=row_valid, num_warps=1)
-    return tuple(rounds), threshold
+    return launch(shard_threshold_kernel, (batch,),
+                  ("temperature", top_k, top_p, valid, "gathered_stats", "state_in" if searched else
+                   "gathered_stats", "gathered_sums" if searched else "gathered_stats", shards),
+                  ("kept_threshold",), PREV_PHASE=prev_phase, KEY_SHIFT=config.key_shift, WAYS=config.ways,
+                  SHARDS_BLOCK=triton.next_power_of_2(shards), HAS_ROW_VALID=row_valid, num_warps=1)
 
 
 def _list_rounds(config, stats, batch, vocab, row_stride, tiles, top_p, min_p, valid, *, has_top_p, has_min_p, fp64,

@@ -33,7 +33,7 @@ and multiples of 4; the batch and num_top are runtime values: no batch size or c
 With filters (top_k / top_p / min_p), the kept set is vocab-parallel top_k_top_p_sample's: its statistics and
 search rounds come first (vocab_parallel_filtered.plan_kept_threshold_shard; its shard_threshold_kernel runs in
 round 1 and keeps each row's threshold, over the 32-bit keys, and largest logit m on the device), or the
-sampler's lists' merge hands them over (`threshold_given`). The one-GPU kept mass is an integer sum of
+sampler's last round hands them over (`threshold_given`: top_k_top_p_sample's return_logprobs). The one-GPU kept mass is an integer sum of
 kept_term(x) = floor(exp((x - m) / T) * 2**40) over the kept logits against the row's m, in any order: round 2
 adds each block's kept terms and finite count into the shard's record (integer atomics), and the merge takes
 log_kept_mass and kept by the one-GPU rules (row_log_kept_mass, filters_limit, _kept; raw, scaled and rank are

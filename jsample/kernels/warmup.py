@@ -89,8 +89,8 @@ def _vocab_parallel_plan(op, batch, vocab, dtype, flags, target):
     if op == "token_logprobs" or flags.get("return_logprobs"):
         filters = dict(has_top_k=bool(flags.get("top_k", False)), has_top_p=flags.get("top_p", False),
                        has_min_p=flags.get("min_p", False)) if op != "gumbel_sample" else {}
-        if op == "top_k_top_p_sample" and list_capacity:
-            filters["threshold_given"] = True  # (the lists' merge gives the kept set)
+        if op == "top_k_top_p_sample":
+            filters["threshold_given"] = True  # (the sampling rounds' last one gives the kept set)
         logprobs = kernels.plan_token_logprobs_shard(logits, target, vocab=width * shards, starts=starts,
                                                      start_align=common["start_align"],
                                                      num_top=flags.get("num_top", 0), fp64=common["fp64"],
@@ -104,7 +104,7 @@ def _vocab_parallel_plan(op, batch, vocab, dtype, flags, target):
                                                  has_top_p=flags.get("top_p", False),
                                                  has_min_p=flags.get("min_p", False),
                                                  list_capacity=list_capacity,
-                                                 store_threshold=bool(logprobs) and list_capacity > 0, **common)
+                                                 store_threshold=bool(logprobs), **common)
     else:
         sharded = kernels.plan_gumbel_sample_shard(logits, seeds, target, draft=flags.get("draft", False), **common)
     return merged_rounds(sharded.rounds + logprobs, shards)
