@@ -10,10 +10,12 @@ Prints, per case and field, how many rows are bit-equal between the checkouts an
 elsewhere, and, per checkout, whether raw / scaled / rank equal the unfiltered call's (bit for bit).
 """
 
-import json
 import os
-import subprocess
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from ab_logprobs_bits import run  # noqa: E402
 
 CHILD = r'''
 import json, os
@@ -44,20 +46,10 @@ print("RESULT " + json.dumps(out))
 '''
 
 
-def run(checkout):
-    env = dict(os.environ, PYTHONPATH=os.path.abspath(checkout) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    done = subprocess.run([sys.executable, "-c", CHILD], capture_output=True, text=True, env=env,
-                          cwd=os.path.abspath(checkout))
-    line = [text for text in done.stdout.splitlines() if text.startswith("RESULT ")]
-    if not line:
-        raise SystemExit(done.stdout[-2000:] + done.stderr[-4000:])
-    return json.loads(line[0][len("RESULT "):])
-
-
 def main():
     import numpy as np
 
-    first, second = run(sys.argv[1]), run(sys.argv[2])
+    first, second = run(sys.argv[1], CHILD), run(sys.argv[2], CHILD)
     for case, fields in first.items():
         other = second[case]
         for name in ("raw", "scaled", "kept", "log_kept_mass", "rank", "top_ids", "top_logprobs"):

@@ -52,9 +52,10 @@ print("RESULT " + json.dumps(out))
 '''
 
 
-def run(checkout):
+def run(checkout, child=CHILD):
+    """The RESULT line's dict of `child` run in a process of its own on `checkout`'s code."""
     env = dict(os.environ, PYTHONPATH=os.path.abspath(checkout) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    done = subprocess.run([sys.executable, "-c", CHILD], capture_output=True, text=True, env=env,
+    done = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, env=env,
                           cwd=os.path.abspath(checkout))
     line = [text for text in done.stdout.splitlines() if text.startswith("RESULT ")]
     if not line:
