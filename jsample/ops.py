@@ -400,13 +400,14 @@ DOCSTRINGS["token_logprobs"] = """Log-probabilities of given tokens (e.g. sample
             `gumbel_sample`'s (`logits` this rank's [B, V_r] shard, `tokens` global columns in [0, V)):
             every rank returns the unsharded call's Logprobs, bit for bit, top lists included, from two
             all-gathers of per-row records (the single read's block statistics, then the rank counts and
-            each rank's top list), no logits. With filters, their kept set's search rounds first (as
-            `top_k_top_p_sample`'s), and each rank's kept mass against the row's largest logit.
+            each rank's top list), no logits. With filters, their kept set first, as `top_k_top_p_sample`
+            finds it (a Python-int top_k: the lists' one all-gather; else the search rounds), and each rank's
+            kept mass against the row's largest logit.
 ||
         vocab_axis: None, or the name of a mesh axis over which the vocabulary is split (inside
             shard_map), as `gumbel_sample`'s (`tokens` global columns): every device returns the unsharded
             call's Logprobs, bit for bit, top lists included, from two all-gathers of per-row records (with
-            filters, their kept set's search rounds first). Under plain jax.jit, logits with a NamedSharding
+            filters, their kept set first, as `top_k_top_p_sample` finds it). Under plain jax.jit, logits with a NamedSharding
             split along the vocabulary (equal shards, a multiple of 4 columns each) take the same plan.
 }}
 

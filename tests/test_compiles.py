@@ -77,6 +77,7 @@ def _flag_sets(op):
             yield dict(op="gumbel_sample", fp64=fp64, return_logprobs=True, num_valid=fp64, num_top=5 * fp64)
             yield dict(op="token_logprobs", num_top=7 * fp64)
             yield dict(op="token_logprobs", top_k=True, top_p=True, min_p=fp64, fp64=fp64)  # the searches first
+            yield dict(op="token_logprobs", top_k=50, top_p=fp64, fp64=fp64)  # (a Python int: the lists first)
             yield dict(op="top_k_top_p_sample", top_k=50, top_p=True, return_logprobs=True, num_valid=fp64,
                        num_top=3 * fp64)
         elif op == "vocab_parallel_top_k_top_p":
@@ -301,6 +302,8 @@ def test_precompile_covers_vocab_parallel_calls():
     # return_logprobs (their tokens' token_logprobs after them)
     for op, flags, filters in (("token_logprobs", {}, {}), ("gumbel_sample", {"return_logprobs": True}, {}),
                                ("token_logprobs", {"top_k": True, "top_p": True}, dict(has_top_k=True, has_top_p=True)),
+                               ("token_logprobs", {"top_k": 50, "top_p": True},  # (a Python int: the lists)
+                                dict(has_top_k=True, has_top_p=True, threshold_given=True)),
                                ("top_k_top_p_sample", {"top_k": 50, "min_p": True, "return_logprobs": True,
                                                        "num_valid": True},
                                 dict(has_top_k=True, has_min_p=True, row_valid=True, threshold_given=True))):

@@ -117,14 +117,17 @@ JAX_SCRIPT = textwrap.dedent('''
             rows = dict(top_k=np.int64([3, 50, 7, 1000, 2, 5, 9]),
                         top_p=np.float32([0.9, 0.5, 0.95, 0.3, 1, 0.8, 0.99]),
                         min_p=np.float32([0.01, 0.2, 0.0, 0.05, 0.5, 0.1, 0.0]))
-            for dtype, given, num_top in (("float32", ("top_k", "top_p"), 0), ("bfloat16", ("top_p", "min_p"), 2)):
+            for dtype, given, num_top in (("float32", ("top_k", "top_p"), 0), ("bfloat16", ("top_p", "min_p"), 2),
+                                          ("bfloat16", ("top_k=5", "top_p"), 0)):  # (a Python int: the lists)
                 logits = x.astype(getattr(ml_dtypes, dtype, dtype))
-                filters = {name: rows[name] for name in given}
-                want = jsample.token_logprobs(logits, tokens, temperature, num_top=num_top, **filters)
+                filters = {name: rows[name] for name in given if name in rows}
+                ints = {name.split("=")[0]: int(name.split("=")[1]) for name in given if "=" in name}  # (traced: not)
+                want = jsample.token_logprobs(logits, tokens, temperature, num_top=num_top, **filters, **ints)
                 assert (np.asarray(want.log_kept_mass) < 0).any()
-                call = lambda l, k, t, f: jsample.token_logprobs(l, k, t, num_top=num_top, vocab_axis="tp", **f)
+                call = lambda l, k, t, f: jsample.token_logprobs(l, k, t, num_top=num_top, vocab_axis="tp", **f,
+                                                                 **ints)
                 sharded = jax.jit(shard_map(call, mesh=mesh, in_specs=(P(None, "tp"), P(), P(), P()), out_specs=P()))
-                jitted = jax.jit(lambda l, k, t, f: jsample.token_logprobs(l, k, t, num_top=num_top, **f))
+                jitted = jax.jit(lambda l, k, t, f: jsample.token_logprobs(l, k, t, num_top=num_top, **f, **ints))
                 placed = jax.device_put(logits, NamedSharding(mesh, P(None, "tp")))
                 for compiled, logits_arg in ((sharded, logits), (jitted, placed)):
                     got = compiled(logits_arg, tokens, temperature, filters)
@@ -135,6 +138,8 @@ JAX_SCRIPT = textwrap.dedent('''
                                if "all-gather(" in line or "all-gather-start(" in line]
                     shapes = [shape for g in gathers for shape in re.findall(r"[a-z0-9]+\\[[0-9,]*\\]", g)]
                     assert gathers and all(int(shape.split(",")[-1][:-1]) < vocab // 2 for shape in shapes), shapes
+                    if ints and not ON_GPU:  # the lists' record, then the logprobs' two records
+                        assert len(gathers) == 3, shapes
             want = jsample.top_k_top_p_sample(x, seeds, positions, temperature, top_k=20, top_p=rows["top_p"],
                                               num_valid=np.int32(5), return_logprobs=True, num_top=3)
             call = lambda l, s, p, t, q, n: jsample.top_k_top_p_sample(l, s, p, t, top_k=20, top_p=q, num_valid=n,
@@ -334,7 +339,8 @@ TORCH_SCRIPT = textwrap.dedent('''
         top_p[5] = 0.999  # keeps most of the row
         for dtype, filters, num_top in ((torch.float32, dict(top_k=top_k, top_p=top_p), 2),
                                         (torch.bfloat16, dict(top_p=top_p, min_p=min_p), 0),
-                                        (torch.float16, dict(min_p=min_p), 3)):
+                                        (torch.float16, dict(min_p=min_p), 3),
+                                        (torch.bfloat16, dict(top_k=7, top_p=top_p, min_p=min_p), 1)):  # lists
             logits = x.to(dtype)
             shard = logits[:, start:start + sizes[rank]]
             want = torch_backend.token_logprobs(logits, tokens, temperature, num_top=num_top, **filters)

@@ -25,7 +25,7 @@ def token_logprobs(logits, tokens, temperature, *, top_k=None, top_p=None, min_p
     if vocab_group is not None:
         return vocab_parallel_logprobs(logits, tokens, temperature, vocab_group,
                                        filters=filter_rows(top_k, top_p, min_p, logits.shape[0], logits.device),
-                                       fp64=fp64, num_top=num_top)
+                                       fp64=fp64, num_top=num_top, list_capacity=kernels.shard_list_capacity(top_k))
     if tokens.device.type == "cpu" and type(tokens) is torch.Tensor:  # (not a fake or traced tensor)
         check_token_values(op, tokens.numpy(), logits.shape[1])
     logits = row_logits(logits)
@@ -43,13 +43,14 @@ token_logprobs.__doc__ = docstring("token_logprobs", "torch")
 
 
 def vocab_parallel_logprobs(logits, tokens, temperature, group, *, op="token_logprobs", filters=(None, None, None),
-                            fp64=False, num_top=0, valid=None, kept_threshold=None) -> Logprobs:
+                            fp64=False, num_top=0, valid=None, kept_threshold=None, list_capacity=0) -> Logprobs:
     """token_logprobs of logits whose vocabulary is split over the ranks of `group` (rank r holds the r-th
     contiguous shard): with `filters` (top_k, top_p, min_p: filter_rows' [B] tensors or None), the sharded
     searches of their kept set first; then two all-gathers of per-row records
     (jsample/kernels/vocab_parallel_logprobs.py), the unsharded call's Logprobs on every rank; `tokens` are
-    global columns; `valid`: the samplers' row flags; `kept_threshold`: the lists' merge's (the kept set, no
-    search)."""
+    global columns; `valid`: the samplers' row flags; `kept_threshold`: the sampler's last round's (the kept set,
+    no search); `list_capacity` (shard_list_capacity of a Python-int top_k): the kept set from the sampler's lists
+    (one all-gather) rather than the searches."""
     logits = row_logits(logits)
     shards, start_align, start = shard_layout(op, group, logits)
     starts, vocab = shard_starts(group, logits)
@@ -57,6 +58,15 @@ def vocab_parallel_logprobs(logits, tokens, temperature, group, *, op="token_log
         check_token_values(op, tokens.numpy(), vocab)
     batch, device = logits.shape[0], logits.device
     top_k, top_p, min_p = filters
+    if list_capacity and kept_threshold is None:  # (its token, of zero seeds, is not used)
+        zeros = torch.zeros((batch,), dtype=torch.int64, device=device)
+        lists = execute.plan(kernels.plan_top_k_top_p_shard, (logits, zeros), device, None, has_top_k=True,
+                             has_top_p=top_p is not None, has_min_p=False, fp64=fp64, shards=shards,
+                             start_align=start_align, list_capacity=list_capacity, store_threshold=True)
+        inputs = dict(logits=logits, seeds=zeros, positions=zeros, top_k=top_k, top_p=top_p, vocab_start=start,
+                      temperature=temperature_array(temperature, batch, device))
+        kept_threshold = run_sharded(lists, device, {name: value for name, value in inputs.items()
+                                                     if value is not None}, group, shards)[1]
     sharded = execute.plan(kernels.plan_token_logprobs_shard, (logits,), device, None, vocab=vocab, starts=starts,
                            start_align=start_align, num_top=num_top, row_valid=valid is not None,
                            has_top_k=top_k is not None, has_top_p=top_p is not None, has_min_p=min_p is not None,

@@ -2,6 +2,7 @@
 
 import functools
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -31,14 +32,16 @@ def token_logprobs(logits, tokens, temperature, *, top_k=None, top_p=None, min_p
             return Logprobs(*empty_outputs(op, 0, num_top))
         return vocab_parallel_logprobs(logits_array(logits), jnp.asarray(tokens), temperature_array(temperature, batch),
                                        axis=vocab_axis, shards=shards, num_top=num_top,
-                                       filters=filter_rows(top_k, top_p, min_p, batch), fp64=fp64)
+                                       filters=filter_rows(top_k, top_p, min_p, batch), fp64=fp64,
+                                       list_capacity=kernels.shard_list_capacity(top_k))
     if isinstance(tokens, (np.ndarray, list)):
         check_token_values(op, tokens, logits.shape[1])
     if batch == 0:
         return Logprobs(*empty_outputs(op, 0, num_top))
-    top_k, top_p, min_p = filter_rows(top_k, top_p, min_p, batch)
     # under jax.jit, logits sharded along the vocabulary take the vocab-parallel plan
-    vocab_fn = functools.partial(_vocab_sharded_rows, num_top=num_top, fp64=fp64)
+    vocab_fn = functools.partial(_vocab_sharded_rows, num_top=num_top, fp64=fp64,
+                                 list_capacity=kernels.shard_list_capacity(top_k))
+    top_k, top_p, min_p = filter_rows(top_k, top_p, min_p, batch)
     return Logprobs(*rowwise(functools.partial(_logprobs_rows, num_top=num_top, fp64=fp64), logits_array(logits),
                              jnp.asarray(tokens), temperature_array(temperature, batch), top_k, top_p, min_p,
                              vocab_fn=vocab_fn))
@@ -58,16 +61,27 @@ def _logprobs_rows(logits, tokens, temperature, top_k, top_p, min_p, *, num_top,
 
 
 def vocab_parallel_logprobs(logits, tokens, temperature, *, axis, shards, num_top=0, filters=(None, None, None),
-                            fp64=False, valid=None, kept_threshold=None):
+                            fp64=False, valid=None, kept_threshold=None, list_capacity=0):
     """token_logprobs of this device's shard `logits` [B, V / shards] of a vocabulary split over mesh axis `axis`
     (equal shards in axis order; `tokens` global columns; `filters`: filter_rows' top_k, top_p, min_p or None;
     `valid`: the samplers' row flags; `kept_threshold`: the lists' merge's kept set): with filters, the sharded
-    searches of their kept set first (unless kept_threshold is given); then two
+    searches of their kept set first (unless kept_threshold is given; with `list_capacity`, shard_list_capacity of a
+    Python-int top_k, the sampler's lists: one all-gather); then two
     all-gathers of per-row records (jsample/kernels/vocab_parallel_logprobs.py), the unsharded call's Logprobs
     on every device."""
     start, start_align = execute.shard_start(axis, shards, logits.shape[1])
     width = logits.shape[1]
     top_k, top_p, min_p = filters
+    if list_capacity and kept_threshold is None:  # (its token, of zero seeds, is not used)
+        zeros = jnp.zeros((logits.shape[0],), jnp.int64 if jax.config.jax_enable_x64 else jnp.int32)  # (precompile's)
+        lists = kernels.plan_top_k_top_p_shard(arg_spec(logits), arg_spec(zeros), execute.target(), has_top_k=True,
+                                               has_top_p=top_p is not None, has_min_p=False, fp64=fp64,
+                                               shards=shards, start_align=start_align, list_capacity=list_capacity,
+                                               store_threshold=True)
+        inputs = dict(logits=logits, seeds=zeros, positions=zeros, temperature=temperature, top_k=top_k, top_p=top_p,
+                      vocab_start=start)
+        kept_threshold = execute.run_sharded(lists, {name: value for name, value in inputs.items()
+                                                     if value is not None}, axis)[1]
     sharded = kernels.plan_token_logprobs_shard(arg_spec(logits), execute.target(), vocab=width * shards,
                                                 starts=tuple(i * width for i in range(shards)),
                                                 start_align=start_align, num_top=num_top,
@@ -81,8 +95,9 @@ def vocab_parallel_logprobs(logits, tokens, temperature, *, axis, shards, num_to
                                          axis))
 
 
-def _vocab_sharded_rows(axis, shards, logits, tokens, temperature, top_k, top_p, min_p, *, num_top, fp64):
+def _vocab_sharded_rows(axis, shards, logits, tokens, temperature, top_k, top_p, min_p, *, num_top, fp64,
+                        list_capacity):
     """_logprobs_rows' outputs on this device's shard of the vocabulary (jax.jit with the logits sharded along it:
     _launch.batch_partitioned's vocab_fn, where mesh axis `axis` holds `shards` equal shards)."""
     return tuple(vocab_parallel_logprobs(logits, tokens, temperature, axis=axis, shards=shards, num_top=num_top,
-                                         filters=(top_k, top_p, min_p), fp64=fp64))
+                                         filters=(top_k, top_p, min_p), fp64=fp64, list_capacity=list_capacity))

@@ -89,20 +89,20 @@ def _vocab_parallel_plan(op, batch, vocab, dtype, flags, target):
     if op == "token_logprobs" or flags.get("return_logprobs"):
         filters = dict(has_top_k=bool(flags.get("top_k", False)), has_top_p=flags.get("top_p", False),
                        has_min_p=flags.get("min_p", False)) if op != "gumbel_sample" else {}
-        if op == "top_k_top_p_sample":
-            filters["threshold_given"] = True  # (the sampling rounds' last one gives the kept set)
+        if op == "top_k_top_p_sample" or list_capacity:
+            filters["threshold_given"] = True  # (the sampling rounds' last one, or the lists', give the kept set)
         logprobs = kernels.plan_token_logprobs_shard(logits, target, vocab=width * shards, starts=starts,
                                                      start_align=common["start_align"],
                                                      num_top=flags.get("num_top", 0), fp64=common["fp64"],
                                                      row_valid=op != "token_logprobs" and common["row_valid"],
                                                      **filters).rounds
-        if op == "token_logprobs":
+        if op == "token_logprobs" and not list_capacity:
             return merged_rounds(logprobs, shards)
-    if op == "top_k_top_p_sample":
-        # (a "top_k" given as an int, as a call's Python int: the shards' lists)
+    if op in ("top_k_top_p_sample", "token_logprobs"):
+        # (a "top_k" given as an int, as a call's Python int: the shards' lists; token_logprobs' take no min-p)
         sharded = kernels.plan_top_k_top_p_shard(logits, seeds, target, has_top_k=bool(flags.get("top_k", False)),
                                                  has_top_p=flags.get("top_p", False),
-                                                 has_min_p=flags.get("min_p", False),
+                                                 has_min_p=flags.get("min_p", False) and op != "token_logprobs",
                                                  list_capacity=list_capacity,
                                                  store_threshold=bool(logprobs), **common)
     else:
