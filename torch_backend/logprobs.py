@@ -45,8 +45,8 @@ token_logprobs.__doc__ = docstring("token_logprobs", "torch")
 def vocab_parallel_logprobs(logits, tokens, temperature, group, *, op="token_logprobs", filters=(None, None, None),
                             fp64=False, num_top=0, valid=None, kept_threshold=None, list_capacity=0) -> Logprobs:
     """token_logprobs of logits whose vocabulary is split over the ranks of `group` (rank r holds the r-th
-    contiguous shard): with `filters` (top_k, top_p, min_p: filter_rows' [B] tensors or None), the sharded
-    searches of their kept set first; then two all-gathers of per-row records
+    contiguous shard): with `filters` (top_k, top_p, min_p: filter_rows' [B] tensors or None), their kept set
+    first (the sharded searches, or the lists with `list_capacity`); then two all-gathers of per-row records
     (jsample/kernels/vocab_parallel_logprobs.py), the unsharded call's Logprobs on every rank; `tokens` are
     global columns; `valid`: the samplers' row flags; `kept_threshold`: the sampler's last round's (the kept set,
     no search); `list_capacity` (shard_list_capacity of a Python-int top_k): the kept set from the sampler's lists

@@ -97,7 +97,7 @@ def _vocab_sharded_rows(axis, shards, logits, seeds, positions, temperature, top
 
 def _shard_tokens(logits, seeds, positions, temperature, top_k, top_p, min_p, valid, *, fp64, axis, shards,
                   list_capacity, store_threshold=False):
-    """(the vocab-parallel tokens, and with store_threshold the lists' kept-set thresholds) of this device's shard
+    """(the vocab-parallel tokens, and with store_threshold the kept set's thresholds) of this device's shard
     `logits` [B, V / shards] (the shards in the order of mesh axis `axis`); list_capacity:
     kernels.shard_list_capacity of the call's top_k."""
     start, start_align = execute.shard_start(axis, shards, logits.shape[1])

@@ -64,11 +64,10 @@ def vocab_parallel_logprobs(logits, tokens, temperature, *, axis, shards, num_to
                             fp64=False, valid=None, kept_threshold=None, list_capacity=0):
     """token_logprobs of this device's shard `logits` [B, V / shards] of a vocabulary split over mesh axis `axis`
     (equal shards in axis order; `tokens` global columns; `filters`: filter_rows' top_k, top_p, min_p or None;
-    `valid`: the samplers' row flags; `kept_threshold`: the lists' merge's kept set): with filters, the sharded
-    searches of their kept set first (unless kept_threshold is given; with `list_capacity`, shard_list_capacity of a
-    Python-int top_k, the sampler's lists: one all-gather); then two
-    all-gathers of per-row records (jsample/kernels/vocab_parallel_logprobs.py), the unsharded call's Logprobs
-    on every device."""
+    `valid`: the samplers' row flags; `kept_threshold`: the sampler's last round's kept set): with filters, the
+    sharded searches of their kept set first (unless kept_threshold is given; with `list_capacity`,
+    shard_list_capacity of a Python-int top_k, the sampler's lists: one all-gather); then two all-gathers of
+    per-row records (jsample/kernels/vocab_parallel_logprobs.py), the unsharded call's Logprobs on every device."""
     start, start_align = execute.shard_start(axis, shards, logits.shape[1])
     width = logits.shape[1]
     top_k, top_p, min_p = filters

@@ -33,9 +33,9 @@ and multiples of 4; the batch and num_top are runtime values: no batch size or c
 With filters (top_k / top_p / min_p), the kept set is vocab-parallel top_k_top_p_sample's: its statistics and
 search rounds come first (vocab_parallel_filtered.plan_kept_threshold_shard; its shard_threshold_kernel runs in
 round 1 and keeps each row's threshold, over the 32-bit keys, and largest logit m on the device), or the
-sampler's last round hands them over (`threshold_given`: top_k_top_p_sample's return_logprobs). The one-GPU
-kept mass is an integer sum of kept_term(x) = floor(exp((x - m) / T) * 2**40) over the kept logits against the
-row's m, in any order: round 2
+sampler's last round hands them over (`threshold_given`: top_k_top_p_sample's return_logprobs, and
+token_logprobs with a Python-int top_k after the sampler's lists). The one-GPU kept mass is an integer sum of
+kept_term(x) = floor(exp((x - m) / T) * 2**40) over the kept logits against the row's m, in any order: round 2
 adds each block's kept terms and finite count into the shard's record (integer atomics), and the merge takes
 log_kept_mass and kept by the one-GPU rules (row_log_kept_mass, filters_limit, _kept; raw, scaled and rank are
 the block statistics' as without filters, as the one-GPU op takes them on every row).
@@ -419,12 +419,12 @@ def plan_token_logprobs_shard(logits: ArgSpec, target: Target, *, vocab: int, st
     `vocab_start` [1] i32, a multiple of `start_align`): inputs `tokens` [B] (global columns), `temperature` [B]
     f32 (or one f32), `vocab_start`, and `num_top` [1] i32 (equal to `num_top`: the top outputs' width; read on the
     device, so every count from 1 runs the same kernels), `top_k` / `top_p` / `min_p` [B] where given (then
-    `temperature` [B]) and, with `row_valid`, `row_valid` [B] u8|i32 (0: a padding row, its logits unread: NaN logprobs, rank 0,
-    top_ids -1); outputs token_logprobs' (raw, scaled, kept, log_kept_mass, rank, top_ids, top_logprobs), on every
-    device. With filters, vocab-parallel top_k_top_p_sample's statistics and search rounds come first (its kept
-    set: plan_kept_threshold_shard), or with `threshold_given` the input `kept_threshold` [B, 4] i32 holds it (the
-    sampler's lists' merge stored it: store_threshold); round 2 sums each shard's kept terms against the row's
-    largest logit."""
+    `temperature` [B]) and, with `row_valid`, `row_valid` [B] u8|i32 (0: a padding row, its logits unread: NaN
+    logprobs, rank 0, top_ids -1); outputs token_logprobs' (raw, scaled, kept, log_kept_mass, rank, top_ids,
+    top_logprobs), on every device. With filters, vocab-parallel top_k_top_p_sample's statistics and search rounds
+    come first (its kept set: plan_kept_threshold_shard), or with `threshold_given` the input `kept_threshold`
+    [B, 4] i32 holds it (the sampler's last round stored it: plan_top_k_top_p_shard's store_threshold); round 2
+    sums each shard's kept terms against the row's largest logit."""
     batch, shard_vocab = logits.shape
     filtered = has_top_k or has_top_p or has_min_p
     config = single_read_config(vocab, target)  # the unsharded call's blocks
