@@ -180,6 +180,39 @@ def force_target(monkeypatch):
     return force
 
 
+def forget_plans():
+    """Empty the planning functions' and the torch executor's caches (after a test changed a planning constant)."""
+    from jsample.kernels import gumbel, rejection
+    from torch_backend import _execute
+
+    gumbel.plan_gumbel_sample.cache_clear()
+    rejection.plan_rejection_sample.cache_clear()
+    for cache in (_execute._PLANS, _execute._LAUNCHERS, _execute._RECIPES, _execute._REPLAYS, _execute._LAST):
+        cache.clear()
+
+
+@pytest.fixture
+def fp64_intervals_everywhere(monkeypatch):
+    """gumbel_sample's two-launch plans take FP64 intervals at any size (gumbel.FP64_INTERVALS_MIN_PROGRAMS)."""
+    from jsample.kernels import gumbel
+
+    monkeypatch.setattr(gumbel, "FP64_INTERVALS_MIN_PROGRAMS", 0)
+    forget_plans()
+    yield
+    forget_plans()  # before monkeypatch restores the threshold
+
+
+@pytest.fixture
+def rejection_in_four_launches(monkeypatch):
+    """rejection_sample's plans take the four launches at any batch (rejection.DECIDE_IN_EMIT_MAX_PROGRAMS)."""
+    from jsample.kernels import rejection
+
+    monkeypatch.setattr(rejection, "DECIDE_IN_EMIT_MAX_PROGRAMS", 0)
+    forget_plans()
+    yield
+    forget_plans()
+
+
 def both_frontends(op_name, *args, **kwargs):
     """Runs the op in torch and JAX and asserts the outputs are identical; returns them."""
     from_torch = run_torch(op_name, *args, **kwargs)

@@ -245,10 +245,11 @@ def test_precompile_makes_the_inputs_of_every_case():
             cases.extend(warmup_cases([1024], ["bfloat16"], [op], [flags], 2, (2,),
                                       [torch_execute.compiled_target(132, 9)], "torch"))
     assert any(dtype == "uint8" for case in cases for _, dtype in input_specs(case).values())
+    assert any(spec == ((1,), "int64") for case in cases for spec in input_specs(case, row_count=True).values())
     for case in cases:
         made = torch_warmup._inputs(case, torch.device("cpu"))
         assert {name: (tuple(t.shape), str(t.dtype).replace("torch.", "")) for name, t in made.items()} == {
-            name: (tuple(shape), dtype) for name, (shape, dtype) in input_specs(case).items()}, case
+            name: (tuple(shape), dtype) for name, (shape, dtype) in input_specs(case, row_count=True).items()}, case
         assert set(jax_warmup._input_shapes(case)) == set(made), case
 
 

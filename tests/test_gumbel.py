@@ -197,22 +197,6 @@ def _fp64_tie_rows(vocab, score):
     return logits, seeds[chosen], positions[chosen], u[chosen]
 
 
-@pytest.fixture
-def fp64_intervals_everywhere(monkeypatch):
-    """gumbel_sample's two-launch plans take FP64 intervals at any size (gumbel.FP64_INTERVALS_MIN_PROGRAMS)."""
-    from jsample.kernels import gumbel
-    from torch_backend import _execute
-
-    def forget_plans():
-        gumbel.plan_gumbel_sample.cache_clear()
-        for cache in (_execute._PLANS, _execute._LAUNCHERS, _execute._RECIPES, _execute._REPLAYS, _execute._LAST):
-            cache.clear()
-    monkeypatch.setattr(gumbel, "FP64_INTERVALS_MIN_PROGRAMS", 0)
-    forget_plans()
-    yield
-    forget_plans()  # before monkeypatch restores the threshold
-
-
 @pytest.mark.parametrize("intervals", [False, True], ids=["block shortlists", "intervals"])
 @pytest.mark.parametrize("score", [30.0, 3e4])
 def test_gumbel_fp64_candidates_across_blocks_give_the_fp64_tokens(force_target, request, score, intervals):

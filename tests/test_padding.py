@@ -15,6 +15,7 @@ import torch_backend
 from jsample.kernels.plan import ArgSpec
 from jsample.kernels import plan_gumbel_sample, plan_rejection_sample, plan_top_k_top_p_sample
 from jsample._jax import _execute as jax_execute
+from jsample.kernels.plan import PADDED_ROW_SLOTS
 
 BATCH, VOCAB, K = 5, 300, 2
 
@@ -137,6 +138,36 @@ def test_every_launch_of_a_padded_plan_checks_the_rows():
     assert seen == checked
 
 
+def test_padded_plans_do_not_grow_with_the_padding():
+    """A padded plan's many-program launches (gumbel's partials, rejection's stats) run on at most PADDED_ROW_SLOTS
+    row slots: from B = 64 to B = 1024 they do not grow, so padding rows cost their flags, not programs
+    (benchmarks/lab/explore_padding_grids.py)."""
+    from torch_backend import _execute as torch_execute
+
+    target = torch_execute.compiled_target(132, 9)
+
+    def plans(b):
+        seeds = ArgSpec.contiguous((b,), "int64")
+        yield plan_gumbel_sample(ArgSpec.contiguous((b, 151936), "bfloat16"), seeds, target, fp64=False, draft=False,
+                                 row_valid=True)
+        yield plan_gumbel_sample(ArgSpec.contiguous((b, 151936), "float32"), seeds, target, fp64=True, draft=False,
+                                 row_valid=True)
+        for rows in (2, 5):
+            yield plan_rejection_sample(ArgSpec.contiguous((b, rows, 151936), "bfloat16"), None, seeds, target,
+                                        strict=False, fp64=False, row_valid=True)
+
+    for small, large in zip(plans(64), plans(1024)):
+        assert [step.kernel for step in small.launches] == [step.kernel for step in large.launches]
+        slotted = 0
+        for a, b in zip(small.launches, large.launches):
+            if a.kernel.fn.__name__ in ("gumbel_partial_kernel", "rejection_stats_kernel"):
+                assert a.grid == b.grid and a.grid[0] == PADDED_ROW_SLOTS, (a.kernel, a.grid, b.grid)
+                assert dict(a.constexprs)["ROW_SLOTS"] and "num_rows" in a.args
+                slotted += 1
+        assert slotted == 1, small.variant
+        assert large.buffer("num_rows").value == 1024
+
+
 @pytest.mark.parametrize("case", ["gumbel_sample", "top_k_top_p_sample", "top_k_top_p_sample min_p", "rejection_sample",
                                   "rejection_sample draft logits"])
 @pytest.mark.parametrize("tiling", ["launches", "one launch"])
@@ -160,22 +191,27 @@ def test_padding_in_the_gpu_tilings(case, tiling, force_target):
         np.testing.assert_array_equal(out[0][3:], -1)
 
 
-@pytest.mark.parametrize("case", ["gumbel_sample", "gumbel_sample fp64", "rejection_sample",
-                                  "rejection_sample draft logits"])
+@pytest.mark.parametrize("case", ["gumbel_sample", "gumbel_sample fp64", "gumbel_sample fp64 intervals",
+                                  "rejection_sample", "rejection_sample draft logits"])
 @pytest.mark.parametrize("tiling", ["gpu", "interpreter"])
-def test_padding_flags_that_are_not_a_prefix(case, tiling, force_target):
+def test_padding_flags_that_are_not_a_prefix(case, tiling, force_target, request):
     """jax.vmap over num_valid flattens 3 instances of 19 requests into one call whose padding rows are
     not a suffix (each instance's own); the valid rows equal each instance's unpadded call, the others
-    the fill, in the GPU's tiling and the interpreter's."""
+    the fill, in the GPU's tiling and the interpreter's. The GPU's padded plans run their row kernels on
+    32 row slots (padded_row_slots): the 57 flattened rows wrap around them."""
     if tiling == "gpu":
         force_target(large_programs=False, resident_programs=0, arrival_counters=False)
+    if case.endswith("intervals"):
+        request.getfixturevalue("fp64_intervals_everywhere")
+    if tiling == "gpu" and case.startswith("rejection"):  # the four launches (their stats and emit on row slots)
+        request.getfixturevalue("rejection_in_four_launches")
     op = case.split()[0]
     rng = np.random.default_rng(57)
     n, batch, vocab, k = 3, 19, 300, 2
     seeds, positions = make_requests(rng, n * batch, wide_seeds=False)
     seeds, positions = seeds.reshape(n, batch), positions.reshape(n, batch)
     temperature = rng.choice(np.float32([0.0, 0.5, 1.0, 1.5]), (n, batch)).astype(np.float32)
-    kwargs = dict(fp64=True) if case.endswith("fp64") else {}
+    kwargs = dict(fp64=True) if "fp64" in case else {}
     if op == "gumbel_sample":
         logits = (rng.standard_normal((n, batch, vocab)) * 3).astype(np.float32)
         args = [logits, seeds, positions, temperature]
@@ -187,7 +223,7 @@ def test_padding_flags_that_are_not_a_prefix(case, tiling, force_target):
         args = [target, drafts, counts, seeds, positions, temperature]
         if case.endswith("draft logits"):
             kwargs = dict(draft_logits=target[:, :, :k] + rng.standard_normal((n, batch, k, vocab)).astype(np.float32))
-    num_valid = np.int32([5, batch, 0])
+    num_valid = np.int32([5, 0, batch])  # (the last rows valid: the slots' last laps do work)
     fn = getattr(jsample, op)
     extra = {name: jnp.asarray(value) for name, value in kwargs.items() if isinstance(value, np.ndarray)}
     flags = {name: value for name, value in kwargs.items() if not isinstance(value, np.ndarray)}
@@ -205,3 +241,32 @@ def test_padding_flags_that_are_not_a_prefix(case, tiling, force_target):
             np.testing.assert_array_equal(got[0][num_valid[i]:], -1)
             if op == "rejection_sample":
                 np.testing.assert_array_equal(got[1][num_valid[i]:], 0)
+
+
+@pytest.mark.parametrize("op", ["gumbel_sample", "rejection_sample"])
+def test_padded_row_slots_in_both_forms_of_num_valid(op, force_target, rejection_in_four_launches):
+    """40 requests on the GPU's padded plans (32 row slots: the last 8 rows are each slot's second lap), num_valid
+    as torch's count (a tensor of either dtype, an int: rows_to_visit ends the laps at it) and as JAX's row flags:
+    the valid rows equal the unpadded call's, the others the fill."""
+    force_target(large_programs=False, resident_programs=0, arrival_counters=False)
+    rng = np.random.default_rng(40)
+    batch, vocab, k = 40, 300, 2
+    seeds, positions = make_requests(rng, batch, wide_seeds=False)
+    temperature = rng.choice(np.float32([0.0, 0.5, 1.0, 1.5]), batch).astype(np.float32)
+    if op == "gumbel_sample":
+        args = ((rng.standard_normal((batch, vocab)) * 3).astype(np.float32), seeds, positions, temperature)
+    else:
+        target = (rng.standard_normal((batch, k + 1, vocab)) * 3).astype(np.float32)
+        drafts = rng.integers(0, vocab, (batch, k)).astype(np.int32)
+        drafts[::2] = target[::2, :k].argmax(-1)
+        args = (target, drafts, rng.integers(0, k + 1, batch).astype(np.int32), seeds, positions, temperature)
+    full = _outputs(run_torch(op, *args))
+    other = (-args[0],) + args[1:]  # run first: its scratch values are not the call's (a row left out shows)
+    for num_valid in (35, 3, 40, 0):
+        for given in (num_valid, np.array(num_valid, np.int32), np.array([num_valid], np.int64)):
+            for run in (run_torch, run_jax):
+                run(op, *other)
+                out = _outputs(run(op, *args, num_valid=given))
+                for padded, unpadded in zip(out, full):
+                    np.testing.assert_array_equal(padded[:num_valid], unpadded[:num_valid])
+                np.testing.assert_array_equal(out[0][num_valid:], -1)

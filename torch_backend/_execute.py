@@ -46,7 +46,7 @@ from triton.runtime import driver
 from jsample import kernels
 from jsample.kernels.compiles import compile_threads
 from jsample.kernels.plan import ArgSpec, Plan, Target, merged_rounds, resident_programs
-from torch_backend._launch import call_key
+from torch_backend._launch import call_key, kept_tensor
 
 from torch_backend import _fast_path
 from torch_backend._fast_path import entry_point as _entry_point
@@ -246,6 +246,10 @@ class _Replay:
             return
         given = [(name, source, value) for (name, source, _), value in zip(self.sources, values) if source is not None]
         constants = [(name, value) for (name, source, value) in self.sources if source is None]
+        if self.recipe.constants and _fast_path.stream_capturing():  # (a constant made now would not be kept)
+            return
+        constants += [(name, _constant(shape, dtype, value, self.device))
+                      for name, shape, dtype, value in self.recipe.constants]
         slots = {name: i for i, (name, _, _) in enumerate(given)}
         for name in fresh + [name for name, _ in self.recipe.counters] + [name for name, _, _ in self.recipe.scratch]:
             slots[name] = len(slots)
@@ -354,9 +358,12 @@ class _Recipe:
 
     def __init__(self, plan: Plan):
         self.fresh, self.counters, self.scratch, total, self.counter_count = [], [], [], 0, 0
+        self.constants = []  # (name, shape, dtype, value): kept per device (_constant)
         for buffer in plan.buffers:
             dtype = _DTYPES[buffer.dtype]
-            if buffer.counters:  # (name, offset among the place's counters: every element of its shape)
+            if buffer.value is not None:
+                self.constants.append((buffer.name, buffer.shape, dtype, buffer.value))
+            elif buffer.counters:  # (name, offset among the place's counters: every element of its shape)
                 # each 16-byte aligned, as Triton specialises a pointer on it: packed end to end, a buffer after
                 # one of B counters would be aligned at some batch sizes only, a compilation each way
                 self.counter_count = -(-self.counter_count // 4) * 4
@@ -381,6 +388,8 @@ def _run_eager(plan: Plan, recipe: _Recipe, device: torch.device, index: int, in
     env = dict(inputs)
     for name, shape, dtype, zeroed in recipe.fresh:
         env[name] = (torch.zeros if zeroed else torch.empty)(shape, dtype=dtype, device=device)
+    for name, shape, dtype, value in recipe.constants:
+        env[name] = _constant(shape, dtype, value, device)
     if recipe.counters or recipe.scratch:
         scratch = _scratch(device, (index, stream, threading.get_ident()), recipe)  # held until the launches are enqueued
         for name, offset in recipe.counters:
@@ -391,11 +400,24 @@ def _run_eager(plan: Plan, recipe: _Recipe, device: torch.device, index: int, in
     return tuple(env[name] for name in plan.outputs)
 
 
+_CONSTANTS = {}  # (shape, dtype, value, device) -> the constant buffer's tensor, never written
+
+
+def _constant(shape: tuple, dtype, value: int, device: torch.device) -> torch.Tensor:
+    """A plan's constant buffer (Buffer.value) on `device`, made once outside CUDA-graph captures (no launch a
+    call after it)."""
+    return kept_tensor(_CONSTANTS, (shape, dtype, value, device),
+                       lambda: torch.full(shape, value, dtype=dtype, device=device), device)
+
+
 def _run_general(plan: Plan, device: torch.device, inputs: dict) -> tuple:
     """run() on the CPU (the interpreter), while a CUDA graph is captured, or through Triton's launch
     path (DIRECT_LAUNCHES off): every buffer a tensor of its own, counters zeroed."""
     env = dict(inputs)
     for buffer in plan.buffers:
+        if buffer.value is not None:
+            env[buffer.name] = _constant(buffer.shape, _DTYPES[buffer.dtype], buffer.value, device)
+            continue
         env[buffer.name] = (torch.zeros if buffer.zeroed or buffer.counters else torch.empty)(
             buffer.shape, dtype=_DTYPES[buffer.dtype], device=device)
     if device.type == "cuda" and device.index is not None and device.index != torch.cuda.current_device():

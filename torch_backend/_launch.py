@@ -140,7 +140,7 @@ def float32_logits(tensor):
     return tensor.float() if tensor is not None and tensor.dtype == torch.float64 else tensor
 
 
-_ROWS = {}  # (batch, device) -> arange(batch) int32
+_COUNTS = {}  # (num_valid, device) -> an int64 [1] tensor holding num_valid
 
 
 def kept_tensor(cache: dict, key, make, device: torch.device) -> torch.Tensor:
@@ -155,18 +155,19 @@ def kept_tensor(cache: dict, key, make, device: torch.device) -> torch.Tensor:
 
 
 def row_valid(op: str, num_valid, batch: int, device):
-    """`num_valid` (checked) as the kernels' per-row flags [B] uint8 (0: a padding row), or None: computed on
-    the device from a scalar tensor (no read back), so a CUDA graph replays it with the tensor's new value. One
-    comparison kernel a call (the row numbers are kept per batch size and device; a bool viewed as uint8)."""
+    """`num_valid` (checked) as the kernels' `row_valid` (common.is_padding): the count itself, an int32 / int64
+    [1] tensor read on the device (no read back, no kernel: a CUDA graph replays it with the tensor's new value), an
+    int as an int32 tensor kept per value and device; or None."""
     if num_valid is None:
         return None
     check_num_valid(op, spec(num_valid), batch)
     device = torch.device(device)
-    rows = kept_tensor(_ROWS, (batch, device), lambda: torch.arange(batch, device=device, dtype=torch.int32), device)
     if isinstance(num_valid, torch.Tensor):
         check_same_device(op, "num_valid", num_valid.device, device)
-        num_valid = num_valid.reshape(())
-    return torch.lt(rows, num_valid).view(torch.uint8)
+        return num_valid.reshape(1)
+    value = int(num_valid)
+    return kept_tensor(_COUNTS, (value, device), lambda: torch.full((1,), value, dtype=torch.int64, device=device),
+                       device)
 
 
 def check_runnable(op: str, device) -> None:

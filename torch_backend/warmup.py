@@ -147,4 +147,4 @@ def _worker(payload: str) -> None:
 def _inputs(case, device) -> dict:
     """Zero tensors of a call's inputs (jsample.kernels.warmup.input_specs)."""
     return {name: torch.zeros(shape, dtype=_DTYPES[dtype], device=device)
-            for name, (shape, dtype) in input_specs(case).items()}
+            for name, (shape, dtype) in input_specs(case, row_count=True).items()}

@@ -3,7 +3,7 @@
 Each launch becomes one jax-triton call on a GPU (one FFI call into the Triton interpreter on
 the CPU: `_launch.launch`, `_host_call`); a launch's outputs are new arrays bound to their buffer names, so a
 buffer written by several launches is a new value each time. A buffer that no launch writes is a
-constant zero array (a stand-in for an empty input, never read).
+constant array (zeros: a stand-in for an empty input, never read; or its `value`).
 """
 
 import dataclasses
@@ -55,7 +55,7 @@ def run(plan: Plan, inputs: dict) -> tuple:
     written = {name for step in plan.launches for name in step.outputs}
     for buffer in plan.buffers:
         if buffer.name not in written:
-            env[buffer.name] = jnp.zeros(buffer.shape, jnp.dtype(buffer.dtype))
+            env[buffer.name] = jnp.full(buffer.shape, buffer.value or 0, jnp.dtype(buffer.dtype))
     _lower_ahead(plan, env, shapes)
     for step in plan.launches:
         results = launch(step.kernel, *_step_args(step, env), grid=step.grid, **_step_options(plan, step, shapes))

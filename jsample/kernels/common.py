@@ -51,6 +51,28 @@ def load_block(row_ptr, cols, V, FP64: tl.constexpr):
 
 
 @jit
+def is_padding(row_valid_ptr, row):
+    """Whether request `row` is padding (num_valid). `row_valid` is either [B] uint8 row flags, 0 for a padding
+    row (JAX: an array with the requests, which vmap and batch sharding split with them), or an int32 / int64
+    count [1], num_valid itself: the rows at or past it (torch: the caller's scalar tensor, read on the device,
+    no kernel a call to make flags). Told apart by the pointer's dtype, at compile time."""
+    if row_valid_ptr.dtype.element_ty == tl.uint8:
+        return tl.load(row_valid_ptr + row) == 0
+    else:
+        return row >= tl.load(row_valid_ptr)
+
+
+@jit
+def rows_to_visit(row_valid_ptr, num_rows):
+    """The end of the rows a row-slot loop over num_rows (B) rows visits: B with row flags, num_valid with a
+    count (clamped to [0, B]: the rows past it are padding, a slot past it has nothing to do)."""
+    if row_valid_ptr.dtype.element_ty == tl.uint8:
+        return num_rows
+    else:
+        return tl.minimum(tl.maximum(tl.load(row_valid_ptr), 0), num_rows).to(tl.int32)
+
+
+@jit
 def load_temperature(temperature, row):
     """Row `row`'s temperature: `temperature` is a pointer to [B] f32 values, or one f32 value for
     every row (an eager torch call with a Python number: no device array to fill; Triton compiles a

@@ -27,10 +27,10 @@ import triton
 import triton.language as tl
 
 from jsample.kernels.host import INTERPRETER, jit
-from jsample.kernels.common import (aligned, greedy_argmax_row, largest_power_of_two_dividing, load_temperature,
-                                    reduce_block_best_flagged, reduce_fp64_intervals, store_fp64_block_interval,
-                                    store_sampled_block)
-from jsample.kernels.plan import ArgSpec, Buffer, Plan, Target, launch
+from jsample.kernels.common import (aligned, greedy_argmax_row, is_padding, largest_power_of_two_dividing,
+                                    load_temperature, rows_to_visit, reduce_block_best_flagged, reduce_fp64_intervals,
+                                    store_fp64_block_interval, store_sampled_block)
+from jsample.kernels.plan import ArgSpec, Buffer, Plan, Target, launch, num_rows_buffer, padded_row_slots
 from jsample.kernels.stream import STREAM_DRAFT, STREAM_TOKEN, load_seed, seed_word_count
 
 _BLOCK_V_MAX = 4096  # 16 KiB of fp32 logits per program: enough bytes in flight, few partials
@@ -82,7 +82,8 @@ def gumbel_partial_kernel(
     seeds_ptr,  # [B] i32|u32|i64, or [B, 2] u32 (low, high) words with SEED_WORDS = 2: the 64-bit seed
     positions_ptr,  # [B] i32|i64
     temperature_ptr,  # [B] f32, or one f32 for all rows (load_temperature); below 1e-5 = greedy
-    row_valid_ptr,  # [B] u8|i32, 0 for a padding row (read with HAS_ROW_VALID): its programs read nothing
+    row_valid_ptr,  # common.is_padding's (read with HAS_ROW_VALID): its programs read nothing
+    num_rows_ptr,  # [1] i32, B (read with ROW_SLOTS)
     V,
     row_stride,
     partial_score_ptr,  # [B, NUM_BLOCKS] f32; FP64: f64 as f32 pairs; FP64_INTERVALS: fp64_partial_words
@@ -96,12 +97,34 @@ def gumbel_partial_kernel(
     SEED_WORDS: tl.constexpr = 1,
     FP64_INTERVALS: tl.constexpr = False,  # FP64 partials as FP32 intervals (store_fp64_block_interval)
     HAS_ROW_VALID: tl.constexpr = False,
+    ROW_SLOTS: tl.constexpr = False,  # (with HAS_ROW_VALID) grid dimension 0 is row slots: padded_row_slots
 ):
+    if ROW_SLOTS:
+        num_rows = tl.load(num_rows_ptr)
+        for slot_row in tl.range(tl.program_id(0), rows_to_visit(row_valid_ptr, num_rows), tl.num_programs(0),
+                                 num_stages=1):
+            row = tl.cast(slot_row, tl.int32)  # (a Python int in the interpreter)
+            if not is_padding(row_valid_ptr, row):  # padding: its reduce writes -1
+                _gumbel_partial(logits_ptr, seeds_ptr, positions_ptr, temperature_ptr, V, row_stride,
+                                partial_score_ptr, partial_index_ptr, row, num_rows, STREAM, FP64, BLOCK_V, ROW_ALIGN,
+                                VOCAB_ALIGN, FAST_MATH, SEED_WORDS, FP64_INTERVALS)
+    else:
+        row = tl.program_id(0)
+        if HAS_ROW_VALID:
+            if is_padding(row_valid_ptr, row):  # padding: its reduce writes -1
+                return
+        _gumbel_partial(logits_ptr, seeds_ptr, positions_ptr, temperature_ptr, V, row_stride, partial_score_ptr,
+                        partial_index_ptr, row, tl.num_programs(0), STREAM, FP64, BLOCK_V, ROW_ALIGN, VOCAB_ALIGN,
+                        FAST_MATH, SEED_WORDS, FP64_INTERVALS)
+
+
+@jit
+def _gumbel_partial(logits_ptr, seeds_ptr, positions_ptr, temperature_ptr, V, row_stride, partial_score_ptr,
+                    partial_index_ptr, row, num_rows, STREAM: tl.constexpr, FP64: tl.constexpr, BLOCK_V: tl.constexpr,
+                    ROW_ALIGN: tl.constexpr, VOCAB_ALIGN: tl.constexpr, FAST_MATH: tl.constexpr,
+                    SEED_WORDS: tl.constexpr, FP64_INTERVALS: tl.constexpr):
+    """gumbel_partial_kernel's block program_id(1) of `row` (of num_rows: B)."""
     V = aligned(V, VOCAB_ALIGN)
-    row = tl.program_id(0)
-    if HAS_ROW_VALID:
-        if tl.load(row_valid_ptr + row) == 0:  # padding: its reduce writes -1
-            return
     block = tl.program_id(1)
     num_blocks = tl.num_programs(1)
     seed = load_seed(seeds_ptr, row, SEED_WORDS)
@@ -110,7 +133,7 @@ def gumbel_partial_kernel(
     out = row.to(tl.int64) * num_blocks + block
     if FP64 and FP64_INTERVALS:
         store_fp64_block_interval(logits_ptr, row, row_stride, V, block * BLOCK_V, seed, position, temperature,
-                                  partial_score_ptr, fp64_partial_bounds(partial_score_ptr, num_blocks),
+                                  partial_score_ptr, fp64_partial_bounds(partial_score_ptr, num_blocks, num_rows),
                                   partial_index_ptr, out, STREAM, BLOCK_V, ROW_ALIGN, FAST_MATH)
     else:
         store_sampled_block(logits_ptr, row, row_stride, V, block * BLOCK_V, seed, position, temperature,
@@ -118,10 +141,10 @@ def gumbel_partial_kernel(
 
 
 @jit
-def fp64_partial_bounds(partial_score_ptr, num_blocks):
+def fp64_partial_bounds(partial_score_ptr, num_blocks, num_rows):
     """Where gumbel_sample's FP64 block bounds are: fp64_partial_words f32 words hold the [B, num_blocks]
-    f64 scores, then the [B, num_blocks] f32 bounds (store_fp64_block_interval); B is the grid's rows."""
-    return partial_score_ptr + 2 * tl.num_programs(0).to(tl.int64) * num_blocks
+    f64 scores, then the [B, num_blocks] f32 bounds (store_fp64_block_interval); B is num_rows."""
+    return partial_score_ptr + 2 * num_rows.to(tl.int64) * num_blocks
 
 
 def fp64_partial_words(num_blocks: int) -> int:
@@ -134,7 +157,7 @@ def argmax_reduce_kernel(
     partial_score_ptr,  # [B, NUM_BLOCKS] f32; with FP64, f64 stored as [B, 2 * NUM_BLOCKS] f32 words
     partial_index_ptr,  # [B, NUM_BLOCKS] i32, the best column of each block (-1 - column: the row overflows)
     logits_ptr,  # [B, V], the partial launch's logits: read only for rows that overflow
-    row_valid_ptr,  # [B] u8|i32, 0 for a padding row (read with HAS_ROW_VALID): its token is -1
+    row_valid_ptr,  # common.is_padding's (read with HAS_ROW_VALID): its token is -1
     V,
     row_stride,
     num_blocks,
@@ -145,7 +168,7 @@ def argmax_reduce_kernel(
 ):
     """One token per row from the block partials; a row whose scaled logits overflow is greedy."""
     if HAS_ROW_VALID:
-        if tl.load(row_valid_ptr + tl.program_id(0)) == 0:
+        if is_padding(row_valid_ptr, tl.program_id(0)):
             tl.store(tokens_ptr + tl.program_id(0), -1)
             return
     store_row_token(partial_score_ptr, partial_index_ptr, logits_ptr, V, row_stride, num_blocks, tokens_ptr,
@@ -160,7 +183,7 @@ def argmax_reduce_fp64_kernel(
     seeds_ptr,
     positions_ptr,
     temperature_ptr,
-    row_valid_ptr,  # [B] u8|i32, 0 for a padding row (read with HAS_ROW_VALID): its token is -1
+    row_valid_ptr,  # common.is_padding's (read with HAS_ROW_VALID): its token is -1
     V,
     row_stride,
     num_blocks,
@@ -176,11 +199,12 @@ def argmax_reduce_fp64_kernel(
     (benchmarks/lab/INDEX.md)."""
     row = tl.program_id(0)
     if HAS_ROW_VALID:
-        if tl.load(row_valid_ptr + row) == 0:
+        if is_padding(row_valid_ptr, row):
             tl.store(tokens_ptr + row, -1)
             return
     row_ptr = logits_ptr + row.to(tl.int64) * row_stride
-    token, overflow = reduce_fp64_intervals(partial_score_ptr, fp64_partial_bounds(partial_score_ptr, num_blocks),
+    token, overflow = reduce_fp64_intervals(partial_score_ptr,
+                                            fp64_partial_bounds(partial_score_ptr, num_blocks, tl.num_programs(0)),
                                             partial_index_ptr, row, num_blocks, row_ptr, V, seeds_ptr, positions_ptr,
                                             temperature_ptr, STREAM, FAST_MATH, REDUCE_BLOCK, SEED_WORDS)
     if overflow:
@@ -205,7 +229,7 @@ def gumbel_one_launch_kernel(
     seeds_ptr,  # as gumbel_partial_kernel's
     positions_ptr,  # [B] i32|i64
     temperature_ptr,  # [B] f32, or one f32 for all rows (load_temperature)
-    row_valid_ptr,  # [B] u8|i32, 0 for a padding row (read with HAS_ROW_VALID): its token is -1, nothing read
+    row_valid_ptr,  # common.is_padding's (read with HAS_ROW_VALID): its token is -1, nothing read
     V,
     row_stride,
     partial_score_ptr,  # scratch, as gumbel_partial_kernel's output
@@ -228,13 +252,13 @@ def gumbel_one_launch_kernel(
     same code: the same token. The count's release / acquire orders the partials before the reduce."""
     row = tl.program_id(0)
     if HAS_ROW_VALID:
-        if tl.load(row_valid_ptr + row) == 0:  # padding: no arrival (its counter stays zero)
+        if is_padding(row_valid_ptr, row):  # padding: no arrival (its counter stays zero)
             if tl.program_id(1) == 0:
                 tl.store(tokens_ptr + row, -1)
             return
-    gumbel_partial_kernel(logits_ptr, seeds_ptr, positions_ptr, temperature_ptr, row_valid_ptr, V, row_stride,
-                          partial_score_ptr, partial_index_ptr, STREAM, FP64, BLOCK_V, ROW_ALIGN, VOCAB_ALIGN,
-                          FAST_MATH, SEED_WORDS)
+    _gumbel_partial(logits_ptr, seeds_ptr, positions_ptr, temperature_ptr, V, row_stride, partial_score_ptr,
+                    partial_index_ptr, row, tl.num_programs(0), STREAM, FP64, BLOCK_V, ROW_ALIGN, VOCAB_ALIGN,
+                    FAST_MATH, SEED_WORDS, False)
     num_blocks = tl.num_programs(1)
     tl.debug_barrier()  # every thread's stores before the one release
     if tl.atomic_add(arrivals_ptr + row, 1, sem="acq_rel", scope="gpu") == num_blocks - 1:
@@ -270,7 +294,7 @@ def plan_gumbel_sample(logits: ArgSpec, seeds: ArgSpec, target: Target, *, fp64:
                        row_valid: bool = False, return_logprobs: bool = False, num_top: int = 0) -> Plan:
     """The launches of `gumbel_sample` on inputs `logits` [B, V] (rows `logits.strides[0]` apart,
     columns contiguous), `seeds`, `positions` [B], `temperature` [B] f32 and, with `row_valid`,
-    `row_valid` [B] u8|i32 (0: a padding row, token -1, its logits unread); output `tokens` [B] i32. With
+    `row_valid` (common.is_padding: a padding row, token -1, its logits unread); output `tokens` [B] i32. With
     `return_logprobs`, input `num_top` [1] i32 and the outputs `sampled` (the tokens) and token_logprobs'
     (logprobs.with_logprobs)."""
     if return_logprobs:
@@ -289,14 +313,14 @@ def plan_gumbel_sample(logits: ArgSpec, seeds: ArgSpec, target: Target, *, fp64:
     config = gumbel_launch_config(vocab, row_stride, fp64, fast_math=not target.interpreter,
                                   large_programs=target.large_programs)
     one_launch = target.arrival_counters and batch * config.num_blocks <= ONE_LAUNCH_MAX_PROGRAMS
-    if not one_launch and not target.large_programs and not row_valid:
-        # (with padding rows, the large blocks: a padding row's programs only read its flag, and there are
-        # 8x fewer of them; all rows valid, 5-10% slower: benchmarks/lab/bench_padding.py)
+    if not one_launch and not target.large_programs:
         config = many_rows_config(config, vocab)
+    slots = row_valid and not one_launch  # (padded_row_slots: the padding rows' programs cost their flags only)
     intervals = fp64 and not one_launch and batch * config.num_blocks >= FP64_INTERVALS_MIN_PROGRAMS
     words = fp64_partial_words(config.num_blocks) if intervals else config.num_blocks * (2 if fp64 else 1)
     buffers = (Buffer("partial_score", (batch, words), "float32"),
-               Buffer("partial_index", (batch, config.num_blocks), "int32"), tokens)
+               Buffer("partial_index", (batch, config.num_blocks), "int32"), tokens) + (
+        (num_rows_buffer(batch),) if slots else ())
     options = dict(num_stages=config.num_stages, enable_fp_fusion=config.enable_fp_fusion)
     valid = "row_valid" if row_valid else "positions"  # the stand-in is never read
     if one_launch:
@@ -311,9 +335,9 @@ def plan_gumbel_sample(logits: ArgSpec, seeds: ArgSpec, target: Target, *, fp64:
         return Plan(buffers + (Buffer("arrivals", (batch,), "int32", counters=True),), launches, ("tokens",),
                     "one launch")
     launches = (
-        launch(gumbel_partial_kernel, (batch, config.num_blocks),
-               ("logits", "seeds", "positions", "temperature", valid, vocab, row_stride),
-               ("partial_score", "partial_index"), HAS_ROW_VALID=row_valid,
+        launch(gumbel_partial_kernel, (padded_row_slots(batch) if slots else batch, config.num_blocks),
+               ("logits", "seeds", "positions", "temperature", valid, "num_rows" if slots else "positions", vocab,
+                row_stride), ("partial_score", "partial_index"), HAS_ROW_VALID=row_valid, ROW_SLOTS=slots,
                STREAM=(STREAM_DRAFT if draft else STREAM_TOKEN).value, FP64=fp64, BLOCK_V=config.block_v,
                ROW_ALIGN=config.row_align, VOCAB_ALIGN=config.vocab_align, FAST_MATH=config.fast_math,
                SEED_WORDS=seed_word_count(seeds.shape), FP64_INTERVALS=intervals, num_warps=config.num_warps,

@@ -115,13 +115,17 @@ class _JsampleInterpretedFunction(InterpretedFunction):
             return super().run(*args, **kwargs)
 
 
-def jit(fn):
-    """@triton.jit for jsample's kernels and device functions, following jsample's own choice."""
+def jit(fn=None, *, noinline: bool = False):
+    """@triton.jit for jsample's kernels and device functions, following jsample's own choice; @jit(noinline=True)
+    for a device function compiled as a function of its own (its scalar arguments' registers and its hoisted values
+    do not stay live in the caller's loop around the call)."""
+    if fn is None:
+        return lambda f: jit(f, noinline=noinline)
     if INTERPRETER:
         return _JsampleInterpretedFunction(fn)
     if triton.knobs.runtime.interpret if hasattr(triton, "knobs") else False:
-        return JITFunction(fn)  # TRITON_INTERPRET=1 with JSAMPLE_INTERPRET=0: compiled all the same
-    return triton.jit(fn)
+        return JITFunction(fn, noinline=noinline)  # TRITON_INTERPRET=1 with JSAMPLE_INTERPRET=0: compiled all the same
+    return triton.jit(fn, noinline=noinline)
 
 
 class _CleanThread:

@@ -40,8 +40,8 @@ import math
 import triton
 import triton.language as tl
 
-from jsample.kernels.common import (aligned, is_greedy, largest_power_of_two_dividing, load_temperature, max_flagging_nan,
-                                    store_sampled_block)
+from jsample.kernels.common import (aligned, is_greedy, is_padding, largest_power_of_two_dividing, load_temperature,
+                                    max_flagging_nan, store_sampled_block)
 from jsample.kernels.filtered import _fixed_point_mass, _key, _key_value, _min_p, _relative_probability
 from jsample.kernels.gumbel import argmax_reduce_kernel, gumbel_launch_config, many_rows_config
 from jsample.kernels.host import jit
@@ -173,7 +173,7 @@ def token_logprobs_kernel(
     top_p_ptr,  # [B] f32 (read with HAS_TOP_P)
     min_p_ptr,  # [B] f32 (read with HAS_MIN_P)
     num_top_ptr,  # [1] i32: the count of top_ids / top_logprobs a row, at most MAX_NUM_TOP
-    row_valid_ptr,  # [B] u8|i32, 0 for a padding row (read with HAS_ROW_VALID): NaN, rank 0, its logits unread
+    row_valid_ptr,  # common.is_padding's (read with HAS_ROW_VALID): NaN, rank 0, its logits unread
     V,
     row_stride,
     request_stride,
@@ -222,7 +222,7 @@ def token_logprobs_kernel(
             tl.store(top_logprobs_ptr + b64 * num_top + j, tl.load(fast_top_logprobs_ptr + b64 * num_top + j))
         return
     if HAS_ROW_VALID:
-        if tl.load(row_valid_ptr + request) == 0:
+        if is_padding(row_valid_ptr, request):
             _store_padding_row(b64, raw_ptr, scaled_ptr, kept_ptr, log_kept_mass_ptr, rank_ptr, top_ids_ptr,
                                top_logprobs_ptr, tl.load(num_top_ptr))
             return
@@ -392,7 +392,7 @@ def logprobs_stats_kernel(
     logits_ptr,  # [B, V] f32|bf16|f16 (ROWS = 1), or [B / ROWS, ROWS, V], as token_logprobs_kernel's
     tokens_ptr,  # [B] i32|i64
     temperature_ptr,  # [B] f32, or one f32 for all rows
-    row_valid_ptr,  # [B] u8|i32, 0 for a padding row (read with HAS_ROW_VALID): nothing read
+    row_valid_ptr,  # common.is_padding's (read with HAS_ROW_VALID): nothing read
     V,
     row_stride,
     request_stride,
@@ -410,7 +410,7 @@ def logprobs_stats_kernel(
     b64 = tl.program_id(0).to(tl.int64)
     request = b64 // ROWS
     if HAS_ROW_VALID:
-        if tl.load(row_valid_ptr + request) == 0:
+        if is_padding(row_valid_ptr, request):
             return
     V = aligned(V, VOCAB_ALIGN)
     block = tl.program_id(1)
@@ -430,7 +430,7 @@ def gumbel_logprobs_partial_kernel(
     seeds_ptr,
     positions_ptr,
     temperature_ptr,
-    row_valid_ptr,  # [B] u8|i32, 0 for a padding row (read with HAS_ROW_VALID): its programs read nothing
+    row_valid_ptr,  # common.is_padding's (read with HAS_ROW_VALID): its programs read nothing
     V,
     row_stride,
     partial_score_ptr,  # [B, num_blocks] f32: gumbel_partial_kernel's (FP32 scores)
@@ -450,7 +450,7 @@ def gumbel_logprobs_partial_kernel(
     statistics (store_block_stats)."""
     row = tl.program_id(0)
     if HAS_ROW_VALID:
-        if tl.load(row_valid_ptr + row) == 0:
+        if is_padding(row_valid_ptr, row):
             return
     V = aligned(V, VOCAB_ALIGN)
     block = tl.program_id(1)
@@ -528,7 +528,7 @@ def _take_best(values, cols, eligible, NONE: tl.constexpr):
 @jit
 def top_list_kernel(
     logits_ptr,  # as logprobs_stats_kernel's
-    row_valid_ptr,  # [B] u8|i32 (read with HAS_ROW_VALID): a padding row lists nothing
+    row_valid_ptr,  # common.is_padding's (read with HAS_ROW_VALID): a padding row lists nothing
     num_top_ptr,  # [1] i32: the count a row, 1..TOP (0: nothing to do)
     V,
     row_stride,
@@ -567,7 +567,7 @@ def top_list_kernel(
     else:
         num_top = tl.load(num_top_ptr)
     if HAS_ROW_VALID:
-        if tl.load(row_valid_ptr + request) == 0:
+        if is_padding(row_valid_ptr, request):
             if tl.program_id(1) == 0:  # (no arrival: the row's count stays zero)
                 for j in range(num_top):
                     tl.store(top_ids_ptr + b64 * num_top + j, -1)
@@ -735,7 +735,7 @@ def row_mass_kernel(
     temperature_ptr,
     top_k_ptr,  # [B] i32|i64 (read with HAS_TOP_K)
     top_p_ptr,  # [B] f32
-    row_valid_ptr,  # [B] u8|i32 (read with HAS_ROW_VALID): a padding row's mass is not needed
+    row_valid_ptr,  # common.is_padding's (read with HAS_ROW_VALID): a padding row's mass is not needed
     V,
     row_stride,
     request_stride,
@@ -763,7 +763,7 @@ def row_mass_kernel(
     total = tl.zeros([], tl.int64)
     needed = True
     if HAS_ROW_VALID:
-        needed = tl.load(row_valid_ptr + request) != 0
+        needed = not is_padding(row_valid_ptr, request)
     if needed:
         slots = tl.arange(0, LIST)
         values = tl.load(list_values_ptr + b64 * LIST + slots)
@@ -791,7 +791,7 @@ def filtered_list_reduce_kernel(
     top_p_ptr,  # [B] f32 (read with HAS_TOP_P)
     min_p_ptr,  # [B] f32 (read with HAS_MIN_P)
     num_top_ptr,  # [1] i32
-    row_valid_ptr,  # [B] u8|i32 (read with HAS_ROW_VALID): a padding row is left to token_logprobs_kernel
+    row_valid_ptr,  # common.is_padding's (read with HAS_ROW_VALID): a padding row is left to token_logprobs_kernel
     V,
     row_stride,
     request_stride,
@@ -836,7 +836,7 @@ def filtered_list_reduce_kernel(
     request = b64 // ROWS
     done = tl.full([], 1, tl.int32)
     if HAS_ROW_VALID:
-        if tl.load(row_valid_ptr + request) == 0:
+        if is_padding(row_valid_ptr, request):
             done = done * 0
     if done == 1:
         V = aligned(V, VOCAB_ALIGN)
@@ -998,7 +998,7 @@ def _reduce_row(logits_ptr, tokens_ptr, temperature_ptr, row_valid_ptr, V, row_s
     b64 = tl.program_id(0).to(tl.int64)
     request = b64 // ROWS
     if HAS_ROW_VALID:
-        if tl.load(row_valid_ptr + request) == 0:
+        if is_padding(row_valid_ptr, request):
             _store_padding_row(b64, raw_ptr, scaled_ptr, kept_ptr, log_kept_mass_ptr, rank_ptr, rank_ptr, raw_ptr, 0)
             if HAS_TOP:  # (top_list_kernel wrote its top_ids)
                 num_top = tl.load(num_top_ptr)
@@ -1052,8 +1052,8 @@ def plan_token_logprobs(logits: ArgSpec, target: Target, *, has_top_k: bool, has
     contiguous), `tokens` [B], `temperature` [B] f32 (or one f32), `top_k` / `top_p` / `min_p` [B] where
     given, `num_top` [1] i32 (equal to `num_top`: the outputs' width; the kernel reads the count from the
     device, so no count costs a compilation); outputs raw, scaled, kept, log_kept_mass [B] f32, rank [B]
-    i32, top_ids [B, num_top] i32, top_logprobs [B, num_top] f32. With `row_valid`, input `row_valid` [B] u8|i32
-    (0: a padding row: NaN logprobs, rank 0, top_ids -1, its logits unread).
+    i32, top_ids [B, num_top] i32, top_logprobs [B, num_top] f32. With `row_valid`, input `row_valid`
+    (common.is_padding; a padding row: NaN logprobs, rank 0, top_ids -1, its logits unread).
 
     `logits` may be [B, R, V] (rejection_sample's target logits, R = K + 1): then `tokens` is [B, R], the
     outputs [B, R] (top ones [B, R, num_top]), and temperature, filters and row_valid are per request b."""

@@ -17,9 +17,9 @@ another row's). A launch that names a buffer both as an argument and as an outpu
 same memory for both (in JAX, its input and a new array): every thread's read of an element must come
 before any thread's write of it (filter_decide_kernel reads its counters, then a barrier, then resets
 them). A buffer no launch writes is a constant zero array (e.g. a stand-in for an empty input, never
-read). A plan names its results in `outputs`; further outputs (e.g. log-probabilities) or further kinds
-of steps (e.g. a collective over a vocabulary-sharded axis) extend `Plan` without changing the
-executors' contract.
+read), or its `value` everywhere. A plan names its results in `outputs`; further outputs (e.g.
+log-probabilities) or further kinds of steps (e.g. a collective over a vocabulary-sharded axis) extend
+`Plan` without changing the executors' contract.
 """
 
 import os
@@ -97,6 +97,24 @@ class Buffer:
     dtype: str  # "int32" or "float32" (64-bit values are stored as pairs of 32-bit words)
     zeroed: bool = False  # zero before the first launch
     counters: bool = False  # int32 arrival counters: zero on entry, and the kernels leave them zero (Target.arrival_counters)
+    # a constant int32 buffer, every element `value`, never written: a number a kernel needs at every batch size
+    # without compiling for it (Triton specialises integer arguments, jax-triton compiles per value), e.g. the
+    # batch of a launch whose grid does not have it (ROW_SLOTS)
+    value: int = None
+
+
+# Padded plans (row_valid) run their many-program row kernels on at most this many row slots, slot s taking rows s,
+# s + slots, ... (a padding row costs a flag load, not programs; full batches read as fast: lab INDEX,
+# explore_padding_grids). The kernels take B from the constant buffer num_rows_buffer(B).
+PADDED_ROW_SLOTS = 32
+
+
+def padded_row_slots(batch: int) -> int:
+    return min(batch, PADDED_ROW_SLOTS)
+
+
+def num_rows_buffer(batch: int) -> Buffer:
+    return Buffer("num_rows", (1,), "int32", value=batch)
 
 
 @dataclass(frozen=True)

@@ -69,6 +69,8 @@ from jsample.kernels.common import (
     block_noise,
     inverse_temperature,
     is_greedy,
+    is_padding,
+    rows_to_visit,
     largest_power_of_two_dividing,
     load_block,
     load_temperature,
@@ -82,7 +84,7 @@ from jsample.kernels.common import (
     store_sampled_block,
 )
 from jsample.kernels.gumbel import gumbel_launch_config
-from jsample.kernels.plan import ArgSpec, Buffer, Plan, Target, launch
+from jsample.kernels.plan import ArgSpec, Buffer, Plan, Target, launch, num_rows_buffer, padded_row_slots
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 from jsample.kernels.stream import (LN2, LOG2E, STREAM_ACCEPT, STREAM_TOKEN, exp2_approx, load_seed, log2_approx,
@@ -297,7 +299,8 @@ def rejection_stats_kernel(
     positions_ptr,  # [B] i32|i64, position of row 0
     temperature_ptr,  # [B] f32, 0 = greedy
     num_draft_tokens_ptr,  # [B] i32|i64, n_b (clamped to [0, K])
-    row_valid_ptr,  # [B] u8|i32, 0 for a padding request (read with HAS_ROW_VALID): nothing read or written
+    row_valid_ptr,  # common.is_padding's (read with HAS_ROW_VALID): nothing read or written
+    num_rows_ptr,  # [1] i32, B (read with ROW_SLOTS)
     V,
     K,
     target_batch_stride,
@@ -319,6 +322,7 @@ def rejection_stats_kernel(
     PDL: tl.constexpr = False,  # the first launch of a programmatic dependent launch chain (dependent_launch)
     SEED_WORDS: tl.constexpr = 1,  # 2: seeds are [B, 2] u32 (low, high) words (stream.load_seed)
     HAS_ROW_VALID: tl.constexpr = False,
+    ROW_SLOTS: tl.constexpr = False,  # (with HAS_ROW_VALID) grid dimension 0 is row slots: padded_row_slots
 ):
     """Per (request, draft row j < n_b, vocabulary block): the Gumbel-max partials (best score, its
     column) of strict and greedy rows, the softmax partials of the others. With BONUS_IN_STATS, the
@@ -327,14 +331,26 @@ def rejection_stats_kernel(
     do it instead (small batches, where the GPU has idle SMs and each program's latency counts).
     Rows j >= n_b are skipped (nothing reads them)."""
     dependent_launch(PDL, False)  # its inputs come from ordinary launches: no wait
-    if HAS_ROW_VALID:
-        if tl.load(row_valid_ptr + tl.program_id(0)) == 0:  # padding: the finish launch writes its outputs
-            return
-    _stats_program(target_logits_ptr, draft_logits_ptr, seeds_ptr, positions_ptr, temperature_ptr,
-                   num_draft_tokens_ptr, V, K, target_batch_stride, target_row_stride, draft_batch_stride,
-                   draft_row_stride, stats_ptr, partial_score_ptr, partial_index_ptr, tl.program_id(0),
-                   tl.program_id(1), tl.program_id(2), tl.num_programs(1), tl.num_programs(2), STRICT, ONE_HOT,
-                   BONUS_IN_STATS, FP64, BLOCK_V, ROW_ALIGN, VOCAB_ALIGN, FAST_MATH, BONUS_PROGRAMS, SEED_WORDS)
+    if ROW_SLOTS:
+        for slot_row in tl.range(tl.program_id(0), rows_to_visit(row_valid_ptr, tl.load(num_rows_ptr)),
+                                 tl.num_programs(0), num_stages=1):
+            b = tl.cast(slot_row, tl.int32)  # (a Python int in the interpreter)
+            if not is_padding(row_valid_ptr, b):  # padding: the finish launch writes its outputs
+                _stats_program_in_loop(
+                    target_logits_ptr, draft_logits_ptr, seeds_ptr, positions_ptr, temperature_ptr,
+                    num_draft_tokens_ptr, V, K, target_batch_stride, target_row_stride, draft_batch_stride,
+                    draft_row_stride, stats_ptr, partial_score_ptr, partial_index_ptr, b, tl.program_id(1),
+                    tl.program_id(2), tl.num_programs(1), tl.num_programs(2), STRICT, ONE_HOT, BONUS_IN_STATS, FP64,
+                    BLOCK_V, ROW_ALIGN, VOCAB_ALIGN, FAST_MATH, BONUS_PROGRAMS, SEED_WORDS)
+    else:
+        if HAS_ROW_VALID:
+            if is_padding(row_valid_ptr, tl.program_id(0)):  # padding: the finish launch writes its outputs
+                return
+        _stats_program(target_logits_ptr, draft_logits_ptr, seeds_ptr, positions_ptr, temperature_ptr,
+                       num_draft_tokens_ptr, V, K, target_batch_stride, target_row_stride, draft_batch_stride,
+                       draft_row_stride, stats_ptr, partial_score_ptr, partial_index_ptr, tl.program_id(0),
+                       tl.program_id(1), tl.program_id(2), tl.num_programs(1), tl.num_programs(2), STRICT, ONE_HOT,
+                       BONUS_IN_STATS, FP64, BLOCK_V, ROW_ALIGN, VOCAB_ALIGN, FAST_MATH, BONUS_PROGRAMS, SEED_WORDS)
 
 
 @jit
@@ -400,6 +416,11 @@ def _stats_program(target_logits_ptr, draft_logits_ptr, seeds_ptr, positions_ptr
             _store_sampled_partials(target_row_ptr, num_drafts, target_row_stride, V, first_col, seed,
                                     position + num_drafts, temperature, partial_score_ptr, partial_index_ptr,
                                     bonus_out, BLOCK_V, ROW_ALIGN, FP64, FAST_MATH)
+
+
+# _stats_program as a function of its own, for rejection_stats_kernel's row-slot loop: inlined there, the loop
+# keeps 80 registers a thread live (63 so, as the plain grid's 64), fewer programs fit an SM
+_stats_program_in_loop = jit(_stats_program.fn, noinline=True)
 
 
 @jit
@@ -554,7 +575,7 @@ def rejection_decide_kernel(
     stats_ptr,  # [B * K, NUM_STATS * NUM_BLOCKS] f32 (f64 words when FP64), from rejection_stats_kernel
     row_score_ptr,  # [B * (K+1), NUM_BLOCKS] f32 (f64 words when FP64), from rejection_stats_kernel
     row_index_ptr,  # [B * (K+1), NUM_BLOCKS] i32, from rejection_stats_kernel
-    row_valid_ptr,  # [B] u8|i32, 0 for a padding request (read with HAS_ROW_VALID): emit mode EMIT_STATS_ROW (no emit)
+    row_valid_ptr,  # common.is_padding's (read with HAS_ROW_VALID): emit mode EMIT_STATS_ROW (no emit)
     V,
     K,
     target_batch_stride,
@@ -578,7 +599,7 @@ def rejection_decide_kernel(
     b = tl.program_id(0)
     b64 = b.to(tl.int64)
     if HAS_ROW_VALID:
-        if tl.load(row_valid_ptr + b) == 0:  # padding: nothing to emit (the finish launch writes its outputs)
+        if is_padding(row_valid_ptr, b):  # padding: nothing to emit (the finish launch writes its outputs)
             tl.store(emit_row_ptr + b, 0)
             tl.store(emit_mode_ptr + b, EMIT_STATS_ROW)
             return
@@ -740,7 +761,7 @@ def rejection_decide_emit_kernel(
     stats_ptr,  # [B * K, NUM_STATS * NUM_BLOCKS] f32 (f64 words when FP64), from rejection_stats_kernel
     row_score_ptr,  # [B * (K+1), NUM_BLOCKS] f32 (f64 words when FP64), from rejection_stats_kernel
     row_index_ptr,  # [B * (K+1), NUM_BLOCKS] i32, from rejection_stats_kernel
-    row_valid_ptr,  # [B] u8|i32, 0 for a padding request (read with HAS_ROW_VALID): nothing read or written
+    row_valid_ptr,  # common.is_padding's (read with HAS_ROW_VALID): nothing read or written
     V,
     K,
     target_batch_stride,
@@ -774,7 +795,7 @@ def rejection_decide_emit_kernel(
     (_decision_inputs; and at K <= 1, where only row 0 can need this launch's pass, that row's block
     and noise): the wait then covers only the partials' loads and the decision itself."""
     if HAS_ROW_VALID:
-        if tl.load(row_valid_ptr + tl.program_id(0)) == 0:  # padding: the finish launch writes its outputs
+        if is_padding(row_valid_ptr, tl.program_id(0)):  # padding: the finish launch writes its outputs
             return
     _decide_emit_program(
         target_logits_ptr, draft_logits_ptr, draft_tokens_ptr, num_draft_tokens_ptr, seeds_ptr, positions_ptr,
@@ -910,7 +931,7 @@ def rejection_finish_kernel(
     row_index_ptr,  # [B * (K+1), NUM_BLOCKS] i32
     emit_score_ptr,  # [2B, NUM_BLOCKS] f32 (f64 words when FP64), from rejection_emit_kernel
     emit_index_ptr,  # [2B, NUM_BLOCKS] i32
-    row_valid_ptr,  # [B] u8|i32, 0 for a padding request (read with HAS_ROW_VALID): tokens -1, num_sampled 0
+    row_valid_ptr,  # common.is_padding's (read with HAS_ROW_VALID): tokens -1, num_sampled 0
     num_blocks,
     K,
     V,
@@ -929,7 +950,7 @@ def rejection_finish_kernel(
     the residual is all zero), else row a_b's Gumbel-max sample, from the emit or the stats launch
     (from the emit partials always with STATS_ROW_IN_EMIT)."""
     if HAS_ROW_VALID:
-        if tl.load(row_valid_ptr + tl.program_id(0)) == 0:
+        if is_padding(row_valid_ptr, tl.program_id(0)):
             _write_padding(tokens_ptr, num_sampled_ptr, tl.program_id(0).to(tl.int64), K, BLOCK_K)
             return
     _finish_program(target_logits_ptr, draft_tokens_ptr, emit_row_ptr, emit_mode_ptr, row_score_ptr, row_index_ptr,
@@ -979,7 +1000,7 @@ def rejection_one_launch_kernel(
     seeds_ptr,  # [B] i32|u32|i64
     positions_ptr,  # [B] i32|i64, position of row 0
     temperature_ptr,  # [B] f32
-    row_valid_ptr,  # [B] u8|i32, 0 for a padding request (read with HAS_ROW_VALID): tokens -1, num_sampled 0, nothing read
+    row_valid_ptr,  # common.is_padding's (read with HAS_ROW_VALID): tokens -1, num_sampled 0, nothing read
     V,
     K,  # <= 1
     target_batch_stride,
@@ -1024,7 +1045,7 @@ def rejection_one_launch_kernel(
     if ticket < stats_programs:
         valid = True
         if HAS_ROW_VALID:  # a padding request's programs arrive without work
-            valid = tl.load(row_valid_ptr + ticket // (2 * num_blocks)) != 0
+            valid = not is_padding(row_valid_ptr, ticket // (2 * num_blocks))
         if valid:
             _stats_program(target_logits_ptr, draft_logits_ptr, seeds_ptr, positions_ptr, temperature_ptr,
                            num_draft_tokens_ptr, V, K, target_batch_stride, target_row_stride, draft_batch_stride,
@@ -1037,7 +1058,7 @@ def rejection_one_launch_kernel(
         b = (ticket - stats_programs) // num_blocks
         valid = True
         if HAS_ROW_VALID:
-            valid = tl.load(row_valid_ptr + b) != 0
+            valid = not is_padding(row_valid_ptr, b)
         if valid:
             _decide_emit_program(
                 target_logits_ptr, draft_logits_ptr, draft_tokens_ptr, num_draft_tokens_ptr, seeds_ptr, positions_ptr,
@@ -1064,7 +1085,7 @@ def synthetic_rejection_kernel(
     seeds_ptr,  # [B] i32|u32|i64
     positions_ptr,  # [B] i32|i64
     conditional_rates_ptr,  # [K] or [B, K] f32, contiguous
-    row_valid_ptr,  # [B] u8|i32, 0 for a padding request (read with HAS_ROW_VALID): tokens -1, num_sampled 0
+    row_valid_ptr,  # common.is_padding's (read with HAS_ROW_VALID): tokens -1, num_sampled 0
     K,
     rates_batch_stride,  # 0 for [K] rates, K for [B, K]
     tokens_ptr,  # [B, K+1] i32 output
@@ -1079,7 +1100,7 @@ def synthetic_rejection_kernel(
     b = tl.program_id(0)
     b64 = b.to(tl.int64)
     if HAS_ROW_VALID:
-        if tl.load(row_valid_ptr + b) == 0:
+        if is_padding(row_valid_ptr, b):
             _write_padding(tokens_ptr, num_sampled_ptr, b64, K, BLOCK_K)
             return
     num_drafts = tl.minimum(tl.maximum(tl.load(num_draft_tokens_ptr + b), 0), K)
@@ -1110,7 +1131,7 @@ def plan_rejection_sample(target_logits: ArgSpec, draft_logits: ArgSpec, seeds: 
     """The launches of `rejection_sample` on inputs `target_logits` [B, K+1, V], `draft_logits`
     [B, K, V] (None: one-hot drafts; columns contiguous, any batch and row strides), `draft_tokens`
     [B, K] i32, `num_draft_tokens` [B] i32, `seeds`, `positions`, `temperature` [B] f32; outputs
-    `tokens` [B, K+1] and `num_sampled` [B] i32. With `row_valid`, input `row_valid` [B] u8|i32: 0 marks a
+    `tokens` [B, K+1] and `num_sampled` [B] i32. With `row_valid`, input `row_valid` (common.is_padding) marks a
     padding request (tokens -1, num_sampled 0, its logits unread).
 
     The variant (REJECTION_VARIANTS) is chosen here unless given (tests run each): "four launches"
@@ -1167,7 +1188,7 @@ def plan_rejection_sample(target_logits: ArgSpec, draft_logits: ArgSpec, seeds: 
         Buffer("emit_row", (batch,), "int32"), Buffer("emit_mode", (batch,), "int32"),
         Buffer("log_normalizer", (batch, 2 * words), "float32"),
         Buffer("counters", (2 + batch,), "int32", zeroed=True),  # the one launch's tickets and arrivals
-        Buffer("no_drafts", (1,), "int32", zeroed=True)) + outputs
+        Buffer("no_drafts", (1,), "int32", zeroed=True), num_rows_buffer(batch)) + outputs
     stats_outputs = ("stats", "row_score", "row_index")
     if variant == "one launch":
         launches = (launch(
@@ -1178,10 +1199,16 @@ def plan_rejection_sample(target_logits: ArgSpec, draft_logits: ArgSpec, seeds: 
             SEED_WORDS=seed_words,
             num_warps=config.num_warps, **options),)
     else:
+        # padded_row_slots for the stats (a padding request costs its flag, not 4 x 75 programs); the emit launch keeps
+        # its grid: its padding programs only read an emit mode, and a looped emit kernel needs more registers
+        slots = row_valid and not three
+        rows = "num_rows" if slots else "num_draft_tokens"  # (a stand-in, never read, without slots)
         stats = launch(
-            rejection_stats_kernel, (batch, config.stats_rows + three, config.num_blocks),
-            (*logits, *requests, "num_draft_tokens", valid, vocab, k, *strides), stats_outputs,
-            **padding, **flags, BONUS_IN_STATS=config.bonus_in_stats and not three, BONUS_PROGRAMS=three, **tiles, PDL=pdl,
+            rejection_stats_kernel, (padded_row_slots(batch) if slots else batch, config.stats_rows + three,
+                                     config.num_blocks),
+            (*logits, *requests, "num_draft_tokens", valid, rows, vocab, k, *strides), stats_outputs,
+            **padding, ROW_SLOTS=slots, **flags, BONUS_IN_STATS=config.bonus_in_stats and not three,
+            BONUS_PROGRAMS=three, **tiles, PDL=pdl,
             SEED_WORDS=seed_words, num_warps=config.num_warps, **options)
         if three:
             middle = (launch(

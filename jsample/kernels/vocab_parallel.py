@@ -29,7 +29,7 @@ import functools
 import triton
 import triton.language as tl
 
-from jsample.kernels.common import aligned, load_temperature, store_sampled_block
+from jsample.kernels.common import aligned, is_padding, load_temperature, store_sampled_block
 from jsample.kernels.gumbel import ONE_LAUNCH_MAX_PROGRAMS, gumbel_launch_config, many_rows_config
 from jsample.kernels.host import jit
 from jsample.kernels.plan import ArgSpec, Buffer, Plan, ShardedPlan, Target, launch
@@ -47,7 +47,7 @@ def shard_partial_kernel(
     positions_ptr,
     temperature_ptr,
     vocab_start_ptr,  # [1] i32: the global column of this shard's first column (a multiple of 4)
-    row_valid_ptr,  # [B] u8|i32, 0 for a padding row (read with HAS_ROW_VALID): its logits unread
+    row_valid_ptr,  # common.is_padding's (read with HAS_ROW_VALID): its logits unread
     V_shard,
     row_stride,
     partial_score_ptr,  # [B, num_blocks] f32 (FP64: f64 as f32 pairs)
@@ -70,7 +70,7 @@ def shard_partial_kernel(
     candidate. A padding row's programs read nothing (its summary says: no token)."""
     row = tl.program_id(0)
     if HAS_ROW_VALID:
-        if tl.load(row_valid_ptr + row) == 0:
+        if is_padding(row_valid_ptr, row):
             return
     block = tl.program_id(1)
     num_blocks = tl.num_programs(1)
@@ -102,7 +102,7 @@ def shard_summary_kernel(
     partial_index_ptr,
     greedy_value_ptr,
     greedy_index_ptr,
-    row_valid_ptr,  # [B] u8|i32 (read with HAS_ROW_VALID): a padding row's summary says no token
+    row_valid_ptr,  # common.is_padding's (read with HAS_ROW_VALID): a padding row's summary says no token
     num_blocks,
     summary_ptr,  # [B, SUMMARY_WORDS] i32 output
     FP64: tl.constexpr,
@@ -113,7 +113,7 @@ def shard_summary_kernel(
     reduce_block_best_flagged reduces them."""
     row = tl.program_id(0)
     if HAS_ROW_VALID:
-        if tl.load(row_valid_ptr + row) == 0:
+        if is_padding(row_valid_ptr, row):
             _store_no_token(summary_ptr, row)
             return
     _summarize_row(partial_score_ptr, partial_index_ptr, greedy_value_ptr, greedy_index_ptr, row, num_blocks,
@@ -162,7 +162,7 @@ def shard_one_launch_kernel(
     positions_ptr,
     temperature_ptr,
     vocab_start_ptr,
-    row_valid_ptr,  # [B] u8|i32 (read with HAS_ROW_VALID): a padding row's summary says no token, nothing read
+    row_valid_ptr,  # common.is_padding's (read with HAS_ROW_VALID): a padding row's summary says no token, nothing read
     V_shard,
     row_stride,
     partial_score_ptr,  # scratch, as shard_partial_kernel's outputs
@@ -188,7 +188,7 @@ def shard_one_launch_kernel(
     program writes the no-token summary, no program arrives (the counter stays zero)."""
     row = tl.program_id(0)
     if HAS_ROW_VALID:
-        if tl.load(row_valid_ptr + row) == 0:
+        if is_padding(row_valid_ptr, row):
             if tl.program_id(1) == 0:
                 _store_no_token(summary_ptr, row)
             return
@@ -245,9 +245,9 @@ def plan_gumbel_shard(logits: ArgSpec, seeds: ArgSpec, target: Target, *, fp64: 
                       start_align: int, row_valid: bool = False) -> Plan:
     """A shard's part of vocab-parallel `gumbel_sample`: inputs `logits` [B, V_shard] (this device's
     columns), `seeds`, `positions`, `temperature` as gumbel_sample's, `vocab_start` [1] i32 (the shard's
-    first global column, a multiple of `start_align`, a power of two >= 4) and, with `row_valid`, `row_valid` [B]
-    i32 (0: a padding row, its logits unread, its summary no token); output `summary` [B, SUMMARY_WORDS] i32, for
-    the all-gather."""
+    first global column, a multiple of `start_align`, a power of two >= 4) and, with `row_valid`, `row_valid`
+    (common.is_padding: a padding row, its logits unread, its summary no token); output `summary`
+    [B, SUMMARY_WORDS] i32, for the all-gather."""
     if start_align < START_MULTIPLE or start_align & (start_align - 1):
         raise ValueError(f"start_align must be a power of two >= {START_MULTIPLE}, got {start_align}")
     batch, vocab = logits.shape

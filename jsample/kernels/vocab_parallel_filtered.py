@@ -52,7 +52,7 @@ import functools
 import triton
 import triton.language as tl
 
-from jsample.kernels.common import aligned, load_temperature, noisy_scores
+from jsample.kernels.common import aligned, is_padding, load_temperature, noisy_scores
 from jsample.kernels.filtered.config import (
     PHASE_STATS,
     PHASE_TOP_K,
@@ -101,7 +101,7 @@ def shard_list_capacity(top_k) -> int:
 @jit
 def shard_filter_stats_kernel(
     logits_ptr,  # [B, V_shard] f32|bf16|f16: this device's columns, rows `row_stride` elements apart
-    row_valid_ptr,  # [B] u8|i32 (read with HAS_ROW_VALID): 0 for a padding row, whose logits are not read
+    row_valid_ptr,  # common.is_padding's (read with HAS_ROW_VALID): a padding row's logits are not read
     temperature_ptr,  # [B] f32
     V_shard,
     row_stride,
@@ -122,7 +122,7 @@ def shard_filter_stats_kernel(
     row = tl.program_id(0)
     valid = True
     if HAS_ROW_VALID:
-        valid = tl.load(row_valid_ptr + row) != 0
+        valid = not is_padding(row_valid_ptr, row)
     if valid:
         row_ptr = logits_ptr + row.to(tl.int64) * row_stride
         tiles_ptr = tile_max_ptr + row.to(tl.int64) * tl.cdiv(V_shard, THREADS * VEC)
@@ -150,7 +150,7 @@ def shard_filter_stats_kernel(
 @jit
 def shard_top_k_bound_kernel(
     top_k_ptr,  # [B] i32|i64
-    row_valid_ptr,  # [B] u8|i32 (read with HAS_ROW_VALID): a padding row's tiles were not written
+    row_valid_ptr,  # common.is_padding's (read with HAS_ROW_VALID): a padding row's tiles were not written
     tile_max_ptr,  # shard_filter_stats_kernel's
     stats_in_ptr,  # shard_filter_stats_kernel's [B, 3] i64 (its words 0 and 2)
     num_tiles,
@@ -165,7 +165,7 @@ def shard_top_k_bound_kernel(
     row = tl.program_id(0)
     valid = True
     if HAS_ROW_VALID:
-        valid = tl.load(row_valid_ptr + row) != 0
+        valid = not is_padding(row_valid_ptr, row)
     bound = tl.full([], -(2**31), tl.int64)
     if valid:
         tiles = tl.arange(0, REDUCE_TILES)
@@ -289,7 +289,7 @@ def shard_filtered_partial_kernel(
     top_p_ptr,
     min_p_ptr,  # [B] f32 (read with HAS_MIN_P)
     vocab_start_ptr,  # [1] i32: the global column of this shard's first column (a multiple of START_ALIGN)
-    row_valid_ptr,  # [B] u8|i32 (read with HAS_ROW_VALID): a padding row's programs read and write nothing
+    row_valid_ptr,  # common.is_padding's (read with HAS_ROW_VALID): a padding row's programs read and write nothing
     gathered_stats_ptr,
     state_in_ptr,  # the last search round's (read unless PREV_PHASE is stats: min-p alone)
     gathered_sums_ptr,
@@ -325,7 +325,7 @@ def shard_filtered_partial_kernel(
     overflow flag makes the row greedy, as in top_k_top_p_sample."""
     row = tl.program_id(0)
     if HAS_ROW_VALID:
-        if tl.load(row_valid_ptr + row) == 0:
+        if is_padding(row_valid_ptr, row):
             return
     b64 = row.to(tl.int64)
     batch = tl.num_programs(0)
@@ -391,7 +391,7 @@ def shard_top_k_collect_kernel(
     logits_ptr,  # as shard_filter_stats_kernel's
     temperature_ptr,  # [B] f32
     top_k_ptr,  # [B] i32|i64
-    row_valid_ptr,  # [B] u8|i32 (read with HAS_ROW_VALID): a padding row's programs read and write nothing
+    row_valid_ptr,  # common.is_padding's (read with HAS_ROW_VALID): a padding row's programs read and write nothing
     stats_ptr,  # this shard's own statistics [B, 3] i64 (shard_filter_stats_kernel's)
     tile_max_ptr,  # shard_filter_stats_kernel's tiles' largest keys
     V_shard,
@@ -410,7 +410,7 @@ def shard_top_k_collect_kernel(
     tile (_collect_candidates; past SLOTS only counted). Tiles below the floor are skipped unread."""
     row = tl.program_id(0)
     if HAS_ROW_VALID:
-        if tl.load(row_valid_ptr + row) == 0:
+        if is_padding(row_valid_ptr, row):
             return
     b64 = row.to(tl.int64)
     key_max, count, _, _ = _row_stats(stats_ptr, row, tl.num_programs(0), 1, 1)
@@ -501,7 +501,7 @@ def shard_top_k_record_kernel(
     temperature_ptr,  # [B] f32
     top_k_ptr,  # [B] i32|i64
     vocab_start_ptr,  # [1] i32: the global column of this shard's first column
-    row_valid_ptr,  # [B] u8|i32 (read with HAS_ROW_VALID): a padding row's record stays zero (nothing listed)
+    row_valid_ptr,  # common.is_padding's (read with HAS_ROW_VALID): a padding row's record stays zero (nothing listed)
     stats_ptr,  # this shard's own statistics [B, 3] i64 (shard_filter_stats_kernel's)
     tile_max_ptr,  # shard_filter_stats_kernel's tiles' largest keys
     candidates_ptr,  # shard_top_k_collect_kernel's
@@ -531,7 +531,7 @@ def shard_top_k_record_kernel(
     from its logits by this program alone (_chunk_above's counts, _narrow's bracket; _list_tiles)."""
     row = tl.program_id(0)
     if HAS_ROW_VALID:
-        if tl.load(row_valid_ptr + row) == 0:
+        if is_padding(row_valid_ptr, row):
             return
     b64 = row.to(tl.int64)
     record = record_ptr + b64 * (2 * CAP + _LIST_HEADER_WORDS)
@@ -589,7 +589,7 @@ def shard_list_merge_kernel(
     top_k_ptr,  # [B] i32|i64
     top_p_ptr,  # [B] f32 (read with HAS_TOP_P)
     min_p_ptr,  # [B] f32 (read with HAS_MIN_P)
-    row_valid_ptr,  # [B] u8|i32 (read with HAS_ROW_VALID): a padding row's token is -1
+    row_valid_ptr,  # common.is_padding's (read with HAS_ROW_VALID): a padding row's token is -1
     shards,
     tokens_ptr,  # [B] i32 output
     threshold_ptr,  # [B, 4] i32 output (with STORE_THRESHOLD): shard_threshold_kernel's words, for the filtered rows
@@ -616,7 +616,7 @@ def shard_list_merge_kernel(
     token = tl.full([], -1, tl.int32)
     valid = True
     if HAS_ROW_VALID:
-        valid = tl.load(row_valid_ptr + row) != 0
+        valid = not is_padding(row_valid_ptr, row)
     if valid:
         batch = tl.num_programs(0).to(tl.int64)
         s = tl.arange(0, SHARDS_BLOCK)
@@ -686,10 +686,11 @@ def plan_top_k_top_p_shard(logits: ArgSpec, seeds: ArgSpec, target: Target, *, h
     """A shard's rounds of vocab-parallel `top_k_top_p_sample` (the module's docstring): inputs `logits`
     [B, V_shard] (this device's columns), `seeds`, `positions`, `temperature` [B] f32, `top_k` / `top_p` /
     `min_p` where given (as top_k_top_p_sample's), `vocab_start` [1] i32 (the shard's first global column, a
-    multiple of `start_align`) and, with `row_valid`, `row_valid` [B] (0: a padding row, token -1, its logits
-    unread); the last round's output `tokens` [B] i32. `list_capacity` (shard_list_capacity of a call's top_k, with
-    has_top_k; every row's k at most it) takes the lists' two rounds instead of the searches', a shard's candidates
-    of a row in `candidate_slots` slots (a power of two; tests take a few, to run the rows that overflow them).
+    multiple of `start_align`) and, with `row_valid`, `row_valid` (common.is_padding: a padding row, token -1,
+    its logits unread); the last round's output `tokens` [B] i32. `list_capacity` (shard_list_capacity of a call's
+    top_k, with has_top_k; every row's k at most it) takes the lists' two rounds instead of the searches', a shard's
+    candidates of a row in `candidate_slots` slots (a power of two; tests take a few, to run the rows that overflow
+    them).
     `store_threshold` (return_logprobs): the last round outputs `kept_threshold` [B, 4] i32 after the tokens
     (shard_threshold_kernel's words: vocab-parallel token_logprobs then takes the kept set from it)."""
     if start_align < START_MULTIPLE or start_align & (start_align - 1):
@@ -794,7 +795,7 @@ def shard_threshold_kernel(
     temperature_ptr,  # [B] f32
     top_k_ptr,
     top_p_ptr,
-    row_valid_ptr,  # [B] u8|i32 (read with HAS_ROW_VALID): a padding row's words are not written
+    row_valid_ptr,  # common.is_padding's (read with HAS_ROW_VALID): a padding row's words are not written
     gathered_stats_ptr,  # as shard_filtered_partial_kernel's
     state_in_ptr,
     gathered_sums_ptr,
@@ -812,7 +813,7 @@ def shard_threshold_kernel(
     is the logits whose key is at or above it (and, with min-p, whose e reaches min_p), the sampler's exactly."""
     row = tl.program_id(0)
     if HAS_ROW_VALID:
-        if tl.load(row_valid_ptr + row) == 0:
+        if is_padding(row_valid_ptr, row):
             return
     b64 = row.to(tl.int64)
     batch = tl.num_programs(0)

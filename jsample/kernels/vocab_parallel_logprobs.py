@@ -46,7 +46,7 @@ import functools
 import triton
 import triton.language as tl
 
-from jsample.kernels.common import aligned, is_greedy, largest_power_of_two_dividing, load_temperature
+from jsample.kernels.common import aligned, is_greedy, is_padding, largest_power_of_two_dividing, load_temperature
 from jsample.kernels.filtered import _key, _key_value, _min_p
 from jsample.kernels.host import jit
 from jsample.kernels.logprobs import (STATS, TOP_LIST, TOP_LIST_PROGRAMS, _block_sums, _finite, _kept,
@@ -101,7 +101,7 @@ def shard_logprobs_stats_kernel(
     tokens_ptr,  # [B] i32|i64: global columns
     temperature_ptr,  # [B] f32, or one f32 for all rows
     vocab_start_ptr,  # [1] i32: the global column of this shard's first column
-    row_valid_ptr,  # [B] u8|i32 (read with HAS_ROW_VALID): 0 for a padding row, its logits unread in every round
+    row_valid_ptr,  # common.is_padding's (read with HAS_ROW_VALID): a padding row's logits unread in every round
     V_shard,
     row_stride,
     record_ptr,  # [B, stats_record_words(SPAN)] i32 output
@@ -116,7 +116,7 @@ def shard_logprobs_stats_kernel(
     """Round 1 (the module's docstring): block first + j of the row, over this shard's columns."""
     row = tl.program_id(0).to(tl.int64)
     if HAS_ROW_VALID:
-        if tl.load(row_valid_ptr + row) == 0:
+        if is_padding(row_valid_ptr, row):
             return
     j = tl.program_id(1)
     start, end = _shard_columns(vocab_start_ptr, V_shard, START_ALIGN, VOCAB_ALIGN)
@@ -163,7 +163,7 @@ def shard_top_list_kernel(
     """Grid (B, PROGRAMS): top_list_kernel's list of the shard's columns (their blocks' maxima from the record)."""
     row = tl.program_id(0).to(tl.int64)
     if HAS_ROW_VALID:
-        if tl.load(row_valid_ptr + row) == 0:
+        if is_padding(row_valid_ptr, row):
             return
     num_top = tl.load(num_top_ptr)
     if num_top > 0:
@@ -239,7 +239,7 @@ def shard_logprobs_count_kernel(
     two sums (integer atomics: any order)."""
     row = tl.program_id(0).to(tl.int64)
     if HAS_ROW_VALID:
-        if tl.load(row_valid_ptr + row) == 0:
+        if is_padding(row_valid_ptr, row):
             return
     batch = tl.num_programs(0).to(tl.int64)
     j = tl.program_id(1)
@@ -340,7 +340,7 @@ def shard_logprobs_merge_kernel(
     row = tl.program_id(0).to(tl.int64)
     batch = tl.num_programs(0).to(tl.int64)
     if HAS_ROW_VALID:
-        if tl.load(row_valid_ptr + row) == 0:
+        if is_padding(row_valid_ptr, row):
             _store_padding_row(row, raw_ptr, scaled_ptr, kept_ptr, log_kept_mass_ptr, rank_ptr, top_ids_ptr,
                                top_logprobs_ptr, tl.load(num_top_ptr) if HAS_TOP else 0)
             return
@@ -419,7 +419,7 @@ def plan_token_logprobs_shard(logits: ArgSpec, target: Target, *, vocab: int, st
     `vocab_start` [1] i32, a multiple of `start_align`): inputs `tokens` [B] (global columns), `temperature` [B]
     f32 (or one f32), `vocab_start`, and `num_top` [1] i32 (equal to `num_top`: the top outputs' width; read on the
     device, so every count from 1 runs the same kernels), `top_k` / `top_p` / `min_p` [B] where given (then
-    `temperature` [B]) and, with `row_valid`, `row_valid` [B] u8|i32 (0: a padding row, its logits unread: NaN
+    `temperature` [B]) and, with `row_valid`, `row_valid` (common.is_padding: a padding row, its logits unread: NaN
     logprobs, rank 0, top_ids -1); outputs token_logprobs' (raw, scaled, kept, log_kept_mass, rank, top_ids,
     top_logprobs), on every device. With filters, vocab-parallel top_k_top_p_sample's statistics and search rounds
     come first (its kept set: plan_kept_threshold_shard), or with `threshold_given` the input `kept_threshold`

@@ -134,14 +134,16 @@ def _with_num_tops(op, flags) -> list:
     return [flags]
 
 
-def input_specs(case: WarmupCase, wide: str = "int64") -> dict:
+def input_specs(case: WarmupCase, wide: str = "int64", row_count: bool = False) -> dict:
     """{input name: (shape, dtype name)} of a case's call, as a typical call passes them: seeds, positions and
-    top_k `wide` [B], temperature, top_p and min_p float32 [B], draft tokens and counts int32 (the values do not
-    matter to the compiler; the dtypes do). Each frontend makes its arrays from them."""
+    top_k `wide` [B], temperature, top_p and min_p float32 [B], draft tokens and counts int32, the padding rows'
+    `row_valid` (common.is_padding) as [B] uint8 flags (JAX) or, with `row_count`, an int64 count [1] (torch: an
+    int or torch.tensor(n)); the values do not matter to the compiler, the dtypes do. Each frontend makes its
+    arrays from them."""
     b, v, k, flags = case.batch, case.vocab, case.k, dict(case.flags)
     requests = dict(seeds=((b,), wide), positions=((b,), wide))
     if flags.get("num_valid"):
-        requests["row_valid"] = ((b,), "uint8")  # the frontends' row flags (row_valid)
+        requests["row_valid"] = ((1,), "int64") if row_count else ((b,), "uint8")
     if case.op == "synthetic_rejection_sample":
         return dict(requests, draft_tokens=((b, k), "int32"), num_draft_tokens=((b,), "int32"),
                     target_tokens=((b, k + 1), "int32"),

@@ -5,7 +5,8 @@ and its reduce. The search and sampling launches stride over the rows filter_dec
 
 import triton.language as tl
 
-from jsample.kernels.common import aligned, load_temperature, reduce_block_best_flagged, store_sampled_block
+from jsample.kernels.common import (aligned, is_padding, load_temperature, reduce_block_best_flagged,
+                                    store_sampled_block)
 from jsample.kernels.gumbel import store_row_token
 from jsample.kernels.host import jit
 from jsample.kernels.stream import load_seed
@@ -54,7 +55,7 @@ def filter_stats_kernel(
     seeds_ptr,  # [B] i32|u32|i64, or [B, 2] u32 words (SEED_WORDS = 2)
     positions_ptr,  # [B] i32|i64
     temperature_ptr,  # [B] f32
-    row_valid_ptr,  # [B] u8|i32, 0 for a padding row (read with HAS_ROW_VALID): nothing read or written
+    row_valid_ptr,  # common.is_padding's (read with HAS_ROW_VALID): nothing read or written
     V,
     row_stride,
     stats_ptr,  # [B, num_blocks] i32: per block, the largest finite key (-2**31 without one)
@@ -77,7 +78,7 @@ def filter_stats_kernel(
     V = aligned(V, VOCAB_ALIGN)
     b = tl.program_id(0)
     if HAS_ROW_VALID:
-        if tl.load(row_valid_ptr + b) == 0:  # padding: filter_row_kernel gives it token -1
+        if is_padding(row_valid_ptr, b):  # padding: filter_row_kernel gives it token -1
             return
     block = tl.program_id(1)
     num_blocks = tl.num_programs(1)
@@ -98,7 +99,7 @@ def filter_row_kernel(
     temperature_ptr,  # [B] f32
     top_k_ptr,  # [B] i32|i64 (read when HAS_TOP_K)
     min_p_ptr,  # [B] f32 (read when HAS_MIN_P)
-    row_valid_ptr,  # [B] u8|i32, 0 for a padding row (read with HAS_ROW_VALID): STATUS_SAMPLED, token -1
+    row_valid_ptr,  # common.is_padding's (read with HAS_ROW_VALID): STATUS_SAMPLED, token -1
     stats_ptr,  # from filter_stats_kernel
     unfiltered_score_ptr,
     unfiltered_index_ptr,
@@ -124,7 +125,7 @@ def filter_row_kernel(
     b = tl.program_id(0)
     b64 = b.to(tl.int64)
     if HAS_ROW_VALID:
-        if tl.load(row_valid_ptr + b) == 0:
+        if is_padding(row_valid_ptr, b):
             zero = b64 * 0
             _store_state(state_out_ptr, b64, zero, zero, zero, zero, zero + 1, zero, zero - 1, zero + _SAMPLED)
             return

@@ -9,6 +9,7 @@ import triton.language as tl
 from jsample.kernels.common import (
     aligned,
     greedy_argmax_row,
+    is_padding,
     load_temperature,
     reduce_block_best_flagged,
     store_sampled_block,
@@ -94,7 +95,7 @@ def filtered_one_launch_kernel(
     top_k_ptr,  # [B] i32|i64 (read when HAS_TOP_K)
     top_p_ptr,  # [B] f32 (read when HAS_TOP_P)
     min_p_ptr,  # [B] f32 (read when HAS_MIN_P)
-    row_valid_ptr,  # [B] u8|i32, 0 for a padding row (read with HAS_ROW_VALID): token -1, nothing read
+    row_valid_ptr,  # common.is_padding's (read with HAS_ROW_VALID): token -1, nothing read
     V,
     row_stride,
     num_blocks,  # sampling blocks of BLOCK_V columns per row
@@ -156,7 +157,7 @@ def filtered_one_launch_kernel(
     b = tl.program_id(0)
     c = tl.program_id(1)
     if HAS_ROW_VALID:
-        if tl.load(row_valid_ptr + b) == 0:  # padding: no barrier, no arrival (its counters stay zero)
+        if is_padding(row_valid_ptr, b):  # padding: no barrier, no arrival (its counters stay zero)
             if c == 0:
                 tl.store(tokens_ptr + b, -1)
             return

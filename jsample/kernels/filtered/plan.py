@@ -49,7 +49,7 @@ def plan_top_k_top_p_sample(logits: ArgSpec, seeds: ArgSpec, target: Target, *, 
                             num_top: int = 0) -> Plan:
     """The launches of `top_k_top_p_sample` on inputs `logits` [B, V] (rows `logits.strides[0]` apart,
     columns contiguous), `seeds`, `positions`, `temperature` [B] f32 and, where present, `top_k` [B]
-    int32|int64, `top_p` and `min_p` [B] f32, `row_valid` [B] u8|i32 (0: a padding row, token -1, its logits
+    int32|int64, `top_p` and `min_p` [B] f32, `row_valid` (common.is_padding: a padding row, token -1, its logits
     unread); output `tokens` [B] i32. With `return_logprobs`, input `num_top` [1] i32 and the outputs
     `sampled` (the tokens) and token_logprobs' (logprobs.with_logprobs)."""
     if return_logprobs:
