@@ -70,8 +70,9 @@ def to_torch(value):
 
 def run_torch(op_name, *args, **kwargs):
     out = getattr(torch_backend, op_name)(*map(to_torch, args), **{k: to_torch(v) for k, v in kwargs.items()})
-    if isinstance(out, tuple):
-        return tuple(o.cpu().numpy() for o in out)
+    if isinstance(out, tuple):  # (a Logprobs among the outputs: its fields as arrays, the same named tuple)
+        return tuple(type(o)(*(f.cpu().numpy() for f in o)) if isinstance(o, tuple) else o.cpu().numpy()
+                     for o in out)
     return out.cpu().numpy()
 
 
@@ -118,8 +119,8 @@ def run_jax(op_name, *args, **kwargs):
         _jitted[key] = jax.jit(call)
     out = _jitted[key]([jax.numpy.asarray(a) for a in args if isinstance(a, np.ndarray)],
                        {k: jax.numpy.asarray(kwargs[k]) for k in array_kwarg_names})
-    if isinstance(out, tuple):
-        return tuple(np.asarray(o) for o in out)
+    if isinstance(out, tuple):  # (a Logprobs among the outputs: its fields as arrays, the same named tuple)
+        return tuple(type(o)(*map(np.asarray, o)) if isinstance(o, tuple) else np.asarray(o) for o in out)
     return np.asarray(out)
 
 

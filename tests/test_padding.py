@@ -50,6 +50,12 @@ def _outputs(out):
     return tuple(np.asarray(o) for o in (out if isinstance(out, tuple) else (out,)))
 
 
+def _flat(out):
+    """An op's outputs as NumPy arrays, a Logprobs among them flattened into its fields."""
+    return tuple(np.asarray(o) for item in (out if isinstance(out, tuple) else (out,))
+                 for o in (item if isinstance(item, tuple) else (item,)))
+
+
 @pytest.mark.parametrize("case", list(CASES))
 @pytest.mark.parametrize("num_valid", [0, 1, 3, BATCH])
 def test_padding_rows_give_the_fill_and_valid_rows_are_unchanged(case, num_valid):
@@ -243,11 +249,14 @@ def test_padding_flags_that_are_not_a_prefix(case, tiling, force_target, request
                 np.testing.assert_array_equal(got[1][num_valid[i]:], 0)
 
 
+@pytest.mark.parametrize("logprobs", [False, True], ids=["tokens", "return_logprobs"])
 @pytest.mark.parametrize("op", ["gumbel_sample", "rejection_sample"])
-def test_padded_row_slots_in_both_forms_of_num_valid(op, force_target, rejection_in_four_launches):
+def test_padded_row_slots_in_both_forms_of_num_valid(op, logprobs, force_target, rejection_in_four_launches):
     """40 requests on the GPU's padded plans (32 row slots: the last 8 rows are each slot's second lap), num_valid
     as torch's count (a tensor of either dtype, an int: rows_to_visit ends the laps at it) and as JAX's row flags:
-    the valid rows equal the unpadded call's, the others the fill."""
+    the valid rows equal the unpadded call's, the others the fill (with return_logprobs, the single read's
+    statistics on row slots too: logprobs_stats_kernel over the K + 1 rows of each request, and
+    gumbel_logprobs_partial_kernel)."""
     force_target(large_programs=False, resident_programs=0, arrival_counters=False)
     rng = np.random.default_rng(40)
     batch, vocab, k = 40, 300, 2
@@ -259,14 +268,18 @@ def test_padded_row_slots_in_both_forms_of_num_valid(op, force_target, rejection
         target = (rng.standard_normal((batch, k + 1, vocab)) * 3).astype(np.float32)
         drafts = rng.integers(0, vocab, (batch, k)).astype(np.int32)
         drafts[::2] = target[::2, :k].argmax(-1)
-        args = (target, drafts, rng.integers(0, k + 1, batch).astype(np.int32), seeds, positions, temperature)
-    full = _outputs(run_torch(op, *args))
+        counts = rng.integers(0, k + 1, batch).astype(np.int32)
+        last = [2, 34, 39]  # each num_valid's last valid request accepts all its drafts: its bonus row is emitted
+        temperature[last], drafts[last], counts[last] = 0.0, target[last, :k].argmax(-1), k
+        args = (target, drafts, counts, seeds, positions, temperature)
+    extra = dict(return_logprobs=True) if logprobs else {}
+    full = _flat(run_torch(op, *args, **extra))
     other = (-args[0],) + args[1:]  # run first: its scratch values are not the call's (a row left out shows)
     for num_valid in (35, 3, 40, 0):
         for given in (num_valid, np.array(num_valid, np.int32), np.array([num_valid], np.int64)):
             for run in (run_torch, run_jax):
-                run(op, *other)
-                out = _outputs(run(op, *args, num_valid=given))
+                run(op, *other, **extra)
+                out = _flat(run(op, *args, num_valid=given, **extra))
                 for padded, unpadded in zip(out, full):
                     np.testing.assert_array_equal(padded[:num_valid], unpadded[:num_valid])
                 np.testing.assert_array_equal(out[0][num_valid:], -1)

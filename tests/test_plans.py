@@ -135,8 +135,9 @@ def test_the_plan_follows_the_row_stride_and_only_the_tiling_depends_on_it():
                                          Target(interpreter=True), fp64=False, draft=False)
     dense = kernels.plan_gumbel_sample(ArgSpec.contiguous((4, 300), "float32"), ArgSpec.contiguous((4,), "int64"),
                                        Target(interpreter=True), fp64=False, draft=False)
-    assert [launch.args for launch in strided.launches][0][6] == 512  # (logits, seeds, positions, temperature, row_valid, V, row_stride)
-    assert [launch.args for launch in dense.launches][0][6] == 300
+    # (logits, seeds, positions, temperature, row_valid, num_rows, V, row_stride)
+    assert [launch.args for launch in strided.launches][0][7] == 512
+    assert [launch.args for launch in dense.launches][0][7] == 300
     assert [(l.kernel, l.grid) for l in strided.launches] == [(l.kernel, l.grid) for l in dense.launches]
 
 

@@ -451,7 +451,9 @@ def test_shard_kernels_in_one_process_equal_the_unsharded_call(dtype, fp64, plan
     positions = torch.arange(batch, device=device)
     temperature = torch.tensor([1.0, 0.8, 0.05, 2.0, 0.0], device=device)
     want = torch_backend.gumbel_sample(x, seeds, positions, temperature, fp64=fp64, num_valid=num_valid)
-    padding = {} if num_valid is None else dict(row_valid=(torch.arange(batch, device=device) < num_valid).int())
+    # (padding as JAX's uint8 row flags; the filtered tests below take torch's count: common.is_padding)
+    flags = (torch.arange(batch, device=device) < num_valid).to(torch.uint8) if num_valid is not None else None
+    padding = {} if num_valid is None else dict(row_valid=flags)
     for sizes in ([1030], [512, 518], [4, 1024, 2], [400, 400, 228, 2], [256] * 4 + [6]):
         starts = [sum(sizes[:r]) for r in range(len(sizes))]
         summaries = []
@@ -545,7 +547,7 @@ def test_filtered_shard_rounds_in_one_process_equal_the_unsharded_call(dtype, fp
     top_k, top_p, min_p, temperature = (torch.from_numpy(v).to(device) for v in _filter_values(batch, rng))
     seeds = torch.from_numpy(rng.integers(-(2**62), 2**62, batch)).to(device)
     positions = torch.arange(batch, device=device)
-    padding = {} if num_valid is None else dict(row_valid=(torch.arange(batch, device=device) < num_valid).int())
+    padding = {} if num_valid is None else dict(row_valid=torch.full((1,), num_valid, dtype=torch.int64, device=device))
     unfiltered = torch_backend.gumbel_sample(x, seeds, positions, temperature, fp64=fp64, num_valid=num_valid)
     for flags in ((1, 0, 0), (0, 1, 0), (0, 0, 1), (1, 1, 0), (1, 1, 1)):
         filters = {name: value for name, value, given in zip(("top_k", "top_p", "min_p"), (top_k, top_p, min_p), flags)
@@ -603,7 +605,7 @@ def test_filtered_shard_lists_in_one_process_equal_the_unsharded_call(dtype, fp6
     top_k = torch.tensor([40, 3, 20, 50, 2, 7, 5, 1], device=device)
     seeds = torch.from_numpy(rng.integers(-(2**62), 2**62, batch)).to(device)
     positions = torch.arange(batch, device=device)
-    padding = {} if num_valid is None else dict(row_valid=(torch.arange(batch, device=device) < num_valid).int())
+    padding = {} if num_valid is None else dict(row_valid=torch.full((1,), num_valid, dtype=torch.int64, device=device))
     unfiltered = torch_backend.gumbel_sample(x, seeds, positions, temperature, fp64=fp64, num_valid=num_valid)
     for flags in ((1, 0, 0), (1, 1, 0), (1, 1, 1), (1, 0, 1)):
         filters = {name: value for name, value, given in zip(("top_k", "top_p", "min_p"), (top_k, top_p, min_p), flags)

@@ -47,6 +47,11 @@ def padding_ops():
             x[:b], seeds[:b], positions[:b], temperature[:b], top_k=top_k[:b], top_p=top_p[:b], num_valid=nv),
         "rejection_sample K=4": lambda b, nv: torch_backend.rejection_sample(
             target[:b], drafts[:b], counts[:b], seeds[:b], positions[:b], temperature[:b], num_valid=nv)[0],
+        "gumbel return_logprobs": lambda b, nv: torch_backend.gumbel_sample(
+            x[:b], seeds[:b], positions[:b], temperature[:b], num_valid=nv, return_logprobs=True)[0],
+        "rejection logprobs K=4": lambda b, nv: torch_backend.rejection_sample(
+            target[:b], drafts[:b], counts[:b], seeds[:b], positions[:b], temperature[:b], num_valid=nv,
+            return_logprobs=True)[0],
     }
     return ops, torch.tensor(16, device="cuda")
 

@@ -5,6 +5,8 @@ Two launches, both shared by the PyTorch and JAX frontends:
 1. `gumbel_partial_kernel`, grid (B, num_blocks): each program scores BLOCK_V columns of one row
    and writes the block's best score and its column (lowest column on ties). The noise is
    generated in registers from the counter-based stream (STREAM.md); no [B, V] noise tensor exists.
+   With padding rows (num_valid), grid (padded_row_slots(B), num_blocks): each slot loops over every
+   slots-th row, so a padding row costs a flag (or, with torch's count, nothing), not num_blocks programs.
 2. `argmax_reduce_kernel`, grid (B,): the best block per row, lowest block on ties, so the token is
    the lowest column among equal best scores; -1 when the row has no finite logit.
 

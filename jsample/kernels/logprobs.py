@@ -41,11 +41,11 @@ import triton
 import triton.language as tl
 
 from jsample.kernels.common import (aligned, is_greedy, is_padding, largest_power_of_two_dividing, load_temperature,
-                                    max_flagging_nan, store_sampled_block)
+                                    max_flagging_nan, rows_to_visit, store_sampled_block)
 from jsample.kernels.filtered import _fixed_point_mass, _key, _key_value, _min_p, _relative_probability
 from jsample.kernels.gumbel import argmax_reduce_kernel, gumbel_launch_config, many_rows_config
 from jsample.kernels.host import jit
-from jsample.kernels.plan import ArgSpec, Buffer, Plan, Target, launch
+from jsample.kernels.plan import ArgSpec, Buffer, Plan, Target, launch, num_rows_buffer, padded_row_slots
 from jsample.kernels.stream import LOG2E, STREAM_DRAFT, STREAM_TOKEN, exp2_approx, load_seed, seed_word_count
 from jsample.validation import MAX_NUM_TOP
 
@@ -393,6 +393,7 @@ def logprobs_stats_kernel(
     tokens_ptr,  # [B] i32|i64
     temperature_ptr,  # [B] f32, or one f32 for all rows
     row_valid_ptr,  # common.is_padding's (read with HAS_ROW_VALID): nothing read
+    num_rows_ptr,  # [1] i32, the requests (read with ROW_SLOTS)
     V,
     row_stride,
     request_stride,
@@ -404,14 +405,32 @@ def logprobs_stats_kernel(
     FAST_MATH: tl.constexpr,
     HAS_ROW_VALID: tl.constexpr = False,
     ROWS: tl.constexpr = 1,
+    ROW_SLOTS: tl.constexpr = False,  # (with HAS_ROW_VALID) grid dimension 0 is row slots: padded_row_slots
 ):
     """Grid (B, num_blocks): token_logprobs' single read (no filters, no top list): each program the
     statistics of a block of its row, and its count of logits above the token's (rank)."""
-    b64 = tl.program_id(0).to(tl.int64)
+    if ROW_SLOTS:
+        end = rows_to_visit(row_valid_ptr, tl.load(num_rows_ptr)) * ROWS
+        for slot_row in tl.range(tl.program_id(0), end, tl.num_programs(0), num_stages=1):
+            b64 = tl.cast(slot_row, tl.int64)  # (a Python int in the interpreter)
+            if not is_padding(row_valid_ptr, b64 // ROWS):
+                _stats_block(logits_ptr, tokens_ptr, temperature_ptr, V, row_stride, request_stride, stats_ptr,
+                             counts_ptr, b64, BLOCK_V, ROW_ALIGN, VOCAB_ALIGN, FAST_MATH, ROWS)
+    else:
+        b64 = tl.program_id(0).to(tl.int64)
+        if HAS_ROW_VALID:
+            if is_padding(row_valid_ptr, b64 // ROWS):
+                return
+        _stats_block(logits_ptr, tokens_ptr, temperature_ptr, V, row_stride, request_stride, stats_ptr, counts_ptr,
+                     b64, BLOCK_V, ROW_ALIGN, VOCAB_ALIGN, FAST_MATH, ROWS)
+
+
+@jit
+def _stats_block(logits_ptr, tokens_ptr, temperature_ptr, V, row_stride, request_stride, stats_ptr, counts_ptr, b64,
+                 BLOCK_V: tl.constexpr, ROW_ALIGN: tl.constexpr, VOCAB_ALIGN: tl.constexpr, FAST_MATH: tl.constexpr,
+                 ROWS: tl.constexpr):
+    """logprobs_stats_kernel's block program_id(1) of row b64."""
     request = b64 // ROWS
-    if HAS_ROW_VALID:
-        if is_padding(row_valid_ptr, request):
-            return
     V = aligned(V, VOCAB_ALIGN)
     block = tl.program_id(1)
     num_blocks = tl.num_programs(1)
@@ -431,6 +450,7 @@ def gumbel_logprobs_partial_kernel(
     positions_ptr,
     temperature_ptr,
     row_valid_ptr,  # common.is_padding's (read with HAS_ROW_VALID): its programs read nothing
+    num_rows_ptr,  # [1] i32, B (read with ROW_SLOTS)
     V,
     row_stride,
     partial_score_ptr,  # [B, num_blocks] f32: gumbel_partial_kernel's (FP32 scores)
@@ -443,15 +463,36 @@ def gumbel_logprobs_partial_kernel(
     FAST_MATH: tl.constexpr,
     SEED_WORDS: tl.constexpr = 1,
     HAS_ROW_VALID: tl.constexpr = False,
+    ROW_SLOTS: tl.constexpr = False,  # (with HAS_ROW_VALID) grid dimension 0 is row slots: padded_row_slots
 ):
     """gumbel_sample(return_logprobs=True)'s single read, grid (B, num_blocks): each program writes its
     block's Gumbel-max partials with gumbel_partial_kernel's code (store_sampled_block: the same token,
     which argmax_reduce_kernel then takes) and, from the same loaded logits, the block's log-softmax
     statistics (store_block_stats)."""
-    row = tl.program_id(0)
-    if HAS_ROW_VALID:
-        if is_padding(row_valid_ptr, row):
-            return
+    if ROW_SLOTS:
+        for slot_row in tl.range(tl.program_id(0), rows_to_visit(row_valid_ptr, tl.load(num_rows_ptr)),
+                                 tl.num_programs(0), num_stages=1):
+            row = tl.cast(slot_row, tl.int32)  # (a Python int in the interpreter)
+            if not is_padding(row_valid_ptr, row):
+                _gumbel_logprobs_block(logits_ptr, seeds_ptr, positions_ptr, temperature_ptr, V, row_stride,
+                                       partial_score_ptr, partial_index_ptr, stats_ptr, row, STREAM, BLOCK_V,
+                                       ROW_ALIGN, VOCAB_ALIGN, FAST_MATH, SEED_WORDS)
+    else:
+        row = tl.program_id(0)
+        if HAS_ROW_VALID:
+            if is_padding(row_valid_ptr, row):
+                return
+        _gumbel_logprobs_block(logits_ptr, seeds_ptr, positions_ptr, temperature_ptr, V, row_stride,
+                               partial_score_ptr, partial_index_ptr, stats_ptr, row, STREAM, BLOCK_V, ROW_ALIGN,
+                               VOCAB_ALIGN, FAST_MATH, SEED_WORDS)
+
+
+@jit
+def _gumbel_logprobs_block(logits_ptr, seeds_ptr, positions_ptr, temperature_ptr, V, row_stride, partial_score_ptr,
+                           partial_index_ptr, stats_ptr, row, STREAM: tl.constexpr, BLOCK_V: tl.constexpr,
+                           ROW_ALIGN: tl.constexpr, VOCAB_ALIGN: tl.constexpr, FAST_MATH: tl.constexpr,
+                           SEED_WORDS: tl.constexpr):
+    """gumbel_logprobs_partial_kernel's block program_id(1) of `row`."""
     V = aligned(V, VOCAB_ALIGN)
     block = tl.program_id(1)
     num_blocks = tl.num_programs(1)
@@ -1077,10 +1118,9 @@ def plan_token_logprobs(logits: ArgSpec, target: Target, *, has_top_k: bool, has
         valid = "row_valid" if row_valid else stand_in
         args = ("logits", "tokens", "temperature", valid, vocab, row_stride, request_stride)
         scratch = (Buffer("logprob_stats", (batch * rows, 2 * STATS.value, config.num_blocks), "float32"),
-                   Buffer("rank_counts", (batch * rows, config.num_blocks), "int32"))
-        stats = launch(logprobs_stats_kernel, (batch * rows, config.num_blocks), args, ("logprob_stats", "rank_counts"),
-                       BLOCK_V=config.block_v, ROW_ALIGN=row_align, VOCAB_ALIGN=config.vocab_align,
-                       FAST_MATH=config.fast_math, HAS_ROW_VALID=row_valid, ROWS=rows, num_warps=config.num_warps)
+                   Buffer("rank_counts", (batch * rows, config.num_blocks), "int32")) + (
+            (num_rows_buffer(batch),) if row_valid else ())
+        stats = stats_launch(config, batch, rows, vocab, row_stride, request_stride, row_align, valid, row_valid)
         reduce_args = args + (config.num_blocks, "logprob_stats", "rank_counts")
         if num_top == 0:
             return Plan(scratch + outputs, (stats, launch(
@@ -1109,11 +1149,10 @@ def plan_token_logprobs(logits: ArgSpec, target: Target, *, has_top_k: bool, has
                Buffer("rank_counts", (batch * rows, config.num_blocks), "int32"),
                Buffer("list_ids", (batch * rows, TOP_LIST), "int32"),
                Buffer("list_values", (batch * rows, TOP_LIST), "float32")) + top_list_buffers(batch * rows, target) + tuple(
-        dataclasses.replace(b, name="fast_" + b.name) for b in outputs) + (Buffer("fast_done", (batch * rows,), "int32"),)
+        dataclasses.replace(b, name="fast_" + b.name) for b in outputs) + (
+        Buffer("fast_done", (batch * rows,), "int32"),) + ((num_rows_buffer(batch),) if row_valid else ())
     launches = (
-        launch(logprobs_stats_kernel, (batch * rows, config.num_blocks), stats_args, ("logprob_stats", "rank_counts"),
-               BLOCK_V=config.block_v, ROW_ALIGN=row_align, VOCAB_ALIGN=config.vocab_align,
-               FAST_MATH=config.fast_math, HAS_ROW_VALID=row_valid, ROWS=rows, num_warps=config.num_warps),
+        stats_launch(config, batch, rows, vocab, row_stride, request_stride, row_align, valid, row_valid),
         top_list_launch(config, batch * rows, vocab, row_stride, request_stride, row_align, valid, row_valid, rows,
                         target, ("list_ids", "list_values"), count=TOP_LIST),
     ) + ((launch(row_mass_kernel, (batch * rows, MASS_PROGRAMS),
@@ -1134,6 +1173,19 @@ def plan_token_logprobs(logits: ArgSpec, target: Target, *, has_top_k: bool, has
     if has_top_p:
         scratch += (Buffer("row_mass", (batch * rows, 2 * MASS_PROGRAMS), "int32"),)  # i64 as i32 pairs (JAX: no x64)
     return Plan(scratch + outputs, launches, names, "filters' list, then one launch")
+
+
+def stats_launch(config, batch: int, rows: int, vocab: int, row_stride: int, request_stride: int, row_align: int,
+                 valid: str, row_valid: bool):
+    """token_logprobs' single read (logprobs_stats_kernel) of `batch` requests of `rows` rows; with row_valid on
+    padded_row_slots(batch) x rows slots (a padding row costs its flag, not num_blocks programs)."""
+    args = ("logits", "tokens", "temperature", valid, "num_rows" if row_valid else valid, vocab, row_stride,
+            request_stride)
+    return launch(logprobs_stats_kernel, (padded_row_slots(batch) * rows if row_valid else batch * rows,
+                                          config.num_blocks), args, ("logprob_stats", "rank_counts"),
+                  BLOCK_V=config.block_v, ROW_ALIGN=row_align, VOCAB_ALIGN=config.vocab_align,
+                  FAST_MATH=config.fast_math, HAS_ROW_VALID=row_valid, ROWS=rows, ROW_SLOTS=row_valid,
+                  num_warps=config.num_warps)
 
 
 def top_list_launch(config, rows: int, vocab: int, row_stride: int, request_stride: int, row_align: int,
@@ -1192,12 +1244,14 @@ def plan_gumbel_logprobs(logits: ArgSpec, seeds: ArgSpec, target: Target, *, dra
     scratch = (Buffer("partial_score", (batch, config.num_blocks), "float32"),
                Buffer("partial_index", (batch, config.num_blocks), "int32"),
                Buffer("logprob_stats", (batch, 2 * STATS.value, config.num_blocks), "float32"),
-               Buffer("rank_counts", (batch, config.num_blocks), "int32"))
+               Buffer("rank_counts", (batch, config.num_blocks), "int32")) + (
+        (num_rows_buffer(batch),) if row_valid else ())
     row_align = largest_power_of_two_dividing(row_stride, 16) if row_stride else 16
     launches = (
-        launch(gumbel_logprobs_partial_kernel, (batch, config.num_blocks),
-               ("logits", "seeds", "positions", "temperature", valid, vocab, row_stride),
-               ("partial_score", "partial_index", "logprob_stats"), HAS_ROW_VALID=row_valid,
+        launch(gumbel_logprobs_partial_kernel, (padded_row_slots(batch) if row_valid else batch, config.num_blocks),
+               ("logits", "seeds", "positions", "temperature", valid, "num_rows" if row_valid else valid, vocab,
+                row_stride), ("partial_score", "partial_index", "logprob_stats"), HAS_ROW_VALID=row_valid,
+               ROW_SLOTS=row_valid,
                STREAM=(STREAM_DRAFT if draft else STREAM_TOKEN).value, BLOCK_V=config.block_v, ROW_ALIGN=row_align,
                VOCAB_ALIGN=config.vocab_align, FAST_MATH=config.fast_math, SEED_WORDS=seed_word_count(seeds.shape),
                num_warps=config.num_warps),

@@ -19,7 +19,9 @@ Launches (plan_rejection_sample decides; no host synchronisation between them):
 1. `rejection_stats_kernel`, grid (B, max(K, 1), NUM_BLOCKS), rows j < n_b only: per vocabulary
    block the Gumbel-max partials (best score, its column) of strict and greedy rows and the
    online-softmax partials (max, sum of exp) of x_j / T and y_j / T of the others. At K <= 1
-   (config.bonus_in_stats) its row-0 programs also reduce row n_b's Gumbel-max partials.
+   (config.bonus_in_stats) its row-0 programs also reduce row n_b's Gumbel-max partials. With padding
+   requests (num_valid), grid dimension 0 is padded_row_slots(B) slots, each looping over every
+   slots-th request (a padding request costs a flag, not max(K, 1) x NUM_BLOCKS programs).
 2. `rejection_decide_kernel`, grid (B,): merges the partials of a request's rows, decides every
    row, and writes a_b, what row a_b emits (EMIT_STATS_ROW, EMIT_RESIDUAL, EMIT_SAMPLE,
    EMIT_GREEDY) and row a_b's log-normalisers.
