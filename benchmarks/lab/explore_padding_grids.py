@@ -6,9 +6,15 @@ floats stored), V = 151936, rows of 4 (rejection's stats, K = 4) or 1 (gumbel's 
     python3 benchmarks/lab/explore_padding_grids.py
 """
 
+import os
+import sys
+
 import torch
 import triton
 import triton.language as tl
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_padding import graph_us  # noqa: E402
 
 V = 151936
 
@@ -76,15 +82,6 @@ def flat_loop_kernel(x_ptr, out_ptr, count_ptr, row_stride, batch_stride, V, NB,
         s = tl.sum(tl.exp(x - m))
         tl.store(out_ptr + o, m)
         tl.store(out_ptr + o + 1, s)
-
-
-def graph_us(fn):
-    fn()
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        fn()
-    return triton.testing.do_bench(graph.replay, warmup=25, rep=200, return_mode="median") * 1e3
 
 
 def main():

@@ -1144,7 +1144,6 @@ def plan_token_logprobs(logits: ArgSpec, target: Target, *, has_top_k: bool, has
     # them (filtered_list_reduce_kernel); token_logprobs_kernel copies those and computes the others
     config = single_read_config(vocab, target)
     valid = "row_valid" if row_valid else stand_in
-    stats_args = ("logits", "tokens", "temperature", valid, vocab, row_stride, request_stride)
     scratch = (Buffer("logprob_stats", (batch * rows, 2 * STATS.value, config.num_blocks), "float32"),
                Buffer("rank_counts", (batch * rows, config.num_blocks), "int32"),
                Buffer("list_ids", (batch * rows, TOP_LIST), "int32"),
