@@ -70,6 +70,7 @@ def _flag_sets(op):
             yield dict(fp64=fp64, draft=False, row_valid=True)
             for num_top in (0, 5):  # the single read (FP32), and the sampling plan then token_logprobs' kernel
                 yield dict(fp64=fp64, draft=False, return_logprobs=True, num_top=num_top)
+                yield dict(fp64=fp64, draft=False, return_logprobs=True, num_top=num_top, row_valid=True)
         elif op == "vocab_parallel_gumbel":
             yield dict(fp64=fp64, draft=False, start_align=16)
             yield dict(fp64=fp64, draft=False, start_align=16, row_valid=True)

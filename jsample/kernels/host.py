@@ -115,12 +115,10 @@ class _JsampleInterpretedFunction(InterpretedFunction):
             return super().run(*args, **kwargs)
 
 
-def jit(fn=None, *, noinline: bool = False):
-    """@triton.jit for jsample's kernels and device functions, following jsample's own choice; @jit(noinline=True)
-    for a device function compiled as a function of its own (its scalar arguments' registers and its hoisted values
-    do not stay live in the caller's loop around the call)."""
-    if fn is None:
-        return lambda f: jit(f, noinline=noinline)
+def jit(fn, *, noinline: bool = False):
+    """@triton.jit for jsample's kernels and device functions, following jsample's own choice; jit(fn,
+    noinline=True): a device function compiled as a function of its own (its hoisted values do not stay live in the
+    caller's loop around the call)."""
     if INTERPRETER:
         return _JsampleInterpretedFunction(fn)
     if triton.knobs.runtime.interpret if hasattr(triton, "knobs") else False:
