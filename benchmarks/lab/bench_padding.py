@@ -1,9 +1,9 @@
 """Padded rows cost nothing (issue 39): device time (CUDA-graph replay, median) of a batch of 256 with
 num_valid = 16 against a batch of 16, per op, tokens of the valid rows asserted equal first; with --jax, the
 same in JAX (jax.jit of 20 calls one after another: the time a call, dispatch amortised); --slots N: padded
-plans on N row slots (jsample.kernels.plan.PADDED_ROW_SLOTS).
+plans on N row slots (jsample.kernels.plan.PADDED_ROW_SLOTS); --only NAME_PART: the ops whose name holds it.
 
-    python benchmarks/lab/bench_padding.py [--jax] [--slots N]
+    python benchmarks/lab/bench_padding.py [--jax] [--slots N] [--only NAME_PART]
 """
 
 import sys
@@ -62,7 +62,10 @@ def main():
     full = torch.tensor(256, device="cuda")
     print(f"{'op':22s} {'B=16':>8s} {'B=256':>8s} {'B=256, num_valid=16':>20s} {'ratio to B=16':>14s}"
           f" {'B=256, num_valid=256':>21s} {'ratio to B=256':>15s} {'B=16, num_valid=16':>17s}")
+    only = sys.argv[sys.argv.index("--only") + 1] if "--only" in sys.argv else ""
     for name, op in ops.items():
+        if only not in name:
+            continue
         small, padded = op(16, None), op(256, n)
         assert torch.equal(padded[:16], small) and bool((padded[16:] == -1).all()), name
         assert torch.equal(op(256, full), op(256, None)), name
