@@ -500,12 +500,15 @@ def test_fused_rank_counts_several_blocks_a_program(force_target):
     torch_tokens, torch_fused = torch_backend.gumbel_sample(*t, return_logprobs=True)
     assert np.array_equal(torch_tokens.cpu().numpy(), tokens) and np.array_equal(torch_fused.rank.cpu().numpy(), rank)
     target = torch_execute.target(torch.device(TORCH_DEVICE))
-    for rows, programs in ((batch, 64), (300, 8)):
+    # padded plans (row_valid) count on padded_row_slots row slots, P as for that many rows
+    for rows, row_valid, grid in ((batch, False, (batch, 64)), (300, False, (300, 8)), (300, True, (32, 64)),
+                                  (batch, True, (batch, 64))):
         plan = kernels.plan_gumbel_sample(ArgSpec.contiguous((rows, vocab), "float32"),
                                           ArgSpec.contiguous((rows,), "int64"), target, fp64=False, draft=False,
-                                          return_logprobs=True)
+                                          return_logprobs=True, row_valid=row_valid)
         counting = [step for step in plan.launches if step.kernel is kernels.logprobs.rank_count_kernel]
-        assert [step.grid for step in counting] == [(rows, programs)]
+        assert [step.grid for step in counting] == [grid]
+        assert dict(counting[0].constexprs)["ROW_SLOTS"] == row_valid
         assert dict(counting[0].constexprs)["SLOTS"] == 16  # 71 blocks on 8 programs: 9 a program at most
 
 

@@ -509,6 +509,8 @@ def rank_count_kernel(
     logits_ptr,  # [B, V] f32|bf16|f16, rows `row_stride` elements apart
     tokens_ptr,  # [B] i32: the sampled tokens (-1: no rank to count)
     stats_ptr,  # [B, STATS, num_blocks] f64: store_block_stats'
+    row_valid_ptr,  # common.is_padding's (read with ROW_SLOTS): a padding row's counts are not written
+    num_rows_ptr,  # [1] i32, B (read with ROW_SLOTS)
     V,
     row_stride,
     num_blocks,
@@ -517,13 +519,30 @@ def rank_count_kernel(
     ROW_ALIGN: tl.constexpr,
     VOCAB_ALIGN: tl.constexpr,
     SLOTS: tl.constexpr,  # a power of two >= the blocks a program covers
+    ROW_SLOTS: tl.constexpr = False,  # grid dimension 0 is row slots (padded plans: padded_row_slots)
 ):
     """Grid (B, P): logprobs_stats_kernel's counts for the samplers' fused pass, taken once the token is
     known. Program p of a row covers its blocks p, p + P, ...: it reads again only those whose largest logit
     (a +inf counts) exceeds the token's (sampled tokens lie mostly near the top: few blocks), one after the
     other, and writes every one of its blocks' counts (0 where not read). (A program a block was a wave of tiny
-    programs, each a few dependent loads long: benchmarks/lab/INDEX.md.)"""
-    b64 = tl.program_id(0).to(tl.int64)
+    programs, each a few dependent loads long: benchmarks/lab/INDEX.md.) With ROW_SLOTS, grid (slots, P): slot s
+    counts rows s, s + slots, ... up to the valid ones (so P follows the slots, not the padded batch)."""
+    if ROW_SLOTS:
+        for slot_row in tl.range(tl.program_id(0), rows_to_visit(row_valid_ptr, tl.load(num_rows_ptr)),
+                                 tl.num_programs(0), num_stages=1):
+            row = tl.cast(slot_row, tl.int32)  # (a Python int in the interpreter)
+            if not is_padding(row_valid_ptr, row):
+                _count_row(logits_ptr, tokens_ptr, stats_ptr, V, row_stride, num_blocks, counts_ptr, row.to(tl.int64),
+                           BLOCK_V, ROW_ALIGN, VOCAB_ALIGN, SLOTS)
+    else:
+        _count_row(logits_ptr, tokens_ptr, stats_ptr, V, row_stride, num_blocks, counts_ptr,
+                   tl.program_id(0).to(tl.int64), BLOCK_V, ROW_ALIGN, VOCAB_ALIGN, SLOTS)
+
+
+@jit
+def _count_row(logits_ptr, tokens_ptr, stats_ptr, V, row_stride, num_blocks, counts_ptr, b64, BLOCK_V: tl.constexpr,
+               ROW_ALIGN: tl.constexpr, VOCAB_ALIGN: tl.constexpr, SLOTS: tl.constexpr):
+    """rank_count_kernel's program program_id(1) of row b64."""
     first = tl.program_id(1)
     programs = tl.num_programs(1)
     slots = tl.arange(0, SLOTS)
@@ -547,15 +566,20 @@ def rank_count_kernel(
     tl.store(counts_ptr + b64 * num_blocks + blocks, counts, mask=in_row)
 
 
-def rank_count_launch(config, batch: int, vocab: int, row_stride: int, row_align: int):
+def rank_count_launch(config, batch: int, vocab: int, row_stride: int, row_align: int, valid: str, row_valid: bool):
     """rank_count_kernel's launch: P programs a row, more for fewer rows (2048 programs in all, 8 to 64 a row, at
-    most one a block); SLOTS follows V alone (the blocks of 8 programs), so no batch size compiles anything."""
+    most one a block); SLOTS follows V alone (the blocks of 8 programs), so no batch size compiles anything. With
+    row_valid on padded_row_slots(batch) row slots: P as for that many rows (a padded batch of 256 with 16
+    valid rows counts them on 64 programs a row, as a batch of 16 does, not 8)."""
+    rows = padded_row_slots(batch) if row_valid else batch
     least = min(8, config.num_blocks)
-    programs = min(config.num_blocks, max(least, min(64, 2048 // batch)))
-    return launch(rank_count_kernel, (batch, programs),
-                  ("logits", "sampled", "logprob_stats", vocab, row_stride, config.num_blocks), ("rank_counts",),
+    programs = min(config.num_blocks, max(least, min(64, 2048 // rows)))
+    return launch(rank_count_kernel, (rows, programs),
+                  ("logits", "sampled", "logprob_stats", valid, "num_rows" if row_valid else valid, vocab, row_stride,
+                   config.num_blocks), ("rank_counts",),
                   BLOCK_V=config.block_v, ROW_ALIGN=row_align, VOCAB_ALIGN=config.vocab_align,
-                  SLOTS=triton.next_power_of_2(-(-config.num_blocks // least)), num_warps=config.num_warps)
+                  SLOTS=triton.next_power_of_2(-(-config.num_blocks // least)), ROW_SLOTS=row_valid,
+                  num_warps=config.num_warps)
 
 
 @jit
@@ -1257,7 +1281,7 @@ def plan_gumbel_logprobs(logits: ArgSpec, seeds: ArgSpec, target: Target, *, dra
         launch(argmax_reduce_kernel, (batch,),
                ("partial_score", "partial_index", "logits", valid, vocab, row_stride, config.num_blocks), ("sampled",),
                HAS_ROW_VALID=row_valid, FP64=False, REDUCE_BLOCK=config.reduce_block, num_warps=1),
-        rank_count_launch(config, batch, vocab, row_stride, row_align),
+        rank_count_launch(config, batch, vocab, row_stride, row_align, valid, row_valid),
     )
     reduce_args = ("logits", "sampled", "temperature", valid, vocab, row_stride, row_stride, config.num_blocks,
                    "logprob_stats", "rank_counts")
