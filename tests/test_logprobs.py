@@ -632,3 +632,46 @@ def test_the_single_read_kernels_compile_for_sm90():
     assert result.stdout.count("compiled top_list_kernel") == 4, result.stdout
     assert result.stdout.count("compiled row_mass_kernel") == 2, result.stdout
     assert "compiled filtered_list_reduce_kernel" in result.stdout and "compiled token_logprobs_kernel" in result.stdout
+
+
+@pytest.mark.parametrize("top_k", [None, 900], ids=["top_p", "top_k+top_p"])
+def test_top_p_search_over_tied_levels_past_the_list(top_k):
+    """token_logprobs_kernel's top-p search (SEARCH_PIVOTS keys a pass) on rows whose kept set is far past the
+    64-logit list: the logits take 12 levels, each 40-300 tied columns (and a -inf, NaN and +inf column), so
+    top-p's boundary falls on a level's tie; for each p one row per level asks for a token of that level. Which
+    levels are kept equals the reference's kept set (filtered.kept_tokens: the sampler's), kept and
+    log_kept_mass equal the reference's, torch == JAX bit for bit. A search that ends a pass early, or takes
+    a pivot's neighbour, keeps or drops a level here."""
+    rng = np.random.default_rng(4100)
+    vocab, levels = 2500, 12
+    values = np.float32(4.0) - np.float32(0.35) * np.arange(levels, dtype=np.float32)
+    counts = rng.integers(40, 300, levels)
+    row = np.full(vocab, -30.0, np.float32)
+    columns = rng.permutation(vocab)
+    first = np.concatenate([[0], np.cumsum(counts)])
+    for level in range(levels):
+        row[columns[first[level]:first[level + 1]]] = values[level]
+    row[columns[-3:]] = [-np.inf, np.nan, -np.inf]
+    members = [columns[first[level]] for level in range(levels)]  # a column of each level
+    ps = np.float32([0.05, 0.3, 0.55, 0.8, 0.97])
+    x = np.tile(row, (len(ps) * levels, 1))
+    tokens = np.int32(members * len(ps))
+    top_p = np.repeat(ps, levels)
+    temperature = np.float32(1.3)
+    kwargs = dict(top_p=top_p) if top_k is None else dict(top_p=top_p, top_k=np.full(len(tokens), top_k, np.int64))
+    t = _torch(x, tokens, temperature, **kwargs)
+    j = _jax(x, tokens, temperature, **kwargs)
+    for name, a, b in zip(FIELDS, t, j):
+        assert np.array_equal(a, b, equal_nan=True), name
+    ref = token_logprobs_reference(x, tokens, temperature, **kwargs)
+    kept = np.isfinite(t[FIELDS.index("kept")])
+    levels_kept = []
+    for i, p in enumerate(ps):
+        keep = kept_tokens(row, temperature, top_k=top_k, top_p=float(p))
+        want = keep[members]
+        assert 64 < keep.sum() < vocab - 3 or p < 0.1, (p, keep.sum())  # past the list (but the smallest p)
+        assert np.array_equal(kept[i * levels:(i + 1) * levels], want), (p, kept[i * levels:(i + 1) * levels], want)
+        levels_kept.append(int(want.sum()))
+    assert len(set(levels_kept)) >= 4, levels_kept  # the boundary moves across the levels
+    for name in ("kept", "log_kept_mass"):
+        np.testing.assert_allclose(t[FIELDS.index(name)], getattr(ref, name), atol=1e-5, err_msg=name)

@@ -17,8 +17,9 @@ forms, both shared by the frontends and both summing the normalisers' terms as i
    and the rank, all from the single read's block statistics, as every other row takes them (so raw, scaled
    and rank do not depend on which kernel does a row, nor on the filters); a pass counts the finite logits.
 2. The kept set, exactly `top_k_top_p_sample`'s (filtered.py states the rules): every filter keeps
-   the logits at or above a threshold, found here by bisection over the order-preserving 32-bit key of
-   the float32 values (filtered._key), a pass over the row a step: top-k's threshold is the largest key
+   the logits at or above a threshold, found here by searches over the order-preserving 32-bit key of
+   the float32 values (filtered._key), a pass over the row a step (top-k's a bisection, top-p's masses at
+   SEARCH_PIVOTS keys a pass): top-k's threshold is the largest key
    with at least k finite logits at or above it; top-p's the smallest key (of those top-k keeps) whose
    strictly larger kept logits weigh less than p times the kept mass, in the same fixed-point masses
    (filtered._fixed_point_mass, so the same integer sums); min-p compares e = p / p_max
@@ -88,6 +89,37 @@ def _count_at_or_above(row_ptr, V, pivot, BLOCK_V: tl.constexpr):
         cols, x = _row_block(row_ptr, start, V, BLOCK_V)
         total += (_finite(x) & (_key(x, 0).to(tl.int64) >= pivot)).to(tl.int32)
     return tl.sum(total, axis=0)
+
+
+# token_logprobs_kernel's top-p search: SEARCH_PIVOTS keys a pass over the row (3 bits of the key a pass, not 1), in
+# tiles of SEARCH_BLOCK columns ([SEARCH_PIVOTS, SEARCH_BLOCK] integer masses held in registers). (Top-k's counts
+# stay a pivot a pass: with several, a pass cost more than the passes saved; lab INDEX: ab_logprobs_passes.)
+SEARCH_PIVOT_COUNT = 8
+SEARCH_PIVOTS = tl.constexpr(SEARCH_PIVOT_COUNT)
+SEARCH_BLOCK = tl.constexpr(1024)
+# enough for any key span below 2**36: each pass cuts it to ceil(span / SEARCH_PIVOTS)
+SEARCH_PASSES = tl.constexpr(-(-36 // (SEARCH_PIVOT_COUNT.bit_length() - 1)))
+
+
+@jit
+def _pivots(lo, hi):
+    """SEARCH_PIVOTS keys lo + floor((hi - lo) * i / SEARCH_PIVOTS), i = 0 .. SEARCH_PIVOTS - 1: the first is lo,
+    consecutive ones at most ceil((hi - lo) / SEARCH_PIVOTS) apart (every key of [lo, hi) when hi - lo is below
+    SEARCH_PIVOTS)."""
+    return lo + ((hi - lo) * tl.arange(0, SEARCH_PIVOTS).to(tl.int64)) // SEARCH_PIVOTS
+
+
+@jit
+def _masses_above(row_ptr, V, pivots, floor, temperature, key_max, FP64: tl.constexpr, FAST_MATH: tl.constexpr):
+    """[SEARCH_PIVOTS]: _mass_above at each pivot, in one pass (the same integer terms, so the same sums)."""
+    total = tl.zeros([SEARCH_PIVOTS, SEARCH_BLOCK], tl.int64)
+    for start in range(0, V, SEARCH_BLOCK):
+        cols, x = _row_block(row_ptr, start, V, SEARCH_BLOCK)
+        key = _key(x, 0).to(tl.int64)
+        mass = _fixed_point_mass(x, temperature, key_max, 0, FP64, FAST_MATH)
+        mass = tl.where(_finite(x) & (key >= floor), mass, 0).to(tl.int64)
+        total += tl.where(key[None, :] > pivots[:, None], mass[None, :], 0)
+    return tl.sum(total, axis=1)
 
 
 @jit
@@ -267,14 +299,13 @@ def token_logprobs_kernel(
             limit = p.to(tl.float64) * kept_mass.to(tl.float64)
             lo = threshold - 1  # mass above lo is not below the limit (lo: no key); above hi it is
             hi = key_max.to(tl.int64)
-            for _ in range(33):
+            for _ in range(SEARCH_PASSES):
                 if hi - lo > 1:
-                    mid = (lo + hi) >> 1
-                    above = _mass_above(row_ptr, V, mid, threshold, temperature, key_max, FP64, FAST_MATH, BLOCK_V)
-                    if above.to(tl.float64) < limit:
-                        hi = mid
-                    else:
-                        lo = mid
+                    pivots = _pivots(lo, hi)  # the masses fall as the pivots rise: the ones below come last
+                    below = _masses_above(row_ptr, V, pivots, threshold, temperature, key_max, FP64,
+                                          FAST_MATH).to(tl.float64) < limit
+                    lo = tl.max(tl.where(below, lo, pivots), axis=0)
+                    hi = tl.min(tl.where(below, pivots, hi), axis=0)
             threshold = hi
     min_p = 0.0
     if HAS_MIN_P:
