@@ -145,9 +145,9 @@ def test_every_launch_of_a_padded_plan_checks_the_rows():
 
 
 def test_padded_plans_do_not_grow_with_the_padding():
-    """A padded plan's many-program launches (gumbel's partials, rejection's stats) run on at most PADDED_ROW_SLOTS
-    row slots: from B = 64 to B = 1024 they do not grow, so padding rows cost their flags, not programs
-    (benchmarks/lab/explore_padding_grids.py)."""
+    """A padded plan's many-program launches (gumbel's partials, rejection's stats, the fused logprobs' single read
+    and rank counts) run on at most PADDED_ROW_SLOTS row slots: from B = 64 to B = 1024 they do not grow, so
+    padding rows cost their flags, not programs (benchmarks/lab/explore_padding_grids.py)."""
     from torch_backend import _execute as torch_execute
 
     target = torch_execute.compiled_target(132, 9)
@@ -161,16 +161,20 @@ def test_padded_plans_do_not_grow_with_the_padding():
         for rows in (2, 5):
             yield plan_rejection_sample(ArgSpec.contiguous((b, rows, 151936), "bfloat16"), None, seeds, target,
                                         strict=False, fp64=False, row_valid=True)
+        yield plan_gumbel_sample(ArgSpec.contiguous((b, 151936), "bfloat16"), seeds, target, fp64=False, draft=False,
+                                 row_valid=True, return_logprobs=True)
 
+    slotted_kernels = ("gumbel_partial_kernel", "rejection_stats_kernel", "gumbel_logprobs_partial_kernel",
+                       "rank_count_kernel")
     for small, large in zip(plans(64), plans(1024)):
         assert [step.kernel for step in small.launches] == [step.kernel for step in large.launches]
         slotted = 0
         for a, b in zip(small.launches, large.launches):
-            if a.kernel.fn.__name__ in ("gumbel_partial_kernel", "rejection_stats_kernel"):
+            if a.kernel.fn.__name__ in slotted_kernels:
                 assert a.grid == b.grid and a.grid[0] == PADDED_ROW_SLOTS, (a.kernel, a.grid, b.grid)
                 assert dict(a.constexprs)["ROW_SLOTS"] and "num_rows" in a.args
                 slotted += 1
-        assert slotted == 1, small.variant
+        assert slotted == (2 if small.variant.startswith("single read") else 1), small.variant
         assert large.buffer("num_rows").value == 1024
 
 
