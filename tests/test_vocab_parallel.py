@@ -866,6 +866,137 @@ def _next_round(plan, i, env, previous, gathered, device):
     return list(execute.run(plan.rounds[i], device, env))
 
 
+def _rejection_grid(batch, k, vocab, dtype, rng, device):
+    """rejection_sample's inputs for the in-process shard tests (batch 8): target logits N(0, 4) (peaked rows too)
+    and draft logits near them (acceptances and rejections), drafts the draft's argmax, overflowing target rows
+    (greedy: a decision row, a bonus row), a greedy request, an out-of-range draft, n_b from 0 to K."""
+    import numpy as np
+    import torch
+
+    x = rng.normal(0, 2, (batch, k + 1, vocab)).astype(np.float32)
+    x[3::2] *= 5  # peaked rows: one-hot drafts accepted too
+    x[4, 0, 77] = 3e38  # a decision row whose scaled logits overflow: greedy (its draft accepted)
+    x[6, 0, vocab - 10] = 3.3e38  # n_b = 0: a bonus row that overflows, its argmax on the last shard
+    y = x[:, :k] + rng.normal(0, 0.3, (batch, k, vocab)).astype(np.float32)
+    drafts = np.argmax(y, axis=2).astype(np.int64)
+    drafts[2] = np.argmax(x[2, :k], axis=1)  # the greedy request accepts them all
+    if k:
+        drafts[1, 0] = vocab + 3
+        drafts[5 % batch, k - 1] = vocab - 1  # on the last shard
+    target = torch.from_numpy(x).to(getattr(torch, dtype)).to(device)
+    values = dict(draft_tokens=torch.from_numpy(drafts).to(device),
+                  num_draft_tokens=torch.tensor([k, 1, k, k, 1, k, 0, k][:batch]).clamp(max=k).to(device),
+                  seeds=torch.from_numpy(rng.integers(-(2**62), 2**62, batch)).to(device),
+                  positions=torch.from_numpy(rng.integers(0, 2**40, batch)).to(device),
+                  temperature=torch.from_numpy(np.float32([1.0, 0.7, 0.0, 1.3, 0.5, 1.0, 0.3, 0.9][:batch])).to(device))
+    return target, torch.from_numpy(y).to(device), values
+
+
+def _rejection_shard_rounds(target, draft, values, sizes, device, extra=(), **flags):
+    """Every shard's rounds of vocab-parallel rejection_sample in lock step (each all-gather the stack of the
+    shards' records) for the split of the vocabulary into `sizes`: the last round's outputs of shard 0 (every
+    shard's are checked equal), and the decision round's `extra` buffers of shard 0."""
+    import dataclasses
+
+    import torch
+
+    from jsample import kernels
+    from torch_backend import _execute as execute
+
+    vocab = target.shape[2]
+    starts = tuple(sum(sizes[:r]) for r in range(len(sizes)))
+    plans, envs = [], []
+    for start, size in zip(starts, sizes):
+        shard = target[:, :, start:start + size].contiguous()
+        draft_shard = None if draft is None else draft[:, :, start:start + size].contiguous()
+        sharded = execute.plan(kernels.plan_rejection_sample_shard, (shard, draft_shard, values["seeds"]), device,
+                               None, vocab=vocab, starts=starts, start_align=kernels.start_alignment(starts), **flags)
+        rounds = list(sharded.rounds)
+        decide = rounds[-2]
+        rounds[-2] = dataclasses.replace(decide, outputs=decide.outputs + tuple(extra))
+        plans.append(rounds)
+        env = dict(values, target_logits=shard, vocab_start=torch_int32_full(start, device),
+                   shard_starts=torch.tensor(starts + (vocab,), dtype=torch.int32, device=device))
+        if draft_shard is not None:
+            env["draft_logits"] = draft_shard
+        envs.append(env)
+    results = [list(execute.run(rounds[0], device, env)) for rounds, env in zip(plans, envs)]
+    decided = None
+    for i in range(1, len(plans[0])):
+        gathered = torch.stack([r[0] for r in results])
+        results = [_next_round(dataclasses.replace(sharded, rounds=tuple(rounds)), i, env, r, gathered, device)
+                   for rounds, env, r in zip(plans, envs, results)]
+        if i == len(plans[0]) - 2:
+            decided = results[0][1:]
+    for other in results[1:]:
+        assert all(torch.equal(a, b) for a, b in zip(other, results[0]))
+    return plans[0], results[0], decided
+
+
+@pytest.mark.parametrize("dtype, fp64, method, draft_logits, k, num_valid", [
+    ("float32", False, "probabilistic", True, 3, None), ("bfloat16", False, "probabilistic", False, 3, 6),
+    ("float16", True, "probabilistic", True, 1, None), ("float32", False, "strict", False, 2, 5)])
+def test_rejection_shard_rounds_in_one_process_equal_the_unsharded_call(dtype, fp64, method, draft_logits, k,
+                                                                        num_valid):
+    """Vocab-parallel rejection_sample's rounds on each shard in turn, splits that cut the vocabulary blocks
+    (2048 columns; 1024 in FP64) anywhere, shards holding no block start, a shard of 4 columns: the unsharded
+    call's tokens and num_sampled, and the decision's softmax partials and log-normalisers, bit for bit."""
+    import numpy as np
+    import torch
+
+    import torch_backend
+    from conftest import TORCH_DEVICE
+    from jsample import kernels
+    from torch_backend import _execute as execute
+
+    device = torch.device(TORCH_DEVICE)
+    rng = np.random.default_rng(k + 10 * fp64)
+    batch, vocab = 8, 5000
+    target, draft, values = _rejection_grid(batch, k, vocab, dtype, rng, device)
+    draft = draft if draft_logits else None
+    strict = method == "strict"
+    padding = {} if num_valid is None else dict(row_valid=torch.full((1,), num_valid, dtype=torch.int64,
+                                                                      device=device))
+    want = torch_backend.rejection_sample(target, *values.values(), draft_logits=draft, method=method, fp64=fp64,
+                                          num_valid=num_valid)
+    sampled, drafted = want[1][:num_valid], values["num_draft_tokens"][:num_valid]
+    assert (sampled <= drafted).any() and (sampled[drafted > 0] == drafted[drafted > 0] + 1).any(), want  # both
+    # the one-GPU decision's partials and normalisers (four launches: they are buffers of their own)
+    one_gpu = execute.plan(kernels.plan_rejection_sample, (target, draft, values["seeds"]), device, strict=strict,
+                           fp64=fp64, variant="four launches", row_valid=num_valid is not None)
+    extra = ("emit_row", "emit_mode", "log_normalizer", "stats")
+    import dataclasses
+
+    inputs = dict(values, target_logits=target, **padding)
+    if draft is not None:
+        inputs["draft_logits"] = draft
+    base = execute.run(dataclasses.replace(one_gpu, outputs=one_gpu.outputs + extra), device, inputs)
+    assert torch.equal(base[0], want[0]) and torch.equal(base[1], want[1])
+    words = 2 if fp64 else 1
+    blocks = base[5].shape[1] // (4 * words)
+    for sizes in ([vocab], [2500, 2500], [4, 4096, 900], [1024, 1000, 2976]):
+        plans, got, decided = _rejection_shard_rounds(target, draft, dict(values, **padding), sizes, device,
+                                                      extra=extra[2:], strict=strict, fp64=fp64,
+                                                      row_valid=num_valid is not None)
+        assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1]), (sizes, got, want)
+        if not strict:
+            assert len(plans) == 3 + (len(sizes) > 1), [plan.variant for plan in plans]  # the heads round
+            emit_row, emit_mode, log_normalizer, stats = decided[0], decided[1], decided[2], decided[3]
+            assert torch.equal(emit_row[:num_valid], base[2][:num_valid])
+            resampled = (emit_mode == 1).nonzero().flatten().tolist()  # EMIT_RESIDUAL
+            assert resampled and torch.equal(log_normalizer[resampled].view(torch.int32),
+                                             base[4][resampled].view(torch.int32)), sizes
+            # every probabilistic decision row's block partials: the owners' are the unsharded call's
+            for b in range(num_valid or batch):
+                if values["temperature"][b] >= 1e-5:
+                    for j in range(int(values["num_draft_tokens"][b])):
+                        row = (b * k + j)
+                        written = stats.shape[1] if draft is not None else stats.shape[1] // 2  # (one-hot: no draft's)
+                        assert torch.equal(stats[row, :written].view(torch.int32),
+                                           base[5][row, :written].view(torch.int32)), (sizes, b, j)
+    assert blocks == (3 if not fp64 else 5)
+
+
 _COMPILE_SHARD_KERNELS = """
 import compiled_kernels as ck
 from jsample import kernels

@@ -7,19 +7,23 @@ import torch
 from jsample import kernels
 from jsample.ops import Logprobs, docstring, logprobs_plan_flags, logprobs_shapes
 from jsample.validation import (check_logprobs_request, check_rejection_sample, check_synthetic_rejection_sample,
-                                rates_from_list)
+                                check_vocab_parallel, rates_from_list)
 from torch_backend import _execute as execute
+from torch_backend._vocab_parallel import run_sharded, shard_sizes, vocab_start
+from torch_backend.logprobs import vocab_parallel_logprobs
 from torch_backend.logprobs import num_top_tensor
-from torch_backend._launch import (dense, empty_outputs, float32_logits, row_valid, temperature_array,
+from torch_backend._launch import (dense, empty_outputs, float32_logits, kept_tensor, row_valid, temperature_array,
                                    temperature_value, traced, validate)
 
 
 def rejection_sample(target_logits, draft_tokens, num_draft_tokens, seeds, positions, temperature, *,
                      draft_logits=None, method="probabilistic", fp64=False, num_valid=None, return_logprobs=False,
-                     num_top=0):
+                     num_top=0, vocab_group=None):
     # Docstring: jsample.ops (one text for both frontends).
     arguments = dict(target_logits=target_logits, draft_tokens=draft_tokens, num_draft_tokens=num_draft_tokens,
                      seeds=seeds, positions=positions, temperature=temperature, draft_logits=draft_logits)
+    if vocab_group is not None:
+        return _vocab_parallel(arguments, method, fp64, num_valid, return_logprobs, num_top, vocab_group)
     call = None
     if return_logprobs is not False or num_top != 0:
         check_logprobs_request("rejection_sample", return_logprobs, num_top)
@@ -51,6 +55,67 @@ def rejection_sample(target_logits, draft_tokens, num_draft_tokens, seeds, posit
 
 
 rejection_sample.__doc__ = docstring("rejection_sample", "torch")
+
+
+def _vocab_parallel(arguments, method, fp64, num_valid, return_logprobs, num_top, group):
+    """rejection_sample of target (and draft) logits whose vocabulary is split over the ranks of `group` (rank r
+    holds the r-th contiguous shard, any sizes whose starts are multiples of 4): three or four all-gathers of
+    per-request records (jsample/kernels/vocab_parallel_rejection.py), the unsharded call's tokens on every rank.
+    With return_logprobs, then the emitted tokens' vocab-parallel token_logprobs under their target rows."""
+    import torch.distributed as dist
+
+    op = "rejection_sample"
+    check_logprobs_request(op, return_logprobs, num_top)
+    validate(op, check_rejection_sample, arguments, (method, fp64), None)
+    strict = method == "strict"
+    target_logits = _aligned_columns(float32_logits(arguments["target_logits"]))
+    draft_logits = None if strict else arguments["draft_logits"]
+    if draft_logits is not None:
+        draft_logits = _aligned_columns(float32_logits(draft_logits))
+    batch, rows, _ = target_logits.shape
+    device = target_logits.device
+    sizes = shard_sizes(group, target_logits.shape[2])
+    starts, vocab = tuple(sum(sizes[:r]) for r in range(len(sizes))), sum(sizes)
+    check_vocab_parallel(op, "vocab_group", target_logits.shape, starts)
+    shards = len(starts)
+    inputs = dict(target_logits=target_logits, draft_tokens=dense(arguments["draft_tokens"]),
+                  num_draft_tokens=dense(arguments["num_draft_tokens"]), seeds=dense(arguments["seeds"]),
+                  positions=dense(arguments["positions"]),
+                  temperature=temperature_array(arguments["temperature"], batch, device),
+                  vocab_start=vocab_start(starts[dist.get_rank(group)], device),
+                  shard_starts=kept_tensor(_SHARD_STARTS, (starts, vocab, device),
+                                           lambda: torch.tensor(starts + (vocab,), dtype=torch.int32, device=device),
+                                           device))
+    if draft_logits is not None:
+        inputs["draft_logits"] = draft_logits
+    valid = row_valid(op, num_valid, batch, device)
+    if valid is not None:
+        inputs["row_valid"] = valid
+    sharded = execute.plan(kernels.plan_rejection_sample_shard, (target_logits, draft_logits, inputs["seeds"]), device,
+                           None, strict=strict, fp64=fp64, vocab=vocab, starts=starts,
+                           start_align=kernels.start_alignment(starts), row_valid=valid is not None)
+    tokens, num_sampled = run_sharded(sharded, device, inputs, group, shards)
+    if not return_logprobs:
+        return tokens, num_sampled
+    # every emitted token under its target row: token_logprobs of the [B * (K + 1)] rows (the one-GPU op's own)
+    flat_valid = None
+    if valid is not None:  # the count (or the flags) of the [B * (K + 1)] rows
+        flat_valid = valid * rows if valid.dtype != torch.uint8 else valid.repeat_interleave(rows)
+    logprobs = vocab_parallel_logprobs(target_logits.reshape(batch * rows, -1), tokens.reshape(-1),
+                                       inputs["temperature"].repeat_interleave(rows), group, op=op, num_top=num_top,
+                                       valid=flat_valid)
+    return tokens, num_sampled, Logprobs(*(value.reshape(batch, rows, *value.shape[1:]) for value in logprobs))
+
+
+_SHARD_STARTS = {}  # (starts, vocab, device) -> [shards + 1] int32 device tensor
+
+
+def _aligned_columns(logits):
+    """`logits` with contiguous columns on 16 bytes (a copy where they are not): the shards' own loads then have
+    the vector width the unsharded call's have, which its normalisers' rounding follows."""
+    if logits.stride(-1) != 1 or logits.data_ptr() % 16:
+        logits = logits.contiguous() if logits.stride(-1) != 1 else logits.clone()
+    return logits
 
 
 def _rejection_sample(target_logits, draft_tokens, num_draft_tokens, seeds, positions, temperature, draft_logits, strict,

@@ -52,6 +52,7 @@ from jsample.kernels.rejection import (
 from jsample.kernels.plan import ShardedPlan
 from jsample.kernels.vocab_parallel_filtered import plan_top_k_top_p_shard, shard_list_capacity
 from jsample.kernels.vocab_parallel_logprobs import plan_token_logprobs_shard
+from jsample.kernels.vocab_parallel_rejection import plan_rejection_sample_shard
 from jsample.kernels.vocab_parallel import (
     SUMMARY_WORDS,
     plan_gumbel_sample_shard,

@@ -426,11 +426,15 @@ _stats_program_in_loop = jit(_stats_program.fn, noinline=True)
 
 
 @jit
-def _greedy_where_flagged(tokens, flagged, rows, num_drafts, target_row_ptr, target_row_stride, V):
+def _greedy_where_flagged(tokens, flagged, rows, num_drafts, target_row_ptr, target_row_stride, V, greedy_rows,
+                          MERGED_GREEDY: tl.constexpr):
     """`tokens` [BLOCK_K] with each flagged row's greedy argmax (rows whose scaled logits overflow:
     STREAM.md's clarifications make them greedy), found by looping over those rows' logits here:
-    only requests with such a row pay for it."""
-    if tl.max(flagged.to(tl.int32), axis=0) > 0:
+    only requests with such a row pay for it. MERGED_GREEDY (vocab-parallel): the rows' argmaxes are given,
+    `greedy_rows` [BLOCK_K], merged from the shards' candidates."""
+    if MERGED_GREEDY:
+        tokens = tl.where(flagged, greedy_rows, tokens)
+    elif tl.max(flagged.to(tl.int32), axis=0) > 0:
         j = tl.zeros([], tl.int32)
         while j < num_drafts:
             if tl.max(tl.where(rows == j, flagged.to(tl.int32), 0), axis=0) > 0:
@@ -442,7 +446,8 @@ def _greedy_where_flagged(tokens, flagged, rows, num_drafts, target_row_ptr, tar
 
 @jit
 def _target_tokens(partial_score_ptr, partial_index_ptr, b64, K, num_blocks, rows, num_drafts, target_row_ptr,
-                   target_row_stride, V, FP64: tl.constexpr, REDUCE_BLOCK: tl.constexpr):
+                   target_row_stride, V, greedy_rows, FP64: tl.constexpr, REDUCE_BLOCK: tl.constexpr,
+                   MERGED_GREEDY: tl.constexpr):
     """The Gumbel-max (argmax) token of each draft row < n_b from the stats launch's partials (the
     greedy argmax where a row's partials are flagged as overflowing)."""
     active = rows < num_drafts
@@ -460,7 +465,8 @@ def _target_tokens(partial_score_ptr, partial_index_ptr, b64, K, num_blocks, row
     column = tl.min(tl.where(scores == best[:, None], columns, 2147483647), axis=1)
     tokens = tl.where(best > float("-inf"), column, -1)
     flagged = tl.min(columns, axis=1) < 0
-    return _greedy_where_flagged(tokens, flagged, rows, num_drafts, target_row_ptr, target_row_stride, V)
+    return _greedy_where_flagged(tokens, flagged, rows, num_drafts, target_row_ptr, target_row_stride, V, greedy_rows,
+                                 MERGED_GREEDY)
 
 
 @jit
@@ -501,7 +507,7 @@ def _decision_inputs(target_logits_ptr, draft_logits_ptr, draft_tokens_ptr, b64,
 def _decide(stats_ptr, partial_score_ptr, partial_index_ptr, b64, num_drafts, temperature, K, num_blocks, drafts,
             valid, target_at_draft, draft_at_draft, u, target_logits_ptr, target_batch_stride, target_row_stride, V,
             STRICT: tl.constexpr, ONE_HOT: tl.constexpr, FP64: tl.constexpr, BLOCK_K: tl.constexpr,
-            REDUCE_BLOCK: tl.constexpr):
+            REDUCE_BLOCK: tl.constexpr, greedy_rows=0, MERGED_GREEDY: tl.constexpr = False):
     """Every draft row's decision for one request, from _decision_inputs and the stats launch's
     partials -> (a_b, whether row a_b resamples the residual, whether row a_b is greedy because its
     scaled logits overflow (EMIT_GREEDY), and the log-normalisers of x / T and y / T of row a_b,
@@ -520,7 +526,8 @@ def _decide(stats_ptr, partial_score_ptr, partial_index_ptr, b64, num_drafts, te
         # by the target token; rows that overflow are flagged in their partials: the finish launch takes
         # row a_b's greedy argmax from those flags
         target_tokens = _target_tokens(partial_score_ptr, partial_index_ptr, b64, K, num_blocks, rows, num_drafts,
-                                       target_row_ptr, target_row_stride, V, FP64, REDUCE_BLOCK)
+                                       target_row_ptr, target_row_stride, V, greedy_rows, FP64, REDUCE_BLOCK,
+                                       MERGED_GREEDY)
         emit_row = _first_rejection(valid & (drafts == target_tokens), rows, num_drafts)
         resample = emit_row < 0  # never
         greedy_emit = resample
@@ -543,7 +550,7 @@ def _decide(stats_ptr, partial_score_ptr, partial_index_ptr, b64, num_drafts, te
             log_ratio = log_ratio - (draft_at_draft - draft_lse)
         accept = valid & (u < tl.exp(log_ratio))  # NaN ratios reject
         greedy_tokens = _greedy_where_flagged(drafts, overflow, rows, num_drafts, target_row_ptr,
-                                              target_row_stride, V)
+                                              target_row_stride, V, greedy_rows, MERGED_GREEDY)
         accept = tl.where(overflow, valid & (drafts == greedy_tokens), accept)
         emit_row = _first_rejection(accept, rows, num_drafts)
         greedy_emit = tl.max(tl.where(rows == emit_row, overflow.to(tl.int32), 0), axis=0) > 0
@@ -669,14 +676,24 @@ def _emit_block(x, y, noise, draft_tokens_ptr, b64, block, num_blocks, temperatu
     """One vocabulary block of row a_b (EMIT_RESIDUAL or EMIT_SAMPLE), from _emit_inputs: the block
     partials of its Gumbel-max scores (rows B..2B-1 of the partials) and, for EMIT_RESIDUAL, of its
     residual scores (rows < B), from one evaluation of the row's stream-0 noise."""
-    first_col = block * BLOCK_V
+    _emit_scores(x, y, noise, draft_tokens_ptr, b64, block * BLOCK_V, temperature, emit_row, emit_mode, target_lse,
+                 draft_lse, K, partial_score_ptr, partial_index_ptr, (B + b64) * num_blocks + block,
+                 b64 * num_blocks + block, ONE_HOT, FP64, BLOCK_V, FAST_MATH)
+
+
+@jit
+def _emit_scores(x, y, noise, draft_tokens_ptr, b64, first_col, temperature, emit_row, emit_mode, target_lse,
+                 draft_lse, K, partial_score_ptr, partial_index_ptr, sample_out, residual_out, ONE_HOT: tl.constexpr,
+                 FP64: tl.constexpr, BLOCK_V: tl.constexpr, FAST_MATH: tl.constexpr):
+    """_emit_block's scores of the columns first_col .. first_col + BLOCK_V - 1 (any multiple of 4: the
+    vocab-parallel emit scores a shard's own columns), their partials stored at `sample_out` and, for
+    EMIT_RESIDUAL, `residual_out`."""
     cols = first_col + tl.arange(0, BLOCK_V)
     # exactly gumbel_sample's scores of this row (block_scores): the bonus token, or the fallback; flagged
     # when the row's scaled logits overflow (only a sampled row a_b = n_b can: the decision made the
     # others greedy)
     score, best, overflow = noisy_scores(x, noise, temperature, FP64, FAST_MATH, x)
-    store_block_best(partial_score_ptr, partial_index_ptr, (B + b64) * num_blocks + block, score, best, first_col, FP64,
-                     overflow)
+    store_block_best(partial_score_ptr, partial_index_ptr, sample_out, score, best, first_col, FP64, overflow)
     if emit_mode == EMIT_RESIDUAL:
         if ONE_HOT:
             draft = tl.load(draft_tokens_ptr + b64 * K + emit_row)
@@ -698,8 +715,8 @@ def _emit_block(x, y, noise, draft_tokens_ptr, b64, block, num_blocks, temperatu
                 # false for NaN: non-candidates of `score` are -inf, and q >= p has no residual
                 residual = tl.where((log_ratio < 0) & (residual_score > float("-inf")), residual_score,
                                     float("-inf"))
-        store_block_best(partial_score_ptr, partial_index_ptr, b64 * num_blocks + block, residual,
-                         tl.max(residual, axis=0), first_col, FP64)
+        store_block_best(partial_score_ptr, partial_index_ptr, residual_out, residual, tl.max(residual, axis=0),
+                         first_col, FP64)
 
 
 @jit
