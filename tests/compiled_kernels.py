@@ -85,6 +85,19 @@ def sass_instructions(compiled):
     return len(re.findall(r"/\*[0-9a-f]{4}\*/\s+\S", sass))
 
 
+def launch_layouts(plan, kernel_name, inputs, shapes):
+    """{shape: the sorted layouts of the tensors of that shape (e.g. "2048xf32")} in the sm_90 compile of `plan`'s
+    launch of `kernel_name` (`inputs` as compile_plan's)."""
+    step = next(step for step in plan.launches if step.kernel.fn.__name__ == kernel_name)
+    names = [name for name in step.kernel.arg_names if name not in dict(step.constexprs)]
+    types = {name: (inputs.get(value) or POINTER_TYPES[plan.buffer(value).dtype]) if isinstance(value, str) else "i32"
+             for name, value in zip(names, list(step.args) + list(step.outputs))}
+    ttgir = compile_for_sm90(step.kernel, types, dict(step.constexprs), step.num_warps).asm["ttgir"]
+    layouts = dict(re.findall(r"^(#\w+) = (#ttg\.\w+<.*>)$", ttgir, re.M))
+    return {shape: sorted({layouts[name] for name in re.findall(rf"tensor<{shape}, (#\w+)>", ttgir)})
+            for shape in shapes}
+
+
 def decide_layouts(types):
     """{K: [the layouts of the decision's [BLOCK_K, REDUCE_BLOCK] f32 tensors in rejection_decide_kernel,
     the same in rejection_decide_emit_kernel]}: the normalisers' sums follow the layout, so the two

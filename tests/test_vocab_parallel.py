@@ -1045,6 +1045,34 @@ for batch, dtype, given in ((1, "bfloat16", False), (256, "float32", True)):  # 
 for plan, logits in plans:
     for name in ck.compile_plan(plan, {"logits": logits, **inputs}):
         print("compiled", name)
+inputs.update({"draft_tokens": "*i64", "num_draft_tokens": "*i64", "shard_starts": "*i32", "draft_logits": "*fp32",
+               "gathered_heads": "*fp32", "gathered_emit_record": "*i32", "emit_row_in": "*i32",
+               "emit_mode_in": "*i32"})
+for batch, dtype, fp64, draft, strict, starts in ((1, "bfloat16", False, True, False, (0, 75968)),  # rejection_sample
+                                                  (256, "float32", True, False, False, (0, 75968)),
+                                                  (64, "bfloat16", False, False, True, (0, 75968)),
+                                                  (64, "bfloat16", False, True, False, (0, 75964))):
+    sharded = kernels.plan_rejection_sample_shard(
+        ArgSpec.contiguous((batch, 5, 75968), dtype), ArgSpec.contiguous((batch, 4, 75968), "float32") if draft else None,
+        ArgSpec.contiguous((batch,), "int64"), target, strict=strict, fp64=fp64, vocab=151936, starts=starts,
+        start_align=16 if starts[1] % 16 == 0 else 4, row_valid=batch == 64)
+    for plan in sharded.rounds:
+        for name in ck.compile_plan(plan, {"target_logits": ck.POINTER_TYPES[dtype], **inputs}):
+            print("compiled", name)
+    if not strict:  # the normalisers' sums follow the layouts: the shards' stats and decision lay out as one GPU's
+        one_gpu = kernels.plan_rejection_sample(
+            ArgSpec.contiguous((batch, 5, 151936), dtype),
+            ArgSpec.contiguous((batch, 4, 151936), "float32") if draft else None, ArgSpec.contiguous((batch,), "int64"),
+            target, strict=False, fp64=fp64, variant="four launches")
+        types = {"target_logits": ck.POINTER_TYPES[dtype], **inputs, "num_rows": "*i32"}
+        config = kernels.rejection_launch_config(151936, 4, (5 * 151936, 151936, 4 * 151936, 151936), fp64)
+        element = "f64" if fp64 else "f32"
+        shapes = (f"{config.block_v}x{element}", f"{config.block_k}x{config.reduce_block}x{element}")
+        for one, shard in (("rejection_stats_kernel", "shard_rejection_stats_kernel"),
+                           ("rejection_decide_kernel", "shard_rejection_decide_kernel")):
+            want = ck.launch_layouts(one_gpu, one, types, shapes)
+            got = ck.launch_layouts(sharded.rounds[-3 if "stats" in one else -2], shard, types, shapes)
+            print("layouts", shard, "equal" if got == want and any(want.values()) else f"differ {got} {want}")
 """
 
 
@@ -1060,7 +1088,8 @@ def test_the_shard_kernels_compile_for_sm90():
     result = subprocess.run([sys.executable, "-c", _COMPILE_SHARD_KERNELS], capture_output=True, text=True, env=env,
                             timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
-    compiled = result.stdout.split()
+    compiled = [line.split()[1] for line in result.stdout.splitlines() if line.startswith("compiled ")]
+    layouts = [line for line in result.stdout.splitlines() if line.startswith("layouts ")]
     assert compiled.count("shard_one_launch_kernel") == 3 and compiled.count("shard_partial_kernel") == 3, compiled
     assert compiled.count("shard_summary_kernel") == 3 + 4 and compiled.count("shard_combine_kernel") == 1 + 4, compiled
     # a stats round, the top-k search's first and later rounds, top-p's, the sampling round, in 4 plans; the
@@ -1073,6 +1102,14 @@ def test_the_shard_kernels_compile_for_sm90():
     # token_logprobs: 2 plans without filters and 2 with them (the searches' threshold, or the lists' merge's)
     assert [compiled.count(name) for name in ("shard_threshold_kernel", "shard_logprobs_count_kernel",
                                               "shard_logprobs_merge_kernel")] == [1, 4, 4], compiled
+    # rejection_sample: every round of 4 plans (the heads round where the shards' edges cut blocks; the last owned
+    # block copied, target and draft, or every block where the shard's alignment is not the unsharded call's; no
+    # emit launch for strict requests)
+    assert [compiled.count(name) for name in ("shard_heads_kernel", "shard_owned_copy_kernel",
+                                              "shard_rejection_stats_kernel", "shard_rejection_decide_kernel",
+                                              "shard_rejection_emit_kernel", "shard_rejection_finish_kernel")] == \
+        [3, 2 + 1 + 2, 4, 4, 3, 4], compiled
+    assert len(layouts) == 6 and all(line.endswith(" equal") for line in layouts), layouts
 
 
 if __name__ == "__main__":  # .ci/packaging.sh: the JAX check under the newest JAX, from an installed wheel

@@ -64,7 +64,10 @@ _ROW_WORDS = 2
 _GREEDY_WORDS = 2
 # a decision row's logits at its draft (f32 bits): the target's, the draft's
 _DRAFT_WORDS = 2
+# which owned blocks a plan copies (the rest are read in place): none, the last (a shard's edge cuts it), every one
 COPY_NONE, COPY_LAST, COPY_ALL = 0, 1, 2
+_COPY_LAST, _COPY_ALL = tl.constexpr(COPY_LAST), tl.constexpr(COPY_ALL)  # the kernels' copies
+_COPY_BLOCK = tl.constexpr(1024)  # the record kernel copies the owned blocks' partials this many words at a time
 
 
 
@@ -143,12 +146,13 @@ def shard_heads_kernel(
     start, end, first_owned, num_owned = _shard_span(vocab_start_ptr, V_shard, START_ALIGN, BLOCK_V)
     head = tl.minimum(end, first_owned * BLOCK_V) - start
     offsets = tl.arange(0, HEAD)
-    if r < K:
-        row_ptr = target_logits_ptr + b64 * target_batch_stride + r.to(tl.int64) * target_row_stride
+    out = heads_ptr + (b64 * rows + r) * HEAD + offsets
+    if r < K:  # (the two logits may differ in dtype: a load each)
+        target_row = target_logits_ptr + b64 * target_batch_stride + r.to(tl.int64) * target_row_stride
+        tl.store(out, tl.load(target_row + offsets, mask=offsets < head).to(tl.float32), mask=offsets < head)
     else:
-        row_ptr = draft_logits_ptr + b64 * draft_batch_stride + (r - K).to(tl.int64) * draft_row_stride
-    x = tl.load(row_ptr + offsets, mask=offsets < head, other=0.0).to(tl.float32)
-    tl.store(heads_ptr + (b64 * rows + r) * HEAD + offsets, x, mask=offsets < head)
+        draft_row = draft_logits_ptr + b64 * draft_batch_stride + (r - K).to(tl.int64) * draft_row_stride
+        tl.store(out, tl.load(draft_row + offsets, mask=offsets < head).to(tl.float32), mask=offsets < head)
 
 
 @jit
@@ -185,7 +189,7 @@ def shard_owned_copy_kernel(
     copies = tl.num_programs(2)
     b64 = b.to(tl.int64)
     start, end, first_owned, num_owned = _shard_span(vocab_start_ptr, V_shard, START_ALIGN, BLOCK_V)
-    owned = num_owned - 1 if COPY == COPY_LAST else slot
+    owned = num_owned - 1 if COPY == _COPY_LAST else slot
     if (owned >= 0) & (owned < num_owned):
         cols = (first_owned + owned) * BLOCK_V + tl.arange(0, BLOCK_V)
         row_ptr = logits_ptr + b64 * batch_stride + j.to(tl.int64) * row_stride - start
@@ -273,10 +277,10 @@ def shard_rejection_stats_kernel(
         elif i < num_owned:
             first_col = (first_owned + i) * BLOCK_V
             cols = first_col + tl.arange(0, BLOCK_V)
-            copied = (COPY == COPY_ALL) | ((COPY == COPY_LAST) & (i == num_owned - 1))
+            copied = (COPY == _COPY_ALL) | ((COPY == _COPY_LAST) & (i == num_owned - 1))
             if copied:
-                slot = i if COPY == COPY_ALL else 0
-                copies = max_owned if COPY == COPY_ALL else 1
+                slot = i if COPY == _COPY_ALL else 0
+                copies = max_owned if COPY == _COPY_ALL else 1
                 at = ((b64 * K + j) * copies + slot) * BLOCK_V - first_col
                 target_row_ptr = owned_target_ptr + at
                 draft_row_ptr = owned_draft_ptr + at
@@ -347,7 +351,6 @@ def shard_rejection_record_kernel(
     START_ALIGN: tl.constexpr,
     BLOCK_K: tl.constexpr,  # a power of two >= K + 1
     REDUCE_BLOCK: tl.constexpr,  # a power of two >= NSB
-    COPY_BLOCK: tl.constexpr = 1024,
     HAS_ROW_VALID: tl.constexpr = False,
 ):
     """Grid (B,): request b's record (_record_offsets), for the all-gather."""
@@ -365,9 +368,9 @@ def shard_rejection_record_kernel(
     source = owned_stats_ptr.to(tl.pointer_type(tl.int32)) + b64 * stats_words
     first = 0
     while first < stats_words:  # (a while loop: the interpreter cannot range() over a runtime bound)
-        at = first + tl.arange(0, COPY_BLOCK)
+        at = first + tl.arange(0, _COPY_BLOCK)
         tl.store(record + at, tl.load(source + at, mask=at < stats_words), mask=at < stats_words)
-        first += COPY_BLOCK
+        first += _COPY_BLOCK
     num_drafts = _num_drafts(num_draft_tokens_ptr, b, K)
     temperature = load_temperature(temperature_ptr, b)
     start, end, first_owned, num_owned = _shard_span(vocab_start_ptr, V_shard, START_ALIGN, BLOCK_V)
@@ -462,7 +465,7 @@ def shard_rejection_merge_kernel(
     stats = _float_words(stats_ptr, FP64)
     j = 0
     while j < K:
-        for s in tl.static_range(STATS_PER_BLOCK):
+        for s in tl.static_range(NUM_STATS):
             value = tl.load(owner_stats + (j * NUM_STATS + s) * max_owned + slot, mask=in_row)
             tl.store(stats + (b64 * K + j) * (NUM_STATS * num_blocks) + s * num_blocks + blocks, value, mask=in_row)
         j += 1
