@@ -309,11 +309,11 @@ def check_logprobs_request(op: str, return_logprobs, num_top) -> None:
         raise ValueError(f"{op}: num_top = {num_top} needs return_logprobs=True.")
 
 
-def check_vocab_parallel(op: str, name: str, logits_shape, starts) -> None:
-    """Vocab-parallel sampling (`vocab_axis` in JAX, `vocab_group` in torch): 2-D logits (rejection_sample: 3-D
-    target logits) whose shards start at multiples of 4 (`starts`: every shard's first global column; the stream
-    draws four columns a call)."""
-    if op == "rejection_sample":
+def check_vocab_parallel(op: str, name: str, logits_shape, starts, rows: bool = False) -> None:
+    """Vocab-parallel sampling (`vocab_axis` in JAX, `vocab_group` in torch): 2-D logits (`rows`: rejection_sample's
+    3-D target logits) whose shards start at multiples of 4 (`starts`: every shard's first global column; the
+    stream draws four columns a call)."""
+    if rows:
         if len(logits_shape) != 3:
             raise ValueError(f"{op}: {name} takes 3-D target_logits [B, K+1, V_shard], got {len(logits_shape)}-D.")
     elif len(logits_shape) != 2:

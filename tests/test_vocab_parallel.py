@@ -241,6 +241,45 @@ JAX_SCRIPT = textwrap.dedent('''
             got = np.asarray(sharded(x, seeds, positions, temperature, top_k, top_p, np.int32(4)))
             assert np.array_equal(got, want) and (got[4:] == -1).all(), (got, want)
             print("filtered shards", shards, "ok")
+        if shards == 2 and (not ON_GPU or vocab == 151936):
+            # rejection_sample: [B, K+1, V / 2] shards, a block cut by the split (heads), return_logprobs after
+            k = 3
+            x3 = (rng.standard_normal((batch, k + 1, vocab)) * 2).astype(np.float32)
+            x3[1::2] *= 4  # peaked rows: drafts accepted too
+            x3[4, 0, 3] = 3e38  # an overflowing decision row: greedy
+            y3 = x3[:, :k] + (rng.standard_normal((batch, k, vocab)) * 0.3).astype(np.float32)
+            drafts = y3.argmax(2)
+            num_drafts = np.int32([3, 2, 3, 1, 3, 0, 3])
+            for dtype, method, with_draft, num_top in (("float32", "probabilistic", True, None),
+                                                       ("bfloat16", "probabilistic", False, 2),
+                                                       ("float32", "strict", False, None)):
+                logits = x3.astype(getattr(ml_dtypes, dtype, dtype))
+                options = dict(method=method, num_valid=np.int32(6))
+                if num_top is not None:
+                    options.update(return_logprobs=True, num_top=num_top)
+                draft = y3 if with_draft else None
+                want = jsample.rejection_sample(logits, drafts, num_drafts, seeds, positions, temperature,
+                                                draft_logits=draft, **options)
+                assert len(set(np.asarray(want[1]).tolist())) >= 3, want
+                call = lambda l, d, s, p, t, y: jsample.rejection_sample(l, d, num_drafts, s, p, t, draft_logits=y,
+                                                                         vocab_axis="tp", **options)
+                draft_spec = P(None, None, "tp") if with_draft else P()
+                sharded = jax.jit(shard_map(call, mesh=mesh, in_specs=(P(None, None, "tp"), P(), P(), P(), P(),
+                                                                       draft_spec), out_specs=P()))
+                got = sharded(logits, drafts, seeds, positions, temperature, draft)
+                assert np.array_equal(np.asarray(got[0]), np.asarray(want[0])), (dtype, method, got, want)
+                assert np.array_equal(np.asarray(got[1]), np.asarray(want[1])), (dtype, method, got, want)
+                if num_top is not None:
+                    for name, a, b in zip(want[2]._fields, got[2], want[2]):
+                        assert np.array_equal(np.asarray(a), np.asarray(b), equal_nan=True), (dtype, name, a, b)
+                hlo = sharded.lower(logits, drafts, seeds, positions, temperature, draft).compile().as_text()
+                gathers = [line.split("all-gather")[0] for line in hlo.splitlines()
+                           if "all-gather(" in line or "all-gather-start(" in line]
+                shapes = [shape for g in gathers for shape in re.findall(r"[a-z0-9]+\\[[0-9,]*\\]", g)]
+                # per-request records only: none holds a row's vocabulary (the heads: a block's columns at most)
+                assert gathers and all(int(shape.split(",")[-1][:-1]) < vocab for shape in shapes), shapes
+                assert not [line for line in hlo.splitlines() if "all-reduce(" in line or "all-to-all(" in line]
+            print("rejection shards", shards, "vocab", vocab, "ok")
     mesh = Mesh(np.array(jax.devices()[:2]), ("tp",))
     x = np.zeros((2, 802), np.float32)  # 401 columns a shard: the second starts at 401, not a multiple of 4
     call = lambda l: jsample.gumbel_sample(l, np.arange(2), np.arange(2), 1.0, vocab_axis="tp")
@@ -360,6 +399,34 @@ TORCH_SCRIPT = textwrap.dedent('''
                                                    num_valid=num_valid, return_logprobs=True, num_top=num_top,
                                                    vocab_group=dist.group.WORLD, **filters)
             results.append(([want[0].tolist()] + numbers(want[1]), [got[0].tolist()] + numbers(got[1])))
+        # rejection_sample: 3-D target (and draft) logits split along the vocabulary (the blocks' owners reduce the
+        # normalisers; the shards' heads complete a block the split cuts), and return_logprobs after the tokens
+        k = 3
+        x3 = torch.from_numpy((rng.standard_normal((batch, k + 1, vocab)) * 2).astype(np.float32))
+        x3[1::2] *= 4  # peaked rows: drafts accepted too
+        x3[4, 0, vocab - 1] = 3e38  # an overflowing decision row: greedy
+        y3 = x3[:, :k] + torch.from_numpy(rng.standard_normal((batch, k, vocab)).astype(np.float32) * 0.3)
+        drafts = y3.argmax(2)
+        drafts[0, 1] = vocab  # out of range: rejected
+        x3, y3, drafts = x3.to(device), y3.to(device), drafts.to(device)
+        num_drafts = torch.tensor([3, 2, 3, 1, 3, 0], device=device)
+        for dtype, method, with_draft, num_valid, num_top in ((torch.float32, "probabilistic", True, None, None),
+                                                              (torch.bfloat16, "probabilistic", False, 4, 2),
+                                                              (torch.float16, "strict", False, None, None)):
+            logits = x3.to(dtype)
+            shard = logits[:, :, start:start + sizes[rank]]
+            draft_logits = y3 if with_draft else None
+            draft_shard = y3[:, :, start:start + sizes[rank]] if with_draft else None
+            options = dict(method=method, num_valid=num_valid)
+            if num_top is not None:
+                options.update(return_logprobs=True, num_top=num_top)
+            want = torch_backend.rejection_sample(logits, drafts, num_drafts, seeds, positions, temperature,
+                                                  draft_logits=draft_logits, **options)
+            got = torch_backend.rejection_sample(shard, drafts, num_drafts, seeds, positions, temperature,
+                                                 draft_logits=draft_shard, vocab_group=dist.group.WORLD, **options)
+            assert len(set(want[1].tolist())) >= 3, want  # acceptances and rejections
+            flat = lambda out: [out[0].tolist(), out[1].tolist()] + (numbers(out[2]) if num_top is not None else [])
+            results.append((flat(want), flat(got)))
         error = ""
         if len(sizes) == 2:
             group = dist.new_group([0, 1])
@@ -411,7 +478,7 @@ def test_jax_shard_map_tokens_equal_the_unsharded_call(tmp_path):
     out = _run(JAX_SCRIPT, env=dict(JAX_PLATFORMS="cpu", TRITON_INTERPRET="1"), tmp_path=tmp_path)
     assert "shards 1 vocab 301 ok" in out and "shards 2 vocab 808 ok" in out and "errors ok" in out, out
     assert "filtered shards 2 ok" in out and "logprobs shards 2 ok" in out, out
-    assert "filtered logprobs shards 2 vocab 808 ok" in out, out
+    assert "filtered logprobs shards 2 vocab 808 ok" in out and "rejection shards 2 vocab 808 ok" in out, out
 
 
 @pytest.mark.parametrize("sizes, port", [("404,300", 29613), ("300,128,257", 29614)])
@@ -952,6 +1019,10 @@ def test_rejection_shard_rounds_in_one_process_equal_the_unsharded_call(dtype, f
     device = torch.device(TORCH_DEVICE)
     rng = np.random.default_rng(k + 10 * fp64)
     batch, vocab = 8, 5000
+    splits = [[vocab], [2500, 2500], [4, 4096, 900], [1024, 1000, 2976]]
+    if device.type == "cuda":  # a GPU's vocabulary too: two equal shards, and an uneven three
+        vocab = 151936
+        splits = [[75968, 75968], [50000, 60004, 41932], [4, 151932]]
     target, draft, values = _rejection_grid(batch, k, vocab, dtype, rng, device)
     draft = draft if draft_logits else None
     strict = method == "strict"
@@ -974,7 +1045,7 @@ def test_rejection_shard_rounds_in_one_process_equal_the_unsharded_call(dtype, f
     assert torch.equal(base[0], want[0]) and torch.equal(base[1], want[1])
     words = 2 if fp64 else 1
     blocks = base[5].shape[1] // (4 * words)
-    for sizes in ([vocab], [2500, 2500], [4, 4096, 900], [1024, 1000, 2976]):
+    for sizes in splits:
         plans, got, decided = _rejection_shard_rounds(target, draft, dict(values, **padding), sizes, device,
                                                       extra=extra[2:], strict=strict, fp64=fp64,
                                                       row_valid=num_valid is not None)
@@ -994,7 +1065,7 @@ def test_rejection_shard_rounds_in_one_process_equal_the_unsharded_call(dtype, f
                         written = stats.shape[1] if draft is not None else stats.shape[1] // 2  # (one-hot: no draft's)
                         assert torch.equal(stats[row, :written].view(torch.int32),
                                            base[5][row, :written].view(torch.int32)), (sizes, b, j)
-    assert blocks == (3 if not fp64 else 5)
+    assert blocks == -(-vocab // (1024 if fp64 else 2048))
 
 
 _COMPILE_SHARD_KERNELS = """

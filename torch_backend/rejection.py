@@ -76,7 +76,7 @@ def _vocab_parallel(arguments, method, fp64, num_valid, return_logprobs, num_top
     device = target_logits.device
     sizes = shard_sizes(group, target_logits.shape[2])
     starts, vocab = tuple(sum(sizes[:r]) for r in range(len(sizes))), sum(sizes)
-    check_vocab_parallel(op, "vocab_group", target_logits.shape, starts)
+    check_vocab_parallel(op, "vocab_group", target_logits.shape, starts, rows=True)
     shards = len(starts)
     inputs = dict(target_logits=target_logits, draft_tokens=dense(arguments["draft_tokens"]),
                   num_draft_tokens=dense(arguments["num_draft_tokens"]), seeds=dense(arguments["seeds"]),

@@ -138,11 +138,12 @@ def run_sharded(sharded: ShardedPlan, inputs: dict, axis) -> tuple:
     return run_rounds(sharded.rounds, run, lambda record: jax.lax.all_gather(record, axis), inputs)
 
 
-def axis_shards(op: str, axis, logits_shape) -> int:
+def axis_shards(op: str, axis, logits_shape, rows: bool = False) -> int:
     """How many devices mesh axis `axis` holds (inside shard_map), this device's shard `logits_shape` [B, V / n]
-    checked (check_vocab_parallel: equal shards in axis order) as every vocab-parallel op checks it."""
+    ([B, K+1, V / n] with `rows`) checked (check_vocab_parallel: equal shards in axis order) as every
+    vocab-parallel op checks it."""
     shards = int(jax.lax.axis_size(axis) if hasattr(jax.lax, "axis_size") else jax.lax.psum(1, axis))
-    check_vocab_parallel(op, "vocab_axis", logits_shape, [i * logits_shape[1] for i in range(shards)])
+    check_vocab_parallel(op, "vocab_axis", logits_shape, [i * logits_shape[-1] for i in range(shards)], rows)
     return shards
 
 

@@ -75,7 +75,7 @@ def _vocab_parallel(target_logits, draft_tokens, num_draft_tokens, seeds, positi
     per-request records (jsample/kernels/vocab_parallel_rejection.py), the unsharded call's tokens on every device;
     with num_top (not None: return_logprobs), then the emitted tokens' vocab-parallel token_logprobs."""
     batch, rows, width = target_logits.shape
-    shards = execute.axis_shards("rejection_sample", axis, target_logits.shape)
+    shards = execute.axis_shards("rejection_sample", axis, target_logits.shape, rows=True)
     starts = tuple(i * width for i in range(shards))
     start, start_align = execute.shard_start(axis, shards, width)
     sharded = kernels.plan_rejection_sample_shard(
