@@ -1122,7 +1122,8 @@ inputs.update({"draft_tokens": "*i64", "num_draft_tokens": "*i64", "shard_starts
 for batch, dtype, fp64, draft, strict, starts in ((1, "bfloat16", False, True, False, (0, 75968)),  # rejection_sample
                                                   (256, "float32", True, False, False, (0, 75968)),
                                                   (64, "bfloat16", False, False, True, (0, 75968)),
-                                                  (64, "bfloat16", False, True, False, (0, 75964))):
+                                                  (64, "bfloat16", False, True, False, (0, 75964)),
+                                                  (64, "bfloat16", False, True, False, (0, 75776))):  # no cut
     sharded = kernels.plan_rejection_sample_shard(
         ArgSpec.contiguous((batch, 5, 75968), dtype), ArgSpec.contiguous((batch, 4, 75968), "float32") if draft else None,
         ArgSpec.contiguous((batch,), "int64"), target, strict=strict, fp64=fp64, vocab=151936, starts=starts,
@@ -1173,14 +1174,14 @@ def test_the_shard_kernels_compile_for_sm90():
     # token_logprobs: 2 plans without filters and 2 with them (the searches' threshold, or the lists' merge's)
     assert [compiled.count(name) for name in ("shard_threshold_kernel", "shard_logprobs_count_kernel",
                                               "shard_logprobs_merge_kernel")] == [1, 4, 4], compiled
-    # rejection_sample: every round of 4 plans (the heads round where the shards' edges cut blocks; the last owned
-    # block copied, target and draft, or every block where the shard's alignment is not the unsharded call's; no
-    # emit launch for strict requests)
+    # rejection_sample: every round of 5 plans (the heads round where the shards' edges cut blocks; the last owned
+    # block copied, target and draft, or every block where the shard's alignment is not the unsharded call's, or
+    # none)
     assert [compiled.count(name) for name in ("shard_heads_kernel", "shard_owned_copy_kernel",
                                               "shard_rejection_stats_kernel", "shard_rejection_decide_kernel",
                                               "shard_rejection_emit_kernel", "shard_rejection_finish_kernel")] == \
-        [3, 2 + 1 + 2, 4, 4, 3, 4], compiled
-    assert len(layouts) == 6 and all(line.endswith(" equal") for line in layouts), layouts
+        [3, 2 + 1 + 2, 5, 5, 5, 5], compiled
+    assert len(layouts) == 8 and all(line.endswith(" equal") for line in layouts), layouts
 
 
 if __name__ == "__main__":  # .ci/packaging.sh: the JAX check under the newest JAX, from an installed wheel

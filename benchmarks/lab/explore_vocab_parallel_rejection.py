@@ -7,7 +7,7 @@ tests/test_vocab_parallel.py runs them); their tokens are checked equal to the u
 rounds, with those gathered records bound, are captured as one CUDA graph and replayed (harness.time_graph_us);
 the collectives (NCCL all-gathers of the records: 3-4 a call) are not in the time.
 
-    python benchmarks/lab/explore_vocab_parallel_rejection.py [--vocab 262144] [--batches 1,64,256] [--k 4]
+    python benchmarks/lab/explore_vocab_parallel_rejection.py [--vocabs 262144,151936] [--batches 1,64,256] [--k 4]
 """
 
 import argparse
@@ -22,7 +22,7 @@ import harness  # noqa: E402
 
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("--vocab", type=int, default=262144)
+    parser.add_argument("--vocabs", default="262144,151936")
     parser.add_argument("--batches", default="1,64,256")
     parser.add_argument("--k", type=int, default=4)
     args = parser.parse_args()
@@ -33,8 +33,9 @@ def main():
     from torch_backend import _execute as execute
 
     device = torch.device("cuda")
-    vocab, k = args.vocab, args.k
-    for batch in (int(b) for b in args.batches.split(",")):
+    k = args.k
+    cells = [(vocab, int(b)) for vocab in (int(v) for v in args.vocabs.split(",")) for b in args.batches.split(",")]
+    for vocab, batch in cells:
         generator = torch.Generator(device=device).manual_seed(batch)
         x = torch.randn((batch, k + 1, vocab), device=device, generator=generator) * 3
         y = x[:, :k] + 0.3 * torch.randn((batch, k, vocab), device=device, generator=generator)
@@ -45,6 +46,8 @@ def main():
                       temperature=torch.full((batch,), 0.8, device=device))
         for draft in (y, None):
             label = "draft logits" if draft is not None else "one-hot"
+            # equal halves (at V = 151936 the split cuts a block: the heads round), and a split at an odd multiple
+            # of 4 (bf16 rows then lose the unsharded call's vector width: every owned block copied)
             for sizes in ([vocab // 2, vocab - vocab // 2], [vocab // 2 - 4, vocab - vocab // 2 + 4]):
                 starts = (0, sizes[0])
                 shards = []

@@ -23,15 +23,16 @@ Rounds (plan.run_rounds; every record all-gathered over the shards):
 0. (only when a shard's edge cuts a block and some row is probabilistic) `shard_heads_kernel`: each shard's
    head, its columns before its first block edge (at most BLOCK_V - 1), of the K decision rows of the target
    and draft logits, widened to float32 (exact).
-1. `shard_owned_copy_kernel` (where blocks are copied), `shard_rejection_stats_kernel` (per request, row and
-   block: the owned blocks' softmax partials of the probabilistic rows j < n_b, the Gumbel-max partials of the
-   sampled rows j <= n_b over the shard's own columns, and every row's greedy candidates),
+1. `shard_owned_copy_kernel` (where blocks are copied), `shard_rejection_stats_kernel` (per request, decision
+   row j < n_b and block: the owned blocks' softmax partials of the probabilistic rows, the Gumbel-max partials
+   of the sampled rows (strict and greedy requests) over the shard's own columns, and the rows' greedy
+   candidates),
    `shard_rejection_record_kernel` (the request's record: the owned blocks' partials, each sampled row's best
    and overflow flag, each row's greedy candidate, the target and draft logits at the drafts the shard holds).
 2. `shard_rejection_merge_kernel` (the records in the one-GPU layouts), `shard_rejection_decide_kernel` (the
    one-GPU `_decide`, so every shard takes the same a_b, emit mode and normalisers), `shard_rejection_emit_kernel`
-   (the residual's and the fallback's block partials over the shard's own columns of row a_b, `_emit_scores`),
-   `shard_rejection_emit_record_kernel` (the shard's bests).
+   (row a_b's sample and the residual's block partials over the shard's own columns, `_emit_scores`: the bonus
+   row only where every draft was accepted), `shard_rejection_emit_record_kernel` (the shard's bests).
 3. `shard_rejection_finish_kernel`: the emitted token from the shards' bests (the one-GPU finish's rules), the
    accepted drafts, num_sampled.
 
@@ -51,7 +52,7 @@ from jsample.kernels.common import (aligned, block_noise, inverse_temperature, i
                                     overflow_from_magnitude, store_sampled_block)
 from jsample.kernels.host import jit
 from jsample.kernels.plan import ArgSpec, Buffer, Plan, ShardedPlan, Target, launch
-from jsample.kernels.rejection import (EMIT_GREEDY, EMIT_RESIDUAL, EMIT_STATS_ROW, NUM_STATS, STATS_PER_BLOCK,
+from jsample.kernels.rejection import (EMIT_GREEDY, EMIT_RESIDUAL, EMIT_SAMPLE, EMIT_STATS_ROW, NUM_STATS, STATS_PER_BLOCK,
                                        _acceptance_uniforms, _decide, _emit_mode, _emit_scores, _load_drafts, _scaled,
                                        _softmax_partials, _write_padding, _write_request, rejection_launch_config)
 from jsample.kernels.stream import STREAM_TOKEN, load_seed, seed_word_count
@@ -242,11 +243,12 @@ def shard_rejection_stats_kernel(
     SEED_WORDS: tl.constexpr = 1,
     HAS_ROW_VALID: tl.constexpr = False,
 ):
-    """Grid (B, K + 1, NSB): program (b, j, i). A sampled row j <= n_b (strict rows, greedy requests, the bonus
-    row n_b): the Gumbel-max partials of the shard's i-th block of its own columns (rejection's
-    _store_sampled_partials: gumbel_sample's code at the global columns). A probabilistic row j < n_b: the
-    softmax partials of its i-th owned block (rejection_stats_kernel's code and loads, the unsharded block's
-    columns), stored at owned slot i. Both: the block's greedy candidate."""
+    """Grid (B, max(K, 1), NSB): program (b, j, i) of a decision row j < n_b. A sampled row (strict requests,
+    greedy ones): the Gumbel-max partials of the shard's i-th block of its own columns (rejection's
+    _store_sampled_partials: gumbel_sample's code at the global columns). A probabilistic row: the softmax
+    partials of its i-th owned block (rejection_stats_kernel's code and loads, the unsharded block's columns),
+    stored at owned slot i. Both: the block's greedy candidate. (Row a_b's sample, the bonus row's too, is the
+    emit round's: a request that rejects a draft never draws its bonus row.)"""
     b = tl.program_id(0)
     if HAS_ROW_VALID:
         if is_padding(row_valid_ptr, b):
@@ -258,14 +260,11 @@ def shard_rejection_stats_kernel(
     b64 = b.to(tl.int64)
     num_drafts = _num_drafts(num_draft_tokens_ptr, b, K)
     temperature = load_temperature(temperature_ptr, b)
-    if STRICT:
-        sampled_row = j <= num_drafts
-    else:
-        sampled_row = (j == num_drafts) | is_greedy(temperature)
+    sampled_row = STRICT or is_greedy(temperature)  # the decision rows j < n_b that are Gumbel-max samples
     out = (b64 * (K + 1) + j) * num_blocks + i
     start, end, first_owned, num_owned = _shard_span(vocab_start_ptr, V_shard, START_ALIGN, BLOCK_V)
     target_ptr = target_logits_ptr + tl.multiple_of(b64 * target_batch_stride, ROW_ALIGN) - start
-    if j <= num_drafts:
+    if j < num_drafts:
         if sampled_row:
             first_col = start + i * BLOCK_V
             if first_col < end:
@@ -375,10 +374,7 @@ def shard_rejection_record_kernel(
     temperature = load_temperature(temperature_ptr, b)
     start, end, first_owned, num_owned = _shard_span(vocab_start_ptr, V_shard, START_ALIGN, BLOCK_V)
     rows = tl.arange(0, BLOCK_K)
-    if STRICT:
-        sampled = rows <= num_drafts
-    else:
-        sampled = (rows == num_drafts) | (is_greedy(temperature) & (rows <= num_drafts))
+    sampled = (rows < num_drafts) & (STRICT or is_greedy(temperature))
     probabilistic = (rows < num_drafts) & ~sampled
     shard_blocks = (end - start + BLOCK_V - 1) // BLOCK_V
     blocks = tl.arange(0, REDUCE_BLOCK)[None, :]
@@ -526,8 +522,9 @@ def shard_rejection_decide_kernel(
     HAS_ROW_VALID: tl.constexpr = False,
 ):
     """Grid (B,), the one-GPU decision's warps: rejection_decide_kernel's decision (_decide, the same loads of the
-    same layouts) from the merged records, on every shard alike. The sampled rows' bests are all in the records,
-    so a request that emits a sample emits EMIT_STATS_ROW's (or EMIT_GREEDY's) token."""
+    same layouts) from the merged records, on every shard alike: a_b, and what row a_b emits (EMIT_STATS_ROW: a
+    sampled decision row's best, in the records; EMIT_SAMPLE, EMIT_RESIDUAL: the emit launch's; EMIT_GREEDY: the
+    records' greedy argmax)."""
     b = tl.program_id(0)
     b64 = b.to(tl.int64)
     if HAS_ROW_VALID:
@@ -567,7 +564,7 @@ def shard_rejection_decide_kernel(
         target_at_draft, draft_at_draft, u, stats_ptr, 0, 0, V, STRICT, ONE_HOT, FP64, BLOCK_K, REDUCE_BLOCK,
         greedy_rows, True)
     tl.store(emit_row_ptr + b, emit_row)
-    tl.store(emit_mode_ptr + b, _emit_mode(emit_row, resample, greedy_emit, num_drafts, True))
+    tl.store(emit_mode_ptr + b, _emit_mode(emit_row, resample, greedy_emit, num_drafts, False))
     log_normalizer = _float_words(log_normalizer_ptr, FP64)
     tl.store(log_normalizer + b64 * 2, target_lse)
     tl.store(log_normalizer + b64 * 2 + 1, draft_lse)
@@ -591,8 +588,10 @@ def shard_rejection_emit_kernel(
     target_row_stride,
     draft_batch_stride,
     draft_row_stride,
-    emit_score_ptr,  # [2B, NSB] f32 (f64 words) output: rows < B the residual's, rows >= B the fallback sample's
-    emit_index_ptr,  # [2B, NSB] i32 output
+    emit_score_ptr,  # [2B, NSB] f32 (f64 words) output: rows < B the residual's, rows >= B row a_b's sample
+    emit_index_ptr,  # [2B, NSB] i32 output (the sample's flagged as overflowing: store_block_best)
+    greedy_value_ptr,  # [B, NSB] f32 output: row a_b's greedy candidates
+    greedy_index_ptr,  # [B, NSB] i32 output
     ONE_HOT: tl.constexpr,
     FP64: tl.constexpr,
     BLOCK_V: tl.constexpr,
@@ -601,12 +600,14 @@ def shard_rejection_emit_kernel(
     FAST_MATH: tl.constexpr,
     SEED_WORDS: tl.constexpr = 1,
 ):
-    """Grid (B, NSB), requests that resample the residual only (a padding request's mode is EMIT_STATS_ROW): the
-    shard's i-th block of its own columns of row a_b, scored by the one-GPU emit's _emit_scores at the global
-    columns (residual and fallback sample from one evaluation of the noise)."""
+    """Grid (B, NSB), requests whose row a_b is sampled here (EMIT_RESIDUAL, EMIT_SAMPLE; a padding request's mode
+    is EMIT_STATS_ROW): the shard's i-th block of its own columns of row a_b, scored by the one-GPU emit's
+    _emit_scores at the global columns (the residual and row a_b's Gumbel-max sample from one evaluation of the
+    noise, _emit_inputs' noise), and the block's greedy candidate (the sample's fallback where the row
+    overflows)."""
     b = tl.program_id(0)
     emit_mode = tl.load(emit_mode_ptr + b)
-    if emit_mode == EMIT_RESIDUAL:
+    if (emit_mode == EMIT_RESIDUAL) | (emit_mode == EMIT_SAMPLE):
         start, end, first_owned, num_owned = _shard_span(vocab_start_ptr, V_shard, START_ALIGN, BLOCK_V)
         i = tl.program_id(1)
         num_blocks = tl.num_programs(1)
@@ -621,18 +622,32 @@ def shard_rejection_emit_kernel(
                               + tl.multiple_of(row * target_row_stride, ROW_ALIGN))
             x = load_block(target_row_ptr, cols, end, FP64)
             if ONE_HOT:
-                y = x
+                y = x  # unused
             else:
+                # end or start (every column masked, nothing read: row a_b = n_b = K has no draft row)
+                draft_end = tl.where(emit_mode == EMIT_RESIDUAL, end, start)
                 y = load_block(draft_logits_ptr + tl.multiple_of(b64 * draft_batch_stride, ROW_ALIGN) - start
-                               + tl.multiple_of(row * draft_row_stride, ROW_ALIGN), cols, end, FP64)
-            noise = block_noise(load_seed(seeds_ptr, b, SEED_WORDS), tl.load(positions_ptr + b).to(tl.int64) + row,
-                                first_col, STREAM_TOKEN, BLOCK_V, FP64, FAST_MATH)
+                               + tl.multiple_of(row * draft_row_stride, ROW_ALIGN), cols, draft_end, FP64)
+            if is_greedy(temperature):
+                noise = tl.zeros_like(x)
+            else:
+                noise = block_noise(load_seed(seeds_ptr, b, SEED_WORDS),
+                                    tl.load(positions_ptr + b).to(tl.int64) + row, first_col, STREAM_TOKEN, BLOCK_V,
+                                    FP64, FAST_MATH)
             log_normalizer = _float_words(log_normalizer_ptr, FP64)
             batch = tl.num_programs(0).to(tl.int64)
             _emit_scores(x, y, noise, draft_tokens_ptr, b64, first_col, temperature, emit_row, emit_mode,
                          tl.load(log_normalizer + b64 * 2), tl.load(log_normalizer + b64 * 2 + 1), K, emit_score_ptr,
                          emit_index_ptr, (batch + b64) * num_blocks + i, b64 * num_blocks + i, ONE_HOT, FP64,
                          BLOCK_V, FAST_MATH)
+            store_greedy_candidate(x.to(tl.float32), first_col, greedy_value_ptr, greedy_index_ptr,
+                                   b64 * num_blocks + i, BLOCK_V)
+
+
+# the emit record of a request: the residual's best score, row a_b's sample's (f32, f64 in FP64), then their
+# columns, the sample's overflow flag, row a_b's greedy candidate (f32 bits, column), a word of padding (even)
+EMIT_RECORD_WORDS = 6
+_EMIT_RECORD_WORDS = tl.constexpr(EMIT_RECORD_WORDS)  # the kernels' copy
 
 
 @jit
@@ -640,39 +655,60 @@ def shard_rejection_emit_record_kernel(
     emit_mode_ptr,
     emit_score_ptr,  # shard_rejection_emit_kernel's
     emit_index_ptr,
+    greedy_value_ptr,
+    greedy_index_ptr,
     vocab_start_ptr,
     V_shard,
     num_blocks,  # NSB
-    emit_record_ptr,  # [B, 2 * WORDS + 2] i32 output: residual best, sample best (f32, f64 words), their columns
+    emit_record_ptr,  # [B, 2 * WORDS + EMIT_RECORD_WORDS] i32 output
     FP64: tl.constexpr,
     BLOCK_V: tl.constexpr,
     START_ALIGN: tl.constexpr,
     REDUCE_BLOCK: tl.constexpr,
 ):
-    """Grid (B,): the shard's best residual and fallback scores of row a_b (-inf where the request does not
-    resample), for the all-gather."""
+    """Grid (B,): the shard's best residual and sample scores of row a_b and its greedy candidate (-inf where the
+    emit launch did not score the request), for the all-gather."""
     b = tl.program_id(0)
     b64 = b.to(tl.int64)
     batch = tl.num_programs(0).to(tl.int64)
     WORDS: tl.constexpr = 2 if FP64 else 1
     start, end, first_owned, num_owned = _shard_span(vocab_start_ptr, V_shard, START_ALIGN, BLOCK_V)
     blocks = tl.arange(0, REDUCE_BLOCK)
+    emit_mode = tl.load(emit_mode_ptr + b)
+    # no block to read where the emit launch did not score the request
+    read = tl.where((emit_mode == EMIT_RESIDUAL) | (emit_mode == EMIT_SAMPLE), (end - start + BLOCK_V - 1) // BLOCK_V,
+                    0)
     # both rows at once: [2, REDUCE_BLOCK], the residual's (rows < B), then the sample's
     kinds = tl.arange(0, 2)
-    # no block to read where the request does not resample
-    read = tl.where(tl.load(emit_mode_ptr + b) == EMIT_RESIDUAL, (end - start + BLOCK_V - 1) // BLOCK_V, 0)
     mask = (kinds >= 0)[:, None] & (blocks < read)[None, :]
     offsets = (kinds.to(tl.int64) * batch + b64)[:, None] * num_blocks + blocks[None, :]
     scores = tl.load(_float_words(emit_score_ptr, FP64) + offsets, mask=mask, other=float("-inf"))
-    best, column = _best_of(scores, tl.load(emit_index_ptr + offsets, mask=mask, other=0), 1)
-    record = emit_record_ptr + b64 * (2 * WORDS + 2)
+    columns = tl.load(emit_index_ptr + offsets, mask=mask, other=0)
+    best, column = _best_of(scores, columns, 1)
+    record = emit_record_ptr + b64 * (2 * WORDS + _EMIT_RECORD_WORDS)
     tl.store(_float_words(record, FP64) + kinds, best)
     tl.store(record + 2 * WORDS + kinds, column)
+    flagged = (tl.min(columns, axis=1) < 0).to(tl.int32)  # (the sample's: store_block_best's overflow flag)
+    tl.store(record + 2 * WORDS + 2, tl.sum(tl.where(kinds == 1, flagged, 0), axis=0))
+    in_row = blocks < read
+    largest, greedy_column = _greedy_of(tl.load(greedy_value_ptr + b64 * num_blocks + blocks, mask=in_row,
+                                                other=float("-inf")),
+                                        tl.load(greedy_index_ptr + b64 * num_blocks + blocks, mask=in_row, other=-1), 0)
+    tl.store((record + 2 * WORDS + 3).to(tl.pointer_type(tl.float32)), largest)
+    tl.store(record + 2 * WORDS + 4, greedy_column)
+
+
+@jit
+def _merged_greedy(greedy_words, present):
+    """Row a_b's greedy argmax from the shards' candidates at `greedy_words` [SHARDS_BLOCK] (value, column)."""
+    largest, column = _greedy_of(tl.load(greedy_words.to(tl.pointer_type(tl.float32)), mask=present,
+                                         other=float("-inf")), tl.load(greedy_words + 1, mask=present, other=-1), 0)
+    return column
 
 
 @jit
 def shard_rejection_finish_kernel(
-    gathered_emit_record_ptr,  # [SHARDS, B, 2 * WORDS + 2] i32
+    gathered_emit_record_ptr,  # [SHARDS, B, 2 * WORDS + EMIT_RECORD_WORDS] i32
     gathered_record_ptr,  # [SHARDS, B, record_words] i32 (round 1's)
     draft_tokens_ptr,  # [B, K] i32|i64
     emit_row_ptr,  # [B] i32 (round 2's, this shard's: every shard's are the same)
@@ -688,9 +724,10 @@ def shard_rejection_finish_kernel(
     SHARDS_BLOCK: tl.constexpr,
     HAS_ROW_VALID: tl.constexpr = False,
 ):
-    """Grid (B,): rejection_finish_kernel's rules over the shards' bests: the residual sample (the fallback sample
-    where the residual is all zero), or row a_b's sampled best (its greedy argmax where it is EMIT_GREEDY or a
-    shard flagged the row as overflowing); then the accepted drafts, the emitted token, -1, and num_sampled."""
+    """Grid (B,): rejection_finish_kernel's rules over the shards' bests: the residual sample (row a_b's Gumbel-max
+    sample where the residual is all zero), or row a_b's sample (the emit round's, or a sampled decision row's
+    from the records), its greedy argmax where it is EMIT_GREEDY or a shard flagged the row as overflowing; then
+    the accepted drafts, the emitted token, -1, and num_sampled."""
     b = tl.program_id(0)
     b64 = b.to(tl.int64)
     drafts = _load_drafts(draft_tokens_ptr, b64, K, BLOCK_K)
@@ -704,16 +741,18 @@ def shard_rejection_finish_kernel(
     emit_mode = tl.load(emit_mode_ptr + b)
     shards = tl.arange(0, SHARDS_BLOCK)
     present = shards < SHARDS
-    if emit_mode == EMIT_RESIDUAL:
-        emits = gathered_emit_record_ptr + (shards.to(tl.int64) * batch + b64) * (2 * WORDS + 2)
+    if (emit_mode == EMIT_RESIDUAL) | (emit_mode == EMIT_SAMPLE):
+        emits = gathered_emit_record_ptr + (shards.to(tl.int64) * batch + b64) * (2 * WORDS + _EMIT_RECORD_WORDS)
         best, column = _best_of(tl.load(_float_words(emits, FP64), mask=present, other=float("-inf")),
                                 tl.load(emits + 2 * WORDS, mask=present, other=0), 0)
-        if best > float("-inf"):
-            emitted = column
-        else:  # the residual is all zero: row a_b's Gumbel-max sample
+        emitted = tl.where(best > float("-inf"), column, -1)
+        if (emit_mode == EMIT_SAMPLE) | (emitted < 0):  # the sample, also the all-zero residual's fallback
             best, column = _best_of(tl.load(_float_words(emits, FP64) + 1, mask=present, other=float("-inf")),
                                     tl.load(emits + 2 * WORDS + 1, mask=present, other=0), 0)
             emitted = tl.where(best > float("-inf"), column, -1)
+            flagged = tl.max(tl.load(emits + 2 * WORDS + 2, mask=present, other=0), axis=0) > 0
+            if (emit_mode == EMIT_SAMPLE) & flagged:  # row a_b = n_b overflows: its greedy argmax
+                emitted = _merged_greedy(emits + 2 * WORDS + 3, present)
     else:
         rows_at, greedy_at, drafts_at, words = _record_offsets(K, max_owned, WORDS)
         record = gathered_record_ptr + (shards.to(tl.int64) * batch + b64) * words
@@ -723,12 +762,8 @@ def shard_rejection_finish_kernel(
         emitted = tl.where(best > float("-inf"), column, -1)
         flagged = tl.max(tl.load(row_words + WORDS + 1, mask=present, other=0), axis=0) > 0
         if (emit_mode == EMIT_GREEDY) | flagged:
-            greedy_words = record + greedy_at + emit_row * 2
-            largest, emitted = _greedy_of(tl.load(greedy_words.to(tl.pointer_type(tl.float32)), mask=present,
-                                                  other=float("-inf")),
-                                          tl.load(greedy_words + 1, mask=present, other=-1), 0)
+            emitted = _merged_greedy(record + greedy_at + emit_row * 2, present)
     _write_request(tokens_ptr, num_sampled_ptr, drafts, b64, K, emit_row, emitted, BLOCK_K)
-
 
 def _itemsize(dtype: str) -> int:
     return 4 if dtype == "float32" else 2
@@ -770,7 +805,7 @@ def plan_rejection_sample_shard(target_logits: ArgSpec, draft_logits: ArgSpec, s
     max_owned, blocks = max(max(owned), 1), max(max(own_blocks), 1)
     outputs = (Buffer("tokens", (batch, rows), "int32"), Buffer("num_sampled", (batch,), "int32"))
     record = Buffer("record", (batch, record_words(k, max_owned, fp64)), "int32")
-    emit_record = Buffer("emit_record", (batch, 2 * words + 2), "int32")
+    emit_record = Buffer("emit_record", (batch, 2 * words + EMIT_RECORD_WORDS), "int32")
     if batch == 0:
         return ShardedPlan((Plan((record,), (), ("record",), "empty"),
                             Plan((emit_record,), (), ("emit_record",), "empty"),
@@ -814,7 +849,7 @@ def plan_rejection_sample_shard(target_logits: ArgSpec, draft_logits: ArgSpec, s
         Buffer("greedy_index", (batch * rows, blocks), "int32"),
         Buffer("no_drafts", (1,), "int32", zeroed=True), record]
     stats_launches = []
-    owned_names = ("target_logits", "target_logits")  # stand-ins without copies
+    owned_names = logits  # stand-ins without copies (of the dtypes the copies would have)
     if copy != COPY_NONE:
         owned_names = ("owned_target", "owned_target" if one_hot else "owned_draft")
         for name, spec, head_row, source in (("owned_target", target_logits, 0, "target_logits"),
@@ -830,7 +865,7 @@ def plan_rejection_sample_shard(target_logits: ArgSpec, draft_logits: ArgSpec, s
                 **padding,
                 num_warps=4))
     stats_launches.append(launch(
-        shard_rejection_stats_kernel, (batch, rows, blocks),
+        shard_rejection_stats_kernel, (batch, max(k, 1), blocks),
         (*logits, *owned_names, *requests, "num_draft_tokens", "vocab_start", valid, vocab, shard_vocab, k, max_owned,
          *strides), ("owned_stats", "row_score", "row_index", "greedy_value", "greedy_index"),
         STRICT=strict, ONE_HOT=one_hot, FP64=fp64, BLOCK_V=block_v, ROW_ALIGN=row_align,
@@ -855,16 +890,16 @@ def plan_rejection_sample_shard(target_logits: ArgSpec, draft_logits: ArgSpec, s
                 "draft_values", valid, vocab, k, config.num_blocks), ("emit_row", "emit_mode", "log_normalizer"),
                STRICT=strict, ONE_HOT=one_hot, FP64=fp64, BLOCK_K=config.block_k, REDUCE_BLOCK=config.reduce_block,
                SEED_WORDS=seed_words, **padding, num_warps=config.decide_num_warps, **options)]
-    if not strict:  # (strict requests never resample)
-        emit_launches.append(launch(
-            shard_rejection_emit_kernel, (batch, blocks),
-            (*logits, drafts, *requests, "vocab_start", "emit_row", "emit_mode", "log_normalizer", shard_vocab, k,
-             *strides), ("emit_score", "emit_index"),
-            ONE_HOT=one_hot, FP64=fp64, BLOCK_V=block_v, ROW_ALIGN=row_align, START_ALIGN=start_align,
-            FAST_MATH=config.fast_math, SEED_WORDS=seed_words, num_warps=config.num_warps, **options))
+    emit_launches.append(launch(
+        shard_rejection_emit_kernel, (batch, blocks),
+        (*logits, drafts, *requests, "vocab_start", "emit_row", "emit_mode", "log_normalizer", shard_vocab, k,
+         *strides), ("emit_score", "emit_index", "emit_greedy_value", "emit_greedy_index"),
+        ONE_HOT=one_hot, FP64=fp64, BLOCK_V=block_v, ROW_ALIGN=row_align, START_ALIGN=start_align,
+        FAST_MATH=config.fast_math, SEED_WORDS=seed_words, num_warps=config.num_warps, **options))
     emit_launches.append(launch(
         shard_rejection_emit_record_kernel, (batch,),
-        ("emit_mode", "emit_score", "emit_index", "vocab_start", shard_vocab, blocks), ("emit_record",),
+        ("emit_mode", "emit_score", "emit_index", "emit_greedy_value", "emit_greedy_index", "vocab_start", shard_vocab,
+         blocks), ("emit_record",),
         FP64=fp64, BLOCK_V=block_v, START_ALIGN=start_align, REDUCE_BLOCK=triton.next_power_of_2(blocks), num_warps=1))
     emit_buffers = (
         Buffer("stats", (batch * max(k, 1), STATS_PER_BLOCK * config.num_blocks * words), "float32"),
@@ -874,7 +909,8 @@ def plan_rejection_sample_shard(target_logits: ArgSpec, draft_logits: ArgSpec, s
         Buffer("emit_row", (batch,), "int32"), Buffer("emit_mode", (batch,), "int32"),
         Buffer("log_normalizer", (batch, 2 * words), "float32"),
         Buffer("emit_score", (2 * batch, blocks * words), "float32"),
-        Buffer("emit_index", (2 * batch, blocks), "int32"),
+        Buffer("emit_index", (2 * batch, blocks), "int32"), Buffer("emit_greedy_value", (batch, blocks), "float32"),
+        Buffer("emit_greedy_index", (batch, blocks), "int32"),
         Buffer("no_drafts", (1,), "int32", zeroed=True), emit_record)
     rounds.append(Plan(emit_buffers, tuple(emit_launches), ("emit_record", "emit_row", "emit_mode"),
                        "vocab shard rejection decide and emit"))
