@@ -943,6 +943,7 @@ def _rejection_grid(batch, k, vocab, dtype, rng, device):
     x = rng.normal(0, 2, (batch, k + 1, vocab)).astype(np.float32)
     x[3::2] *= 5  # peaked rows: one-hot drafts accepted too
     x[4, 0, 77] = 3e38  # a decision row whose scaled logits overflow: greedy (its draft accepted)
+    x[4, 0, vocab - 7] = np.nan  # (its greedy argmax: the largest finite logit, NaN never)
     x[6, 0, vocab - 10] = 3.3e38  # n_b = 0: a bonus row that overflows, its argmax on the last shard
     y = x[:, :k] + rng.normal(0, 0.3, (batch, k, vocab)).astype(np.float32)
     drafts = np.argmax(y, axis=2).astype(np.int64)

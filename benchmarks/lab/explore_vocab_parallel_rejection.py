@@ -76,6 +76,8 @@ def main():
                 assert torch.equal(outputs[0][0], want[0]) and torch.equal(outputs[1][0], want[0])
                 plan, env = shards[0]
                 sharded = harness.time_graph_us(lambda i: [execute.run(r, device, env) for r in plan.rounds])
+                # each round's launches alone
+                rounds = [harness.time_graph_us(lambda i, r=r: execute.run(r, device, env)) for r in plan.rounds]
                 half = x[:, :, :sizes[0]].contiguous()
                 half_draft = None if draft is None else draft[:, :, :sizes[0]].contiguous()
                 one_shard = harness.time_graph_us(lambda i: torch_backend.rejection_sample(
@@ -84,7 +86,7 @@ def main():
                                                                                        draft_logits=draft))
                 print(f"B={batch:4d} V={vocab} K={k} {label:12s} split {sizes}  {plan.variant:52s} shard "
                       f"{sharded:8.1f} us  one-shard op {one_shard:8.1f} us ({sharded / one_shard:.2f}x)  "
-                      f"whole {whole:8.1f} us", flush=True)
+                      f"whole {whole:8.1f} us  rounds {' + '.join(f'{t:.1f}' for t in rounds)}", flush=True)
 
 
 if __name__ == "__main__":

@@ -219,10 +219,11 @@ def _gather(row_ptrs, cols, mask, FP64: tl.constexpr):
 
 @jit
 def _softmax_partials(x, inverse_t, FP64: tl.constexpr, FAST_MATH: tl.constexpr):
-    """(max, sum of exp(s - max), largest |x|) of a block's scaled logits s = x / T, where NaN and +inf
-    logits have probability 0, as -inf ones; (-inf, 0) when the block has no candidate. The largest
+    """(max, sum of exp(s - max), largest |x|, max_flagging_nan(x)) of a block's scaled logits s = x / T, where
+    NaN and +inf logits have probability 0, as -inf ones; (-inf, 0) when the block has no candidate. The largest
     |x| (of every logit, padding included) is what gumbel.overflow_from_magnitude needs, reduced
-    with the max (gumbel.max_and_magnitude).
+    with the max (gumbel.max_and_magnitude); the last, the raw logits' max (NaN where one is NaN: the
+    vocab-parallel stats' greedy candidate; the one-GPU kernels leave it unused).
 
     x * (1/T) rounds monotonically (1/T > 0), so max s = (max x) * (1/T), and when that is below
     +inf the block holds no NaN or +inf logit (max_flagging_nan says so, at the cost of the plain
@@ -241,7 +242,7 @@ def _softmax_partials(x, inverse_t, FP64: tl.constexpr, FAST_MATH: tl.constexpr)
         block_max = tl.max(x * inverse_t, axis=0)
         shift = tl.where(block_max > float("-inf"), block_max, 0.0)
         terms = _softmax_terms(x, inverse_t, shift, FP64, FAST_MATH)
-    return block_max, tl.sum(terms, axis=0), magnitude
+    return block_max, tl.sum(terms, axis=0), magnitude, x_max
 
 
 @jit
@@ -399,10 +400,10 @@ def _stats_program(target_logits_ptr, draft_logits_ptr, seeds_ptr, positions_ptr
                                         position + num_drafts, temperature, partial_score_ptr, partial_index_ptr,
                                         bonus_out, BLOCK_V, ROW_ALIGN, FP64, FAST_MATH)
             inverse_t = inverse_temperature(temperature, FP64)
-            target_max, target_sum, magnitude = _softmax_partials(x, inverse_t, FP64, FAST_MATH)
+            target_max, target_sum, magnitude, _ = _softmax_partials(x, inverse_t, FP64, FAST_MATH)
             overflow = overflow_from_magnitude(x, magnitude, temperature)
             if not ONE_HOT:
-                draft_max, draft_sum, magnitude = _softmax_partials(y, inverse_t, FP64, FAST_MATH)
+                draft_max, draft_sum, magnitude, _ = _softmax_partials(y, inverse_t, FP64, FAST_MATH)
                 overflow = overflow | overflow_from_magnitude(y, magnitude, temperature)
                 tl.store(stats + out + 2 * num_blocks, draft_max)
                 tl.store(stats + out + 3 * num_blocks, draft_sum)

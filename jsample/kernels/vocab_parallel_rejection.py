@@ -291,17 +291,22 @@ def shard_rejection_stats_kernel(
             if not ONE_HOT:
                 y = load_block(draft_row_ptr, cols, V, FP64)
             inverse_t = inverse_temperature(temperature, FP64)
-            target_max, target_sum, magnitude = _softmax_partials(x, inverse_t, FP64, FAST_MATH)
+            target_max, target_sum, magnitude, x_max = _softmax_partials(x, inverse_t, FP64, FAST_MATH)
             overflow = overflow_from_magnitude(x, magnitude, temperature)
             stats = _float_words(owned_stats_ptr, FP64) + (b64 * K + j) * (NUM_STATS * max_owned) + i
             if not ONE_HOT:
-                draft_max, draft_sum, magnitude = _softmax_partials(y, inverse_t, FP64, FAST_MATH)
+                draft_max, draft_sum, magnitude, _ = _softmax_partials(y, inverse_t, FP64, FAST_MATH)
                 overflow = overflow | overflow_from_magnitude(y, magnitude, temperature)
                 tl.store(stats + 2 * max_owned, draft_max)
                 tl.store(stats + 3 * max_owned, draft_sum)
             tl.store(stats, target_max)
             tl.store(stats + max_owned, tl.where(overflow, -1.0, target_sum))  # -1: the row is greedy
-            store_greedy_candidate(x.to(tl.float32), first_col, greedy_value_ptr, greedy_index_ptr, out, BLOCK_V)
+            if (x_max < float("inf")) & (x_max == x_max):  # no +inf or NaN: the largest finite logit is the max
+                column = tl.min(tl.where(x == x_max, cols, _NO_COLUMN), axis=0)
+                tl.store(greedy_value_ptr + out, x_max.to(tl.float32))
+                tl.store(greedy_index_ptr + out, tl.where(x_max > float("-inf"), column, -1))
+            else:
+                store_greedy_candidate(x.to(tl.float32), first_col, greedy_value_ptr, greedy_index_ptr, out, BLOCK_V)
 
 
 @jit
