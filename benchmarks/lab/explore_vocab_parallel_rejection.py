@@ -25,6 +25,7 @@ def main():
     parser.add_argument("--vocabs", default="262144,151936")
     parser.add_argument("--batches", default="1,64,256")
     parser.add_argument("--k", type=int, default=4)
+    parser.add_argument("--kernels", action="store_true", help="each kernel's device time (torch.profiler)")
     args = parser.parse_args()
     import torch
 
@@ -84,9 +85,33 @@ def main():
                     half, *values.values(), draft_logits=half_draft))
                 whole = harness.time_graph_us(lambda i: torch_backend.rejection_sample(x, *values.values(),
                                                                                        draft_logits=draft))
+                if args.kernels:
+                    print(kernel_times(lambda: [execute.run(r, device, env) for r in plan.rounds]), flush=True)
+                    print("one-shard op", kernel_times(lambda: torch_backend.rejection_sample(
+                        half, *values.values(), draft_logits=half_draft)), flush=True)
                 print(f"B={batch:4d} V={vocab} K={k} {label:12s} split {sizes}  {plan.variant:52s} shard "
                       f"{sharded:8.1f} us  one-shard op {one_shard:8.1f} us ({sharded / one_shard:.2f}x)  "
                       f"whole {whole:8.1f} us  rounds {' + '.join(f'{t:.1f}' for t in rounds)}", flush=True)
+
+
+def kernel_times(fn, calls: int = 20) -> str:
+    """Each kernel's mean device time a call of fn (us), from torch.profiler's CUDA activity."""
+    import collections
+
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+    totals = collections.defaultdict(float)
+    for event in prof.events():
+        if event.device_type == torch.autograd.DeviceType.CUDA:
+            totals[event.name] += event.device_time / calls
+    return "  ".join(f"{name} {us:.1f}" for name, us in totals.items())
 
 
 if __name__ == "__main__":

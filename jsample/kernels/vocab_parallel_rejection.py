@@ -195,7 +195,7 @@ def shard_owned_copy_kernel(
         cols = (first_owned + owned) * BLOCK_V + tl.arange(0, BLOCK_V)
         row_ptr = logits_ptr + b64 * batch_stride + j.to(tl.int64) * row_stride - start
         x = tl.load(row_ptr + cols, mask=cols < end, other=0.0)
-        if HAS_HEADS:
+        if HAS_HEADS and ((first_owned + owned + 1) * BLOCK_V > end):  # (only a block past the shard's end)
             batch = tl.num_programs(0).to(tl.int64)
             for q in tl.static_range(SHARDS):
                 first = tl.load(shard_starts_ptr + q)
