@@ -277,6 +277,26 @@ DOCSTRINGS["rejection_sample"] = """Speculative-decoding verification: accept a 
             num_sampled, or a padding request) gives NaN and rank 0. The launch runs after the sampling
             launches and reads the target rows again.
         num_top: with return_logprobs, the count of top logprobs a target row (0 to 64).
+{{
+        vocab_group: None, or a torch.distributed process group over which the vocabulary is split:
+            `target_logits` (and `draft_logits`) are then this rank's [B, K+1, V_r] ([B, K, V_r]) shards,
+            rank r holding the r-th contiguous columns (sizes may differ; every shard but the first starts
+            at a multiple of 4 columns); draft tokens are global columns. Three or four all-gathers of
+            per-request records (the owners' block partials of the normalisers, the shards' bests), none
+            of a row's vocabulary: every rank returns the unsharded call's tokens, bit for bit. With
+            num_valid, padding requests read nothing on any rank. With return_logprobs, then the emitted
+            tokens' vocab-parallel `token_logprobs` (two more all-gathers).
+||
+        vocab_axis: None, or the name of a mesh axis over which the vocabulary is split (inside
+            shard_map): `target_logits` (and `draft_logits`) are then this device's [B, K+1, V / n]
+            ([B, K, V / n]) shards, the shards in axis order, equal sizes (a multiple of 4 columns with
+            more than one shard); draft tokens are global columns. Three or four all-gathers of per-request
+            records, none of a row's vocabulary: the unsharded call's tokens, bit for bit, on every device.
+            With return_logprobs, then the emitted tokens' vocab-parallel `token_logprobs`. Under plain
+            jax.jit, target (and draft) logits placed with a NamedSharding split along the vocabulary
+            (equal shards, a multiple of 4 columns each) take the same plan; any other split is gathered
+            first.
+}}
 
     Returns:
         tokens: [B, K+1] int32 — the accepted drafts, the emitted token, then -1 (the emitted token is

@@ -266,19 +266,27 @@ JAX_SCRIPT = textwrap.dedent('''
                 draft_spec = P(None, None, "tp") if with_draft else P()
                 sharded = jax.jit(shard_map(call, mesh=mesh, in_specs=(P(None, None, "tp"), P(), P(), P(), P(),
                                                                        draft_spec), out_specs=P()))
-                got = sharded(logits, drafts, seeds, positions, temperature, draft)
-                assert np.array_equal(np.asarray(got[0]), np.asarray(want[0])), (dtype, method, got, want)
-                assert np.array_equal(np.asarray(got[1]), np.asarray(want[1])), (dtype, method, got, want)
-                if num_top is not None:
-                    for name, a, b in zip(want[2]._fields, got[2], want[2]):
-                        assert np.array_equal(np.asarray(a), np.asarray(b), equal_nan=True), (dtype, name, a, b)
-                hlo = sharded.lower(logits, drafts, seeds, positions, temperature, draft).compile().as_text()
-                gathers = [line.split("all-gather")[0] for line in hlo.splitlines()
-                           if "all-gather(" in line or "all-gather-start(" in line]
-                shapes = [shape for g in gathers for shape in re.findall(r"[a-z0-9]+\\[[0-9,]*\\]", g)]
-                # per-request records only: none holds a row's vocabulary (the heads: a block's columns at most)
-                assert gathers and all(int(shape.split(",")[-1][:-1]) < vocab for shape in shapes), shapes
-                assert not [line for line in hlo.splitlines() if "all-reduce(" in line or "all-to-all(" in line]
+                # plain jax.jit, the logits' NamedSharding split along the vocabulary: the same plan
+                jitted = jax.jit(lambda l, d, s, p, t, y: jsample.rejection_sample(l, d, num_drafts, s, p, t,
+                                                                                   draft_logits=y, **options))
+                vocab_split = NamedSharding(mesh, P(None, None, "tp"))
+                placed = jax.device_put(logits, vocab_split)
+                placed_draft = None if draft is None else jax.device_put(draft, vocab_split)
+                for compiled, args in ((sharded, (logits, drafts, seeds, positions, temperature, draft)),
+                                       (jitted, (placed, drafts, seeds, positions, temperature, placed_draft))):
+                    got = compiled(*args)
+                    assert np.array_equal(np.asarray(got[0]), np.asarray(want[0])), (dtype, method, got, want)
+                    assert np.array_equal(np.asarray(got[1]), np.asarray(want[1])), (dtype, method, got, want)
+                    if num_top is not None:
+                        for name, a, b in zip(want[2]._fields, got[2], want[2]):
+                            assert np.array_equal(np.asarray(a), np.asarray(b), equal_nan=True), (dtype, name, a, b)
+                    hlo = compiled.lower(*args).compile().as_text()
+                    gathers = [line.split("all-gather")[0] for line in hlo.splitlines()
+                               if "all-gather(" in line or "all-gather-start(" in line]
+                    shapes = [shape for g in gathers for shape in re.findall(r"[a-z0-9]+\\[[0-9,]*\\]", g)]
+                    # per-request records only: none holds a row's vocabulary (the heads: a block's columns)
+                    assert gathers and all(int(shape.split(",")[-1][:-1]) < vocab for shape in shapes), shapes
+                    assert not [line for line in hlo.splitlines() if "all-reduce(" in line or "all-to-all(" in line]
             print("rejection shards", shards, "vocab", vocab, "ok")
     mesh = Mesh(np.array(jax.devices()[:2]), ("tp",))
     x = np.zeros((2, 802), np.float32)  # 401 columns a shard: the second starts at 401, not a multiple of 4

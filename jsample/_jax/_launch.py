@@ -67,14 +67,15 @@ def not_differentiable(op: str):
     return decorate
 
 
-def rowwise(fn, *arrays, vocab_fn=None):
+def rowwise(fn, *arrays, vocab_fn=None, vocab_arrays=(0,)):
     """fn(*arrays), where every array (None allowed) has the requests on axis 0 and fn's outputs too, with
     a batching rule: under jax.vmap (any number of nested axes) the mapped axes are flattened into
     requests, fn runs once on all of them, and its outputs are unflattened, so the tokens equal those
     of the flattened call. Arrays that are not mapped are broadcast along the mapped axis. Under
     jax.jit on several GPUs, the requests are partitioned as the first array's axis 0 is
     (batch_partitioned); with `vocab_fn(axis, shards, *arrays)`, a first array (the logits) sharded along
-    its axis 1 runs vocab_fn on each device's shard instead of being gathered."""
+    its last axis runs vocab_fn on each device's shard instead of being gathered (and so do the arrays at
+    `vocab_arrays`, their last axes split alike: rejection_sample's draft logits)."""
     present = [i for i, a in enumerate(arrays) if a is not None]
 
     def filled(given):
@@ -96,7 +97,9 @@ def rowwise(fn, *arrays, vocab_fn=None):
 
     partitionable = on_gpu() or _host_call.register()
     call_fn = batch_partitioned(unpartitioned, [arrays[i] for i in present],
-                                vocab_fn=vocab_partitioned if vocab_fn else None) if partitionable else unpartitioned
+                                vocab_fn=vocab_partitioned if vocab_fn else None,
+                                vocab_arrays=tuple(present.index(i) for i in vocab_arrays if arrays[i] is not None)
+                                ) if partitionable else unpartitioned
 
     call = jax.custom_batching.custom_vmap(call_fn)
 
@@ -244,7 +247,7 @@ def launch(kernel, *args, grid, out_shapes, num_warps, num_stages, enable_fp_fus
     return jax.pure_callback(callback, list(out_shapes), *arrays)
 
 
-def batch_partitioned(fn, arrays, vocab_fn=None):
+def batch_partitioned(fn, arrays, vocab_fn=None, vocab_arrays=(0,)):
     """fn, partitioned along the requests (axis 0 of every array and output) under jax.jit on several
     devices: each device runs fn on its own requests, with the first array's axis-0 sharding for all
     of them, and no other axis is split (an array sharded otherwise is resharded to that first). A
@@ -252,10 +255,11 @@ def batch_partitioned(fn, arrays, vocab_fn=None):
     no gather of the logits. On one device, or inside shard_map, fn is called as it is.
 
     With `vocab_fn(axis, shards)` (a function of the same arrays, for its device's shard), a first array
-    sharded along its axis 1 over mesh axes `axis` (`shards` devices, equal shards whose width is a
-    multiple of 4: the vocab-parallel plans' rule) stays so, and each device runs vocab_fn's function on
-    its shard (it gathers what it needs over `axis` itself); the outputs are replicated over `axis`. Any
-    other split of axis 1 is gathered first."""
+    sharded along its last axis (the vocabulary) over mesh axes `axis` (`shards` devices, equal shards whose
+    width is a multiple of 4: the vocab-parallel plans' rule) stays so, as do the last axes of the arrays at
+    `vocab_arrays` (split alike), and each device runs vocab_fn's function on its shards (it gathers what it
+    needs over `axis` itself); the outputs are replicated over `axis`. Any other split of that axis is
+    gathered first."""
     from jax.experimental.custom_partitioning import custom_partitioning
     from jax.sharding import NamedSharding, PartitionSpec
 
@@ -266,27 +270,28 @@ def batch_partitioned(fn, arrays, vocab_fn=None):
         return spec[0] if len(spec) else None
 
     def vocab_axes(mesh, arg_shapes):
-        """(axes, shards) of the first array's axis 1, where vocab_fn takes them; (None, 1) otherwise."""
-        spec = getattr(arg_shapes[0].sharding, "spec", ())
-        axes = spec[1] if vocab_fn is not None and len(spec) > 1 else None
+        """(axes, shards) of the first array's last axis, where vocab_fn takes them; (None, 1) otherwise."""
+        spec = tuple(getattr(arg_shapes[0].sharding, "spec", ()))
+        rank = len(arg_shapes[0].shape)
+        axes = spec[rank - 1] if vocab_fn is not None and rank > 1 and len(spec) >= rank else None
         if axes is None:
             return None, 1
         shards = 1
         for name in (axes,) if isinstance(axes, str) else axes:
             shards *= mesh.shape[name]
-        vocab = arg_shapes[0].shape[1]
+        vocab = arg_shapes[0].shape[-1]
         if shards == 1 or vocab % shards or (vocab // shards) % 4:
             return None, 1
         return axes, shards
 
     def shardings(mesh, axes, shapes, vocab=None):
-        def one(s, first):
+        def one(s, split):
             rest = [None] * (len(s.shape) - 1)
-            if first and vocab is not None:
-                rest[0] = vocab
+            if split and vocab is not None:
+                rest[-1] = vocab
             return NamedSharding(mesh, PartitionSpec(axes, *rest))
         leaves, tree = jax.tree_util.tree_flatten(shapes)
-        return jax.tree_util.tree_unflatten(tree, [one(s, i == 0) for i, s in enumerate(leaves)])
+        return jax.tree_util.tree_unflatten(tree, [one(s, i in vocab_arrays) for i, s in enumerate(leaves)])
 
     def infer(mesh, arg_shapes, result_shape):
         return shardings(mesh, request_axes(arg_shapes), result_shape)
@@ -298,19 +303,22 @@ def batch_partitioned(fn, arrays, vocab_fn=None):
         return mesh, lower, shardings(mesh, axes, result_shape), shardings(mesh, axes, tuple(arg_shapes), vocab)
 
     # Shardy's rule: factor b (the requests) shared by every array and output; every other axis a factor
-    # of its own that must stay replicated, except the first array's axis 1 where vocab_fn takes it (a
-    # factor the outputs do not have: reduced, as the vocab-parallel plan's all-gather and combine do)
+    # of its own that must stay replicated, except the vocabulary (the last axis of the arrays at
+    # vocab_arrays, one factor v) where vocab_fn takes it (a factor the outputs do not have: reduced, as the
+    # vocab-parallel plan's all-gathers and combine do)
     others, reduced = [], []
 
-    def factors(name, rank):
+    def factors(name, rank, vocab=False):
         names = [f"{name}{d}" for d in range(1, rank)]
-        if name == "i0_" and vocab_fn is not None and names:
-            reduced.append(names[0])
-        others.extend(n for n in names if n not in reduced)
+        if vocab and vocab_fn is not None and names:
+            names[-1] = "v"
+            if "v" not in reduced:
+                reduced.append("v")
+        others.extend(n for n in names if n not in reduced and n not in others)
         return " ".join(["b"] + names)
 
     out_shapes = jax.eval_shape(fn, *arrays)
-    rule = ", ".join(factors(f"i{n}_", a.ndim) for n, a in enumerate(arrays)) + " -> " + ", ".join(
+    rule = ", ".join(factors(f"i{n}_", a.ndim, n in vocab_arrays) for n, a in enumerate(arrays)) + " -> " + ", ".join(
         factors(f"o{n}_", len(o.shape)) for n, o in enumerate(jax.tree_util.tree_leaves(out_shapes)))
     partitioned.def_partition(partition=partition, infer_sharding_from_operands=infer, sharding_rule=rule,
                               reduction_factors=tuple(reduced), need_replication_factors=tuple(others))

@@ -38,11 +38,15 @@ def rejection_sample(target_logits, draft_tokens, num_draft_tokens, seeds, posit
                                jnp.asarray(seeds), jnp.asarray(positions), temperature_array(temperature, batch),
                                None if one_hot else logits_array(draft_logits), row_valid(op, num_valid, batch),
                                strict=strict, fp64=fp64, axis=vocab_axis, num_top=num_top if return_logprobs else None)
+    # under jax.jit, target (and draft) logits sharded along the vocabulary take the vocab-parallel plan
+    vocab_fn = functools.partial(_vocab_sharded_rows, strict=strict, fp64=fp64,
+                                 num_top=num_top if return_logprobs else None)
     outputs = rowwise(functools.partial(_rejection_rows, strict=strict, fp64=fp64,
                                         num_top=num_top if return_logprobs else None),
                       logits_array(target_logits), jnp.asarray(draft_tokens), jnp.asarray(num_draft_tokens),
                       jnp.asarray(seeds), jnp.asarray(positions), temperature_array(temperature, batch),
-                      None if one_hot else logits_array(draft_logits), row_valid(op, num_valid, batch))
+                      None if one_hot else logits_array(draft_logits), row_valid(op, num_valid, batch),
+                      vocab_fn=vocab_fn, vocab_arrays=(0, 6))
     return (outputs[0], outputs[1], Logprobs(*outputs[2:])) if return_logprobs else tuple(outputs)
 
 
@@ -74,8 +78,18 @@ def _vocab_parallel(target_logits, draft_tokens, num_draft_tokens, seeds, positi
     split over mesh axis `axis` (inside shard_map, equal shards in axis order): three or four all-gathers of
     per-request records (jsample/kernels/vocab_parallel_rejection.py), the unsharded call's tokens on every device;
     with num_top (not None: return_logprobs), then the emitted tokens' vocab-parallel token_logprobs."""
-    batch, rows, width = target_logits.shape
     shards = execute.axis_shards("rejection_sample", axis, target_logits.shape, rows=True)
+    outputs = _vocab_sharded_rows(axis, shards, target_logits, draft_tokens, num_draft_tokens, seeds, positions,
+                                  temperature, draft_logits, valid, strict=strict, fp64=fp64, num_top=num_top)
+    return outputs if num_top is None else (outputs[0], outputs[1], Logprobs(*outputs[2:]))
+
+
+def _vocab_sharded_rows(axis, shards, target_logits, draft_tokens, num_draft_tokens, seeds, positions, temperature,
+                        draft_logits, valid, *, strict, fp64, num_top):
+    """_rejection_rows' outputs on this device's shards of the vocabulary (inside shard_map, or jax.jit with the
+    logits sharded along it: _launch.batch_partitioned's vocab_fn, called where mesh axis `axis` holds `shards`
+    equal shards)."""
+    batch, rows, width = target_logits.shape
     starts = tuple(i * width for i in range(shards))
     start, start_align = execute.shard_start(axis, shards, width)
     sharded = kernels.plan_rejection_sample_shard(
@@ -93,7 +107,7 @@ def _vocab_parallel(target_logits, draft_tokens, num_draft_tokens, seeds, positi
     logprobs = vocab_parallel_logprobs(target_logits.reshape(batch * rows, width), tokens.reshape(-1),
                                        jnp.repeat(temperature, rows), axis=axis, shards=shards, num_top=num_top,
                                        valid=None if valid is None else jnp.repeat(valid, rows))
-    return tokens, num_sampled, Logprobs(*(value.reshape(batch, rows, *value.shape[1:]) for value in logprobs))
+    return (tokens, num_sampled) + tuple(value.reshape(batch, rows, *value.shape[1:]) for value in logprobs)
 
 
 @not_differentiable("synthetic_rejection_sample")

@@ -52,9 +52,10 @@ from jsample.kernels.common import (aligned, block_noise, inverse_temperature, i
                                     overflow_from_magnitude, store_sampled_block)
 from jsample.kernels.host import jit
 from jsample.kernels.plan import ArgSpec, Buffer, Plan, ShardedPlan, Target, launch
-from jsample.kernels.rejection import (EMIT_GREEDY, EMIT_RESIDUAL, EMIT_SAMPLE, EMIT_STATS_ROW, NUM_STATS, STATS_PER_BLOCK,
-                                       _acceptance_uniforms, _decide, _emit_mode, _emit_scores, _load_drafts, _scaled,
-                                       _softmax_partials, _write_padding, _write_request, rejection_launch_config)
+from jsample.kernels.rejection import (EMIT_GREEDY, EMIT_RESIDUAL, EMIT_SAMPLE, EMIT_STATS_ROW, NUM_STATS,
+                                       STATS_PER_BLOCK, _acceptance_uniforms, _decide, _emit_mode, _emit_scores,
+                                       _load_drafts, _scaled, _softmax_partials, _write_padding, _write_request,
+                                       rejection_launch_config)
 from jsample.kernels.stream import STREAM_TOKEN, load_seed, seed_word_count
 from jsample.kernels.vocab_parallel import START_MULTIPLE, store_greedy_candidate
 
