@@ -48,6 +48,9 @@ def _plans(op, target, vocab, dtype, flags, batches=BATCHES):
             yield _vocab_parallel_plan("top_k_top_p_sample", b, vocab, dtype, dict(flags, vocab_shards=2), target)
         elif op == "vocab_parallel_logprobs":  # token_logprobs', or gumbel_sample's with return_logprobs
             yield _vocab_parallel_plan(flags["op"], b, vocab, dtype, dict(flags, vocab_shards=2), target)
+        elif op == "vocab_parallel_rejection":  # a call's rounds on a shard of half the vocabulary, as one plan
+            yield _vocab_parallel_plan("rejection_sample", b, vocab, dtype, dict(flags, vocab_shards=2), target,
+                                       flags["k"])
         elif op == "top_k_top_p_sample":
             yield kernels.plan_top_k_top_p_sample(ArgSpec.contiguous((b, vocab), dtype), seeds, target, **flags)
         elif op == "rejection_sample":
@@ -81,6 +84,14 @@ def _flag_sets(op):
             yield dict(op="token_logprobs", top_k=50, top_p=fp64, fp64=fp64)  # (a Python int: the lists first)
             yield dict(op="top_k_top_p_sample", top_k=50, top_p=True, return_logprobs=True, num_valid=fp64,
                        num_top=3 * fp64)
+        elif op == "vocab_parallel_rejection":
+            yield dict(k=4, draft_logits=True, method="probabilistic", fp64=fp64)
+            yield dict(k=1, draft_logits=False, method="strict" if fp64 else "probabilistic", fp64=fp64,
+                       num_valid=True)
+        elif op == "vocab_parallel_rejection":
+            yield dict(k=4, draft_logits=True, method="probabilistic", fp64=fp64)
+            yield dict(k=1, draft_logits=False, method="strict" if fp64 else "probabilistic", fp64=fp64,
+                       num_valid=True)
         elif op == "vocab_parallel_top_k_top_p":
             for k, p, m in ((True, True, False), (True, True, True), (False, True, False), (False, False, True),
                             (50, True, False), (256, False, True)):  # (an int: a Python int's lists)
@@ -118,7 +129,7 @@ def tilings(plans, frontend):
 
 
 OPS = ("gumbel_sample", "top_k_top_p_sample", "rejection_sample", "synthetic_rejection_sample", "token_logprobs",
-       "vocab_parallel_gumbel", "vocab_parallel_top_k_top_p", "vocab_parallel_logprobs")
+       "vocab_parallel_gumbel", "vocab_parallel_top_k_top_p", "vocab_parallel_logprobs", "vocab_parallel_rejection")
 
 
 @pytest.mark.slow
@@ -128,6 +139,8 @@ OPS = ("gumbel_sample", "top_k_top_p_sample", "rejection_sample", "synthetic_rej
 def test_no_batch_size_costs_a_compilation(op, vocab, frontend):
     if op == "synthetic_rejection_sample" and vocab != VOCABS[0]:
         pytest.skip("no vocabulary")
+    if op == "vocab_parallel_rejection" and vocab not in (151936, 262144):
+        pytest.skip("the two kinds of split: a shard's edge cutting a block (151936), or not (262144)")
     failures = []
     for sm_count in (132, 78, 148):
         for target, dtype, flags in itertools.product(targets(sm_count, op)[frontend], DTYPES, _flag_sets(op)):
@@ -239,7 +252,7 @@ def test_precompile_makes_the_inputs_of_every_case():
                "token_logprobs"):
         for flags in ({}, {"num_valid": True}, {"return_logprobs": True, "num_valid": True},
                       {"vocab_shards": 2, "num_valid": True}):
-            if flags.get("vocab_shards") and op not in ("gumbel_sample", "token_logprobs"):
+            if flags.get("vocab_shards") and op not in ("gumbel_sample", "token_logprobs", "rejection_sample"):
                 continue
             if op == "token_logprobs" and flags.get("num_valid"):
                 flags = {"vocab_shards": 2} if flags.get("vocab_shards") else {}
@@ -327,8 +340,28 @@ def test_precompile_covers_vocab_parallel_calls():
                             assert len(keys) >= 3 + (num_top > 0) + 4, (frontend, op, b, num_top)
                         else:
                             assert len(keys) == 3 + (num_top > 0), (frontend, op, b, num_top)
+    # vocab-parallel rejection_sample: every round's kernels (the heads, the copies of the cut blocks, ...)
+    for flags in ({"draft_logits": True, "method": "probabilistic", "num_valid": True}, {"method": "strict"}):
+        for frontend, report in (
+                ("torch", torch_backend.precompile([151936], ["bfloat16"], ops=["rejection_sample"],
+                                                   flags=[dict(flags, vocab_shards=2)], max_batch=300)),
+                ("jax", jsample.precompile([151936], ["bfloat16"], ops=["rejection_sample"],
+                                           flags=[dict(flags, vocab_shards=2)], max_batch=300))):
+            covered = set().union(*(case.keys for case in report.cases))
+            for b in (1, 2, 3, 17, 64, 255, 300):
+                for target in targets(132, "rejection_sample")[frontend]:
+                    sharded = kernels.plan_rejection_sample_shard(
+                        ArgSpec.contiguous((b, 5, 75968), "bfloat16"),
+                        ArgSpec.contiguous((b, 4, 75968), "float32") if flags.get("draft_logits") else None,
+                        ArgSpec.contiguous((b,), "int64"), target, strict=flags["method"] == "strict", fp64=False,
+                        vocab=151936, starts=(0, 75968), start_align=16, row_valid=flags.get("num_valid", False))
+                    keys = {compile_key(s, frontend) for plan in sharded.rounds for s in plan.launches}
+                    assert keys <= covered and len(keys) >= 7, (frontend, flags, b)
     with pytest.raises(ValueError, match="precompile: vocab_shards = 3 must split V = 151936 into shards of a"):
         torch_backend.precompile([151936], ops=["gumbel_sample"], flags=[{"vocab_shards": 3}], max_batch=4)
+    with pytest.raises(ValueError, match="precompile: rejection_sample with vocab_shards takes no return_logprobs"):
+        torch_backend.precompile([151936], ops=["rejection_sample"],
+                                 flags=[{"vocab_shards": 2, "return_logprobs": True}], max_batch=4)
 
 
 def test_torch_compile_ahead_warms_each_variant_once_side_by_side(monkeypatch):

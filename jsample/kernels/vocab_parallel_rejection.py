@@ -465,10 +465,11 @@ def shard_rejection_merge_kernel(
     slot = blocks - (tl.load(shard_starts_ptr + owner, mask=in_row, other=0) + BLOCK_V - 1) // BLOCK_V
     owner_stats = _float_words(gathered_record_ptr + (owner.to(tl.int64) * batch + b64) * words, FP64)
     stats = _float_words(stats_ptr, FP64)
+    in_record = in_row & (slot >= 0) & (slot < max_owned)  # (always, for starts that split V: precompile's zeros)
     j = 0
     while j < K:
         for s in tl.static_range(NUM_STATS):
-            value = tl.load(owner_stats + (j * NUM_STATS + s) * max_owned + slot, mask=in_row)
+            value = tl.load(owner_stats + (j * NUM_STATS + s) * max_owned + slot, mask=in_record)
             tl.store(stats + (b64 * K + j) * (NUM_STATS * num_blocks) + s * num_blocks + blocks, value, mask=in_row)
         j += 1
     rows = tl.arange(0, BLOCK_K)

@@ -40,8 +40,8 @@ def _plan(op, batch, vocab, dtype, k, flags, target):
     from jsample import kernels
 
     seeds = ArgSpec.contiguous((batch,), "int64")
-    if op in ("gumbel_sample", "top_k_top_p_sample", "token_logprobs") and flags.get("vocab_shards"):
-        return _vocab_parallel_plan(op, batch, vocab, dtype, flags, target)
+    if flags.get("vocab_shards"):
+        return _vocab_parallel_plan(op, batch, vocab, dtype, flags, target, k)
     if op == "gumbel_sample":
         return kernels.plan_gumbel_sample(ArgSpec.contiguous((batch, vocab), dtype), seeds, target,
                                           fp64=flags.get("fp64", False), draft=flags.get("draft", False),
@@ -69,12 +69,12 @@ def _plan(op, batch, vocab, dtype, k, flags, target):
     raise ValueError(f"precompile: ops must be among {OPS}, got {op!r}")
 
 
-def _vocab_parallel_plan(op, batch, vocab, dtype, flags, target):
+def _vocab_parallel_plan(op, batch, vocab, dtype, flags, target, k=0):
     """A vocab-parallel call's rounds (gumbel_sample's: a shard's summary and the combine, with return_logprobs
     token_logprobs' rounds after them; top_k_top_p_sample's: its searches or its lists too; token_logprobs': its
-    statistics, counts and merge) as one plan (plan.merged_rounds: what the all-gathers and earlier rounds would
-    give is a zero stand-in, on which no search runs): every compile key of the calls of each device of an even
-    split (start columns i * V / vocab_shards)."""
+    statistics, counts and merge; rejection_sample's: its heads, stats, decision and finish) as one plan
+    (plan.merged_rounds: what the all-gathers and earlier rounds would give is a zero stand-in, on which no search
+    runs): every compile key of the calls of each device of an even split (start columns i * V / vocab_shards)."""
     from jsample import kernels
     from jsample.kernels.plan import merged_rounds
 
@@ -82,6 +82,18 @@ def _vocab_parallel_plan(op, batch, vocab, dtype, flags, target):
     width = shard_width(vocab, shards)
     logits, seeds = ArgSpec.contiguous((batch, width), dtype), ArgSpec.contiguous((batch,), "int64")
     starts = tuple(i * width for i in range(shards))
+    if op == "rejection_sample":
+        if flags.get("return_logprobs"):
+            raise ValueError("precompile: rejection_sample with vocab_shards takes no return_logprobs (its logprobs "
+                             "are vocab-parallel token_logprobs': warm token_logprobs with vocab_shards and num_top)")
+        draft = ArgSpec.contiguous((batch, k, width), "float32") if flags.get("draft_logits") else None
+        sharded = kernels.plan_rejection_sample_shard(
+            ArgSpec.contiguous((batch, k + 1, width), dtype), draft, seeds, target,
+            strict=flags.get("method") == "strict", fp64=flags.get("fp64", False), vocab=vocab, starts=starts,
+            start_align=kernels.start_alignment(starts), row_valid=flags.get("num_valid", False))
+        return merged_rounds(sharded.rounds, shards)
+    if op == "synthetic_rejection_sample":
+        raise ValueError("precompile: synthetic_rejection_sample takes no vocab_shards (it reads no logits)")
     common = dict(fp64=flags.get("fp64", False), shards=shards, row_valid=flags.get("num_valid", False),
                   start_align=kernels.start_alignment(starts))
     logprobs = ()
@@ -150,10 +162,14 @@ def input_specs(case: WarmupCase, wide: str = "int64", row_count: bool = False) 
                     conditional_rates=((b, k) if flags.get("batched_rates") else (k,), "float32"))
     requests["temperature"] = ((b,), "float32")
     if case.op == "rejection_sample":
+        width = v
+        if flags.get("vocab_shards"):  # this device's columns, its start column, every shard's
+            width = shard_width(v, flags["vocab_shards"])
+            requests.update(vocab_start=((1,), "int32"), shard_starts=((flags["vocab_shards"] + 1,), "int32"))
         specs = dict(requests, draft_tokens=((b, k), "int32"), num_draft_tokens=((b,), "int32"),
-                     target_logits=((b, k + 1, v), case.dtype))
+                     target_logits=((b, k + 1, width), case.dtype))
         if flags.get("draft_logits"):
-            specs["draft_logits"] = ((b, k, v), "float32")
+            specs["draft_logits"] = ((b, k, width), "float32")
         if flags.get("return_logprobs"):
             specs["num_top"] = ((1,), "int32")
         return specs
