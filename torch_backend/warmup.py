@@ -46,9 +46,9 @@ def precompile(vocab_sizes, dtypes=("bfloat16",), *, ops=None, flags=None, max_b
             (top_k_top_p_sample), [{"draft_logits": True, "method": "probabilistic"}] (rejection_sample),
             [{"batched_rates": True}] (synthetic_rejection_sample with [B, K] rates); "num_valid": True in any
             op's flags warms its calls with padding (num_valid given); {"vocab_shards": N} (gumbel_sample,
-            top_k_top_p_sample, token_logprobs, rejection_sample) warms vocab-parallel calls over N shards of each vocabulary, split evenly
-            (every round's kernels, as every rank runs them; with "top_k": an int, the calls whose top_k is
-            that Python int, which take the shards' lists).
+            top_k_top_p_sample, token_logprobs, rejection_sample) warms vocab-parallel calls over N shards of
+            each vocabulary, split evenly (every round's kernels, as every rank runs them; with "top_k": an
+            int, the calls whose top_k is that Python int, which take the shards' lists).
         max_batch: the largest batch size to cover.
         num_speculative_tokens: the K values of the rejection ops.
         capture: also the plans taken while a CUDA graph is captured.
