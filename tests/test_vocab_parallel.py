@@ -950,14 +950,21 @@ def _rejection_grid(batch, k, vocab, dtype, rng, device):
 
     x = rng.normal(0, 2, (batch, k + 1, vocab)).astype(np.float32)
     x[3::2] *= 5  # peaked rows: one-hot drafts accepted too
-    x[4, 0, 77] = 3e38  # a decision row whose scaled logits overflow: greedy (its draft accepted)
-    x[4, 0, vocab - 7] = np.nan  # (its greedy argmax: the largest finite logit, NaN never)
+    # decision rows whose scaled logits overflow (greedy: accept iff the draft is the argmax, the lowest column of
+    # the largest finite logit): a tie within a block, the draft its first column (accepted); a tie across
+    # blocks, the draft the later column (rejected: the emitted token is the earlier)
+    x[4, 0, 70] = x[4, 0, 77] = 3e38
+    x[4, 0, vocab - 7] = np.nan  # (the argmax: the largest finite logit, NaN never)
+    x[7, min(1, k), 100] = x[7, min(1, k), vocab - 900] = 3.1e38
+    x[1, 0, 300] = x[1, 0, 310] = 3e38  # a tie within a block, the draft its later column (rejected)
     x[6, 0, vocab - 10] = 3.3e38  # n_b = 0: a bonus row that overflows, its argmax on the last shard
     y = x[:, :k] + rng.normal(0, 0.3, (batch, k, vocab)).astype(np.float32)
     drafts = np.argmax(y, axis=2).astype(np.int64)
+    if k:
+        drafts[4, 0], drafts[7, min(1, k - 1)], drafts[1, 0] = 70, vocab - 900, 310  # (y's argmax at 4: the NaN)
     drafts[2] = np.argmax(x[2, :k], axis=1)  # the greedy request accepts them all
     if k:
-        drafts[1, 0] = vocab + 3
+        drafts[3, 0] = vocab + 3  # out of range: rejected
         drafts[5 % batch, k - 1] = vocab - 1  # on the last shard
     target = torch.from_numpy(x).to(getattr(torch, dtype)).to(device)
     values = dict(draft_tokens=torch.from_numpy(drafts).to(device),

@@ -6,8 +6,10 @@ What the one-GPU op (rejection.py) decides, and how each part splits:
 * The Gumbel-max rows (strict rows, greedy requests, the bonus row n_b, the fallback of a residual) and the
   residual's argmax are argmaxes of per-column scores (the noise keyed by the global column): any partition of
   the columns gives the same (best score, lowest column), so each shard scores its own columns, in blocks from
-  its first column (as vocab_parallel.shard_partial_kernel), and the shards' bests are merged. So are the greedy
-  argmaxes of rows whose scaled logits overflow (each shard's largest finite logit and its lowest column).
+  its first column (as vocab_parallel.shard_partial_kernel), and the shards' bests are merged. So is the greedy
+  argmax of an emitted row whose scaled logits overflow (each shard's largest finite logit and its lowest
+  column); a greedy decision only asks whether the draft is its row's argmax, which the blocks' largest finite
+  logits and the first column of the maximum in the draft's block decide.
 * The softmax normalisers of the probabilistic decision rows are FP32 (FP64) float sums, reduced per vocabulary
   block in an order the block's layout fixes, then merged over the blocks (`_merge_log_normalizer`): they are
   the unsharded call's bits only if every global block of BLOCK_V columns is reduced whole, by the same code,
@@ -25,8 +27,9 @@ Rounds (plan.run_rounds; every record all-gathered over the shards):
    and draft logits, widened to float32 (exact).
 1. `shard_owned_copy_kernel` (where blocks are copied), `shard_rejection_stats_kernel` (per request, decision
    row j < n_b and block: the owned blocks' softmax partials of the probabilistic rows, the Gumbel-max partials
-   of the sampled rows (strict and greedy requests) over the shard's own columns, and the rows' greedy
-   candidates),
+   of the sampled rows (strict and greedy requests) over the shard's own columns, and what decides whether a
+   draft is its row's argmax (for rows whose scaled logits overflow: the blocks' largest finite logits, and the
+   first column of its maximum in the draft's block)),
    `shard_rejection_record_kernel` (the request's record: the owned blocks' partials, each sampled row's best
    and overflow flag, each row's greedy candidate, the target and draft logits at the drafts the shard holds).
 2. `shard_rejection_merge_kernel` (the records in the one-GPU layouts), `shard_rejection_decide_kernel` (the
@@ -62,8 +65,10 @@ from jsample.kernels.vocab_parallel import START_MULTIPLE, store_greedy_candidat
 _NO_COLUMN = tl.constexpr(2147483647)
 # a sampled row's words in the record after its score (1 word, 2 in FP64): its column, its overflow flag
 _ROW_WORDS = 2
-# a row's greedy candidate: its largest finite logit (f32 bits), that logit's lowest column (-1: none)
-_GREEDY_WORDS = 2
+# a decision row's argmax parts: the shard's largest finite logit, its largest before the draft's block (f32
+# bits), the lowest column of the largest in the draft's block where the shard holds that block (-1 elsewhere), a
+# word of padding (even)
+_ARGMAX_WORDS = 4
 # a decision row's logits at its draft (f32 bits): the target's, the draft's
 _DRAFT_WORDS = 2
 # which owned blocks a plan copies (the rest are read in place): none, the last (a shard's edge cuts it), every one
@@ -76,7 +81,7 @@ _COPY_BLOCK = tl.constexpr(1024)  # the record kernel copies the owned blocks' p
 def record_words(k: int, max_owned: int, fp64: bool) -> int:
     """The int32 words of a request's round-1 record (_record_offsets' layout)."""
     words = 2 if fp64 else 1
-    return k * STATS_PER_BLOCK * max_owned * words + (k + 1) * (words + _ROW_WORDS) + (k + 1) * _GREEDY_WORDS \
+    return k * STATS_PER_BLOCK * max_owned * words + (k + 1) * (words + _ROW_WORDS) + k * _ARGMAX_WORDS \
         + k * _DRAFT_WORDS
 
 
@@ -84,13 +89,13 @@ def record_words(k: int, max_owned: int, fp64: bool) -> int:
 def _record_offsets(K, max_owned, WORDS: tl.constexpr):
     """Where a request's round-1 record keeps (in int32 words; every part even-aligned, so an FP64 value lies on
     8 bytes): the owned blocks' softmax partials [K, NUM_STATS, max_owned] (f32, f64 in FP64) from word 0, then
-    each row's sampled best (score, column, overflow flag) [K + 1], each row's greedy candidate (largest finite
-    logit as f32 bits, its column) [K + 1], each decision row's target and draft logits at its draft [K] -> (the
-    rows' offset, the greedy candidates', the drafts', the record's words)."""
+    each row's sampled best (score, column, overflow flag) [K + 1], each decision row's argmax parts
+    (_store_argmax_parts, reduced over the shard's blocks: 4 words) [K], each decision row's target and draft
+    logits at its draft [K] -> (the rows' offset, the argmax parts', the drafts', the record's words)."""
     rows_at = K * NUM_STATS * max_owned * WORDS
-    greedy_at = rows_at + (K + 1) * (WORDS + 2)
-    drafts_at = greedy_at + (K + 1) * 2
-    return rows_at, greedy_at, drafts_at, drafts_at + K * 2
+    argmax_at = rows_at + (K + 1) * (WORDS + 2)
+    drafts_at = argmax_at + K * 4
+    return rows_at, argmax_at, drafts_at, drafts_at + K * 2
 
 
 @jit
@@ -115,6 +120,26 @@ def _shard_span(vocab_start_ptr, V_shard, START_ALIGN: tl.constexpr, BLOCK_V: tl
 @jit
 def _num_drafts(num_draft_tokens_ptr, b, K):
     return tl.minimum(tl.maximum(tl.load(num_draft_tokens_ptr + b), 0), K)
+
+
+@jit
+def _store_argmax_parts(x, x_max, first_col, draft, value_ptr, index_ptr, out, BLOCK_V: tl.constexpr):
+    """What the decision of a row whose scaled logits overflow (greedy: accept iff the draft is the row's argmax)
+    needs of a block of its FP32 logits `x` (columns first_col ..; `x_max` a max of x that is finite only where
+    the block holds no +inf, NaN aside): the block's largest finite logit at value_ptr[out] and, where the block
+    holds the draft, that logit's lowest column at index_ptr[out] (-1 elsewhere, and where none is finite). The
+    draft is the row's argmax iff its logit is the row's largest, no block before the draft's holds that value,
+    and the draft is its block's first column of it."""
+    if x_max < float("inf"):
+        largest = x_max
+    else:
+        largest = tl.max(tl.where(tl.abs(x) < float("inf"), x, float("-inf")), axis=0)
+    column = -1
+    if (draft >= first_col) & (draft < first_col + BLOCK_V) & (largest > float("-inf")):
+        cols = first_col + tl.arange(0, BLOCK_V)
+        column = tl.min(tl.where(x == largest, cols, _NO_COLUMN), axis=0)
+    tl.store(value_ptr + out, largest)
+    tl.store(index_ptr + out, column)
 
 
 @jit
@@ -213,6 +238,7 @@ def shard_rejection_stats_kernel(
     draft_logits_ptr,  # [B, K, V_shard] (unused when ONE_HOT)
     owned_target_ptr,  # [B, K, COPIES * BLOCK_V]: shard_owned_copy_kernel's (unused with COPY_NONE)
     owned_draft_ptr,
+    draft_tokens_ptr,  # [B, K] i32|i64 (global columns)
     seeds_ptr,
     positions_ptr,
     temperature_ptr,
@@ -230,8 +256,8 @@ def shard_rejection_stats_kernel(
     owned_stats_ptr,  # [B * K, NUM_STATS * max_owned] f32 (f64 as word pairs) output: the owned blocks' partials
     row_score_ptr,  # [B * (K+1), NSB] f32 (f64 as word pairs) output: the sampled rows' block partials
     row_index_ptr,  # [B * (K+1), NSB] i32 output
-    greedy_value_ptr,  # [B * (K+1), NSB] f32 output: each block's greedy candidate (store_greedy_candidate)
-    greedy_index_ptr,  # [B * (K+1), NSB] i32 output
+    greedy_value_ptr,  # [B * (K+1), NSB] f32 output: each block's largest finite logit (_store_argmax_parts)
+    greedy_index_ptr,  # [B * (K+1), NSB] i32 output: its lowest column in the draft's block, -1 elsewhere
     STRICT: tl.constexpr,
     ONE_HOT: tl.constexpr,
     FP64: tl.constexpr,
@@ -248,8 +274,8 @@ def shard_rejection_stats_kernel(
     greedy ones): the Gumbel-max partials of the shard's i-th block of its own columns (rejection's
     _store_sampled_partials: gumbel_sample's code at the global columns). A probabilistic row: the softmax
     partials of its i-th owned block (rejection_stats_kernel's code and loads, the unsharded block's columns),
-    stored at owned slot i. Both: the block's greedy candidate. (Row a_b's sample, the bonus row's too, is the
-    emit round's: a request that rejects a draft never draws its bonus row.)"""
+    stored at owned slot i. Both: the block's argmax parts (_store_argmax_parts). (Row a_b's sample, the bonus
+    row's too, is the emit round's: a request that rejects a draft never draws its bonus row.)"""
     b = tl.program_id(0)
     if HAS_ROW_VALID:
         if is_padding(row_valid_ptr, b):
@@ -273,7 +299,8 @@ def shard_rejection_stats_kernel(
                                         load_seed(seeds_ptr, b, SEED_WORDS),
                                         tl.load(positions_ptr + b).to(tl.int64) + j, temperature, row_score_ptr,
                                         row_index_ptr, out, STREAM_TOKEN, BLOCK_V, ROW_ALIGN, FP64, FAST_MATH)
-                store_greedy_candidate(x, first_col, greedy_value_ptr, greedy_index_ptr, out, BLOCK_V)
+                _store_argmax_parts(x, tl.max(x, axis=0), first_col, tl.load(draft_tokens_ptr + b64 * K + j),
+                                    greedy_value_ptr, greedy_index_ptr, out, BLOCK_V)
         elif i < num_owned:
             first_col = (first_owned + i) * BLOCK_V
             cols = first_col + tl.arange(0, BLOCK_V)
@@ -302,12 +329,10 @@ def shard_rejection_stats_kernel(
                 tl.store(stats + 3 * max_owned, draft_sum)
             tl.store(stats, target_max)
             tl.store(stats + max_owned, tl.where(overflow, -1.0, target_sum))  # -1: the row is greedy
-            if (x_max < float("inf")) & (x_max == x_max):  # no +inf or NaN: the largest finite logit is the max
-                column = tl.min(tl.where(x == x_max, cols, _NO_COLUMN), axis=0)
-                tl.store(greedy_value_ptr + out, x_max.to(tl.float32))
-                tl.store(greedy_index_ptr + out, tl.where(x_max > float("-inf"), column, -1))
-            else:
-                store_greedy_candidate(x.to(tl.float32), first_col, greedy_value_ptr, greedy_index_ptr, out, BLOCK_V)
+            # (x_max: NaN where the block holds one; the masked max then)
+            _store_argmax_parts(x.to(tl.float32), tl.where(x_max == x_max, x_max, float("inf")).to(tl.float32),
+                                first_col, tl.load(draft_tokens_ptr + b64 * K + j), greedy_value_ptr,
+                                greedy_index_ptr, out, BLOCK_V)
 
 
 @jit
@@ -365,7 +390,7 @@ def shard_rejection_record_kernel(
             return
     b64 = b.to(tl.int64)
     WORDS: tl.constexpr = 2 if FP64 else 1
-    rows_at, greedy_at, drafts_at, words = _record_offsets(K, max_owned, WORDS)
+    rows_at, argmax_at, drafts_at, words = _record_offsets(K, max_owned, WORDS)
     record = record_ptr + b64 * words
     # the owned blocks' partials, as the stats kernel laid them out (rows it did not write hold anything: the
     # decision reads only its probabilistic rows < n_b)
@@ -394,14 +419,20 @@ def shard_rejection_record_kernel(
     tl.store(_float_words(row_words, FP64), best, mask=rows <= K)
     tl.store(row_words + WORDS, column, mask=rows <= K)
     tl.store(row_words + WORDS + 1, flagged, mask=rows <= K)
-    in_greedy = (in_sampled | (probabilistic[:, None] & (blocks < num_owned)))
-    values = tl.load(greedy_value_ptr + offsets, mask=in_greedy, other=float("-inf"))
-    largest, greedy_column = _greedy_of(values, tl.load(greedy_index_ptr + offsets, mask=in_greedy, other=-1), 1)
-    greedy_words = record + greedy_at + rows * 2
-    tl.store(greedy_words.to(tl.pointer_type(tl.float32)), largest, mask=rows <= K)
-    tl.store(greedy_words + 1, greedy_column, mask=rows <= K)
-    # the target and draft logits at each decision row's draft, where this shard holds it
+    # each decision row's argmax parts over the shard's blocks: its largest finite logit, its largest in the blocks
+    # wholly before the draft's (in column order), the lowest column of its block maximum in the draft's block
     drafts = tl.load(draft_tokens_ptr + b64 * K + rows, mask=rows < num_drafts, other=-1).to(tl.int64)
+    in_blocks = (in_sampled | (probabilistic[:, None] & (blocks < num_owned)))
+    values = tl.load(greedy_value_ptr + offsets, mask=in_blocks, other=float("-inf"))
+    block_start = tl.where(sampled[:, None], start + blocks * BLOCK_V, (first_owned + blocks) * BLOCK_V)
+    before = (block_start + BLOCK_V).to(tl.int64) <= drafts[:, None]
+    argmax_words = record + argmax_at + rows * 4
+    tl.store(argmax_words.to(tl.pointer_type(tl.float32)), tl.max(values, axis=1), mask=rows < K)
+    tl.store((argmax_words + 1).to(tl.pointer_type(tl.float32)),
+             tl.max(tl.where(before, values, float("-inf")), axis=1), mask=rows < K)
+    tl.store(argmax_words + 2, tl.max(tl.load(greedy_index_ptr + offsets, mask=in_blocks, other=-1), axis=1),
+             mask=rows < K)
+    # the target and draft logits at each decision row's draft, where this shard holds it
     held = (rows < num_drafts) & (drafts >= start) & (drafts < end)
     column_at = tl.where(held, drafts - start, 0)
     target_at = tl.load(target_logits_ptr + b64 * target_batch_stride + rows.to(tl.int64) * target_row_stride
@@ -458,7 +489,7 @@ def shard_rejection_merge_kernel(
     b64 = b.to(tl.int64)
     batch = tl.num_programs(0).to(tl.int64)
     WORDS: tl.constexpr = 2 if FP64 else 1
-    rows_at, greedy_at, drafts_at, words = _record_offsets(K, max_owned, WORDS)
+    rows_at, argmax_at, drafts_at, words = _record_offsets(K, max_owned, WORDS)
     blocks = tl.arange(0, REDUCE_BLOCK)
     in_row = blocks < num_blocks
     owner = _owner(blocks * BLOCK_V, shard_starts_ptr, SHARDS)
@@ -487,18 +518,28 @@ def shard_rejection_merge_kernel(
     # flagged: a negative column, which _target_tokens reads as the row's overflow
     tl.store(row_index_ptr + first, tl.where(at_first, tl.where(flagged, -1, column)[:, None], 0),
              mask=(rows <= K)[:, None] & in_row[None, :])
-    greedy_words = record + greedy_at + (rows * 2)[:, None]
-    values = tl.load(greedy_words.to(tl.pointer_type(tl.float32)), mask=present, other=float("-inf"))
-    largest, greedy_column = _greedy_of(values, tl.load(greedy_words + 1, mask=present, other=-1), 1)
-    tl.store(greedy_rows_ptr + b64 * (K + 1) + rows, greedy_column, mask=rows <= K)
     num_drafts = _num_drafts(num_draft_tokens_ptr, b, K)
     drafts = tl.load(draft_tokens_ptr + b64 * K + rows, mask=rows < num_drafts, other=-1).to(tl.int64)
     valid = (rows < num_drafts) & (drafts >= 0) & (drafts < V)
     holder = _owner(tl.where(valid, drafts, 0), shard_starts_ptr, SHARDS)
     held_words = gathered_record_ptr + (holder.to(tl.int64) * batch + b64) * words + drafts_at + rows * 2
-    for w in tl.static_range(2):
-        tl.store(draft_values_ptr + (b64 * K + rows) * 2 + w,
-                 tl.load((held_words + w).to(tl.pointer_type(tl.float32)), mask=valid, other=0.0), mask=rows < K)
+    target_at = tl.load(held_words.to(tl.pointer_type(tl.float32)), mask=valid, other=0.0)
+    tl.store(draft_values_ptr + (b64 * K + rows) * 2, target_at, mask=rows < K)
+    tl.store(draft_values_ptr + (b64 * K + rows) * 2 + 1,
+             tl.load((held_words + 1).to(tl.pointer_type(tl.float32)), mask=valid, other=0.0), mask=rows < K)
+    # a row's greedy argmax is the draft iff the draft's logit is the row's largest finite one, no block before the
+    # draft's holds that value, and the draft is its block's first column of it (_store_argmax_parts); the
+    # decision of a row whose scaled logits overflow only compares its draft with the argmax, so the draft
+    # stands for it where that holds, and -2 (no draft) elsewhere
+    argmax_words = record + argmax_at + (rows * 4)[:, None]
+    decision_rows = (rows < K)[:, None] & (shards < SHARDS)[None, :]
+    largest = tl.max(tl.load(argmax_words.to(tl.pointer_type(tl.float32)), mask=decision_rows,
+                             other=float("-inf")), axis=1)
+    before = tl.max(tl.load((argmax_words + 1).to(tl.pointer_type(tl.float32)), mask=decision_rows,
+                            other=float("-inf")), axis=1)
+    first_column = tl.max(tl.load(argmax_words + 2, mask=decision_rows, other=-1), axis=1)
+    is_argmax = valid & (target_at == largest) & (before < largest) & (first_column == drafts)
+    tl.store(greedy_rows_ptr + b64 * (K + 1) + rows, tl.where(is_argmax, drafts, -2).to(tl.int32), mask=rows <= K)
 
 
 @jit
@@ -530,8 +571,8 @@ def shard_rejection_decide_kernel(
 ):
     """Grid (B,), the one-GPU decision's warps: rejection_decide_kernel's decision (_decide, the same loads of the
     same layouts) from the merged records, on every shard alike: a_b, and what row a_b emits (EMIT_STATS_ROW: a
-    sampled decision row's best, in the records; EMIT_SAMPLE, EMIT_RESIDUAL: the emit launch's; EMIT_GREEDY: the
-    records' greedy argmax)."""
+    sampled decision row's best, in the records; EMIT_SAMPLE, EMIT_RESIDUAL: the emit launch's; EMIT_GREEDY, also
+    for a sampled decision row whose scaled logits overflow: row a_b's greedy argmax, the emit launch's)."""
     b = tl.program_id(0)
     b64 = b.to(tl.int64)
     if HAS_ROW_VALID:
@@ -570,8 +611,12 @@ def shard_rejection_decide_kernel(
         stats_ptr, row_score_ptr, row_index_ptr, b64, num_drafts, temperature, K, num_blocks, drafts, valid,
         target_at_draft, draft_at_draft, u, stats_ptr, 0, 0, V, STRICT, ONE_HOT, FP64, BLOCK_K, REDUCE_BLOCK,
         greedy_rows, True)
+    emit_mode = _emit_mode(emit_row, resample, greedy_emit, num_drafts, False)
+    if emit_mode == EMIT_STATS_ROW:  # a sampled decision row: its best, or its greedy argmax where it overflows
+        if tl.load(row_index_ptr + (b64 * (K + 1) + emit_row) * num_blocks) < 0:  # (the merge's overflow flag)
+            emit_mode = EMIT_GREEDY
     tl.store(emit_row_ptr + b, emit_row)
-    tl.store(emit_mode_ptr + b, _emit_mode(emit_row, resample, greedy_emit, num_drafts, False))
+    tl.store(emit_mode_ptr + b, emit_mode)
     log_normalizer = _float_words(log_normalizer_ptr, FP64)
     tl.store(log_normalizer + b64 * 2, target_lse)
     tl.store(log_normalizer + b64 * 2 + 1, draft_lse)
@@ -607,14 +652,14 @@ def shard_rejection_emit_kernel(
     FAST_MATH: tl.constexpr,
     SEED_WORDS: tl.constexpr = 1,
 ):
-    """Grid (B, NSB), requests whose row a_b is sampled here (EMIT_RESIDUAL, EMIT_SAMPLE; a padding request's mode
-    is EMIT_STATS_ROW): the shard's i-th block of its own columns of row a_b, scored by the one-GPU emit's
-    _emit_scores at the global columns (the residual and row a_b's Gumbel-max sample from one evaluation of the
-    noise, _emit_inputs' noise), and the block's greedy candidate (the sample's fallback where the row
-    overflows)."""
+    """Grid (B, NSB), requests whose emitted token is taken here (EMIT_RESIDUAL, EMIT_SAMPLE, EMIT_GREEDY; a padding
+    request's mode is EMIT_STATS_ROW): the shard's i-th block of its own columns of row a_b, scored by the one-GPU
+    emit's _emit_scores at the global columns (the residual and row a_b's Gumbel-max sample from one evaluation
+    of the noise, _emit_inputs' noise), and for EMIT_SAMPLE and EMIT_GREEDY the block's greedy candidate (the
+    sample's fallback where row a_b overflows; EMIT_GREEDY's token)."""
     b = tl.program_id(0)
     emit_mode = tl.load(emit_mode_ptr + b)
-    if (emit_mode == EMIT_RESIDUAL) | (emit_mode == EMIT_SAMPLE):
+    if emit_mode != EMIT_STATS_ROW:
         start, end, first_owned, num_owned = _shard_span(vocab_start_ptr, V_shard, START_ALIGN, BLOCK_V)
         i = tl.program_id(1)
         num_blocks = tl.num_programs(1)
@@ -622,33 +667,35 @@ def shard_rejection_emit_kernel(
         if first_col < end:
             b64 = b.to(tl.int64)
             emit_row = tl.load(emit_row_ptr + b)
-            temperature = load_temperature(temperature_ptr, b)
             cols = first_col + tl.arange(0, BLOCK_V)
             row = tl.cast(emit_row, tl.int64)
             target_row_ptr = (target_logits_ptr + tl.multiple_of(b64 * target_batch_stride, ROW_ALIGN) - start
                               + tl.multiple_of(row * target_row_stride, ROW_ALIGN))
             x = load_block(target_row_ptr, cols, end, FP64)
-            if ONE_HOT:
-                y = x  # unused
-            else:
-                # end or start (every column masked, nothing read: row a_b = n_b = K has no draft row)
-                draft_end = tl.where(emit_mode == EMIT_RESIDUAL, end, start)
-                y = load_block(draft_logits_ptr + tl.multiple_of(b64 * draft_batch_stride, ROW_ALIGN) - start
-                               + tl.multiple_of(row * draft_row_stride, ROW_ALIGN), cols, draft_end, FP64)
-            if is_greedy(temperature):
-                noise = tl.zeros_like(x)
-            else:
-                noise = block_noise(load_seed(seeds_ptr, b, SEED_WORDS),
-                                    tl.load(positions_ptr + b).to(tl.int64) + row, first_col, STREAM_TOKEN, BLOCK_V,
-                                    FP64, FAST_MATH)
-            log_normalizer = _float_words(log_normalizer_ptr, FP64)
-            batch = tl.num_programs(0).to(tl.int64)
-            _emit_scores(x, y, noise, draft_tokens_ptr, b64, first_col, temperature, emit_row, emit_mode,
-                         tl.load(log_normalizer + b64 * 2), tl.load(log_normalizer + b64 * 2 + 1), K, emit_score_ptr,
-                         emit_index_ptr, (batch + b64) * num_blocks + i, b64 * num_blocks + i, ONE_HOT, FP64,
-                         BLOCK_V, FAST_MATH)
-            store_greedy_candidate(x.to(tl.float32), first_col, greedy_value_ptr, greedy_index_ptr,
-                                   b64 * num_blocks + i, BLOCK_V)
+            if emit_mode != EMIT_GREEDY:
+                temperature = load_temperature(temperature_ptr, b)
+                if ONE_HOT:
+                    y = x  # unused
+                else:
+                    # end or start (every column masked, nothing read: row a_b = n_b = K has no draft row)
+                    draft_end = tl.where(emit_mode == EMIT_RESIDUAL, end, start)
+                    y = load_block(draft_logits_ptr + tl.multiple_of(b64 * draft_batch_stride, ROW_ALIGN) - start
+                                   + tl.multiple_of(row * draft_row_stride, ROW_ALIGN), cols, draft_end, FP64)
+                if is_greedy(temperature):
+                    noise = tl.zeros_like(x)
+                else:
+                    noise = block_noise(load_seed(seeds_ptr, b, SEED_WORDS),
+                                        tl.load(positions_ptr + b).to(tl.int64) + row, first_col, STREAM_TOKEN,
+                                        BLOCK_V, FP64, FAST_MATH)
+                log_normalizer = _float_words(log_normalizer_ptr, FP64)
+                batch = tl.num_programs(0).to(tl.int64)
+                _emit_scores(x, y, noise, draft_tokens_ptr, b64, first_col, temperature, emit_row, emit_mode,
+                             tl.load(log_normalizer + b64 * 2), tl.load(log_normalizer + b64 * 2 + 1), K,
+                             emit_score_ptr, emit_index_ptr, (batch + b64) * num_blocks + i, b64 * num_blocks + i,
+                             ONE_HOT, FP64, BLOCK_V, FAST_MATH)
+            if emit_mode != EMIT_RESIDUAL:
+                store_greedy_candidate(x.to(tl.float32), first_col, greedy_value_ptr, greedy_index_ptr,
+                                       b64 * num_blocks + i, BLOCK_V)
 
 
 # the emit record of a request: the residual's best score, row a_b's sample's (f32, f64 in FP64), then their
@@ -674,7 +721,7 @@ def shard_rejection_emit_record_kernel(
     REDUCE_BLOCK: tl.constexpr,
 ):
     """Grid (B,): the shard's best residual and sample scores of row a_b and its greedy candidate (-inf where the
-    emit launch did not score the request), for the all-gather."""
+    emit launch did not take them), for the all-gather."""
     b = tl.program_id(0)
     b64 = b.to(tl.int64)
     batch = tl.num_programs(0).to(tl.int64)
@@ -682,9 +729,10 @@ def shard_rejection_emit_record_kernel(
     start, end, first_owned, num_owned = _shard_span(vocab_start_ptr, V_shard, START_ALIGN, BLOCK_V)
     blocks = tl.arange(0, REDUCE_BLOCK)
     emit_mode = tl.load(emit_mode_ptr + b)
-    # no block to read where the emit launch did not score the request
-    read = tl.where((emit_mode == EMIT_RESIDUAL) | (emit_mode == EMIT_SAMPLE), (end - start + BLOCK_V - 1) // BLOCK_V,
-                    0)
+    # no block to read where the emit launch did not score the request (or take its greedy candidates)
+    shard_blocks = (end - start + BLOCK_V - 1) // BLOCK_V
+    read = tl.where((emit_mode == EMIT_RESIDUAL) | (emit_mode == EMIT_SAMPLE), shard_blocks, 0)
+    read_greedy = tl.where((emit_mode == EMIT_SAMPLE) | (emit_mode == EMIT_GREEDY), shard_blocks, 0)
     # both rows at once: [2, REDUCE_BLOCK], the residual's (rows < B), then the sample's
     kinds = tl.arange(0, 2)
     mask = (kinds >= 0)[:, None] & (blocks < read)[None, :]
@@ -697,7 +745,7 @@ def shard_rejection_emit_record_kernel(
     tl.store(record + 2 * WORDS + kinds, column)
     flagged = (tl.min(columns, axis=1) < 0).to(tl.int32)  # (the sample's: store_block_best's overflow flag)
     tl.store(record + 2 * WORDS + 2, tl.sum(tl.where(kinds == 1, flagged, 0), axis=0))
-    in_row = blocks < read
+    in_row = blocks < read_greedy
     largest, greedy_column = _greedy_of(tl.load(greedy_value_ptr + b64 * num_blocks + blocks, mask=in_row,
                                                 other=float("-inf")),
                                         tl.load(greedy_index_ptr + b64 * num_blocks + blocks, mask=in_row, other=-1), 0)
@@ -733,8 +781,8 @@ def shard_rejection_finish_kernel(
 ):
     """Grid (B,): rejection_finish_kernel's rules over the shards' bests: the residual sample (row a_b's Gumbel-max
     sample where the residual is all zero), or row a_b's sample (the emit round's, or a sampled decision row's
-    from the records), its greedy argmax where it is EMIT_GREEDY or a shard flagged the row as overflowing; then
-    the accepted drafts, the emitted token, -1, and num_sampled."""
+    from the records), its greedy argmax (the emit round's candidates) where it is EMIT_GREEDY or a shard flagged
+    the bonus row as overflowing; then the accepted drafts, the emitted token, -1, and num_sampled."""
     b = tl.program_id(0)
     b64 = b.to(tl.int64)
     drafts = _load_drafts(draft_tokens_ptr, b64, K, BLOCK_K)
@@ -748,8 +796,10 @@ def shard_rejection_finish_kernel(
     emit_mode = tl.load(emit_mode_ptr + b)
     shards = tl.arange(0, SHARDS_BLOCK)
     present = shards < SHARDS
-    if (emit_mode == EMIT_RESIDUAL) | (emit_mode == EMIT_SAMPLE):
-        emits = gathered_emit_record_ptr + (shards.to(tl.int64) * batch + b64) * (2 * WORDS + _EMIT_RECORD_WORDS)
+    emits = gathered_emit_record_ptr + (shards.to(tl.int64) * batch + b64) * (2 * WORDS + _EMIT_RECORD_WORDS)
+    if emit_mode == EMIT_GREEDY:
+        emitted = _merged_greedy(emits + 2 * WORDS + 3, present)
+    elif (emit_mode == EMIT_RESIDUAL) | (emit_mode == EMIT_SAMPLE):
         best, column = _best_of(tl.load(_float_words(emits, FP64), mask=present, other=float("-inf")),
                                 tl.load(emits + 2 * WORDS, mask=present, other=0), 0)
         emitted = tl.where(best > float("-inf"), column, -1)
@@ -760,16 +810,12 @@ def shard_rejection_finish_kernel(
             flagged = tl.max(tl.load(emits + 2 * WORDS + 2, mask=present, other=0), axis=0) > 0
             if (emit_mode == EMIT_SAMPLE) & flagged:  # row a_b = n_b overflows: its greedy argmax
                 emitted = _merged_greedy(emits + 2 * WORDS + 3, present)
-    else:
-        rows_at, greedy_at, drafts_at, words = _record_offsets(K, max_owned, WORDS)
-        record = gathered_record_ptr + (shards.to(tl.int64) * batch + b64) * words
-        row_words = record + rows_at + emit_row * (WORDS + 2)
+    else:  # EMIT_STATS_ROW: a sampled decision row's best (one that overflows was made EMIT_GREEDY)
+        rows_at, argmax_at, drafts_at, words = _record_offsets(K, max_owned, WORDS)
+        row_words = gathered_record_ptr + (shards.to(tl.int64) * batch + b64) * words + rows_at + emit_row * (WORDS + 2)
         best, column = _best_of(tl.load(_float_words(row_words, FP64), mask=present, other=float("-inf")),
                                 tl.load(row_words + WORDS, mask=present, other=0), 0)
         emitted = tl.where(best > float("-inf"), column, -1)
-        flagged = tl.max(tl.load(row_words + WORDS + 1, mask=present, other=0), axis=0) > 0
-        if (emit_mode == EMIT_GREEDY) | flagged:
-            emitted = _merged_greedy(record + greedy_at + emit_row * 2, present)
     _write_request(tokens_ptr, num_sampled_ptr, drafts, b64, K, emit_row, emitted, BLOCK_K)
 
 def _itemsize(dtype: str) -> int:
@@ -873,8 +919,8 @@ def plan_rejection_sample_shard(target_logits: ArgSpec, draft_logits: ArgSpec, s
                 num_warps=4))
     stats_launches.append(launch(
         shard_rejection_stats_kernel, (batch, max(k, 1), blocks),
-        (*logits, *owned_names, *requests, "num_draft_tokens", "vocab_start", valid, vocab, shard_vocab, k, max_owned,
-         *strides), ("owned_stats", "row_score", "row_index", "greedy_value", "greedy_index"),
+        (*logits, *owned_names, drafts, *requests, "num_draft_tokens", "vocab_start", valid, vocab, shard_vocab, k,
+         max_owned, *strides), ("owned_stats", "row_score", "row_index", "greedy_value", "greedy_index"),
         STRICT=strict, ONE_HOT=one_hot, FP64=fp64, BLOCK_V=block_v, ROW_ALIGN=row_align,
         VOCAB_ALIGN=config.vocab_align, START_ALIGN=start_align, FAST_MATH=config.fast_math, COPY=copy,
         SEED_WORDS=seed_words, **padding, num_warps=config.num_warps, **options))
