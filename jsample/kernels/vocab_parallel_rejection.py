@@ -110,9 +110,11 @@ def _float_words(ptr, FP64: tl.constexpr):
 @jit
 def _shard_span(vocab_start_ptr, V_shard, START_ALIGN: tl.constexpr, BLOCK_V: tl.constexpr):
     """(this shard's first global column, its end, its first owned block (the first global block whose first
-    column it holds), the number of blocks it owns)."""
+    column it holds), the number of blocks it owns). START_ALIGN divides every shard's start and V, so also the
+    shard's size: its rows' masks (cols < end) keep the loads vectorised where jax-triton does not tell the
+    compiler an integer's divisibility."""
     start = aligned(tl.load(vocab_start_ptr), START_ALIGN)
-    end = start + V_shard
+    end = start + aligned(V_shard, START_ALIGN)
     first_owned = (start + BLOCK_V - 1) // BLOCK_V
     return start, end, first_owned, (end + BLOCK_V - 1) // BLOCK_V - first_owned
 
@@ -877,6 +879,8 @@ def plan_rejection_sample_shard(target_logits: ArgSpec, draft_logits: ArgSpec, s
     direct = all(shard_align >= min(config.vocab_align, 16 // _itemsize(spec.dtype))
                  for spec in ((target_logits,) if one_hot else (target_logits, draft_logits)))
     copy = COPY_NONE if not decisions else (COPY_ALL if not direct else (COPY_LAST if cut else COPY_NONE))
+    # what the kernels take as START_ALIGN: a power of two dividing every start and V (so every shard's size too)
+    start_align = min(start_align, config.vocab_align)
     copies = max_owned if copy == COPY_ALL else 1
     valid = "row_valid" if row_valid else "num_draft_tokens"  # the stand-in is never read
     drafts = "draft_tokens" if k else "no_drafts"  # K = 0: a one-element stand-in, never read
