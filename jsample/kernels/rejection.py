@@ -473,12 +473,15 @@ def _target_tokens(partial_score_ptr, partial_index_ptr, b64, K, num_blocks, row
 @jit
 def _decision_inputs(target_logits_ptr, draft_logits_ptr, draft_tokens_ptr, b64, num_drafts, seed, position,
                      temperature, V, K, target_batch_stride, target_row_stride, draft_batch_stride, draft_row_stride,
-                     STRICT: tl.constexpr, ONE_HOT: tl.constexpr, FP64: tl.constexpr, BLOCK_K: tl.constexpr):
+                     STRICT: tl.constexpr, ONE_HOT: tl.constexpr, FP64: tl.constexpr, BLOCK_K: tl.constexpr,
+                     values_ptr=0, VALUES_GIVEN: tl.constexpr = False):
     """What a request's decision reads from the op's own inputs, apart from the stats launch's partials:
     the drafts, the target and draft logits at the drafts (scaled by 1 / T) and the acceptance
     uniforms. Under PDL (rejection_decide_emit_kernel) it runs before the wait for the stats launch,
     so its chain of dependent loads overlaps that launch. -> (drafts, valid, scaled target logit,
-    scaled draft logit, u), each [BLOCK_K] (the logits and u unused by strict and greedy rows)."""
+    scaled draft logit, u), each [BLOCK_K] (the logits and u unused by strict and greedy rows).
+    VALUES_GIVEN (vocab-parallel): the logits at the drafts come from `values_ptr` ([B * K, 2] f32: target,
+    draft), gathered from the shards holding them, not from the logits."""
     rows = tl.arange(0, BLOCK_K)
     active = rows < num_drafts
     drafts = tl.load(draft_tokens_ptr + b64 * K + rows, mask=active, other=-1)
@@ -493,10 +496,16 @@ def _decision_inputs(target_logits_ptr, draft_logits_ptr, draft_tokens_ptr, b64,
     else:
         inverse_t = inverse_temperature(temperature, FP64)
         # greedy requests (T < 1e-5) gather too, and never use it: cheaper than a branch around the loads
-        target_rows = target_logits_ptr + b64 * target_batch_stride + rows.to(tl.int64) * target_row_stride
-        target_at_draft = _scaled(_gather(target_rows, drafts, valid, FP64), inverse_t)
+        if VALUES_GIVEN:
+            values = values_ptr + (b64 * K + rows) * 2
+            target_at_draft = _scaled(_gather(values, 0, valid, FP64), inverse_t)
+        else:
+            target_rows = target_logits_ptr + b64 * target_batch_stride + rows.to(tl.int64) * target_row_stride
+            target_at_draft = _scaled(_gather(target_rows, drafts, valid, FP64), inverse_t)
         if ONE_HOT:
             draft_at_draft = target_at_draft  # unused
+        elif VALUES_GIVEN:
+            draft_at_draft = _scaled(_gather(values, 1, valid, FP64), inverse_t)
         else:
             draft_rows = draft_logits_ptr + b64 * draft_batch_stride + rows.to(tl.int64) * draft_row_stride
             draft_at_draft = _scaled(_gather(draft_rows, drafts, valid, FP64), inverse_t)

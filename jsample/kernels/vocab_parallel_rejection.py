@@ -56,8 +56,8 @@ from jsample.kernels.common import (aligned, block_noise, inverse_temperature, i
 from jsample.kernels.host import jit
 from jsample.kernels.plan import ArgSpec, Buffer, Plan, ShardedPlan, Target, launch
 from jsample.kernels.rejection import (EMIT_GREEDY, EMIT_RESIDUAL, EMIT_SAMPLE, EMIT_STATS_ROW, NUM_STATS,
-                                       STATS_PER_BLOCK, _acceptance_uniforms, _decide, _emit_mode, _emit_scores,
-                                       _load_drafts, _scaled, _softmax_partials, _write_padding, _write_request,
+                                       STATS_PER_BLOCK, _decide, _decision_inputs, _emit_mode, _emit_scores,
+                                       _load_drafts, _softmax_partials, _write_padding, _write_request,
                                        rejection_launch_config)
 from jsample.kernels.stream import STREAM_TOKEN, load_seed, seed_word_count
 from jsample.kernels.vocab_parallel import START_MULTIPLE, store_greedy_candidate
@@ -584,30 +584,11 @@ def shard_rejection_decide_kernel(
             return
     num_drafts = _num_drafts(num_draft_tokens_ptr, b, K)
     temperature = load_temperature(temperature_ptr, b)
+    drafts, valid, target_at_draft, draft_at_draft, u = _decision_inputs(
+        draft_values_ptr, draft_values_ptr, draft_tokens_ptr, b64, num_drafts, load_seed(seeds_ptr, b, SEED_WORDS),
+        tl.load(positions_ptr + b).to(tl.int64), temperature, V, K, 0, 0, 0, 0, STRICT, ONE_HOT, FP64, BLOCK_K,
+        draft_values_ptr, True)
     rows = tl.arange(0, BLOCK_K)
-    active = rows < num_drafts
-    drafts = tl.load(draft_tokens_ptr + b64 * K + rows, mask=active, other=-1)
-    valid = active & (drafts >= 0) & (drafts < V)  # an out-of-range draft has probability 0: rejected
-    if STRICT:
-        if FP64:
-            target_at_draft = tl.zeros([BLOCK_K], tl.float64)
-        else:
-            target_at_draft = tl.zeros([BLOCK_K], tl.float32)
-        draft_at_draft = target_at_draft
-        u = target_at_draft
-    else:
-        # _decision_inputs' values: the logit (widened), scaled
-        inverse_t = inverse_temperature(temperature, FP64)
-        values = draft_values_ptr + (b64 * K + rows) * 2
-        target_at_draft = tl.load(values, mask=valid, other=float("-inf"))
-        draft_at_draft = tl.load(values + 1, mask=valid, other=float("-inf"))
-        if FP64:
-            target_at_draft = target_at_draft.to(tl.float64)
-            draft_at_draft = draft_at_draft.to(tl.float64)
-        target_at_draft = _scaled(target_at_draft, inverse_t)
-        draft_at_draft = target_at_draft if ONE_HOT else _scaled(draft_at_draft, inverse_t)
-        u = _acceptance_uniforms(load_seed(seeds_ptr, b, SEED_WORDS),
-                                 tl.load(positions_ptr + b).to(tl.int64) + rows.to(tl.int64), FP64)
     greedy_rows = tl.load(greedy_rows_ptr + b64 * (K + 1) + rows, mask=rows <= K, other=-1)
     emit_row, resample, greedy_emit, target_lse, draft_lse = _decide(
         stats_ptr, row_score_ptr, row_index_ptr, b64, num_drafts, temperature, K, num_blocks, drafts, valid,
