@@ -20,7 +20,7 @@ plus the bytes each GPU receives. Every variant is captured as a CUDA graph (one
 repeated calls do not measure the L2 cache) and replayed a fixed number of times on both ranks (collectives
 must match), timed with CUDA events; the median of 7 repeats. Tokens of sharded and gather are checked equal.
 
-    python benchmarks/bench_vocab_parallel.py --out DIR [--vocab 262144] [--batches 1,64,256]
+    python benchmarks/bench_vocab_parallel.py --out DIR [--vocab 262144] [--batches 1,64,256] [--ops ...,rejection,rejection_one_hot]
 """
 
 import argparse
@@ -102,6 +102,9 @@ def _measure(rank, world, args, queue):
     shard_size = vocab // world
     for op, dtype in [(op, dtype) for op in args.ops.split(",") for dtype in args.dtypes.split(",")]:
         sample = getattr(torch_backend, "gumbel_sample" if op.startswith("gumbel") else "top_k_top_p_sample")
+        if op.startswith("rejection"):
+            rows.extend(_measure_rejection(op, dtype, args, rank, world, device))
+            continue
         for batch in [int(b) for b in args.batches.split(",")]:
             torch_dtype = getattr(torch, dtype)
             nbytes = batch * shard_size * torch_dtype.itemsize
@@ -192,6 +195,88 @@ def _measure(rank, world, args, queue):
     dist.destroy_process_group()
 
 
+def _measure_rejection(op, dtype, args, rank, world, device) -> list:
+    """rejection_sample (K = 4, every request drafting 4; "rejection": f32 draft logits near the target's,
+    "rejection_one_hot": one-hot drafts), per batch size: sharded (vocab_group), gather (all-gather the target
+    and draft shards, then the one-GPU op on whole rows) and half (the one-GPU op on one shard alone)."""
+    import torch
+    import torch.distributed as dist
+
+    import torch_backend
+    from jsample import kernels
+    from torch_backend import _execute as execute
+
+    k, vocab, rows = 4, args.vocab, []
+    shard_size = vocab // world
+    torch_dtype = getattr(torch, dtype)
+    for batch in [int(b) for b in args.batches.split(",")]:
+        nbytes = batch * (k + 1) * shard_size * torch_dtype.itemsize
+        rotate = harness.copies_needed(nbytes)
+        generator = torch.Generator(device=device).manual_seed(1000 * batch + rank)
+        targets = [torch.randn((batch, k + 1, shard_size), generator=generator, device=device).mul_(3)
+                   for _ in range(rotate)]
+        drafts_logits = [t[:, :k] + 0.3 * torch.randn((batch, k, shard_size), generator=generator, device=device)
+                         for t in targets] if op == "rejection" else [None] * rotate
+        targets = [t.to(torch_dtype) for t in targets]
+        # the same global draft tokens on both ranks
+        draft_generator = torch.Generator(device=device).manual_seed(batch)
+        drafts = torch.randint(0, vocab, (batch, k), generator=draft_generator, device=device)
+        requests = dict(num_draft_tokens=torch.full((batch,), k, device=device),
+                        seeds=torch.arange(batch, device=device, dtype=torch.int64) * 7919 + 11,
+                        positions=torch.arange(batch, device=device, dtype=torch.int64) + 100,
+                        temperature=torch.full((batch,), 0.8, device=device))
+        whole = torch.empty((batch, k + 1, vocab), dtype=torch_dtype, device=device)
+        gathered = torch.empty((world, batch, k + 1, shard_size), dtype=torch_dtype, device=device)
+        whole_draft = torch.empty((batch, k, vocab), device=device)
+        gathered_draft = torch.empty((world, batch, k, shard_size), device=device)
+        out = {}
+
+        def call(target, draft, token_ids, **extra):
+            return torch_backend.rejection_sample(target, token_ids, requests["num_draft_tokens"], requests["seeds"],
+                                                  requests["positions"], requests["temperature"], draft_logits=draft,
+                                                  **extra)
+
+        def sharded(i):
+            out["sharded"] = call(targets[i], drafts_logits[i], drafts, vocab_group=dist.group.WORLD)
+
+        def gather(i):
+            dist.all_gather_into_tensor(gathered, targets[i].contiguous())
+            whole.view(batch, k + 1, world, shard_size).copy_(gathered.permute(1, 2, 0, 3))
+            draft = None
+            if drafts_logits[i] is not None:
+                dist.all_gather_into_tensor(gathered_draft, drafts_logits[i].contiguous())
+                whole_draft.view(batch, k, world, shard_size).copy_(gathered_draft.permute(1, 2, 0, 3))
+                draft = whole_draft
+            out["gather"] = call(whole, draft, drafts)
+
+        def half(i):
+            out["half"] = call(targets[i], drafts_logits[i], drafts % shard_size)
+
+        times = {name: _time_graphs_us(_capture(fn, rotate), dist)
+                 for name, fn in (("sharded", sharded), ("gather", gather), ("half", half))}
+        sharded(0)
+        gather(0)
+        torch.cuda.synchronize()
+        equal = _same(out["sharded"], out["gather"])
+        starts = tuple(r * shard_size for r in range(world))
+        plan = execute.plan(kernels.plan_rejection_sample_shard, (targets[0], drafts_logits[0], requests["seeds"]),
+                            device, None, strict=False, fp64=False, vocab=vocab, starts=starts,
+                            start_align=kernels.start_alignment(starts))
+        records = [p.buffer(p.outputs[0]) for p in plan.rounds[:-1]]
+        words = sum(r.shape[1] * (r.shape[2] if len(r.shape) > 2 else 1) for r in records)
+        gathered_bytes = (k + 1) * shard_size * torch_dtype.itemsize + (k * shard_size * 4 if op == "rejection" else 0)
+        rows.append(dict(op=op, dtype=dtype, batch=batch, vocab=vocab, shards=world,
+                         sharded_us=round(times["sharded"], 2), gather_then_sample_us=round(times["gather"], 2),
+                         half_vocab_op_us=round(times["half"], 2),
+                         sharded_vs_gather=round(times["sharded"] / times["gather"], 3),
+                         sharded_vs_half=round(times["sharded"] / times["half"], 3),
+                         collectives=len(records), bytes_in_sharded=(world - 1) * batch * words * 4,
+                         bytes_in_gather=(world - 1) * batch * gathered_bytes, tokens_equal=equal))
+        if rank == 0:
+            print(rows[-1], flush=True)
+    return rows
+
+
 def main():
     import torch
     import torch.multiprocessing as mp
@@ -230,7 +315,9 @@ def main():
              "logprobs: token_logprobs of uniformly drawn tokens (two all-gathers; _top20: num_top=20); "
              "gumbel_logprobs: gumbel_sample(return_logprobs=True) (three; gather and half: the fused single read); "
              "logprobs_filtered: token_logprobs with top_k=50, top_p=0.9 ([B] tensors: the searches, then three); "
-             "top_k_top_p_logprobs: top_k_top_p_sample(top_k=50, top_p=0.9, return_logprobs=True).")
+             "top_k_top_p_logprobs: top_k_top_p_sample(top_k=50, top_p=0.9, return_logprobs=True); "
+             "rejection / rejection_one_hot (in --ops): rejection_sample, K = 4, f32 draft logits or one-hot drafts "
+             "(gather: the target's and the draft's shards).")
     if args.out:
         harness.write_results(args.out, "vocab_parallel", harness.environment(args.git_sha), rows, columns, notes)
     print(json.dumps(rows, indent=1))
