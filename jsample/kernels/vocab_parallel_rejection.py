@@ -31,11 +31,13 @@ Rounds (plan.run_rounds; every record all-gathered over the shards):
    draft is its row's argmax (for rows whose scaled logits overflow: the blocks' largest finite logits, and the
    first column of its maximum in the draft's block)),
    `shard_rejection_record_kernel` (the request's record: the owned blocks' partials, each sampled row's best
-   and overflow flag, each row's greedy candidate, the target and draft logits at the drafts the shard holds).
+   and overflow flag, each decision row's argmax parts, the target and draft logits at the drafts the shard
+   holds).
 2. `shard_rejection_merge_kernel` (the records in the one-GPU layouts), `shard_rejection_decide_kernel` (the
    one-GPU `_decide`, so every shard takes the same a_b, emit mode and normalisers), `shard_rejection_emit_kernel`
    (row a_b's sample and the residual's block partials over the shard's own columns, `_emit_scores`: the bonus
-   row only where every draft was accepted), `shard_rejection_emit_record_kernel` (the shard's bests).
+   row only where every draft was accepted; row a_b's greedy candidates where it is greedy or may overflow),
+   `shard_rejection_emit_record_kernel` (the shard's bests).
 3. `shard_rejection_finish_kernel`: the emitted token from the shards' bests (the one-GPU finish's rules), the
    accepted drafts, num_sampled.
 
