@@ -20,7 +20,8 @@ plus the bytes each GPU receives. Every variant is captured as a CUDA graph (one
 repeated calls do not measure the L2 cache) and replayed a fixed number of times on both ranks (collectives
 must match), timed with CUDA events; the median of 7 repeats. Tokens of sharded and gather are checked equal.
 
-    python benchmarks/bench_vocab_parallel.py --out DIR [--vocab 262144] [--batches 1,64,256] [--ops ...,rejection,rejection_one_hot]
+    python benchmarks/bench_vocab_parallel.py --out DIR [--vocab 262144] [--batches 1,64,256]
+                                              [--ops ...,rejection,rejection_one_hot]
 """
 
 import argparse
@@ -76,6 +77,31 @@ def _same(a, b) -> bool:
     if a.dtype.is_floating_point:
         return bool(torch.equal(a.isnan(), b.isnan()) and torch.equal(a[~a.isnan()], b[~b.isnan()]))
     return bool(torch.equal(a, b))
+
+
+def _time_and_compare(sharded, gather, half, rotate, dist, out) -> tuple:
+    """({variant: device time}, whether sharded's outputs equal gather's): each variant captured as CUDA graphs (one
+    per rotated input set) and replayed on every rank, then sharded and gather run once more to compare."""
+    import torch
+
+    times = {name: _time_graphs_us(_capture(fn, rotate), dist)
+             for name, fn in (("sharded", sharded), ("gather", gather), ("half", half))}
+    sharded(0)
+    gather(0)
+    torch.cuda.synchronize()
+    return times, _same(out["sharded"], out["gather"])
+
+
+def _result_row(op, dtype, batch, vocab, world, times, collectives, words, gathered_bytes, equal) -> dict:
+    """A results row: the variants' times and ratios, the collectives and the bytes each rank receives (`words`
+    int32 words a row of the sharded records, `gathered_bytes` a row of the gathered shards)."""
+    return dict(op=op, dtype=dtype, batch=batch, vocab=vocab, shards=world,
+                sharded_us=round(times["sharded"], 2), gather_then_sample_us=round(times["gather"], 2),
+                half_vocab_op_us=round(times["half"], 2),
+                sharded_vs_gather=round(times["sharded"] / times["gather"], 3),
+                sharded_vs_half=round(times["sharded"] / times["half"], 3), collectives=collectives,
+                bytes_in_sharded=(world - 1) * batch * words * 4, bytes_in_gather=(world - 1) * batch * gathered_bytes,
+                tokens_equal=equal)
 
 
 def _rank(rank, world, args, queue):
@@ -152,12 +178,7 @@ def _measure(rank, world, args, queue):
             def half(i):
                 out["half"] = sample(shards[i], seeds, positions, temperature, **filters)
 
-            times = {name: _time_graphs_us(_capture(fn, rotate), dist)
-                     for name, fn in (("sharded", sharded), ("gather", gather), ("half", half))}
-            sharded(0)
-            gather(0)
-            torch.cuda.synchronize()
-            equal = _same(out["sharded"], out["gather"])
+            times, equal = _time_and_compare(sharded, gather, half, rotate, dist, out)
             rounds, words = 1, 6
             if "logprobs" in op:  # token_logprobs' records (after the sampler's)
                 filtered = op in ("logprobs_filtered", "top_k_top_p_logprobs")
@@ -179,14 +200,8 @@ def _measure(rank, world, args, queue):
                                             start_align=16, list_capacity=kernels.shard_list_capacity(filters["top_k"]))
                 records = [plan.buffer(plan.outputs[0]) for plan in sharded_plan.rounds[:-1]]
                 rounds, words = len(records), sum(record.shape[1] for record in records)
-            rows.append(dict(op=op, dtype=dtype, batch=batch, vocab=vocab, shards=world,
-                             sharded_us=round(times["sharded"], 2), gather_then_sample_us=round(times["gather"], 2),
-                             half_vocab_op_us=round(times["half"], 2),
-                             sharded_vs_gather=round(times["sharded"] / times["gather"], 3),
-                             sharded_vs_half=round(times["sharded"] / times["half"], 3),
-                             collectives=rounds, bytes_in_sharded=(world - 1) * batch * words * 4,
-                             bytes_in_gather=(world - 1) * batch * shard_size * torch_dtype.itemsize,
-                             tokens_equal=equal))
+            rows.append(_result_row(op, dtype, batch, vocab, world, times, rounds, words,
+                                    shard_size * torch_dtype.itemsize, equal))
             if rank == 0:
                 print(rows[-1], flush=True)
     if rank == 0:
@@ -252,12 +267,7 @@ def _measure_rejection(op, dtype, args, rank, world, device) -> list:
         def half(i):
             out["half"] = call(targets[i], drafts_logits[i], drafts % shard_size)
 
-        times = {name: _time_graphs_us(_capture(fn, rotate), dist)
-                 for name, fn in (("sharded", sharded), ("gather", gather), ("half", half))}
-        sharded(0)
-        gather(0)
-        torch.cuda.synchronize()
-        equal = _same(out["sharded"], out["gather"])
+        times, equal = _time_and_compare(sharded, gather, half, rotate, dist, out)
         starts = tuple(r * shard_size for r in range(world))
         plan = execute.plan(kernels.plan_rejection_sample_shard, (targets[0], drafts_logits[0], requests["seeds"]),
                             device, None, strict=False, fp64=False, vocab=vocab, starts=starts,
@@ -265,13 +275,7 @@ def _measure_rejection(op, dtype, args, rank, world, device) -> list:
         records = [p.buffer(p.outputs[0]) for p in plan.rounds[:-1]]
         words = sum(r.shape[1] * (r.shape[2] if len(r.shape) > 2 else 1) for r in records)
         gathered_bytes = (k + 1) * shard_size * torch_dtype.itemsize + (k * shard_size * 4 if op == "rejection" else 0)
-        rows.append(dict(op=op, dtype=dtype, batch=batch, vocab=vocab, shards=world,
-                         sharded_us=round(times["sharded"], 2), gather_then_sample_us=round(times["gather"], 2),
-                         half_vocab_op_us=round(times["half"], 2),
-                         sharded_vs_gather=round(times["sharded"] / times["gather"], 3),
-                         sharded_vs_half=round(times["sharded"] / times["half"], 3),
-                         collectives=len(records), bytes_in_sharded=(world - 1) * batch * words * 4,
-                         bytes_in_gather=(world - 1) * batch * gathered_bytes, tokens_equal=equal))
+        rows.append(_result_row(op, dtype, batch, vocab, world, times, len(records), words, gathered_bytes, equal))
         if rank == 0:
             print(rows[-1], flush=True)
     return rows
