@@ -311,12 +311,9 @@ def check_logprobs_request(op: str, return_logprobs, num_top) -> None:
 
 def check_vocab_parallel(op: str, name: str, logits_shape, starts, rows: bool = False) -> None:
     """Vocab-parallel sampling (`vocab_axis` in JAX, `vocab_group` in torch): 2-D logits (`rows`: rejection_sample's
-    3-D target logits) whose shards start at multiples of 4 (`starts`: every shard's first global column; the
-    stream draws four columns a call)."""
-    if rows:
-        if len(logits_shape) != 3:
-            raise ValueError(f"{op}: {name} takes 3-D target_logits [B, K+1, V_shard], got {len(logits_shape)}-D.")
-    elif len(logits_shape) != 2:
+    target logits, whose 3-D shape check_rejection_sample made) whose shards start at multiples of 4 (`starts`:
+    every shard's first global column; the stream draws four columns a call)."""
+    if not rows and len(logits_shape) != 2:
         raise ValueError(f"{op}: {name} takes 2-D logits [B, V_shard], got {len(logits_shape)}-D.")
     if any(start % 4 for start in starts):
         raise ValueError(f"{op}: {name} needs every shard to start at a multiple of 4 columns, got shards starting at "

@@ -40,7 +40,7 @@ def _plan(op, batch, vocab, dtype, k, flags, target):
     from jsample import kernels
 
     seeds = ArgSpec.contiguous((batch,), "int64")
-    if flags.get("vocab_shards"):
+    if flags.get("vocab_shards") and op != "synthetic_rejection_sample":  # (it reads no logits: its one plan)
         return _vocab_parallel_plan(op, batch, vocab, dtype, flags, target, k)
     if op == "gumbel_sample":
         return kernels.plan_gumbel_sample(ArgSpec.contiguous((batch, vocab), dtype), seeds, target,
@@ -92,8 +92,6 @@ def _vocab_parallel_plan(op, batch, vocab, dtype, flags, target, k=0):
             strict=flags.get("method") == "strict", fp64=flags.get("fp64", False), vocab=vocab, starts=starts,
             start_align=kernels.start_alignment(starts), row_valid=flags.get("num_valid", False))
         return merged_rounds(sharded.rounds, shards)
-    if op == "synthetic_rejection_sample":
-        raise ValueError("precompile: synthetic_rejection_sample takes no vocab_shards (it reads no logits)")
     common = dict(fp64=flags.get("fp64", False), shards=shards, row_valid=flags.get("num_valid", False),
                   start_align=kernels.start_alignment(starts))
     logprobs = ()
