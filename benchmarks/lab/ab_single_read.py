@@ -1,6 +1,7 @@
 """A/B of two checkouts (issue 41): the single read's logprobs (gumbel_sample(return_logprobs=True), with num_top =
 20, token_logprobs without filters) and gumbel_sample itself, device time (CUDA-graph replay, median, us), fp32 and
-bf16, V = 151936, "typical" logits (benchmarks/logit_families.py), B = 1, 64, 256, each run in its own process.
+bf16, V = 151936, "typical" logits (benchmarks/logit_families.py), B = 1, 64, 256, T = 0.7 and (some cells) T = 1,
+each run in its own process.
 A run is CHECKOUT or CHECKOUT:BLOCK_V:WARPS (the single read's blocks replaced: a lab variant, which changes the
 blocks' sums and so the logprobs' last bits). Every run also prints a digest of its outputs (tokens and every
 logprobs field), so runs whose numbers must agree bit for bit can be compared.
@@ -39,6 +40,7 @@ for dtype in (torch.float32, torch.bfloat16):
         x = x_all[:B].contiguous()
         seeds = torch.arange(B, device="cuda", dtype=torch.int64)
         t = torch.full((B,), 0.7, device="cuda")
+        one = torch.ones((B,), device="cuda")  # T = 1 (RL's rollouts): the scaled sums are the raw ones
         tokens = torch_backend.gumbel_sample(x, seeds, seeds, t)
         cells = {
             "gumbel_sample": lambda: torch_backend.gumbel_sample(x, seeds, seeds, t),
@@ -48,6 +50,10 @@ for dtype in (torch.float32, torch.bfloat16):
                 x, seeds, seeds, t, return_logprobs=True, num_top=20),
             "token_logprobs": lambda: torch_backend.token_logprobs(x, tokens, t),
             "token_logprobs num_top=20": lambda: torch_backend.token_logprobs(x, tokens, t, num_top=20),
+            "T=1 gumbel_sample": lambda: torch_backend.gumbel_sample(x, seeds, seeds, one),
+            "T=1 gumbel_sample return_logprobs": lambda: torch_backend.gumbel_sample(x, seeds, seeds, one,
+                                                                                     return_logprobs=True),
+            "T=1 token_logprobs": lambda: torch_backend.token_logprobs(x, tokens, one),
         }
         for name, fn in cells.items():
             key = f"{str(dtype)[6:]:8s} B={B:3d} {name}"

@@ -408,14 +408,21 @@ def store_block_stats(x, temperature, stats_ptr, row64, block, num_blocks, FAST_
 def _block_sums(d, inverse_t, FAST_MATH: tl.constexpr):
     """The fixed-point sums (int64) of exp(d) and exp(d / T) over a block's differences d = x - m_b (-inf where
     the logit is not finite): store_block_stats' terms (vocab-parallel logprobs sum a shard's part of a block
-    with the same code)."""
-    if FAST_MATH:
-        raw_terms = exp2_approx(d * LOG2E)
-        scaled_terms = exp2_approx((d * inverse_t) * LOG2E)
+    with the same code). At 1 / T == 1 (T = 1, greedy rows) d * (1 / T) is d, bit for bit, so the scaled sum is
+    the raw one: taken as it is, not computed again (a branch the whole block takes alike)."""
+    if inverse_t == 1.0:
+        raw_sum = tl.sum(_fixed(exp2_approx(d * LOG2E) if FAST_MATH else tl.exp(d)), axis=0)
+        scaled_sum = raw_sum
     else:
-        raw_terms = tl.exp(d)
-        scaled_terms = tl.exp(d * inverse_t)
-    return tl.sum(_fixed(raw_terms), axis=0), tl.sum(_fixed(scaled_terms), axis=0)
+        if FAST_MATH:
+            raw_terms = exp2_approx(d * LOG2E)
+            scaled_terms = exp2_approx((d * inverse_t) * LOG2E)
+        else:
+            raw_terms = tl.exp(d)
+            scaled_terms = tl.exp(d * inverse_t)
+        raw_sum = tl.sum(_fixed(raw_terms), axis=0)
+        scaled_sum = tl.sum(_fixed(scaled_terms), axis=0)
+    return raw_sum, scaled_sum
 
 
 @jit
