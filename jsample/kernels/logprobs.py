@@ -1199,9 +1199,11 @@ def plan_token_logprobs(logits: ArgSpec, target: Target, *, has_top_k: bool, has
             "min_p" if has_min_p else stand_in, "num_top", "row_valid" if row_valid else stand_in, vocab, row_stride,
             request_stride)
     fast_names = tuple("fast_" + name for name in names) + ("fast_done",)
+    # 8 warps: the passes of a row are one program's, latency-bound; twice 4 warps' loads in flight made them 0.74-0.88x
+    # (16: faster at B = 1, slower at B = 256; lab INDEX)
     multipass = dict(HAS_ROW_VALID=row_valid, ROWS=rows, HAS_TOP_K=has_top_k, HAS_TOP_P=has_top_p,
                      HAS_MIN_P=has_min_p, FP64=fp64, FAST_MATH=not target.interpreter, BLOCK_V=block_v,
-                     ROW_ALIGN=row_align, VOCAB_ALIGN=largest_power_of_two_dividing(vocab, 16), num_warps=4)
+                     ROW_ALIGN=row_align, VOCAB_ALIGN=largest_power_of_two_dividing(vocab, 16), num_warps=8)
     # the single read's statistics and the LIST largest logits a row decide the rows whose kept set lies within
     # them (filtered_list_reduce_kernel); token_logprobs_kernel copies those and computes the others
     config = single_read_config(vocab, target)
