@@ -18,7 +18,8 @@ import jax.numpy as jnp
 import numpy as np
 
 
-def main(case):
+def make_case(case):
+    """(the jitted op, its arguments) of CASE (see the docstring)."""
     import jsample
 
     vocab = 151936
@@ -43,6 +44,11 @@ def main(case):
             fn = jax.jit(jsample.gumbel_sample)
         args = (logits, seeds, positions, temperature)
     jax.block_until_ready(args)
+    return fn, args
+
+
+def main(case):
+    fn, args = make_case(case)
     start = time.perf_counter()
     lowered = fn.lower(*args)
     lowered_at = time.perf_counter()

@@ -22,6 +22,8 @@ import jax.numpy as jnp
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from explore_jax_first_call_threads import make_case  # noqa: E402
 
 
 def _print_torch_import(event, args):
@@ -31,25 +33,10 @@ def _print_torch_import(event, args):
 
 
 def main(case, rows):
-    import jsample
-
     if os.environ.get("JSAMPLE_WHO_IMPORTS_TORCH") == "1":
         sys.addaudithook(_print_torch_import)
-
     jax.block_until_ready(jax.jit(lambda x: x * 2 + 1)(jnp.ones(8)))  # JAX's start-up, not ours
-    vocab = 151936
-    rng = np.random.default_rng(0)
-    kind, batch = case.rstrip("0123456789"), int(case[len(case.rstrip("0123456789")):])
-    logits = jnp.asarray(rng.standard_normal((batch, vocab), np.float32) * 3, jnp.bfloat16)
-    seeds = np.arange(batch, dtype=np.int32)
-    positions = np.arange(batch, dtype=np.int32)
-    temperature = np.full((batch,), 0.8, np.float32)
-    if kind == "filtered":
-        fn = jax.jit(lambda x, s, p, T: jsample.top_k_top_p_sample(x, s, p, T, top_k=50, top_p=0.9))
-    else:
-        fn = jax.jit(jsample.gumbel_sample)
-    args = (logits, seeds, positions, temperature)
-    jax.block_until_ready(args)
+    fn, args = make_case(case)
     profile = cProfile.Profile()
     start = time.perf_counter()
     profile.enable()
