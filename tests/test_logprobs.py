@@ -433,7 +433,7 @@ def test_single_read_over_several_blocks_fused_equals_separate():
     fused rank counts again only in blocks with a larger logit. Against the reference (1e-5, exact rank), fused
     == separate and torch == JAX bit for bit; edge rows: +inf and NaN logits in other blocks than the token's,
     a token far down (every block counted again), a row without a finite logit, a row whose scaled logits
-    overflow (greedy), greedy and hot temperatures."""
+    overflow (greedy), greedy and hot temperatures; at T = 1 and on greedy rows scaled == raw bit for bit."""
     from torch_backend import _execute as torch_execute
 
     vocab, batch = 9000, 8
@@ -465,6 +465,11 @@ def test_single_read_over_several_blocks_fused_equals_separate():
         assert all(np.array_equal(a, b, equal_nan=True) for a, b in zip(got, _torch(x, chosen, temperature)))
         _assert_close_to_reference(got, token_logprobs_reference(x, chosen, temperature), "single read")
     assert _jax(x, replay, temperature)[4][6] == np.isfinite(x[6]).sum()  # the last of the finite logits
+    # T = 1 (rows 0, 2, 6) and greedy rows (4: T = 0; 3: its scaled logits overflow) read at T = 1: scaled is raw,
+    # bit for bit (the single read takes the scaled sums from the raw ones where 1 / T == 1)
+    unit = [0, 2, 3, 4, 6]
+    assert np.array_equal(separate[1][unit], separate[0][unit], equal_nan=True)
+    assert not np.array_equal(separate[1][[1, 5, 7]], separate[0][[1, 5, 7]])
     plan = kernels.plan_token_logprobs(ArgSpec.contiguous((batch, vocab), "float32"), torch_execute.target(torch.device(TORCH_DEVICE)), has_top_k=False,
                                        has_top_p=False, has_min_p=False, fp64=False, num_top=0)
     assert plan.variant == "single read" and plan.launches[0].grid[1] >= 3
