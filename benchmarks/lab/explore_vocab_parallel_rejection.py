@@ -94,24 +94,11 @@ def main():
                       f"whole {whole:8.1f} us  rounds {' + '.join(f'{t:.1f}' for t in rounds)}", flush=True)
 
 
-def kernel_times(fn, calls: int = 20) -> str:
-    """Each kernel's mean device time a call of fn (us), from torch.profiler's CUDA activity."""
-    import collections
+def kernel_times(fn) -> str:
+    """Each kernel's mean device time a call of fn (us; explore_logprobs_kernels.kernel_us), as a line."""
+    from explore_logprobs_kernels import kernel_us
 
-    import torch
-    from torch.profiler import ProfilerActivity, profile
-
-    fn()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(calls):
-            fn()
-        torch.cuda.synchronize()
-    totals = collections.defaultdict(float)
-    for event in prof.events():
-        if event.device_type == torch.autograd.DeviceType.CUDA:
-            totals[event.name] += event.device_time / calls
-    return "  ".join(f"{name} {us:.1f}" for name, us in totals.items())
+    return "  ".join(f"{name} {us:.1f}" for name, us in kernel_us(fn).items())
 
 
 if __name__ == "__main__":
