@@ -274,6 +274,11 @@ def test_precompile_covers_vocab_parallel_calls():
     import jsample
     import torch_backend
 
+    def both_frontends(op, dtype, flags):
+        """(frontend, its report) of precompile([151936], [dtype], ops=[op], flags=[flags], max_batch=300)."""
+        for frontend, module in (("torch", torch_backend), ("jax", jsample)):
+            yield frontend, module.precompile([151936], [dtype], ops=[op], flags=[flags], max_batch=300)
+
     for frontend, vocab, shards, flags, report in (
             ("torch", 151936, 2, {"num_valid": True},
              torch_backend.precompile([151936], ["bfloat16"], ops=["gumbel_sample"],
@@ -298,11 +303,7 @@ def test_precompile_covers_vocab_parallel_calls():
     # a Python int: the lists)
     for filters, list_capacity in (({"top_k": True, "top_p": True, "num_valid": True}, 0),
                                    ({"top_k": 50, "top_p": True, "num_valid": True}, 64)):
-        for frontend, report in (
-                ("torch", torch_backend.precompile([151936], ["bfloat16"], ops=["top_k_top_p_sample"],
-                                                   flags=[dict(filters, vocab_shards=2)], max_batch=300)),
-                ("jax", jsample.precompile([151936], ["bfloat16"], ops=["top_k_top_p_sample"],
-                                           flags=[dict(filters, vocab_shards=2)], max_batch=300))):
+        for frontend, report in both_frontends("top_k_top_p_sample", "bfloat16", dict(filters, vocab_shards=2)):
             covered = set().union(*(case.keys for case in report.cases))
             assert 1 <= len(report.cases) <= MAX_TILINGS, report.cases
             for b in (1, 2, 3, 17, 64, 255, 300):
@@ -322,11 +323,7 @@ def test_precompile_covers_vocab_parallel_calls():
                                ("top_k_top_p_sample", {"top_k": 50, "min_p": True, "return_logprobs": True,
                                                        "num_valid": True},
                                 dict(has_top_k=True, has_min_p=True, row_valid=True, threshold_given=True))):
-        for frontend, report in (
-                ("torch", torch_backend.precompile([151936], ["float16"], ops=[op], flags=[dict(flags, vocab_shards=2)],
-                                                   max_batch=300)),
-                ("jax", jsample.precompile([151936], ["float16"], ops=[op], flags=[dict(flags, vocab_shards=2)],
-                                           max_batch=300))):
+        for frontend, report in both_frontends(op, "float16", dict(flags, vocab_shards=2)):
             covered = set().union(*(case.keys for case in report.cases))
             for b in (1, 2, 3, 17, 64, 255, 300):
                 for target in targets(132, op)[frontend]:
@@ -342,11 +339,7 @@ def test_precompile_covers_vocab_parallel_calls():
                             assert len(keys) == 3 + (num_top > 0), (frontend, op, b, num_top)
     # vocab-parallel rejection_sample: every round's kernels (the heads, the copies of the cut blocks, ...)
     for flags in ({"draft_logits": True, "method": "probabilistic", "num_valid": True}, {"method": "strict"}):
-        for frontend, report in (
-                ("torch", torch_backend.precompile([151936], ["bfloat16"], ops=["rejection_sample"],
-                                                   flags=[dict(flags, vocab_shards=2)], max_batch=300)),
-                ("jax", jsample.precompile([151936], ["bfloat16"], ops=["rejection_sample"],
-                                           flags=[dict(flags, vocab_shards=2)], max_batch=300))):
+        for frontend, report in both_frontends("rejection_sample", "bfloat16", dict(flags, vocab_shards=2)):
             covered = set().union(*(case.keys for case in report.cases))
             for b in (1, 2, 3, 17, 64, 255, 300):
                 for target in targets(132, "rejection_sample")[frontend]:
