@@ -39,7 +39,7 @@ def compile_for_sm90(kernel, arg_types, constexprs, num_warps):
                           options=dict(num_warps=num_warps, num_stages=1, enable_fp_fusion=False))
 
 
-POINTER_TYPES = {"float32": "*fp32", "bfloat16": "*bf16", "float16": "*fp16", "int32": "*i32", "int64": "*i64"}
+POINTER_TYPES = {"float32": "*fp32", "bfloat16": "*bf16", "float16": "*fp16", "int32": "*i32", "int64": "*i64", "uint8": "*u8"}
 
 
 def launch_arg_types(step, plan, logits_dtype):

@@ -140,7 +140,7 @@ def test_top_list_reads_candidate_blocks_and_equals_the_reference(tiling, force_
                                                   min_p=0.05), 0)], ids=["k", "k+p", "k+p+min_p"])
 def test_top_k_rows_take_the_list_and_the_others_the_passes(filters, row_5):
     """With top-k, the rows whose kept set lies within the 64 largest logits are decided from the single read's
-    list (filtered_list_reduce_kernel, done = 1); the rest by token_logprobs_kernel's passes: 100 logits tied
+    list (filtered_list_reduce_kernel, done = 1); the rest (pending) by the searches (one shard's): 100 logits tied
     at the 5th largest (past the list), k beyond the finite count over a full list, a greedy row (not
     filtered: the list). Top-k off (k = 0, row 5) over a full list: the list where nothing else limits (k);
     the passes where top-p keeps more than the list (k+p) and min-p does not cut inside it either (k+p+min_p:
@@ -162,8 +162,8 @@ def test_top_k_rows_take_the_list_and_the_others_the_passes(filters, row_5):
     plan = kernels.plan_token_logprobs(ArgSpec.contiguous(x.shape, "float32"), execute.target(device), has_top_k=True,
                                        has_top_p="top_p" in filters, has_min_p="min_p" in filters, fp64=False,
                                        num_top=3)
-    assert plan.variant == "filters' list, then one launch"
-    probe = dataclasses.replace(plan, outputs=plan.outputs + ("fast_done",))
+    assert plan.variant == "filters' list, then the pending rows' searches"
+    probe = dataclasses.replace(plan, outputs=plan.outputs + ("pending", "fast_done"))
     inputs = dict(logits=torch.from_numpy(x).to(device), tokens=torch.from_numpy(tokens).to(device),
                   temperature=torch.from_numpy(temperature).to(device), num_top=torch.full((1,), 3, dtype=torch.int32,
                                                                                          device=device))
@@ -171,8 +171,9 @@ def test_top_k_rows_take_the_list_and_the_others_the_passes(filters, row_5):
         if name in filters:
             per_row = np.asarray(filters[name], np.int64 if name == "top_k" else np.float32)
             inputs[name] = torch.from_numpy(np.broadcast_to(per_row, (8,)).copy()).to(device)
-    done = execute.run(probe, device, inputs)[-1].cpu().numpy()
+    *_, pending, done = (a.cpu().numpy() for a in execute.run(probe, device, inputs))
     assert list(done) == [1, 0, 1, 0, 1, row_5, 0, 1], done  # (row 6: k = 200 < the 9000 finite logits)
+    assert list(pending) == list(1 - done), pending
     t = _torch(x, tokens, temperature, num_top=3, **filters)
     j = _jax(x, tokens, temperature, num_top=3, **filters)
     for name, a, b in zip(FIELDS, t, j):
@@ -215,11 +216,12 @@ _NO_TOP_K_FILTERS = {
 def test_top_p_and_min_p_rows_take_the_list_where_they_cut_inside_it(case):
     """Without top-k, a row whose top-p or min-p leaves out the 64th largest logit (so every logit at or below
     it) is decided from the single read's list, top-p's limit from the whole row's fixed-point mass (read as the
-    passes read it); so is a row no filter limits (top_p >= 1 or NaN, min_p <= 0) and a greedy one. Rows 0 and
-    5 hold ten large probabilities and a tail that weighs 15% (p = 0.7 keeps six, and row 0's token is the
-    sixth), the others are flat N(0, 9) (p = 0.9 keeps thousands: the passes), row 4 has 70 tied largest logits
-    (p = 0.5 keeps all 70, past the list). Both kinds equal the reference, torch == JAX, and the samplers'
-    fused logprobs equal these."""
+    searches read it); so is a row no filter limits (top_p >= 1 or NaN, min_p <= 0) and a greedy one.
+    Rows 0 and 5 hold ten large probabilities and a tail that weighs 15% (p = 0.7 keeps six, and row 0's token is the
+    sixth), the others are flat N(0, 9) (p = 0.9 keeps thousands: the searches), row 4 has 70 tied
+    largest logits (p = 0.5 keeps all 70, past the list). Both kinds equal the reference, torch == JAX, and the
+    samplers' fused logprobs equal these; with num_valid = 5 (a count in torch, row flags in JAX) the valid rows'
+    too, whichever route, and the padding rows are NaN (no route's numbers show through)."""
     import dataclasses
 
     from torch_backend import _execute as execute
@@ -242,14 +244,15 @@ def test_top_p_and_min_p_rows_take_the_list_where_they_cut_inside_it(case):
     plan = kernels.plan_token_logprobs(ArgSpec.contiguous(x.shape, "float32"), execute.target(device),
                                        has_top_k=False, has_top_p="top_p" in filters, has_min_p="min_p" in filters,
                                        fp64=False, num_top=2)
-    assert plan.variant == "filters' list, then one launch"
-    probe = dataclasses.replace(plan, outputs=plan.outputs + ("fast_done",))
+    assert plan.variant == "filters' list, then the pending rows' searches"
+    probe = dataclasses.replace(plan, outputs=plan.outputs + ("pending", "fast_done"))
     inputs = dict(logits=torch.from_numpy(x).to(device), tokens=torch.from_numpy(tokens).to(device),
                   temperature=torch.from_numpy(temperature).to(device),
                   num_top=torch.full((1,), 2, dtype=torch.int32, device=device),
                   **{name: torch.from_numpy(value).to(device) for name, value in filters.items()})
-    done = execute.run(probe, device, inputs)[-1].cpu().numpy()
+    *_, pending, done = (a.cpu().numpy() for a in execute.run(probe, device, inputs))
     assert list(done) == want_done, done
+    assert list(pending) == list(1 - done), pending
     t = _torch(x, tokens, temperature, num_top=2, **filters)
     j = _jax(x, tokens, temperature, num_top=2, **filters)
     for name, a, b in zip(FIELDS, t, j):
@@ -264,6 +267,20 @@ def test_top_p_and_min_p_rows_take_the_list_where_they_cut_inside_it(case):
     for name, a in zip(FIELDS, separate):
         assert np.array_equal(getattr(fused, name).cpu().numpy(), a, equal_nan=True), name
     assert np.isfinite(getattr(fused, "kept").cpu().numpy()).all()  # a sampled token is always kept
+    torch_padded = torch_backend.top_k_top_p_sample(
+        torch.from_numpy(x).to(device), torch.from_numpy(seeds).to(device), torch.from_numpy(positions).to(device),
+        torch.from_numpy(temperature).to(device), return_logprobs=True, num_top=2,
+        num_valid=torch.tensor(5, device=device),
+        **{name: torch.from_numpy(value).to(device) for name, value in filters.items()})[1]
+    jax_padded = jsample.top_k_top_p_sample(x, seeds, positions, temperature, return_logprobs=True, num_top=2,
+                                            num_valid=5, **filters)[1]
+    for name, a in zip(FIELDS, separate):
+        for padded in (getattr(torch_padded, name).cpu().numpy(), np.asarray(getattr(jax_padded, name))):
+            assert np.array_equal(padded[:5], a[:5], equal_nan=True), name
+            if name in ("raw", "scaled", "kept", "log_kept_mass"):
+                assert np.isnan(padded[5:]).all(), name
+            elif name in ("rank", "top_ids"):
+                assert (padded[5:] == (0 if name == "rank" else -1)).all(), name
 
 
 def test_top_p_row_mass_is_split_over_programs():
@@ -633,20 +650,22 @@ def test_the_single_read_kernels_compile_for_sm90():
     result = subprocess.run([sys.executable, "-c", _COMPILE_SINGLE_READ], capture_output=True, text=True, env=env,
                             timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert result.stdout.count("compiled") == 30
+    assert result.stdout.count("compiled") == 53  # (the filtered plans' pending rows: searches, kept mass, finish)
     assert result.stdout.count("compiled top_list_kernel") == 4, result.stdout
     assert result.stdout.count("compiled row_mass_kernel") == 2, result.stdout
-    assert "compiled filtered_list_reduce_kernel" in result.stdout and "compiled token_logprobs_kernel" in result.stdout
+    assert "compiled filtered_list_reduce_kernel" in result.stdout
+    assert result.stdout.count("compiled filtered_finish_kernel") == 2, result.stdout
+    assert result.stdout.count("compiled kept_mass_kernel") == 2, result.stdout
 
 
 @pytest.mark.parametrize("top_k", [None, 900], ids=["top_p", "top_k+top_p"])
 def test_top_p_search_over_tied_levels_past_the_list(top_k):
-    """token_logprobs_kernel's top-p search (SEARCH_PIVOTS keys a pass) on rows whose kept set is far past the
-    64-logit list: the logits take 12 levels, each 40-300 tied columns (and a -inf, NaN and +inf column), so
+    """The pending rows' top-p search (vocab-parallel top_k_top_p_sample's, one shard) on rows whose kept set is far past
+    the 64-logit list: the logits take 12 levels, each 40-300 tied columns (and a -inf, NaN and +inf column), so
     top-p's boundary falls on a level's tie; for each p one row per level asks for a token of that level. Which
     levels are kept equals the reference's kept set (filtered.kept_tokens: the sampler's), kept and
-    log_kept_mass equal the reference's, torch == JAX bit for bit. A search that ends a pass early, or takes
-    a pivot's neighbour, keeps or drops a level here."""
+    log_kept_mass equal the reference's, torch == JAX bit for bit. A search that ends early, or takes a pivot's
+    neighbour, keeps or drops a level here."""
     rng = np.random.default_rng(4100)
     vocab, levels = 2500, 12
     values = np.float32(4.0) - np.float32(0.35) * np.arange(levels, dtype=np.float32)

@@ -53,7 +53,8 @@ from torch_backend._fast_path import entry_point as _entry_point
 
 _TensorGuards = _fast_path.TensorGuards  # None where the fast path is off or this torch lacks them
 
-_DTYPES = {"int32": torch.int32, "float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+_DTYPES = {"int32": torch.int32, "float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16,
+           "uint8": torch.uint8}
 _ALIGN = 256  # bytes between workspace buffers: every buffer 16-byte aligned, as the compiled kernels assume
 DIRECT_LAUNCHES = _fast_path.ENABLED  # the fenced fast path (torch_backend/_fast_path.py); tests turn it off too
 _TARGETS = {}

@@ -32,7 +32,7 @@ from jsample.kernels.filtered import (
     filtered_partial_kernel,
     plan_top_k_top_p_sample,
 )
-from jsample.kernels.logprobs import plan_token_logprobs, token_logprobs_kernel
+from jsample.kernels.logprobs import plan_token_logprobs
 from jsample.validation import MAX_NUM_TOP
 from jsample.kernels.rejection import (
     REJECTION_VARIANTS,
@@ -88,7 +88,6 @@ __all__ = [
     "plan_shard_combine",
     "start_alignment",
     "SUMMARY_WORDS",
-    "token_logprobs_kernel",
     "MAX_NUM_TOP",
     "FilteredLaunchConfig",
     "GumbelLaunchConfig",

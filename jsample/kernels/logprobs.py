@@ -10,28 +10,27 @@ forms, both shared by the frontends and both summing the normalisers' terms as i
   blocks that can hold one of its logits (top_list_kernel).
 - With filters, the same statistics and the row's 64 largest logits (top_list_kernel) decide every row whose
   kept set lies within them (filtered_list_reduce_kernel; top-p's whole-row mass from row_mass_kernel); the
-  other rows: `token_logprobs_kernel`, grid (B,), a program that reads its row a few times over:
+  other rows (its `pending` flags) find their kept set's threshold by vocab-parallel top_k_top_p_sample's
+  searches with a single shard, the whole vocabulary on this device (plan_kept_threshold_shard's rounds as one
+  plan: plan.single_shard_plan; many programs a row, a flag each for the other rows), sum their kept mass over
+  many programs a row (kept_mass_kernel), and filtered_finish_kernel writes every row (the list route's copied).
+  Both routes follow the same rules, so a row's numbers do not depend on its route:
 
 1. The row's largest finite logit m, the greedy rule (T < 1e-5 or NaN, or some finite x / T beyond float32:
    common.overflow_from_magnitude's rule; a greedy row is read at T = 1 and not filtered), the normalisers
-   and the rank, all from the single read's block statistics, as every other row takes them (so raw, scaled
-   and rank do not depend on which kernel does a row, nor on the filters); a pass counts the finite logits.
-2. The kept set, exactly `top_k_top_p_sample`'s (filtered.py states the rules): every filter keeps
-   the logits at or above a threshold, found here by searches over the order-preserving 32-bit key of
-   the float32 values (filtered._key), a pass over the row a step (top-k's a bisection, top-p's masses at
-   SEARCH_PIVOTS keys a pass): top-k's threshold is the largest key
-   with at least k finite logits at or above it; top-p's the smallest key (of those top-k keeps) whose
-   strictly larger kept logits weigh less than p times the kept mass, in the same fixed-point masses
-   (filtered._fixed_point_mass, so the same integer sums); min-p compares e = p / p_max
-   (filtered._relative_probability) with min_p. The thresholds depend on the values only, not on how
-   the samplers' tilings find them: the same set.
-3. The kept mass: the kept logits' terms exp((x - m) / T) summed as integers (kept_term, the list rows' and
-   the vocabulary shards' terms too), log_kept_mass = log S (row_log_kept_mass: exactly 0 where no filter
-   limits the row), the token's logit.
-4. `num_top` (a device scalar: one compilation for every count) passes, each the next largest finite
-   logit after the previous one (the lowest column first among equal logits).
-
-Passes 2 and 4 cost a read of the row a step (issue 41: filters in the single read are open).
+   and the rank, all from the single read's block statistics (so raw, scaled and rank do not depend on the
+   route, nor on the filters).
+2. The kept set, exactly `top_k_top_p_sample`'s (filtered.py states the rules): every filter keeps the logits
+   at or above a threshold over the order-preserving 32-bit key of the float32 values (filtered._key): top-k's
+   threshold is the largest key with at least k finite logits at or above it; top-p's the smallest key (of
+   those top-k keeps) whose strictly larger kept logits weigh less than p times the kept mass, in the same
+   fixed-point masses (filtered._fixed_point_mass, so the same integer sums); min-p compares e = p / p_max
+   (filtered._relative_probability) with min_p. The thresholds depend on the values only, not on how a
+   tiling finds them: the same set.
+3. The kept mass: the kept logits' terms exp((x - m) / T) summed as integers (kept_term, in any order),
+   log_kept_mass = log S (row_log_kept_mass: exactly 0 where no filter limits the row), the token's logit.
+4. The `num_top` (a device scalar: one compilation for every count) largest finite logits, the lowest column
+   first among equal logits.
 """
 
 import dataclasses
@@ -46,7 +45,8 @@ from jsample.kernels.common import (aligned, is_greedy, is_padding, largest_powe
 from jsample.kernels.filtered import _fixed_point_mass, _key, _key_value, _min_p, _relative_probability
 from jsample.kernels.gumbel import argmax_reduce_kernel, gumbel_launch_config, many_rows_config
 from jsample.kernels.host import jit
-from jsample.kernels.plan import ArgSpec, Buffer, Plan, Target, launch, num_rows_buffer, padded_row_slots
+from jsample.kernels.plan import (ArgSpec, Buffer, Plan, ShardedPlan, Target, launch, num_rows_buffer,
+                                  padded_row_slots, single_shard_plan)
 from jsample.kernels.stream import LOG2E, STREAM_DRAFT, STREAM_TOKEN, exp2_approx, load_seed, seed_word_count
 from jsample.validation import MAX_NUM_TOP
 
@@ -79,47 +79,6 @@ def _row_block(row_ptr, start, V, BLOCK_V: tl.constexpr):
     """(columns, FP32 logits) of the row's block at `start` (-inf past V)."""
     cols = start + tl.arange(0, BLOCK_V)
     return cols, tl.load(row_ptr + cols, mask=cols < V, other=float("-inf")).to(tl.float32)
-
-
-@jit
-def _count_at_or_above(row_ptr, V, pivot, BLOCK_V: tl.constexpr):
-    """The number of finite logits of the row whose key is >= pivot."""
-    total = tl.zeros([BLOCK_V], tl.int32)
-    for start in range(0, V, BLOCK_V):
-        cols, x = _row_block(row_ptr, start, V, BLOCK_V)
-        total += (_finite(x) & (_key(x, 0).to(tl.int64) >= pivot)).to(tl.int32)
-    return tl.sum(total, axis=0)
-
-
-# token_logprobs_kernel's top-p search: SEARCH_PIVOTS keys a pass over the row (3 bits of the key a pass, not 1), in
-# tiles of SEARCH_BLOCK columns ([SEARCH_PIVOTS, SEARCH_BLOCK] integer masses held in registers). (Top-k's counts
-# stay a pivot a pass: with several, a pass cost more than the passes saved; lab INDEX: ab_logprobs_passes.)
-SEARCH_PIVOT_COUNT = 8
-SEARCH_PIVOTS = tl.constexpr(SEARCH_PIVOT_COUNT)
-SEARCH_BLOCK = tl.constexpr(1024)
-# enough for any key span below 2**36: each pass cuts it to ceil(span / SEARCH_PIVOTS)
-SEARCH_PASSES = tl.constexpr(-(-36 // (SEARCH_PIVOT_COUNT.bit_length() - 1)))
-
-
-@jit
-def _pivots(lo, hi):
-    """SEARCH_PIVOTS keys lo + floor((hi - lo) * i / SEARCH_PIVOTS), i = 0 .. SEARCH_PIVOTS - 1: the first is lo,
-    consecutive ones at most ceil((hi - lo) / SEARCH_PIVOTS) apart (every key of [lo, hi) when hi - lo is below
-    SEARCH_PIVOTS)."""
-    return lo + ((hi - lo) * tl.arange(0, SEARCH_PIVOTS).to(tl.int64)) // SEARCH_PIVOTS
-
-
-@jit
-def _masses_above(row_ptr, V, pivots, floor, temperature, key_max, FP64: tl.constexpr, FAST_MATH: tl.constexpr):
-    """[SEARCH_PIVOTS]: _mass_above at each pivot, in one pass (the same integer terms, so the same sums)."""
-    total = tl.zeros([SEARCH_PIVOTS, SEARCH_BLOCK], tl.int64)
-    for start in range(0, V, SEARCH_BLOCK):
-        cols, x = _row_block(row_ptr, start, V, SEARCH_BLOCK)
-        key = _key(x, 0).to(tl.int64)
-        mass = _fixed_point_mass(x, temperature, key_max, 0, FP64, FAST_MATH)
-        mass = tl.where(_finite(x) & (key >= floor), mass, 0).to(tl.int64)
-        total += tl.where(key[None, :] > pivots[:, None], mass[None, :], 0)
-    return tl.sum(total, axis=1)
 
 
 @jit
@@ -193,163 +152,6 @@ def _store_padding_row(b64, raw_ptr, scaled_ptr, kept_ptr, log_kept_mass_ptr, ra
     for j in range(num_top):
         tl.store(top_ids_ptr + b64 * num_top + j, -1)
         tl.store(top_logprobs_ptr + b64 * num_top + j, float("-inf"))
-
-
-@jit
-def token_logprobs_kernel(
-    logits_ptr,  # [B, V] f32|bf16|f16 (ROWS = 1), or [B / ROWS, ROWS, V]: rows `row_stride` elements apart within
-    # a request, requests `request_stride` apart, columns contiguous
-    tokens_ptr,  # [B] i32|i64
-    temperature_ptr,  # [B] f32, or one f32 for all rows (load_temperature)
-    top_k_ptr,  # [B] i32|i64 (read with HAS_TOP_K)
-    top_p_ptr,  # [B] f32 (read with HAS_TOP_P)
-    min_p_ptr,  # [B] f32 (read with HAS_MIN_P)
-    num_top_ptr,  # [1] i32: the count of top_ids / top_logprobs a row, at most MAX_NUM_TOP
-    row_valid_ptr,  # common.is_padding's (read with HAS_ROW_VALID): NaN, rank 0, its logits unread
-    V,
-    row_stride,
-    request_stride,
-    fast_raw_ptr,  # with HAS_FAST: filtered_list_reduce_kernel's outputs, copied where it did the row
-    fast_scaled_ptr,
-    fast_kept_ptr,
-    fast_log_kept_mass_ptr,
-    fast_rank_ptr,
-    fast_top_ids_ptr,
-    fast_top_logprobs_ptr,
-    fast_done_ptr,
-    num_blocks,  # logprobs_stats_kernel's blocks a row
-    stats_ptr,  # [B, STATS, num_blocks] f64: logprobs_stats_kernel's (the normalisers, the row's largest logit)
-    counts_ptr,  # [B, num_blocks] i32: its rank counts
-    raw_ptr,  # [B] f32 outputs: raw, scaled, kept, log_kept_mass
-    scaled_ptr,
-    kept_ptr,
-    log_kept_mass_ptr,
-    rank_ptr,  # [B] i32
-    top_ids_ptr,  # [B, num_top] i32
-    top_logprobs_ptr,  # [B, num_top] f32
-    HAS_TOP_K: tl.constexpr,
-    HAS_TOP_P: tl.constexpr,
-    HAS_MIN_P: tl.constexpr,
-    FP64: tl.constexpr,  # the samplers' fp64 flag: FP64 relative probabilities for top-p's masses and min-p
-    FAST_MATH: tl.constexpr,
-    BLOCK_V: tl.constexpr,
-    ROW_ALIGN: tl.constexpr,  # powers of two dividing the row stride and V: both frontends then compile the
-    VOCAB_ALIGN: tl.constexpr,  # same vectorised code (jax-triton tells the compiler nothing: common.aligned)
-    REDUCE_BLOCK: tl.constexpr,  # a power of two >= num_blocks
-    HAS_ROW_VALID: tl.constexpr = False,
-    ROWS: tl.constexpr = 1,  # rows a request (rejection_sample's K + 1): temperature, filters, row_valid per request
-):
-    b = tl.program_id(0)
-    b64 = b.to(tl.int64)
-    request = b64 // ROWS
-    if tl.load(fast_done_ptr + b64) != 0:  # filtered_list_reduce_kernel's row: copied
-        tl.store(raw_ptr + b64, tl.load(fast_raw_ptr + b64))
-        tl.store(scaled_ptr + b64, tl.load(fast_scaled_ptr + b64))
-        tl.store(kept_ptr + b64, tl.load(fast_kept_ptr + b64))
-        tl.store(log_kept_mass_ptr + b64, tl.load(fast_log_kept_mass_ptr + b64))
-        tl.store(rank_ptr + b64, tl.load(fast_rank_ptr + b64))
-        num_top = tl.load(num_top_ptr)
-        for j in range(num_top):
-            tl.store(top_ids_ptr + b64 * num_top + j, tl.load(fast_top_ids_ptr + b64 * num_top + j))
-            tl.store(top_logprobs_ptr + b64 * num_top + j, tl.load(fast_top_logprobs_ptr + b64 * num_top + j))
-        return
-    if HAS_ROW_VALID:
-        if is_padding(row_valid_ptr, request):
-            _store_padding_row(b64, raw_ptr, scaled_ptr, kept_ptr, log_kept_mass_ptr, rank_ptr, top_ids_ptr,
-                               top_logprobs_ptr, tl.load(num_top_ptr))
-            return
-    V = aligned(V, VOCAB_ALIGN)
-    row_ptr = logits_ptr + tl.multiple_of(request * request_stride + (b64 % ROWS) * row_stride, ROW_ALIGN)
-    # 1. the row's numbers from the single read's block statistics (the rows filtered_list_reduce_kernel does and the
-    # unfiltered op take the same: raw, scaled and rank do not depend on the path), and its count of finite logits
-    temperature = load_temperature(temperature_ptr, request)
-    m, larger, greedy, log_raw_sum, log_scaled_sum = _row_from_block_stats(stats_ptr, counts_ptr, b64, num_blocks,
-                                                                           temperature, REDUCE_BLOCK)
-    finite_count = tl.zeros([BLOCK_V], tl.int32)
-    for start in range(0, V, BLOCK_V):
-        cols, x = _row_block(row_ptr, start, V, BLOCK_V)
-        finite_count += _finite(x).to(tl.int32)
-    count = tl.sum(finite_count, axis=0)
-    filtered = (not greedy) & (count > 0)
-    inverse_t = tl.where(greedy, 1.0, 1.0 / temperature)
-    key_max = _key(m, 0)
-
-    # 2. the kept set: the filters' threshold key (top-k's, then top-p's) and min-p's limit
-    threshold = tl.full([], _KEY_FLOOR, tl.int64)
-    if HAS_TOP_K:
-        k = tl.load(top_k_ptr + request).to(tl.int64)
-        if filtered & (k >= 1) & (k < count):
-            lo = tl.full([], _KEY_FLOOR, tl.int64)  # count(>= lo) >= k; count(>= hi) < k
-            hi = key_max.to(tl.int64) + 1
-            for _ in range(33):
-                if hi - lo > 1:
-                    mid = (lo + hi) >> 1
-                    if _count_at_or_above(row_ptr, V, mid, BLOCK_V) >= k:
-                        lo = mid
-                    else:
-                        hi = mid
-            threshold = lo
-    if HAS_TOP_P:
-        p = tl.load(top_p_ptr + request)
-        if filtered & (p <= 0.0):
-            threshold = key_max.to(tl.int64)  # the largest logit only
-        elif filtered & (p > 0.0) & (p < 1.0):
-            kept_mass = _mass_above(row_ptr, V, threshold - 1, threshold, temperature, key_max, FP64, FAST_MATH,
-                                    BLOCK_V)
-            limit = p.to(tl.float64) * kept_mass.to(tl.float64)
-            lo = threshold - 1  # mass above lo is not below the limit (lo: no key); above hi it is
-            hi = key_max.to(tl.int64)
-            for _ in range(SEARCH_PASSES):
-                if hi - lo > 1:
-                    pivots = _pivots(lo, hi)  # the masses fall as the pivots rise: the ones below come last
-                    below = _masses_above(row_ptr, V, pivots, threshold, temperature, key_max, FP64,
-                                          FAST_MATH).to(tl.float64) < limit
-                    lo = tl.max(tl.where(below, lo, pivots), axis=0)
-                    hi = tl.min(tl.where(below, pivots, hi), axis=0)
-            threshold = hi
-    min_p = 0.0
-    if HAS_MIN_P:
-        min_p = _min_p(min_p_ptr, request)
-
-    # 3. the kept mass (the kept terms exp((x - m) / T), as integers), the token's logit
-    token = tl.load(tokens_ptr + b64).to(tl.int64)
-    valid = (token >= 0) & (token < V) & (count > 0)
-    x_token = tl.load(row_ptr + tl.where(valid, token, 0)).to(tl.float32)
-    kept_terms = tl.zeros([BLOCK_V], tl.int64)
-    for start in range(0, V, BLOCK_V):
-        cols, x = _row_block(row_ptr, start, V, BLOCK_V)
-        kept = _kept(x, threshold, temperature, key_max, min_p, filtered, HAS_MIN_P, FP64)
-        kept_terms += tl.where(kept, kept_term(x, m, inverse_t), 0)
-    k, p = top_k_and_top_p(top_k_ptr, top_p_ptr, request, HAS_TOP_K, HAS_TOP_P)
-    log_kept_mass = row_log_kept_mass(tl.sum(kept_terms, axis=0), log_scaled_sum, filtered,
-                                      filters_limit(k, count, p, min_p))
-    token_kept = _kept(x_token, threshold, temperature, key_max, min_p, filtered, HAS_MIN_P, FP64)
-    store_row_logprobs(b64, x_token, valid, temperature, m, larger, greedy, log_raw_sum, log_scaled_sum, num_top_ptr,
-                       top_ids_ptr, top_ids_ptr, raw_ptr, scaled_ptr, kept_ptr, log_kept_mass_ptr, rank_ptr,
-                       top_logprobs_ptr, False, log_kept_mass, token_kept)
-
-    # 4. the num_top largest finite logits, largest first, the lowest column first among equal ones
-    num_top = tl.load(num_top_ptr)
-    previous_value = tl.full([], float("inf"), tl.float32)
-    previous_col = tl.full([], -1, tl.int64)
-    for j in range(num_top):
-        best_value = tl.full([], float("-inf"), tl.float32)
-        best_col = tl.full([], -1, tl.int64)
-        for start in range(0, V, BLOCK_V):
-            cols, x = _row_block(row_ptr, start, V, BLOCK_V)
-            after = (x < previous_value) | ((x == previous_value) & (cols > previous_col))
-            candidate = _finite(x) & after & (cols < V)
-            block_value = tl.max(tl.where(candidate, x, float("-inf")), axis=0)
-            block_col = tl.min(tl.where(candidate & (x == block_value), cols, V), axis=0).to(tl.int64)
-            better = (block_col < V) & ((block_value > best_value) | (best_col < 0))
-            best_col = tl.where(better, block_col, best_col)
-            best_value = tl.where(better, block_value, best_value)
-        out = b64 * num_top + j
-        tl.store(top_ids_ptr + out, best_col.to(tl.int32))
-        logprob = best_value.to(tl.float64) - m.to(tl.float64) - log_raw_sum
-        tl.store(top_logprobs_ptr + out, tl.where(best_col >= 0, logprob, float("-inf")).to(tl.float32))
-        previous_value = tl.where(best_col >= 0, best_value, float("-inf"))
-        previous_col = tl.where(best_col >= 0, best_col, V)
 
 
 # ---- the single read: block statistics, reduced per row (no filters, no top list) ----
@@ -427,7 +229,7 @@ def _block_sums(d, inverse_t, FAST_MATH: tl.constexpr):
 
 @jit
 def logprobs_stats_kernel(
-    logits_ptr,  # [B, V] f32|bf16|f16 (ROWS = 1), or [B / ROWS, ROWS, V], as token_logprobs_kernel's
+    logits_ptr,  # [B, V] f32|bf16|f16 (ROWS = 1), or [B / ROWS, ROWS, V], as filtered_list_reduce_kernel's
     tokens_ptr,  # [B] i32|i64
     temperature_ptr,  # [B] f32, or one f32 for all rows
     row_valid_ptr,  # common.is_padding's (read with HAS_ROW_VALID): nothing read
@@ -834,7 +636,7 @@ def _top_k_on_list(top_k_ptr, request, count_listed, LIST: tl.constexpr, HAS_TOP
 
 @jit
 def row_mass_kernel(
-    logits_ptr,  # as token_logprobs_kernel's
+    logits_ptr,  # as filtered_list_reduce_kernel's
     temperature_ptr,
     top_k_ptr,  # [B] i32|i64 (read with HAS_TOP_K)
     top_p_ptr,  # [B] f32
@@ -887,14 +689,15 @@ def row_mass_kernel(
 
 @jit
 def filtered_list_reduce_kernel(
-    logits_ptr,  # as token_logprobs_kernel's
-    tokens_ptr,
-    temperature_ptr,
+    logits_ptr,  # [B, V] f32|bf16|f16 (ROWS = 1), or [B / ROWS, ROWS, V]: rows `row_stride` elements apart within
+    # a request, requests `request_stride` apart, columns contiguous
+    tokens_ptr,  # [B] i32|i64
+    temperature_ptr,  # [B] f32, or one f32 for all rows (load_temperature)
     top_k_ptr,  # [B] i32|i64
     top_p_ptr,  # [B] f32 (read with HAS_TOP_P)
     min_p_ptr,  # [B] f32 (read with HAS_MIN_P)
     num_top_ptr,  # [1] i32
-    row_valid_ptr,  # common.is_padding's (read with HAS_ROW_VALID): a padding row is left to token_logprobs_kernel
+    row_valid_ptr,  # common.is_padding's (read with HAS_ROW_VALID): a padding row is neither done nor pending
     V,
     row_stride,
     request_stride,
@@ -904,14 +707,15 @@ def filtered_list_reduce_kernel(
     list_ids_ptr,  # [B, LIST] i32: top_list_kernel's LIST largest finite logits (-1 past the row's finite ones)
     list_values_ptr,  # [B, LIST] f32
     row_mass_ptr,  # [B, MASS_PROGRAMS] i64 as i32 pairs (read with HAS_TOP_P): row_mass_kernel's parts
-    raw_ptr,  # [B] f32 outputs, as token_logprobs_kernel's, for the rows it takes (done)
+    raw_ptr,  # [B] f32 outputs: raw, scaled, kept, log_kept_mass, for the rows it takes (done)
     scaled_ptr,
     kept_ptr,
     log_kept_mass_ptr,
     rank_ptr,  # [B] i32
     top_ids_ptr,  # [B, num_top] i32
     top_logprobs_ptr,  # [B, num_top] f32
-    done_ptr,  # [B] i32 output: 1 where this kernel wrote the row, 0 where token_logprobs_kernel computes it
+    done_ptr,  # [B] i32 output: 1 where this kernel wrote the row
+    pending_ptr,  # [B] u8 output: 1 for the other rows but padding ones (the searches' row_valid)
     REDUCE_BLOCK: tl.constexpr,
     LIST: tl.constexpr,
     HAS_TOP_P: tl.constexpr,
@@ -929,17 +733,19 @@ def filtered_list_reduce_kernel(
     logits, where the kept set lies within them: top-k active with k <= LIST, and fewer than LIST logits at
     or above the k-th largest (ties included); without top-k (or where it keeps every logit), a row whose
     top-p or min-p cuts inside the list (the logits at or below the list's last one are not kept) or that no
-    filter limits; rows that filters do not touch (greedy, no finite logit) too. token_logprobs_kernel's rules,
+    filter limits; rows that filters do not touch (greedy, no finite logit) too. The module docstring's rules,
     in its fixed-point masses and terms: top-k's threshold is the k-th largest logit's key, top-p's the
     smallest kept key whose strictly larger kept logits weigh less than p times the kept mass (the list is
-    sorted: a running sum; without top-k the kept mass is the whole row's, read here as token_logprobs_kernel
-    reads it), min-p compares e with min_p; the kept terms exp((x - m) / T) are summed as integers. Every
-    other row (done = 0) is token_logprobs_kernel's."""
+    sorted: a running sum; without top-k the kept mass is the whole row's, an integer sum), min-p compares e with
+    min_p; the kept terms exp((x - m) / T) are summed as integers. Every other row (done = 0) but padding ones is
+    pending: the searches', kept_mass_kernel's and filtered_finish_kernel's."""
     b64 = tl.program_id(0).to(tl.int64)
     request = b64 // ROWS
     done = tl.full([], 1, tl.int32)
+    padding = tl.full([], 0, tl.int1)
     if HAS_ROW_VALID:
-        if is_padding(row_valid_ptr, request):
+        padding = is_padding(row_valid_ptr, request)
+        if padding:
             done = done * 0
     if done == 1:
         V = aligned(V, VOCAB_ALIGN)
@@ -968,7 +774,7 @@ def filtered_list_reduce_kernel(
         # whether some filter may leave out a logit: otherwise every finite one is kept (log_kept_mass = 0)
         limits = active | top_p_acts | (min_p > 0.0)
         # top-p's mass of all kept logits where top-k keeps every one and the list does not hold them all: the
-        # whole row's, summed as token_logprobs_kernel sums it (the same limit, so the same kept set)
+        # whole row's, an integer sum (the same limit, so the same kept set)
         row_mass = tl.zeros([], tl.int64)
         if filtered:
             if active & (k <= LIST):
@@ -1018,15 +824,170 @@ def filtered_list_reduce_kernel(
             store_row_logprobs(b64, x_token, valid, temperature, m, larger, greedy, log_raw_sum, log_scaled_sum,
                                num_top_ptr, top_ids_ptr, top_ids_ptr, raw_ptr, scaled_ptr, kept_ptr, log_kept_mass_ptr,
                                rank_ptr, top_logprobs_ptr, False, log_kept_mass, token_kept)
-            num_top = tl.load(num_top_ptr)
-            for j in range(num_top):  # the list's first num_top (num_top <= LIST)
-                out = b64 * num_top + j
-                value = tl.sum(tl.where(slots == j, values, 0.0), axis=0)
-                col = tl.load(list_ids_ptr + b64 * LIST + j)
-                tl.store(top_ids_ptr + out, col)
-                tl.store(top_logprobs_ptr + out, tl.where(col >= 0, value.to(tl.float64) - m.to(tl.float64) -
-                                                          log_raw_sum, float("-inf")).to(tl.float32))
+            _store_list_top(b64, num_top_ptr, list_ids_ptr, values, m, log_raw_sum, top_ids_ptr, top_logprobs_ptr,
+                            LIST)
     tl.store(done_ptr + b64, done)
+    tl.store(pending_ptr + b64, ((done == 0) & ~padding).to(tl.uint8))
+
+
+@jit
+def _store_list_top(b64, num_top_ptr, list_ids_ptr, values, m, log_raw_sum, top_ids_ptr, top_logprobs_ptr,
+                    LIST: tl.constexpr):
+    """A row's top outputs: the list's first num_top (num_top <= LIST; `values` its logits), raw logprobs."""
+    slots = tl.arange(0, LIST)
+    num_top = tl.load(num_top_ptr)
+    for j in range(num_top):
+        out = b64 * num_top + j
+        value = tl.sum(tl.where(slots == j, values, 0.0), axis=0)
+        col = tl.load(list_ids_ptr + b64 * LIST + j)
+        tl.store(top_ids_ptr + out, col)
+        tl.store(top_logprobs_ptr + out, tl.where(col >= 0, value.to(tl.float64) - m.to(tl.float64) - log_raw_sum,
+                                                  float("-inf")).to(tl.float32))
+
+
+@jit
+def kept_mass_kernel(
+    logits_ptr,  # [B, V] f32|bf16|f16, rows `row_stride` elements apart, columns contiguous
+    temperature_ptr,  # [B] f32, or one f32 for all rows
+    min_p_ptr,  # [B] f32 (read with HAS_MIN_P)
+    pending_ptr,  # [B] u8: filtered_list_reduce_kernel's (the rows to sum; a pending row is filtered, not greedy)
+    threshold_ptr,  # [B, 4] i32 (read with HAS_THRESHOLD): shard_threshold_kernel's kept-set threshold (i64)
+    list_values_ptr,  # [B, LIST] f32: top_list_kernel's (the first: the row's largest finite logit m)
+    V,
+    row_stride,
+    sums_ptr,  # [B, 2, P] i64 output (as i32 pairs): each program's kept terms' sum and finite count (0: not pending)
+    LIST: tl.constexpr,
+    FP64: tl.constexpr,
+    MASS_BLOCK: tl.constexpr,
+    ROW_ALIGN: tl.constexpr,
+    VOCAB_ALIGN: tl.constexpr,
+    HAS_THRESHOLD: tl.constexpr,  # top-k or top-p (else every finite logit passes the threshold)
+    HAS_MIN_P: tl.constexpr,
+):
+    """Grid (B, P): a pending row's kept mass, the terms kept_term(x) of the logits the filters keep (_kept: at or
+    above the threshold, min-p's e), and its count of finite logits, integer sums over P contiguous parts of the
+    row (any split gives the same sums)."""
+    b64 = tl.program_id(0).to(tl.int64)
+    part = tl.program_id(1)
+    parts = tl.num_programs(1)
+    kept_sum = tl.zeros([], tl.int64)
+    count = tl.zeros([], tl.int64)
+    if tl.load(pending_ptr + b64) != 0:
+        V = aligned(V, VOCAB_ALIGN)
+        row_ptr = logits_ptr + tl.multiple_of(b64 * row_stride, ROW_ALIGN)
+        temperature = load_temperature(temperature_ptr, b64)
+        m = tl.load(list_values_ptr + b64 * LIST)
+        threshold = tl.full([], _KEY_FLOOR, tl.int64)
+        if HAS_THRESHOLD:
+            threshold = tl.load((threshold_ptr + b64 * 4).to(tl.pointer_type(tl.int64)))
+        min_p = 0.0
+        if HAS_MIN_P:
+            min_p = _min_p(min_p_ptr, b64)
+        inverse_t = 1.0 / temperature
+        chunk = tl.cdiv(V, parts * MASS_BLOCK) * MASS_BLOCK
+        end = tl.minimum(part * chunk + chunk, V)
+        terms = tl.zeros([MASS_BLOCK], tl.int64)
+        finite = tl.zeros([MASS_BLOCK], tl.int32)
+        for start in range(part * chunk, end, MASS_BLOCK):
+            cols, x = _row_block(row_ptr, start, end, MASS_BLOCK)
+            kept = _kept(x, threshold, temperature, _key(m, 0), min_p, True, HAS_MIN_P, FP64)
+            terms += tl.where(kept, kept_term(x, m, inverse_t), 0)
+            finite += _finite(x).to(tl.int32)
+        kept_sum = tl.sum(terms, axis=0)
+        count = tl.sum(finite.to(tl.int64), axis=0)
+    out = sums_ptr.to(tl.pointer_type(tl.int64)) + b64 * 2 * parts + part
+    tl.store(out, kept_sum)
+    tl.store(out + parts, count)
+
+
+@jit
+def filtered_finish_kernel(
+    logits_ptr,  # as kept_mass_kernel's
+    tokens_ptr,  # [B] i32|i64
+    temperature_ptr,
+    top_k_ptr,  # [B] i32|i64 (read with HAS_TOP_K)
+    top_p_ptr,  # [B] f32 (read with HAS_TOP_P)
+    min_p_ptr,  # [B] f32 (read with HAS_MIN_P)
+    num_top_ptr,  # [1] i32
+    row_valid_ptr,  # common.is_padding's (read with HAS_ROW_VALID)
+    V,
+    row_stride,
+    num_blocks,
+    stats_ptr,  # [B, STATS, num_blocks] f64: logprobs_stats_kernel's
+    counts_ptr,  # [B, num_blocks] i32: its rank counts
+    list_ids_ptr,  # [B, LIST]: top_list_kernel's
+    list_values_ptr,
+    threshold_ptr,  # [B, 4] i32 (read with HAS_THRESHOLD): as kept_mass_kernel's
+    sums_ptr,  # [B, 2, P] i64: kept_mass_kernel's
+    fast_raw_ptr,  # filtered_list_reduce_kernel's outputs, copied where it decided the row (fast_done)
+    fast_scaled_ptr,
+    fast_kept_ptr,
+    fast_log_kept_mass_ptr,
+    fast_rank_ptr,
+    fast_top_ids_ptr,
+    fast_top_logprobs_ptr,
+    fast_done_ptr,
+    raw_ptr,  # [B] f32 outputs: raw, scaled, kept, log_kept_mass
+    scaled_ptr,
+    kept_ptr,
+    log_kept_mass_ptr,
+    rank_ptr,  # [B] i32
+    top_ids_ptr,  # [B, num_top] i32
+    top_logprobs_ptr,  # [B, num_top] f32
+    REDUCE_BLOCK: tl.constexpr,
+    LIST: tl.constexpr,
+    PARTS: tl.constexpr,  # kept_mass_kernel's programs a row
+    FP64: tl.constexpr,
+    HAS_THRESHOLD: tl.constexpr,
+    HAS_TOP_K: tl.constexpr,
+    HAS_TOP_P: tl.constexpr,
+    HAS_MIN_P: tl.constexpr,
+    HAS_ROW_VALID: tl.constexpr = False,
+):
+    """Grid (B,): token_logprobs with filters, every row: the list route's rows copied, padding rows' fill, and a
+    pending row from the single read's statistics (raw, scaled, rank), its kept set's threshold and kept_mass_kernel's
+    sums (kept, log_kept_mass, by the rules filtered_list_reduce_kernel follows) and the list (its top)."""
+    b64 = tl.program_id(0).to(tl.int64)
+    num_top = tl.load(num_top_ptr)
+    if tl.load(fast_done_ptr + b64) != 0:
+        tl.store(raw_ptr + b64, tl.load(fast_raw_ptr + b64))
+        tl.store(scaled_ptr + b64, tl.load(fast_scaled_ptr + b64))
+        tl.store(kept_ptr + b64, tl.load(fast_kept_ptr + b64))
+        tl.store(log_kept_mass_ptr + b64, tl.load(fast_log_kept_mass_ptr + b64))
+        tl.store(rank_ptr + b64, tl.load(fast_rank_ptr + b64))
+        for j in range(num_top):
+            tl.store(top_ids_ptr + b64 * num_top + j, tl.load(fast_top_ids_ptr + b64 * num_top + j))
+            tl.store(top_logprobs_ptr + b64 * num_top + j, tl.load(fast_top_logprobs_ptr + b64 * num_top + j))
+        return
+    if HAS_ROW_VALID:
+        if is_padding(row_valid_ptr, b64):
+            _store_padding_row(b64, raw_ptr, scaled_ptr, kept_ptr, log_kept_mass_ptr, rank_ptr, top_ids_ptr,
+                               top_logprobs_ptr, num_top)
+            return
+    # a pending row: filtered (not greedy), with a finite logit
+    temperature = load_temperature(temperature_ptr, b64)
+    m, larger, greedy, log_raw_sum, log_scaled_sum = _row_from_block_stats(stats_ptr, counts_ptr, b64, num_blocks,
+                                                                           temperature, REDUCE_BLOCK)
+    sums = sums_ptr.to(tl.pointer_type(tl.int64)) + b64 * 2 * PARTS + tl.arange(0, PARTS)
+    kept_sum = tl.sum(tl.load(sums), axis=0)
+    count = tl.sum(tl.load(sums + PARTS), axis=0)
+    k, p = top_k_and_top_p(top_k_ptr, top_p_ptr, b64, HAS_TOP_K, HAS_TOP_P)
+    min_p = 0.0
+    if HAS_MIN_P:
+        min_p = _min_p(min_p_ptr, b64)
+    log_kept_mass = row_log_kept_mass(kept_sum, log_scaled_sum, True, filters_limit(k, count, p, min_p))
+    threshold = tl.full([], _KEY_FLOOR, tl.int64)
+    if HAS_THRESHOLD:
+        threshold = tl.load((threshold_ptr + b64 * 4).to(tl.pointer_type(tl.int64)))
+    token = tl.load(tokens_ptr + b64).to(tl.int64)
+    valid = (token >= 0) & (token < V) & (m > float("-inf"))
+    x_token = tl.load(logits_ptr + b64 * row_stride + tl.where(valid, token, 0)).to(tl.float32)
+    token_kept = _kept(x_token, threshold, temperature, _key(m, 0), min_p, True, HAS_MIN_P, FP64)
+    store_row_logprobs(b64, x_token, valid, temperature, m, larger, greedy, log_raw_sum, log_scaled_sum, num_top_ptr,
+                       top_ids_ptr, top_ids_ptr, raw_ptr, scaled_ptr, kept_ptr, log_kept_mass_ptr, rank_ptr,
+                       top_logprobs_ptr, False, log_kept_mass, token_kept)
+    values = tl.load(list_values_ptr + b64 * LIST + tl.arange(0, LIST))
+    _store_list_top(b64, num_top_ptr, list_ids_ptr, values, m, log_raw_sum, top_ids_ptr, top_logprobs_ptr, LIST)
 
 
 @jit
@@ -1051,7 +1012,7 @@ def logprobs_reduce_kernel(
     ROWS: tl.constexpr = 1,
 ):
     """Grid (B,): a row's token_logprobs (no filters: kept = scaled, log_kept_mass = 0) from its blocks'
-    statistics, by token_logprobs_kernel's rules (greedy rows read at T = 1, NaN where undefined, rank 0
+    statistics, by the module docstring's rules (greedy rows read at T = 1, NaN where undefined, rank 0
     for an invalid token): the normalisers combined in FP64 over the blocks (the blocks' integer sums
     times exp(m_b - m)), the rank from the blocks' counts. The separate op and the samplers' fused pass
     both end here: the same numbers bit for bit."""
@@ -1086,7 +1047,7 @@ def logprobs_reduce_top_kernel(
     ROWS: tl.constexpr = 1,
 ):
     """logprobs_reduce_kernel with a top list (num_top >= 1): its outputs, and top_list_kernel's logits as
-    raw logprobs by token_logprobs_kernel's formula, with the row's normaliser."""
+    raw logprobs by store_row_logprobs' formula, with the row's normaliser."""
     _reduce_row(logits_ptr, tokens_ptr, temperature_ptr, row_valid_ptr, V, row_stride, request_stride, num_blocks,
                 stats_ptr, counts_ptr, num_top_ptr, top_ids_ptr, top_values_ptr, raw_ptr, scaled_ptr, kept_ptr,
                 log_kept_mass_ptr, rank_ptr, top_logprobs_ptr, REDUCE_BLOCK, HAS_ROW_VALID, ROWS, True)
@@ -1126,7 +1087,7 @@ def store_row_logprobs(b64, x_token, valid, temperature, m, larger, greedy, log_
                        top_logprobs_ptr, HAS_TOP: tl.constexpr, log_kept_mass=0.0, token_kept=True):
     """The outputs of row b64 from its numbers (_row_from_block_stats') and its token's logit x_token (valid: a
     token of the row, and the row has a finite logit), its log_kept_mass (row_log_kept_mass: 0 without filters)
-    and whether the filters keep the token: _reduce_row's, token_logprobs_kernel's and vocab-parallel
+    and whether the filters keep the token: _reduce_row's, filtered_list_reduce_kernel's and vocab-parallel
     token_logprobs' merge's stores."""
     inverse_t = tl.where(greedy, 1.0, 1.0 / temperature)
     d = x_token.to(tl.float64) - m.to(tl.float64)
@@ -1139,7 +1100,7 @@ def store_row_logprobs(b64, x_token, valid, temperature, m, larger, greedy, log_
     tl.store(kept_ptr + b64, tl.where(defined, kept, nan).to(tl.float32))
     tl.store(log_kept_mass_ptr + b64, tl.where(defined, log_kept_mass, nan).to(tl.float32))
     tl.store(rank_ptr + b64, tl.where(valid, 1 + larger, 0))
-    if HAS_TOP:  # token_logprobs_kernel's formula, with this row's normaliser
+    if HAS_TOP:  # the raw logprob, with this row's normaliser
         num_top = tl.load(num_top_ptr)
         for j in range(num_top):
             out = b64 * num_top + j
@@ -1194,48 +1155,66 @@ def plan_token_logprobs(logits: ArgSpec, target: Target, *, has_top_k: bool, has
             logprobs_reduce_top_kernel, (batch * rows,), reduce_args + ("num_top", "top_ids", "top_values"),
             names[:5] + ("top_logprobs",), REDUCE_BLOCK=config.reduce_block, HAS_ROW_VALID=row_valid, ROWS=rows,
             num_warps=4)), names, "single read, top list")
-    block_v = 4096 if target.large_programs else 1024
+    if rows > 1:
+        raise ValueError("plan_token_logprobs: filters take [B, V] logits")
     args = ("logits", "tokens", "temperature", "top_k" if has_top_k else stand_in, "top_p" if has_top_p else stand_in,
-            "min_p" if has_min_p else stand_in, "num_top", "row_valid" if row_valid else stand_in, vocab, row_stride,
-            request_stride)
-    fast_names = tuple("fast_" + name for name in names) + ("fast_done",)
-    # 8 warps: the passes of a row are one program's, latency-bound; twice 4 warps' loads in flight made them 0.74-0.88x
-    # (16: faster at B = 1, slower at B = 256; lab INDEX)
-    multipass = dict(HAS_ROW_VALID=row_valid, ROWS=rows, HAS_TOP_K=has_top_k, HAS_TOP_P=has_top_p,
-                     HAS_MIN_P=has_min_p, FP64=fp64, FAST_MATH=not target.interpreter, BLOCK_V=block_v,
-                     ROW_ALIGN=row_align, VOCAB_ALIGN=largest_power_of_two_dividing(vocab, 16), num_warps=8)
+            "min_p" if has_min_p else stand_in, "num_top", "row_valid" if row_valid else stand_in)
     # the single read's statistics and the LIST largest logits a row decide the rows whose kept set lies within
-    # them (filtered_list_reduce_kernel); token_logprobs_kernel copies those and computes the others
+    # them (filtered_list_reduce_kernel); the others (`pending`) take the searches of vocab-parallel
+    # top_k_top_p_sample as one shard (many programs a row; the others' a flag each), then their kept mass
+    # (kept_mass_kernel); filtered_finish_kernel writes every row
     config = single_read_config(vocab, target)
     valid = "row_valid" if row_valid else stand_in
-    scratch = (Buffer("logprob_stats", (batch * rows, 2 * STATS.value, config.num_blocks), "float32"),
-               Buffer("rank_counts", (batch * rows, config.num_blocks), "int32"),
-               Buffer("list_ids", (batch * rows, TOP_LIST), "int32"),
-               Buffer("list_values", (batch * rows, TOP_LIST), "float32")) + top_list_buffers(batch * rows, target) + tuple(
-        dataclasses.replace(b, name="fast_" + b.name) for b in outputs) + (
-        Buffer("fast_done", (batch * rows,), "int32"),) + ((num_rows_buffer(batch),) if row_valid else ())
+    aligns = dict(ROW_ALIGN=row_align, VOCAB_ALIGN=largest_power_of_two_dividing(vocab, 16), HAS_ROW_VALID=row_valid,
+                  ROWS=rows, HAS_TOP_K=has_top_k)
+    fast = tuple(dataclasses.replace(b, name="fast_" + b.name) for b in outputs) + (
+        Buffer("fast_done", (batch,), "int32"), Buffer("pending", (batch,), "uint8"))  # (pending last)
+    scratch = (Buffer("logprob_stats", (batch, 2 * STATS.value, config.num_blocks), "float32"),
+               Buffer("rank_counts", (batch, config.num_blocks), "int32"),
+               Buffer("list_ids", (batch, TOP_LIST), "int32"),
+               Buffer("list_values", (batch, TOP_LIST), "float32")) + top_list_buffers(batch, target) + fast + (
+        (num_rows_buffer(batch),) if row_valid else ())
     launches = (
         stats_launch(config, batch, rows, vocab, row_stride, request_stride, row_align, valid, row_valid),
-        top_list_launch(config, batch * rows, vocab, row_stride, request_stride, row_align, valid, row_valid, rows,
+        top_list_launch(config, batch, vocab, row_stride, request_stride, row_align, valid, row_valid, rows,
                         target, ("list_ids", "list_values"), count=TOP_LIST),
-    ) + ((launch(row_mass_kernel, (batch * rows, MASS_PROGRAMS),
+    ) + ((launch(row_mass_kernel, (batch, MASS_PROGRAMS),
                  ("logits", "temperature", args[3], "top_p", args[7], vocab, row_stride, request_stride, "list_ids",
                   "list_values"), ("row_mass",), LIST=TOP_LIST, FP64=fp64, FAST_MATH=not target.interpreter,
-                 MASS_BLOCK=2048, ROW_ALIGN=row_align, VOCAB_ALIGN=largest_power_of_two_dividing(vocab, 16),
-                 HAS_ROW_VALID=row_valid, ROWS=rows, HAS_TOP_K=has_top_k, num_warps=4),) if has_top_p else ()) + (
-        launch(filtered_list_reduce_kernel, (batch * rows,),
-               args[:-3] + (vocab, row_stride, request_stride, config.num_blocks, "logprob_stats", "rank_counts",
-                            "list_ids", "list_values", "row_mass" if has_top_p else "list_ids"), fast_names,
-               REDUCE_BLOCK=config.reduce_block, LIST=TOP_LIST, HAS_TOP_P=has_top_p, HAS_MIN_P=has_min_p, FP64=fp64,
-               FAST_MATH=not target.interpreter, MASS_PROGRAMS=MASS_PROGRAMS, ROW_ALIGN=row_align,
-               VOCAB_ALIGN=largest_power_of_two_dividing(vocab, 16), HAS_ROW_VALID=row_valid, ROWS=rows,
-               HAS_TOP_K=has_top_k, num_warps=8),
-        launch(token_logprobs_kernel, (batch * rows,),
-               args + fast_names + (config.num_blocks, "logprob_stats", "rank_counts"), names,
-               REDUCE_BLOCK=config.reduce_block, **multipass))
+                 MASS_BLOCK=2048, num_warps=4, **aligns),) if has_top_p else ()) + (
+        launch(filtered_list_reduce_kernel, (batch,),
+               args + (vocab, row_stride, request_stride, config.num_blocks, "logprob_stats", "rank_counts",
+                       "list_ids", "list_values", "row_mass" if has_top_p else "list_ids"),
+               tuple(b.name for b in fast), REDUCE_BLOCK=config.reduce_block, LIST=TOP_LIST, HAS_TOP_P=has_top_p,
+               HAS_MIN_P=has_min_p, FP64=fp64, FAST_MATH=not target.interpreter, MASS_PROGRAMS=MASS_PROGRAMS,
+               num_warps=8, **aligns),)
     if has_top_p:
-        scratch += (Buffer("row_mass", (batch * rows, 2 * MASS_PROGRAMS), "int32"),)  # i64 as i32 pairs (JAX: no x64)
-    return Plan(scratch + outputs, launches, names, "filters' list, then one launch")
+        scratch += (Buffer("row_mass", (batch, 2 * MASS_PROGRAMS), "int32"),)  # i64 as i32 pairs (JAX: no x64)
+    searched = has_top_k or has_top_p
+    threshold = "kept_threshold" if searched else stand_in
+    if searched:  # the kept set's thresholds of the pending rows: vocab-parallel top_k_top_p_sample's, one shard
+        # (imported here: the vocab-parallel modules build on this one)
+        from jsample.kernels.vocab_parallel_filtered import plan_kept_threshold_shard
+
+        rounds, threshold_launch = plan_kept_threshold_shard(logits, target, has_top_k=has_top_k, has_top_p=has_top_p,
+                                                             fp64=fp64, shards=1, row_valid=True)
+        last = Plan((Buffer("kept_threshold", (batch, 4), "int32"),), (threshold_launch,), ("kept_threshold",))
+        searches = single_shard_plan(ShardedPlan(rounds + (last,)), "search_", {"row_valid": "pending"})
+        scratch += searches.buffers
+        launches += searches.launches
+    scratch += (Buffer("kept_sums", (batch, 2, 2 * MASS_PROGRAMS), "int32"),)  # i64 as i32 pairs
+    filters = dict(HAS_THRESHOLD=searched, HAS_MIN_P=has_min_p, FP64=fp64)
+    launches += (
+        launch(kept_mass_kernel, (batch, MASS_PROGRAMS),
+               ("logits", "temperature", args[5], "pending", threshold, "list_values", vocab, row_stride),
+               ("kept_sums",), LIST=TOP_LIST, MASS_BLOCK=2048, ROW_ALIGN=row_align,
+               VOCAB_ALIGN=largest_power_of_two_dividing(vocab, 16), num_warps=4, **filters),
+        launch(filtered_finish_kernel, (batch,),
+               args + (vocab, row_stride, config.num_blocks, "logprob_stats", "rank_counts", "list_ids", "list_values",
+                       threshold, "kept_sums") + tuple(b.name for b in fast[:-1]), names,
+               REDUCE_BLOCK=config.reduce_block, LIST=TOP_LIST, PARTS=MASS_PROGRAMS, HAS_TOP_K=has_top_k,
+               HAS_TOP_P=has_top_p, HAS_ROW_VALID=row_valid, num_warps=4, **filters))
+    return Plan(scratch + outputs, launches, names, "filters' list, then the pending rows' searches")
 
 
 def stats_launch(config, batch: int, rows: int, vocab: int, row_stride: int, request_stride: int, row_align: int,

@@ -22,6 +22,7 @@ log-probabilities) or further kinds of steps (e.g. a collective over a vocabular
 `Plan` without changing the executors' contract.
 """
 
+import dataclasses
 import os
 from dataclasses import dataclass
 
@@ -94,7 +95,7 @@ def resident_programs(sm_count: int) -> int:
 class Buffer:
     name: str
     shape: tuple
-    dtype: str  # "int32" or "float32" (64-bit values are stored as pairs of 32-bit words)
+    dtype: str  # "int32", "float32" or "uint8" (row flags); 64-bit values are stored as pairs of 32-bit words
     zeroed: bool = False  # zero before the first launch
     counters: bool = False  # int32 arrival counters: zero on entry, and the kernels leave them zero (Target.arrival_counters)
     # a constant int32 buffer, every element `value`, never written: a number a kernel needs at every batch size
@@ -193,3 +194,24 @@ def merged_rounds(rounds: tuple, shards: int) -> Plan:
             buffers[name + "_in"] = Buffer(name + "_in", buffer.shape, buffer.dtype, zeroed=True)
     return Plan(tuple(buffers.values()), tuple(step for plan in rounds for step in plan.launches),
                 rounds[-1].outputs, "rounds merged")
+
+
+def single_shard_plan(sharded: ShardedPlan, prefix: str, renames: dict) -> Plan:
+    """A vocab-parallel op's rounds with a single shard (the whole vocabulary, on one device) as one plan: a stack of
+    one shard's record holds the record's words, so a later round reads `gathered_<name>` (and `<name>_in`) from
+    the earlier round's buffer itself, as run_rounds would give it. Every round's buffers are renamed, round i's
+    `prefix + f"{i}_" + name` (a record a later round writes again is another buffer: no launch reads what it
+    writes), but the last round's outputs (the plan's); `renames` maps the rounds' input names to the plan's."""
+    env = dict(renames)
+    buffers, steps = [], []
+    for i, plan in enumerate(sharded.rounds):
+        last = i == len(sharded.rounds) - 1
+        local = {b.name: b.name if last and b.name in plan.outputs else f"{prefix}{i}_{b.name}" for b in plan.buffers}
+        buffers += [dataclasses.replace(b, name=local[b.name]) for b in plan.buffers]
+        names = {**env, **local}
+        steps += [dataclasses.replace(step, args=tuple(names.get(a, a) if isinstance(a, str) else a for a in step.args),
+                                      outputs=tuple(local[name] for name in step.outputs)) for step in plan.launches]
+        if not last:
+            env["gathered_" + plan.outputs[0]] = local[plan.outputs[0]]
+            env.update((name + "_in", local[name]) for name in plan.outputs[1:])
+    return Plan(tuple(buffers), tuple(steps), sharded.rounds[-1].outputs, sharded.variant + ", one shard")
