@@ -474,9 +474,12 @@ def docstring(op: str, frontend: str) -> str:
 FILTER_DTYPES = (("top_k", "int64"), ("top_p", "float32"), ("min_p", "float32"))
 
 
-def logprobs_plan_flags(num_top) -> dict:
-    """The planning functions' keywords for a sampler's return_logprobs (`num_top` not None) or not (None)."""
-    return {} if num_top is None else dict(return_logprobs=True, num_top=num_top)
+def logprobs_plan_flags(num_top, top_k_in_list: bool = False) -> dict:
+    """The planning functions' keywords for a sampler's return_logprobs (`num_top` not None) or not (None);
+    `top_k_in_list`: kernels.top_k_within_list of the call's top_k (top_k_top_p_sample's)."""
+    if num_top is None:
+        return {}
+    return dict(return_logprobs=True, num_top=num_top, **({"top_k_in_list": True} if top_k_in_list else {}))
 
 
 def logprobs_shapes(batch: int, rows: int, num_top: int) -> tuple:

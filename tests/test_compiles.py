@@ -100,6 +100,7 @@ def _flag_sets(op):
             for num_top, filters in ((0, ()), (0, ("has_top_k", "has_top_p")), (7, ())):
                 yield dict(has_top_k="has_top_k" in filters, has_top_p="has_top_p" in filters, has_min_p=False,
                            fp64=fp64, num_top=num_top, row_valid=num_top == 7)
+            yield dict(has_top_k=True, has_top_p=True, has_min_p=fp64, fp64=fp64, num_top=3, top_k_in_list=True)
         elif op == "top_k_top_p_sample":
             for k, p, m in itertools.product((False, True), repeat=3):
                 yield dict(has_top_k=k, has_top_p=p, has_min_p=m, fp64=fp64)

@@ -141,10 +141,11 @@ def test_top_list_reads_candidate_blocks_and_equals_the_reference(tiling, force_
 def test_top_k_rows_take_the_list_and_the_others_the_passes(filters, row_5):
     """With top-k, the rows whose kept set lies within the 64 largest logits are decided from the single read's
     list (filtered_list_reduce_kernel, done = 1); the rest (pending) by the searches (one shard's): 100 logits tied
-    at the 5th largest (past the list), k beyond the finite count over a full list, a greedy row (not
-    filtered: the list). Top-k off (k = 0, row 5) over a full list: the list where nothing else limits (k);
-    the passes where top-p keeps more than the list (k+p) and min-p does not cut inside it either (k+p+min_p:
-    e of the row's 64th largest logit is 0.054, above 0.05). Both kinds equal the reference, torch == JAX."""
+    at the 5th largest and 70 at the 64th (past the list: the list, the ties' count from row_mass_kernel), k
+    beyond the finite count over a full list, a greedy row (not filtered: the list). Top-k off (k = 0, row 5)
+    over a full list: the list where nothing else limits (k); the searches where top-p keeps more than the list
+    (k+p) and min-p does not cut inside it either (k+p+min_p: e of the row's 64th largest logit is 0.054, above
+    0.05). Both kinds equal the reference, torch == JAX."""
     import dataclasses
 
     from torch_backend import _execute as execute
@@ -172,7 +173,7 @@ def test_top_k_rows_take_the_list_and_the_others_the_passes(filters, row_5):
             per_row = np.asarray(filters[name], np.int64 if name == "top_k" else np.float32)
             inputs[name] = torch.from_numpy(np.broadcast_to(per_row, (8,)).copy()).to(device)
     *_, pending, done = (a.cpu().numpy() for a in execute.run(probe, device, inputs))
-    assert list(done) == [1, 0, 1, 0, 1, row_5, 0, 1], done  # (row 6: k = 200 < the 9000 finite logits)
+    assert list(done) == [1, 1, 1, 1, 1, row_5, 0, 1], done  # (row 6: k = 200 < the 9000 finite logits)
     assert list(pending) == list(1 - done), pending
     t = _torch(x, tokens, temperature, num_top=3, **filters)
     j = _jax(x, tokens, temperature, num_top=3, **filters)
@@ -202,6 +203,83 @@ def test_filters_leave_raw_scaled_rank_and_the_top_list_as_without_them(force_ta
     for name in ("raw", "scaled", "rank", "top_ids", "top_logprobs"):
         assert torch.equal(getattr(filtered, name), getattr(plain, name)), (name, getattr(filtered, name),
                                                                             getattr(plain, name))
+
+
+def _one_shard_logprobs(x, tokens, temperature, filters, num_top):
+    """token_logprobs through vocab-parallel token_logprobs' rounds with a single shard (its own statistics, searches
+    and kept sums: atomics over its blocks), torch on TORCH_DEVICE: the seven fields as NumPy arrays."""
+    from jsample.kernels.plan import run_rounds
+    from torch_backend import _execute as execute
+
+    device = torch.device(TORCH_DEVICE)
+    logits = torch.from_numpy(x).to(device)
+    sharded = execute.plan(kernels.plan_token_logprobs_shard, (logits,), device, None, vocab=x.shape[1], starts=(0,),
+                           start_align=16, num_top=num_top, has_top_k="top_k" in filters, has_top_p="top_p" in filters,
+                           has_min_p="min_p" in filters, fp64=False)
+    inputs = dict(logits=logits, tokens=torch.from_numpy(tokens).to(device),
+                  temperature=torch.from_numpy(np.broadcast_to(temperature, tokens.shape).copy()).to(device),
+                  vocab_start=torch.zeros((1,), dtype=torch.int32, device=device),
+                  num_top=torch.full((1,), num_top, dtype=torch.int32, device=device))
+    for name, value in filters.items():
+        per_row = np.broadcast_to(np.asarray(value, np.int64 if name == "top_k" else np.float32), tokens.shape)
+        inputs[name] = torch.from_numpy(per_row.copy()).to(device)
+    out = run_rounds(sharded.rounds, lambda plan, env: execute.run(plan, device, env),
+                     lambda record: record.unsqueeze(0), inputs)
+    return [a.cpu().numpy() for a in out]
+
+
+@pytest.mark.parametrize("filters", [dict(top_k=5), dict(top_k=64, top_p=0.8), dict(top_k=20, top_p=0.9, min_p=0.02)],
+                         ids=["k", "k+p", "k+p+min_p"])
+def test_a_python_int_top_k_takes_the_list_alone_its_ties_counted(filters):
+    """top_k a Python int in [1, 64] (kernels.top_k_within_list): the list decides every row, no search is planned
+    (the plan's variant). Rows whose ties at the k-th largest reach past the list (100 tied at the 2nd largest, 70
+    at the largest, the token among the ties the list does not hold), rows of coarse values (many ties), fewer
+    finite logits than k, a greedy row: bit for bit the per-row top_k array's plan (the searches planned) and
+    vocab-parallel token_logprobs' rounds as one shard (their own statistics, searches and kept sums), torch ==
+    JAX, against the reference; the samplers' fused logprobs equal these, and padding rows (num_valid) are NaN."""
+    from torch_backend import _execute as execute
+
+    rng = np.random.default_rng(64)
+    vocab = 9000
+    x = (rng.standard_normal((8, vocab)) * 3).astype(np.float32)
+    x[1, 100:200] = x[1].max() + 1.0
+    x[1, 7] = x[1].max() + 2.0
+    x[2] = np.round(x[2] * 2) / 2  # coarse: hundreds of logits a value
+    x[3, 50:120] = 30.0
+    x[4, :vocab - 12] = -np.inf  # 12 finite logits
+    x[7] = np.round(x[7])
+    tokens = np.int32([0, 190, int(np.argmax(x[2])), 119, vocab - 1, 4, 9, int(np.argsort(x[7])[-70])])
+    temperature = np.float32([0.8, 1.0, 1.2, 0.7, 1.0, 0.0, 1.3, 1.0])  # row 5 greedy
+    k = filters["top_k"]
+    target = execute.target(torch.device(TORCH_DEVICE))
+    plan = kernels.plan_token_logprobs(ArgSpec.contiguous(x.shape, "float32"), target, has_top_k=True,
+                                       has_top_p="top_p" in filters, has_min_p="min_p" in filters, fp64=False,
+                                       num_top=3, top_k_in_list=kernels.top_k_within_list(k))
+    assert plan.variant == "filters' list", plan.variant
+    assert not kernels.top_k_within_list(65) and not kernels.top_k_within_list(True)
+    t = _torch(x, tokens, temperature, num_top=3, **filters)
+    j = _jax(x, tokens, temperature, num_top=3, **filters)
+    per_row = _torch(x, tokens, temperature, num_top=3, **dict(filters, top_k=np.full(8, k, np.int64)))
+    one_shard = _one_shard_logprobs(x, tokens, temperature, filters, 3)
+    for name, a, b, c, d in zip(FIELDS, t, j, per_row, one_shard):
+        for other in (b, c, d):
+            assert np.array_equal(a, other, equal_nan=True), name
+    _assert_close_to_reference(t, token_logprobs_reference(x, tokens, temperature, num_top=3, **filters), filters)
+    assert np.isfinite(t[FIELDS.index("kept")][[1, 3]]).all()  # (tokens among the ties past the list: kept)
+    seeds, positions = np.arange(8, dtype=np.int64) * 31, np.arange(8, dtype=np.int64)
+    sampled, fused = jsample.top_k_top_p_sample(x, seeds, positions, temperature, return_logprobs=True, num_top=3,
+                                                **filters)
+    separate = _jax(x, np.asarray(sampled), temperature, num_top=3, **filters)
+    t_args = [torch.from_numpy(a).to(TORCH_DEVICE) for a in (x, seeds, positions, temperature)]
+    torch_sampled, torch_padded = torch_backend.top_k_top_p_sample(*t_args, return_logprobs=True, num_top=3,
+                                                                   num_valid=5, **filters)
+    assert np.array_equal(torch_sampled.cpu().numpy()[:5], np.asarray(sampled)[:5])
+    for name, a in zip(FIELDS, separate):
+        assert np.array_equal(np.asarray(getattr(fused, name)), a, equal_nan=True), name
+        padded = getattr(torch_padded, name).cpu().numpy()
+        assert np.array_equal(padded[:5], a[:5], equal_nan=True), name
+        if name in ("raw", "scaled", "kept", "log_kept_mass"):
+            assert np.isnan(padded[5:]).all(), name
 
 
 _NO_TOP_K_FILTERS = {

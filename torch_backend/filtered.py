@@ -34,27 +34,28 @@ def top_k_top_p_sample(logits, seeds, positions, temperature, *, top_k=None, top
         call = None
     logits = row_logits(logits)
     batch, device = logits.shape[0], logits.device
+    in_list = kernels.top_k_within_list(top_k)  # (a Python int: the logprobs need no search)
     top_k, top_p, min_p = filter_rows(top_k, top_p, min_p, batch, device)
     seeds, positions = dense(seeds), dense(positions)
     if traced(logits) and return_logprobs:
         temperatures = temperature_array(temperature, batch, device)
         outputs = _top_k_top_p_sample_logprobs_op(logits, seeds, positions, temperatures, top_k, top_p, min_p, fp64,
-                                                  valid, num_top)
+                                                  valid, num_top, in_list)
         return outputs[0], Logprobs(*outputs[1:])
     if traced(logits):
         return _top_k_top_p_sample_op(logits, seeds, positions, temperature_array(temperature, batch, device), top_k,
                                       top_p, min_p, fp64, valid)
     return _top_k_top_p_sample(logits, seeds, positions, temperature_value(temperature, batch, device), top_k, top_p,
-                               min_p, fp64, valid, call, arguments, num_top if return_logprobs else None)
+                               min_p, fp64, valid, call, arguments, num_top if return_logprobs else None, in_list)
 
 
 top_k_top_p_sample.__doc__ = docstring("top_k_top_p_sample", "torch")
 
 
 def _top_k_top_p_sample(logits, seeds, positions, temperature, top_k, top_p, min_p, fp64, valid=None, call=None,
-                        arguments=None, num_top=None):
+                        arguments=None, num_top=None, top_k_in_list=False):
     """The tokens; with num_top (not None: return_logprobs), (tokens, Logprobs)."""
-    logprobs = logprobs_plan_flags(num_top)
+    logprobs = logprobs_plan_flags(num_top, top_k_in_list)
     plan = execute.plan(kernels.plan_top_k_top_p_sample, (logits, seeds), logits.device, call,
                         has_top_k=top_k is not None, has_top_p=top_p is not None, has_min_p=min_p is not None,
                         fp64=fp64, row_valid=valid is not None, **logprobs)
@@ -86,14 +87,15 @@ def _(logits, seeds, positions, temperature, top_k, top_p, min_p, fp64, valid=No
 def _top_k_top_p_sample_logprobs_op(logits: torch.Tensor, seeds: torch.Tensor, positions: torch.Tensor,
                                     temperature: torch.Tensor, top_k: Optional[torch.Tensor],
                                     top_p: Optional[torch.Tensor], min_p: Optional[torch.Tensor], fp64: bool,
-                                    valid: Optional[torch.Tensor], num_top: int) -> list[torch.Tensor]:
+                                    valid: Optional[torch.Tensor], num_top: int,
+                                    top_k_in_list: bool) -> list[torch.Tensor]:
     tokens, logprobs = _top_k_top_p_sample(logits, seeds, positions, temperature, top_k, top_p, min_p, fp64, valid,
-                                           num_top=num_top)
+                                           num_top=num_top, top_k_in_list=top_k_in_list)
     return [tokens, *logprobs]
 
 
 @_top_k_top_p_sample_logprobs_op.register_fake
-def _(logits, seeds, positions, temperature, top_k, top_p, min_p, fp64, valid, num_top):
+def _(logits, seeds, positions, temperature, top_k, top_p, min_p, fp64, valid, num_top, top_k_in_list):
     batch = logits.shape[0]
     return [*empty_outputs("top_k_top_p_sample", logits, batch),
             *empty_outputs("token_logprobs", logits, batch, num_top)]

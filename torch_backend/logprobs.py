@@ -30,13 +30,14 @@ def token_logprobs(logits, tokens, temperature, *, top_k=None, top_p=None, min_p
         check_token_values(op, tokens.numpy(), logits.shape[1])
     logits = row_logits(logits)
     batch, device = logits.shape[0], logits.device
+    in_list = kernels.top_k_within_list(top_k)  # (a Python int: no search)
     top_k, top_p, min_p = filter_rows(top_k, top_p, min_p, batch, device)
     tokens = dense(tokens)
     if traced(logits):
         return Logprobs(*_token_logprobs_op(logits, tokens, temperature_array(temperature, batch, device), top_k, top_p,
-                                            min_p, num_top, fp64))
+                                            min_p, num_top, fp64, in_list))
     return Logprobs(*_token_logprobs(logits, tokens, temperature_value(temperature, batch, device), top_k, top_p,
-                                     min_p, num_top, fp64))
+                                     min_p, num_top, fp64, in_list))
 
 
 token_logprobs.__doc__ = docstring("token_logprobs", "torch")
@@ -87,9 +88,10 @@ def num_top_tensor(count: int, device) -> torch.Tensor:
     return found
 
 
-def _token_logprobs(logits, tokens, temperature, top_k, top_p, min_p, num_top, fp64):
+def _token_logprobs(logits, tokens, temperature, top_k, top_p, min_p, num_top, fp64, top_k_in_list=False):
     plan = execute.plan(kernels.plan_token_logprobs, (logits,), logits.device, has_top_k=top_k is not None,
-                        has_top_p=top_p is not None, has_min_p=min_p is not None, fp64=fp64, num_top=num_top)
+                        has_top_p=top_p is not None, has_min_p=min_p is not None, fp64=fp64, num_top=num_top,
+                        top_k_in_list=top_k_in_list)
     inputs = dict(logits=logits, tokens=tokens, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
                   num_top=num_top_tensor(num_top, logits.device))
     return execute.run(plan, logits.device, {name: value for name, value in inputs.items() if value is not None})
@@ -99,11 +101,12 @@ def _token_logprobs(logits, tokens, temperature, top_k, top_p, min_p, num_top, f
 @torch.library.custom_op("jsample::token_logprobs", mutates_args=())
 def _token_logprobs_op(logits: torch.Tensor, tokens: torch.Tensor, temperature: torch.Tensor,
                        top_k: Optional[torch.Tensor], top_p: Optional[torch.Tensor], min_p: Optional[torch.Tensor],
-                       num_top: int, fp64: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor,
-                                                          torch.Tensor, torch.Tensor, torch.Tensor]:
-    return tuple(_token_logprobs(logits, tokens, temperature, top_k, top_p, min_p, num_top, fp64))
+                       num_top: int, fp64: bool, top_k_in_list: bool) -> tuple[
+                           torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor,
+                           torch.Tensor]:
+    return tuple(_token_logprobs(logits, tokens, temperature, top_k, top_p, min_p, num_top, fp64, top_k_in_list))
 
 
 @_token_logprobs_op.register_fake
-def _(logits, tokens, temperature, top_k, top_p, min_p, num_top, fp64):
+def _(logits, tokens, temperature, top_k, top_p, min_p, num_top, fp64, top_k_in_list):
     return empty_outputs("token_logprobs", logits, logits.shape[0], num_top)

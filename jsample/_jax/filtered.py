@@ -33,11 +33,13 @@ def top_k_top_p_sample(logits, seeds, positions, temperature, *, top_k=None, top
         return empty_outputs(op, 0)[0] if not return_logprobs else (
             empty_outputs(op, 0)[0], Logprobs(*empty_outputs("token_logprobs", 0, num_top)))
     list_capacity = kernels.shard_list_capacity(top_k)
+    in_list = kernels.top_k_within_list(top_k)  # (a Python int: the logprobs need no search)
     top_k, top_p, min_p = filter_rows(top_k, top_p, min_p, batch)
     # under jax.jit, logits sharded along the vocabulary take the vocab-parallel plan
     vocab_fn = functools.partial(_vocab_sharded_rows, fp64=fp64, list_capacity=list_capacity,
                                  num_top=num_top if return_logprobs else None)
-    outputs = rowwise(functools.partial(_filtered_rows, fp64=fp64, num_top=num_top if return_logprobs else None),
+    outputs = rowwise(functools.partial(_filtered_rows, fp64=fp64, num_top=num_top if return_logprobs else None,
+                                        top_k_in_list=in_list),
                       logits_array(logits), jnp.asarray(seeds), jnp.asarray(positions),
                       temperature_array(temperature, batch), top_k, top_p, min_p, row_valid(op, num_valid, batch),
                       vocab_fn=vocab_fn)
@@ -47,10 +49,11 @@ def top_k_top_p_sample(logits, seeds, positions, temperature, *, top_k=None, top
 top_k_top_p_sample.__doc__ = docstring("top_k_top_p_sample", "jax")
 
 
-def _filtered_rows(logits, seeds, positions, temperature, top_k, top_p, min_p, valid, *, fp64, num_top):
+def _filtered_rows(logits, seeds, positions, temperature, top_k, top_p, min_p, valid, *, fp64, num_top,
+                   top_k_in_list=False):
     """top_k_top_p_sample on validated arrays, the requests on axis 0: (tokens,), and token_logprobs'
     outputs where num_top is not None (return_logprobs)."""
-    logprobs = logprobs_plan_flags(num_top)
+    logprobs = logprobs_plan_flags(num_top, top_k_in_list)
     plan = kernels.plan_top_k_top_p_sample(arg_spec(logits), arg_spec(seeds), execute.target(),
                                            has_top_k=top_k is not None, has_top_p=top_p is not None,
                                            has_min_p=min_p is not None, fp64=fp64, row_valid=valid is not None,

@@ -41,8 +41,10 @@ def token_logprobs(logits, tokens, temperature, *, top_k=None, top_p=None, min_p
     # under jax.jit, logits sharded along the vocabulary take the vocab-parallel plan
     vocab_fn = functools.partial(_vocab_sharded_rows, num_top=num_top, fp64=fp64,
                                  list_capacity=kernels.shard_list_capacity(top_k))
+    in_list = kernels.top_k_within_list(top_k)  # (a Python int: no search)
     top_k, top_p, min_p = filter_rows(top_k, top_p, min_p, batch)
-    return Logprobs(*rowwise(functools.partial(_logprobs_rows, num_top=num_top, fp64=fp64), logits_array(logits),
+    return Logprobs(*rowwise(functools.partial(_logprobs_rows, num_top=num_top, fp64=fp64, top_k_in_list=in_list),
+                             logits_array(logits),
                              jnp.asarray(tokens), temperature_array(temperature, batch), top_k, top_p, min_p,
                              vocab_fn=vocab_fn))
 
@@ -50,11 +52,11 @@ def token_logprobs(logits, tokens, temperature, *, top_k=None, top_p=None, min_p
 token_logprobs.__doc__ = docstring("token_logprobs", "jax")
 
 
-def _logprobs_rows(logits, tokens, temperature, top_k, top_p, min_p, *, num_top, fp64):
+def _logprobs_rows(logits, tokens, temperature, top_k, top_p, min_p, *, num_top, fp64, top_k_in_list=False):
     """token_logprobs on validated arrays, the requests on axis 0."""
     plan = kernels.plan_token_logprobs(arg_spec(logits), execute.target(), has_top_k=top_k is not None,
                                        has_top_p=top_p is not None, has_min_p=min_p is not None, fp64=fp64,
-                                       num_top=num_top)
+                                       num_top=num_top, top_k_in_list=top_k_in_list)
     inputs = dict(logits=logits, tokens=tokens, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
                   num_top=jnp.full((1,), num_top, jnp.int32))  # read on the device: no count costs a compilation
     return run(plan, {name: value for name, value in inputs.items() if value is not None})

@@ -32,7 +32,7 @@ from jsample.kernels.filtered import (
     filtered_partial_kernel,
     plan_top_k_top_p_sample,
 )
-from jsample.kernels.logprobs import plan_token_logprobs
+from jsample.kernels.logprobs import plan_token_logprobs, top_k_within_list
 from jsample.validation import MAX_NUM_TOP
 from jsample.kernels.rejection import (
     REJECTION_VARIANTS,
@@ -80,6 +80,7 @@ __all__ = [
     "plan_synthetic_rejection_sample",
     "plan_top_k_top_p_sample",
     "plan_token_logprobs",
+    "top_k_within_list",
     "plan_gumbel_shard",
     "plan_gumbel_sample_shard",
     "plan_top_k_top_p_shard",

@@ -656,11 +656,14 @@ def row_mass_kernel(
     HAS_ROW_VALID: tl.constexpr = False,
     ROWS: tl.constexpr = 1,
     HAS_TOP_K: tl.constexpr = True,
+    HAS_TOP_P: tl.constexpr = True,
 ):
     """Grid (B, P): filtered_list_reduce_kernel's whole-row mass of top-p (the fixed-point masses of every finite
     logit, an integer sum: any split of the row gives it), for the rows that may need it (a full list, top-p in
     (0, 1), top-k not acting), split over P programs, each a contiguous part of the row (one program a row
-    was the list route's slowest step at small batches: benchmarks/lab/INDEX.md)."""
+    was the list route's slowest step at small batches: benchmarks/lab/INDEX.md); for a row whose top-k (k <=
+    LIST) keeps ties of its k-th largest logit past a full list, the count of logits at or above that one
+    instead (an integer sum too)."""
     b64 = tl.program_id(0).to(tl.int64)
     request = b64 // ROWS
     part = tl.program_id(1)
@@ -674,16 +677,28 @@ def row_mass_kernel(
         values = tl.load(list_values_ptr + b64 * LIST + slots)
         count_listed = tl.sum((tl.load(list_ids_ptr + b64 * LIST + slots) >= 0).to(tl.int32), axis=0)
         k, full, active = _top_k_on_list(top_k_ptr, request, count_listed, LIST, HAS_TOP_K)
-        p = tl.load(top_p_ptr + request)
-        if full & (not active) & (p > 0.0) & (p < 1.0):
+        p = 1.0
+        if HAS_TOP_P:
+            p = tl.load(top_p_ptr + request)
+        kth = tl.sum(tl.where(slots == k - 1, values, 0.0), axis=0)
+        ties = full & active & (k <= LIST) & (tl.sum(tl.where(slots == LIST - 1, values, 0.0), axis=0) >= kth)
+        if ties | (full & (not active) & (p > 0.0) & (p < 1.0)):
             V = aligned(V, VOCAB_ALIGN)
             row_ptr = logits_ptr + tl.multiple_of(request * request_stride + (b64 % ROWS) * row_stride, ROW_ALIGN)
-            temperature = load_temperature(temperature_ptr, request)
-            key_max = _key(tl.max(values, axis=0), 0)  # the row's largest finite logit (the list's first)
             chunk = tl.cdiv(V, parts * MASS_BLOCK) * MASS_BLOCK
-            floor = tl.full([], _KEY_FLOOR, tl.int64)  # every finite logit's key is above it
-            total = _mass_above(row_ptr, tl.minimum(part * chunk + chunk, V), floor - 1, floor, temperature, key_max,
-                                FP64, FAST_MATH, MASS_BLOCK, part * chunk)
+            end = tl.minimum(part * chunk + chunk, V)
+            if ties:
+                counts = tl.zeros([MASS_BLOCK], tl.int32)
+                for start in range(part * chunk, end, MASS_BLOCK):
+                    cols, x = _row_block(row_ptr, start, end, MASS_BLOCK)
+                    counts += (_finite(x) & (_key(x, 0).to(tl.int64) >= _key(kth, 0).to(tl.int64))).to(tl.int32)
+                total = tl.sum(counts.to(tl.int64), axis=0)
+            else:
+                temperature = load_temperature(temperature_ptr, request)
+                key_max = _key(tl.max(values, axis=0), 0)  # the row's largest finite logit (the list's first)
+                floor = tl.full([], _KEY_FLOOR, tl.int64)  # every finite logit's key is above it
+                total = _mass_above(row_ptr, end, floor - 1, floor, temperature, key_max, FP64, FAST_MATH, MASS_BLOCK,
+                                    part * chunk)
     tl.store(mass_ptr.to(tl.pointer_type(tl.int64)) + b64 * parts + part, total)
 
 
@@ -728,17 +743,20 @@ def filtered_list_reduce_kernel(
     HAS_ROW_VALID: tl.constexpr = False,
     ROWS: tl.constexpr = 1,
     HAS_TOP_K: tl.constexpr = True,
+    ALL_ROWS: tl.constexpr = False,  # every row's k is in [1, LIST] (a host-known int): outputs are the op's
 ):
     """Grid (B,): token_logprobs with filters from the single read's statistics and the row's LIST largest
-    logits, where the kept set lies within them: top-k active with k <= LIST, and fewer than LIST logits at
-    or above the k-th largest (ties included); without top-k (or where it keeps every logit), a row whose
-    top-p or min-p cuts inside the list (the logits at or below the list's last one are not kept) or that no
-    filter limits; rows that filters do not touch (greedy, no finite logit) too. The module docstring's rules,
+    logits, where the kept set lies within them: top-k active with k <= LIST (where its ties at the k-th
+    largest reach past a full list, every logit it keeps past the list equals the list's last: row_mass_kernel
+    counts them, and they add that count times the last's mass and term); without top-k (or where it keeps
+    every logit), a row whose top-p or min-p cuts inside the list (the logits at or below the list's last one
+    are not kept) or that no filter limits; rows that filters do not touch (greedy, no finite logit) too. The module docstring's rules,
     in its fixed-point masses and terms: top-k's threshold is the k-th largest logit's key, top-p's the
     smallest kept key whose strictly larger kept logits weigh less than p times the kept mass (the list is
     sorted: a running sum; without top-k the kept mass is the whole row's, an integer sum), min-p compares e with
     min_p; the kept terms exp((x - m) / T) are summed as integers. Every other row (done = 0) but padding ones is
-    pending: the searches', kept_mass_kernel's and filtered_finish_kernel's."""
+    pending: the searches', kept_mass_kernel's and filtered_finish_kernel's. With ALL_ROWS no row is pending,
+    and this kernel writes the padding rows' fill too."""
     b64 = tl.program_id(0).to(tl.int64)
     request = b64 // ROWS
     done = tl.full([], 1, tl.int32)
@@ -747,6 +765,9 @@ def filtered_list_reduce_kernel(
         padding = is_padding(row_valid_ptr, request)
         if padding:
             done = done * 0
+            if ALL_ROWS:
+                _store_padding_row(b64, raw_ptr, scaled_ptr, kept_ptr, log_kept_mass_ptr, rank_ptr, top_ids_ptr,
+                                   top_logprobs_ptr, tl.load(num_top_ptr))
     if done == 1:
         V = aligned(V, VOCAB_ALIGN)
         row_ptr = logits_ptr + tl.multiple_of(request * request_stride + (b64 % ROWS) * row_stride, ROW_ALIGN)
@@ -776,19 +797,20 @@ def filtered_list_reduce_kernel(
         # top-p's mass of all kept logits where top-k keeps every one and the list does not hold them all: the
         # whole row's, an integer sum (the same limit, so the same kept set)
         row_mass = tl.zeros([], tl.int64)
+        last = tl.sum(tl.where(slots == LIST - 1, values, 0.0), axis=0)
+        ties_past = tl.zeros([], tl.int64)  # the logits past the list that top-k keeps (each equal to `last`)
         if filtered:
             if active & (k <= LIST):
                 kth = tl.sum(tl.where(slots == k - 1, values, 0.0), axis=0)
-                last = tl.sum(tl.where(slots == LIST - 1, values, 0.0), axis=0)
-                if full & (last >= kth):
-                    done = done * 0  # ties at the k-th largest may reach past the list
+                if full & (last >= kth):  # (so last == kth)
+                    parts = row_mass_ptr.to(tl.pointer_type(tl.int64)) + b64 * MASS_PROGRAMS
+                    ties_past = tl.sum(tl.load(parts + tl.arange(0, MASS_PROGRAMS)), axis=0) - LIST
                 threshold = _key(kth, 0).to(tl.int64)
             elif active:
                 done = done * 0  # top-k keeps more logits than the list holds
             elif full & limits:
                 # the kept set lies within the list where top-p or min-p leaves out the list's last logit (and so
                 # every logit at or below it)
-                last = tl.sum(tl.where(slots == LIST - 1, values, 0.0), axis=0)
                 cut = _relative_probability(last, temperature, key_max, 0, FP64) < min_p
                 if HAS_TOP_P:
                     cut = cut | (p <= 0.0)
@@ -809,14 +831,17 @@ def filtered_list_reduce_kernel(
                 elif filtered & (p > 0.0) & (p < 1.0):
                     mass = tl.where(kept, _fixed_point_mass(values, temperature, key_max, 0, FP64, FAST_MATH),
                                     0).to(tl.int64)
-                    kept_mass = tl.where(row_mass > 0, row_mass, tl.sum(mass, axis=0))
+                    mass_last = _fixed_point_mass(last, temperature, key_max, 0, FP64, FAST_MATH).to(tl.int64)
+                    kept_mass = tl.where(row_mass > 0, row_mass, tl.sum(mass, axis=0) + ties_past * mass_last)
                     limit = p.to(tl.float64) * kept_mass.to(tl.float64)
                     before = tl.cumsum(mass, 0) - mass  # the mass of the larger listed logits (a sorted list)
                     short = kept & (before.to(tl.float64) < limit)
                     threshold = tl.min(tl.where(short, keys, 2**62), axis=0)
             kept = _kept(values, threshold, temperature, key_max, min_p, filtered, HAS_MIN_P, FP64) & listed
-            kept_terms = tl.where(kept, kept_term(values, m, inverse_t), 0)
-            log_kept_mass = row_log_kept_mass(tl.sum(kept_terms, axis=0), log_scaled_sum, filtered, limits)
+            kept_sum = tl.sum(tl.where(kept, kept_term(values, m, inverse_t), 0), axis=0)
+            last_kept = _kept(last, threshold, temperature, key_max, min_p, filtered, HAS_MIN_P, FP64)
+            kept_sum += tl.where(last_kept, ties_past * kept_term(last, m, inverse_t), 0)
+            log_kept_mass = row_log_kept_mass(kept_sum, log_scaled_sum, filtered, limits)
             token = tl.load(tokens_ptr + b64).to(tl.int64)
             valid = (token >= 0) & (token < V) & (m > float("-inf"))
             x_token = tl.load(row_ptr + tl.where(valid, token, 0)).to(tl.float32)
@@ -1111,16 +1136,20 @@ def store_row_logprobs(b64, x_token, valid, temperature, m, larger, greedy, log_
 
 @functools.lru_cache(maxsize=512)
 def plan_token_logprobs(logits: ArgSpec, target: Target, *, has_top_k: bool, has_top_p: bool, has_min_p: bool,
-                        fp64: bool, num_top: int, row_valid: bool = False) -> Plan:
+                        fp64: bool, num_top: int, row_valid: bool = False, top_k_in_list: bool = False) -> Plan:
     """The launch of `token_logprobs` on inputs `logits` [B, V] (rows `logits.strides[0]` apart, columns
     contiguous), `tokens` [B], `temperature` [B] f32 (or one f32), `top_k` / `top_p` / `min_p` [B] where
     given, `num_top` [1] i32 (equal to `num_top`: the outputs' width; the kernel reads the count from the
     device, so no count costs a compilation); outputs raw, scaled, kept, log_kept_mass [B] f32, rank [B]
     i32, top_ids [B, num_top] i32, top_logprobs [B, num_top] f32. With `row_valid`, input `row_valid`
-    (common.is_padding; a padding row: NaN logprobs, rank 0, top_ids -1, its logits unread).
+    (common.is_padding; a padding row: NaN logprobs, rank 0, top_ids -1, its logits unread). `top_k_in_list`:
+    every row's top_k is in [1, TOP_LIST] (the caller's Python int, top_k_within_list): the list decides every
+    row, no search is planned.
 
-    `logits` may be [B, R, V] (rejection_sample's target logits, R = K + 1): then `tokens` is [B, R], the
-    outputs [B, R] (top ones [B, R, num_top]), and temperature, filters and row_valid are per request b."""
+    Without filters `logits` may be [B, R, V] (rejection_sample's target logits, R = K + 1): then `tokens` is
+    [B, R], the outputs [B, R] (top ones [B, R, num_top]), and temperature and row_valid are per request b."""
+    if top_k_in_list and not has_top_k:
+        raise ValueError("plan_token_logprobs: top_k_in_list needs top_k")
     batch, vocab = logits.shape[0], logits.shape[-1]
     rows = logits.shape[1] if len(logits.shape) == 3 else 1
     lead = (batch, rows) if len(logits.shape) == 3 else (batch,)
@@ -1167,29 +1196,32 @@ def plan_token_logprobs(logits: ArgSpec, target: Target, *, has_top_k: bool, has
     valid = "row_valid" if row_valid else stand_in
     aligns = dict(ROW_ALIGN=row_align, VOCAB_ALIGN=largest_power_of_two_dividing(vocab, 16), HAS_ROW_VALID=row_valid,
                   ROWS=rows, HAS_TOP_K=has_top_k)
-    fast = tuple(dataclasses.replace(b, name="fast_" + b.name) for b in outputs) + (
-        Buffer("fast_done", (batch,), "int32"), Buffer("pending", (batch,), "uint8"))  # (pending last)
+    # with top_k_in_list no row is pending: filtered_list_reduce_kernel writes the outputs (ALL_ROWS)
+    flags = (Buffer("fast_done", (batch,), "int32"), Buffer("pending", (batch,), "uint8"))
+    fast = () if top_k_in_list else tuple(dataclasses.replace(b, name="fast_" + b.name) for b in outputs)
+    mass = has_top_p or has_top_k  # (top-p's whole-row mass, or the count of top-k's ties past the list)
     scratch = (Buffer("logprob_stats", (batch, 2 * STATS.value, config.num_blocks), "float32"),
                Buffer("rank_counts", (batch, config.num_blocks), "int32"),
                Buffer("list_ids", (batch, TOP_LIST), "int32"),
-               Buffer("list_values", (batch, TOP_LIST), "float32")) + top_list_buffers(batch, target) + fast + (
-        (num_rows_buffer(batch),) if row_valid else ())
+               Buffer("list_values", (batch, TOP_LIST), "float32")) + top_list_buffers(batch, target) + fast + flags + (
+        (num_rows_buffer(batch),) if row_valid else ()) + (
+        (Buffer("row_mass", (batch, 2 * MASS_PROGRAMS), "int32"),) if mass else ())  # i64 as i32 pairs (JAX: no x64)
     launches = (
         stats_launch(config, batch, rows, vocab, row_stride, request_stride, row_align, valid, row_valid),
         top_list_launch(config, batch, vocab, row_stride, request_stride, row_align, valid, row_valid, rows,
                         target, ("list_ids", "list_values"), count=TOP_LIST),
     ) + ((launch(row_mass_kernel, (batch, MASS_PROGRAMS),
-                 ("logits", "temperature", args[3], "top_p", args[7], vocab, row_stride, request_stride, "list_ids",
+                 ("logits", "temperature", args[3], args[4], args[7], vocab, row_stride, request_stride, "list_ids",
                   "list_values"), ("row_mass",), LIST=TOP_LIST, FP64=fp64, FAST_MATH=not target.interpreter,
-                 MASS_BLOCK=2048, num_warps=4, **aligns),) if has_top_p else ()) + (
+                 MASS_BLOCK=2048, HAS_TOP_P=has_top_p, num_warps=4, **aligns),) if mass else ()) + (
         launch(filtered_list_reduce_kernel, (batch,),
                args + (vocab, row_stride, request_stride, config.num_blocks, "logprob_stats", "rank_counts",
-                       "list_ids", "list_values", "row_mass" if has_top_p else "list_ids"),
-               tuple(b.name for b in fast), REDUCE_BLOCK=config.reduce_block, LIST=TOP_LIST, HAS_TOP_P=has_top_p,
-               HAS_MIN_P=has_min_p, FP64=fp64, FAST_MATH=not target.interpreter, MASS_PROGRAMS=MASS_PROGRAMS,
-               num_warps=8, **aligns),)
-    if has_top_p:
-        scratch += (Buffer("row_mass", (batch, 2 * MASS_PROGRAMS), "int32"),)  # i64 as i32 pairs (JAX: no x64)
+                       "list_ids", "list_values", "row_mass" if mass else "list_ids"),
+               tuple(b.name for b in (fast or outputs) + flags), REDUCE_BLOCK=config.reduce_block, LIST=TOP_LIST,
+               HAS_TOP_P=has_top_p, HAS_MIN_P=has_min_p, FP64=fp64, FAST_MATH=not target.interpreter,
+               MASS_PROGRAMS=MASS_PROGRAMS, ALL_ROWS=top_k_in_list, num_warps=8, **aligns),)
+    if top_k_in_list:
+        return Plan(scratch + outputs, launches, names, "filters' list")
     searched = has_top_k or has_top_p
     threshold = "kept_threshold" if searched else stand_in
     if searched:  # the kept set's thresholds of the pending rows: vocab-parallel top_k_top_p_sample's, one shard
@@ -1211,10 +1243,17 @@ def plan_token_logprobs(logits: ArgSpec, target: Target, *, has_top_k: bool, has
                VOCAB_ALIGN=largest_power_of_two_dividing(vocab, 16), num_warps=4, **filters),
         launch(filtered_finish_kernel, (batch,),
                args + (vocab, row_stride, config.num_blocks, "logprob_stats", "rank_counts", "list_ids", "list_values",
-                       threshold, "kept_sums") + tuple(b.name for b in fast[:-1]), names,
+                       threshold, "kept_sums") + tuple(b.name for b in fast + flags[:1]), names,
                REDUCE_BLOCK=config.reduce_block, LIST=TOP_LIST, PARTS=MASS_PROGRAMS, HAS_TOP_K=has_top_k,
                HAS_TOP_P=has_top_p, HAS_ROW_VALID=row_valid, num_warps=4, **filters))
     return Plan(scratch + outputs, launches, names, "filters' list, then the pending rows' searches")
+
+
+def top_k_within_list(top_k) -> bool:
+    """Whether a call's `top_k` is a Python int in [1, TOP_LIST] (plan_token_logprobs' top_k_in_list): every row's
+    kept set then lies within its list, up to ties of its k-th largest logit (counted); per-row arrays, whose
+    values the host cannot see, may need the searches."""
+    return isinstance(top_k, int) and not isinstance(top_k, bool) and 1 <= top_k <= TOP_LIST
 
 
 def stats_launch(config, batch: int, rows: int, vocab: int, row_stride: int, request_stride: int, row_align: int,
@@ -1317,7 +1356,8 @@ def plan_gumbel_logprobs(logits: ArgSpec, seeds: ArgSpec, target: Target, *, dra
 
 
 def with_logprobs(sampling: Plan, logits: ArgSpec, target: Target, *, has_top_k: bool, has_top_p: bool,
-                  has_min_p: bool, fp64: bool, num_top: int, row_valid: bool, logits_name: str = "logits") -> Plan:
+                  has_min_p: bool, fp64: bool, num_top: int, row_valid: bool, logits_name: str = "logits",
+                  top_k_in_list: bool = False) -> Plan:
     """A sampling plan (output `tokens`, then any others) followed by token_logprobs' plan for its tokens: the
     samplers' `return_logprobs` where the single read does not apply (outputs the sampling plan's, then
     token_logprobs' seven). The logprobs launches are token_logprobs' own, so they equal token_logprobs of the
@@ -1325,7 +1365,7 @@ def with_logprobs(sampling: Plan, logits: ArgSpec, target: Target, *, has_top_k:
     plan (`tokens` is the logprobs launches' input name); they read the sampling plan's `logits_name` input
     (rejection_sample: `target_logits`, [B, K + 1, V])."""
     logprobs = plan_token_logprobs(logits, target, has_top_k=has_top_k, has_top_p=has_top_p, has_min_p=has_min_p,
-                                   fp64=fp64, num_top=num_top, row_valid=row_valid)
+                                   fp64=fp64, num_top=num_top, row_valid=row_valid, top_k_in_list=top_k_in_list)
 
     def rename(names):
         return tuple("sampled" if name == "tokens" else name for name in names)

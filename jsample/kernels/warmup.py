@@ -53,9 +53,9 @@ def _plan(op, batch, vocab, dtype, k, flags, target):
             row_valid=flags.get("num_valid", False), **_logprobs(flags))
     if op == "token_logprobs":
         return kernels.plan_token_logprobs(
-            ArgSpec.contiguous((batch, vocab), dtype), target, has_top_k=flags.get("top_k", False),
+            ArgSpec.contiguous((batch, vocab), dtype), target, has_top_k=bool(flags.get("top_k", False)),
             has_top_p=flags.get("top_p", False), has_min_p=flags.get("min_p", False), fp64=flags.get("fp64", False),
-            num_top=flags.get("num_top", 0))
+            num_top=flags.get("num_top", 0), top_k_in_list=kernels.top_k_within_list(flags.get("top_k")))
     if op == "rejection_sample":
         draft = ArgSpec.contiguous((batch, k, vocab), "float32") if flags.get("draft_logits") else None
         return kernels.plan_rejection_sample(ArgSpec.contiguous((batch, k + 1, vocab), dtype), draft, seeds, target,
@@ -132,8 +132,14 @@ def shard_width(vocab: int, shards) -> int:
 
 def _logprobs(flags) -> dict:
     """The samplers' return_logprobs flag as plan arguments (num_top 0, the single read where it applies, or 1:
-    every count from 1 runs the same kernel, the count read on the device)."""
-    return dict(return_logprobs=True, num_top=flags.get("num_top", 0)) if flags.get("return_logprobs") else {}
+    every count from 1 runs the same kernel, the count read on the device; a "top_k" given as an int in [1, 64],
+    as a call's Python int: the logprobs' list alone)."""
+    if not flags.get("return_logprobs"):
+        return {}
+    from jsample import kernels
+    from jsample.ops import logprobs_plan_flags
+
+    return logprobs_plan_flags(flags.get("num_top", 0), kernels.top_k_within_list(flags.get("top_k")))
 
 
 def _with_num_tops(op, flags) -> list:

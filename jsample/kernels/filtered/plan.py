@@ -46,19 +46,19 @@ from jsample.kernels.filtered.one_launch import filtered_one_launch_kernel
 @functools.lru_cache(maxsize=512)
 def plan_top_k_top_p_sample(logits: ArgSpec, seeds: ArgSpec, target: Target, *, has_top_k: bool, has_top_p: bool,
                             has_min_p: bool, fp64: bool, row_valid: bool = False, return_logprobs: bool = False,
-                            num_top: int = 0) -> Plan:
+                            num_top: int = 0, top_k_in_list: bool = False) -> Plan:
     """The launches of `top_k_top_p_sample` on inputs `logits` [B, V] (rows `logits.strides[0]` apart,
     columns contiguous), `seeds`, `positions`, `temperature` [B] f32 and, where present, `top_k` [B]
     int32|int64, `top_p` and `min_p` [B] f32, `row_valid` (common.is_padding: a padding row, token -1, its logits
     unread); output `tokens` [B] i32. With `return_logprobs`, input `num_top` [1] i32 and the outputs
-    `sampled` (the tokens) and token_logprobs' (logprobs.with_logprobs)."""
+    `sampled` (the tokens) and token_logprobs' (logprobs.with_logprobs; `top_k_in_list` as plan_token_logprobs')."""
     if return_logprobs:
         from jsample.kernels.logprobs import with_logprobs
 
         sampling = plan_top_k_top_p_sample(logits, seeds, target, has_top_k=has_top_k, has_top_p=has_top_p,
                                            has_min_p=has_min_p, fp64=fp64, row_valid=row_valid)
         return with_logprobs(sampling, logits, target, has_top_k=has_top_k, has_top_p=has_top_p, has_min_p=has_min_p,
-                             fp64=fp64, num_top=num_top, row_valid=row_valid)
+                             fp64=fp64, num_top=num_top, row_valid=row_valid, top_k_in_list=top_k_in_list)
     batch, vocab = logits.shape
     tokens = Buffer("tokens", (batch,), "int32")
     if batch == 0:
