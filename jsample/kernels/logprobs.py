@@ -646,7 +646,8 @@ def row_mass_kernel(
     request_stride,
     list_ids_ptr,  # [B, LIST] i32: top_list_kernel's
     list_values_ptr,  # [B, LIST] f32
-    mass_ptr,  # [B, P] i64 output (as i32 pairs): each program's part of the row's fixed-point mass (0: not needed)
+    mass_ptr,  # [B, P] i64 output (as i32 pairs): each program's part of the row's fixed-point mass, or of its
+    # count of logits at or above the k-th largest (0: not needed)
     LIST: tl.constexpr,
     FP64: tl.constexpr,
     FAST_MATH: tl.constexpr,
@@ -721,7 +722,7 @@ def filtered_list_reduce_kernel(
     counts_ptr,  # [B, num_blocks] i32: its rank counts
     list_ids_ptr,  # [B, LIST] i32: top_list_kernel's LIST largest finite logits (-1 past the row's finite ones)
     list_values_ptr,  # [B, LIST] f32
-    row_mass_ptr,  # [B, MASS_PROGRAMS] i64 as i32 pairs (read with HAS_TOP_P): row_mass_kernel's parts
+    row_mass_ptr,  # [B, MASS_PROGRAMS] i64 as i32 pairs (read with top-p or top-k): row_mass_kernel's parts
     raw_ptr,  # [B] f32 outputs: raw, scaled, kept, log_kept_mass, for the rows it takes (done)
     scaled_ptr,
     kept_ptr,
