@@ -752,12 +752,12 @@ def filtered_list_reduce_kernel(
     counts them, and they add that count times the last's mass and term); without top-k (or where it keeps
     every logit), a row whose top-p or min-p cuts inside the list (the logits at or below the list's last one
     are not kept) or that no filter limits; rows that filters do not touch (greedy, no finite logit) too. The
-    module docstring's rules, in its fixed-point masses and terms: top-k's threshold is the k-th largest logit's key, top-p's the
-    smallest kept key whose strictly larger kept logits weigh less than p times the kept mass (the list is
-    sorted: a running sum; without top-k the kept mass is the whole row's, an integer sum), min-p compares e with
-    min_p; the kept terms exp((x - m) / T) are summed as integers. Every other row (done = 0) but padding ones is
-    pending: the searches', kept_mass_kernel's and filtered_finish_kernel's. With ALL_ROWS no row is pending,
-    and this kernel writes the padding rows' fill too."""
+    module docstring's rules, in its fixed-point masses and terms: top-k's threshold is the k-th largest
+    logit's key, top-p's the smallest kept key whose strictly larger kept logits weigh less than p times the
+    kept mass (the list is sorted: a running sum; without top-k the kept mass is the whole row's, an integer
+    sum), min-p compares e with min_p; the kept terms exp((x - m) / T) are summed as integers. Every other row
+    (done = 0) but padding ones is pending: the searches', kept_mass_kernel's and filtered_finish_kernel's.
+    With ALL_ROWS no row is pending, and this kernel writes the padding rows' fill too."""
     b64 = tl.program_id(0).to(tl.int64)
     request = b64 // ROWS
     done = tl.full([], 1, tl.int32)
