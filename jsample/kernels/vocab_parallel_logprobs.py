@@ -336,7 +336,7 @@ def shard_logprobs_merge_kernel(
     """Round 3 (the module's docstring), with logprobs_reduce_kernel's warps: the row's blocks' statistics as
     the unsharded read stores them (every part of a block combined: maxima by max, sums added), the merged top
     list, then that kernel's own reduction of them; with filters, the kept mass from the shards' kept sums and
-    finite counts, by token_logprobs_kernel's rules (row_log_kept_mass, filters_limit, _kept)."""
+    finite counts, by the one-GPU rules (row_log_kept_mass, filters_limit, _kept)."""
     row = tl.program_id(0).to(tl.int64)
     batch = tl.num_programs(0).to(tl.int64)
     if HAS_ROW_VALID:
