@@ -200,6 +200,21 @@ def test_precompile_covers_every_batch_size_with_few_calls():
                     assert keys <= covered, (frontend, op, vocab, dtype, flags, b)
 
 
+def test_precompile_warms_the_plan_of_a_python_int_top_k():
+    """A "top_k" flag given as an int in [1, 64] warms the logprobs plan a call with that Python int gets (the list
+    alone: no search); True, or an int past the list, the plan of a per-row top_k tensor (the searches)."""
+    from jsample.kernels.warmup import _plan
+
+    target = torch_execute.compiled_target(132, 9)
+    for op, extra in (("token_logprobs", {}), ("top_k_top_p_sample", dict(return_logprobs=True))):
+        for top_k, searched in ((50, False), (64, False), (True, True), (65, True)):
+            plan = _plan(op, 8, 151936, "bfloat16", 0, dict(extra, top_k=top_k, top_p=True), target)
+            names = {step.kernel.fn.__name__ for step in plan.launches}
+            assert "filtered_list_reduce_kernel" in names
+            assert ("shard_filter_search_kernel" in names) == ("filtered_finish_kernel" in names) == searched, \
+                (op, top_k, names)
+
+
 def test_precompile_refuses_unknown_ops_and_batches():
     import torch_backend
 
