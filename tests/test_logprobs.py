@@ -205,17 +205,18 @@ def test_filters_leave_raw_scaled_rank_and_the_top_list_as_without_them(force_ta
                                                                             getattr(plain, name))
 
 
-def _one_shard_logprobs(x, tokens, temperature, filters, num_top):
+def _one_shard_logprobs(logits, tokens, temperature, filters, num_top):
     """token_logprobs through vocab-parallel token_logprobs' rounds with a single shard (its own statistics, searches
-    and kept sums: atomics over its blocks), torch on TORCH_DEVICE: the seven fields as NumPy arrays."""
+    and kept sums: atomics over its blocks), torch on TORCH_DEVICE (`logits` a NumPy array or a torch tensor): the
+    seven fields as NumPy arrays."""
     from jsample.kernels.plan import run_rounds
     from torch_backend import _execute as execute
 
     device = torch.device(TORCH_DEVICE)
-    logits = torch.from_numpy(x).to(device)
-    sharded = execute.plan(kernels.plan_token_logprobs_shard, (logits,), device, None, vocab=x.shape[1], starts=(0,),
-                           start_align=16, num_top=num_top, has_top_k="top_k" in filters, has_top_p="top_p" in filters,
-                           has_min_p="min_p" in filters, fp64=False)
+    logits = (logits if isinstance(logits, torch.Tensor) else torch.from_numpy(logits)).to(device)
+    sharded = execute.plan(kernels.plan_token_logprobs_shard, (logits,), device, None, vocab=logits.shape[1],
+                           starts=(0,), start_align=16, num_top=num_top, has_top_k="top_k" in filters,
+                           has_top_p="top_p" in filters, has_min_p="min_p" in filters, fp64=False)
     inputs = dict(logits=logits, tokens=torch.from_numpy(tokens).to(device),
                   temperature=torch.from_numpy(np.broadcast_to(temperature, tokens.shape).copy()).to(device),
                   vocab_start=torch.zeros((1,), dtype=torch.int32, device=device),

@@ -7,7 +7,9 @@ arguments. For every example:
 * every token is in [0, V), or -1 only for a row with no finite logit (STREAM.md);
 * tokens equal the NumPy reference, except where the reference itself is within rounding of a
   different answer (near-tied scores, a kept set at the edge of a top-p / min-p limit, a scaled
-  logit at the edge of the float32 range, an acceptance ratio next to its uniform).
+  logit at the edge of the float32 range, an acceptance ratio next to its uniform);
+* token_logprobs with top-k: its three routes (a Python-int k, a per-row k, one vocabulary shard) agree
+  bit for bit on rows with levels of tied logits past the 64-logit list.
 
 Deterministic (derandomized): CI runs the same examples every time. `JSAMPLE_PROPERTY_EXAMPLES`
 sets how many per op (default 25 on the CPU, 60 on a GPU).
@@ -266,6 +268,51 @@ def test_top_k_top_p_sample_properties(data):
                                      fp64, top_p_scale=scale, min_p_scale=2.0 - scale) for b in range(batch)])
     small, large = (kept(1 - LIMIT_MARGIN), kept(1 + LIMIT_MARGIN)) if batch else (x > 0, x > 0)
     check_tokens(out[0], x, (small, large), seeds, positions, t, fp64)
+
+
+@PROPERTY
+@given(st.data())
+def test_token_logprobs_with_filters_give_the_same_numbers_on_every_route(data):
+    """token_logprobs with top-k on generated rows (quantised ties, special values, rows without a finite logit):
+    a Python-int top_k in [1, 64] (the list alone, its ties at the k-th largest counted), the same k as a per-row
+    tensor (the list, the searches for the rows past it) and vocab-parallel token_logprobs' rounds as one shard
+    (their own statistics, searches and kept sums) give the same seven outputs bit for bit; torch == JAX."""
+    from test_logprobs import FIELDS, _one_shard_logprobs
+
+    logits = data.draw(logits_rows())
+    batch, vocab = logits.shape
+    if batch == 0:
+        return
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1)))
+    finite = np.isfinite(np.asarray(logits, np.float32))
+    for row in range(batch):  # a level of 65 to 99 tied logits, at one of the row's 20 largest: past the list
+        if vocab >= 100 and finite[row].sum() >= 20 and data.draw(st.booleans()):
+            level = np.sort(np.asarray(logits[row], np.float32)[finite[row]])[-rng.integers(1, 21)]
+            logits[row, rng.permutation(vocab)[:rng.integers(65, 100)]] = level
+    temperature = np.broadcast_to(np.asarray(data.draw(temperatures(batch)), np.float32), (batch,)).copy()
+    filters = dict(top_k=data.draw(st.integers(1, 64)))
+    if data.draw(st.booleans()):
+        filters["top_p"] = data.draw(st.sampled_from([0.05, 0.5, 0.9, 1.0]))
+    if data.draw(st.booleans()):
+        filters["min_p"] = data.draw(st.sampled_from([0.0, 0.01, 0.2]))
+    tokens = rng.integers(0, vocab, batch).astype(np.int32)
+    num_top = data.draw(st.sampled_from([0, 3]))
+    x = torch.from_numpy(np.asarray(logits, np.float32)).to(
+        {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[logits.dtype.name])
+    x = x.to(TORCH_DEVICE)
+    t = torch.from_numpy(temperature).to(TORCH_DEVICE)
+    per_row = dict(filters, top_k=np.full(batch, filters["top_k"], np.int64))
+    routes = [torch_backend.token_logprobs(x, torch.from_numpy(tokens).to(TORCH_DEVICE), t, num_top=num_top,
+                                           **{n: torch.from_numpy(np.asarray(v)).to(TORCH_DEVICE)
+                                              if isinstance(v, np.ndarray) else v for n, v in f.items()})
+              for f in (filters, per_row)]
+    routes = [[getattr(out, name).cpu().numpy() for name in FIELDS] for out in routes]
+    routes.append(_one_shard_logprobs(x, tokens, temperature, filters, num_top))
+    jax_out = run_jax("token_logprobs", logits, tokens, temperature, num_top=num_top, **filters)
+    routes.append([np.asarray(field) for field in jax_out])  # (the fields in Logprobs' order)
+    for i, name in enumerate(FIELDS):
+        for other in routes[1:]:
+            assert np.array_equal(routes[0][i], other[i], equal_nan=True), (name, filters)
 
 
 @PROPERTY
