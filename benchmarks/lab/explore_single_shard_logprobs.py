@@ -5,9 +5,10 @@ a row), and do they give one-GPU token_logprobs' numbers bit for bit?
 The rounds of `plan_token_logprobs_shard` with a single shard (start 0, the whole vocabulary) run one after another,
 each round's record "all-gathered" as a stack of one (plan.run_rounds). Per case it prints whether every Logprobs
 field equals torch_backend.token_logprobs' bit for bit, and on a GPU the device time (CUDA graph, median) of:
-token_logprobs (the list, then the passes for the other rows), the single-shard rounds on every row, and the same
-rounds with only the rows whose top-p kept set is past the list as valid rows (row flags: the others padding, a
-flag read each): what a per-row route would cost those rows.
+token_logprobs (at 330e65a, where this was run: the list, then the passes for the other rows; since 55f232c the
+pending rows' searches), the single-shard rounds on every row, and the same rounds with only the rows whose top-p
+kept set is past the list as valid rows (row flags: the others padding, a flag read each): what a per-row route
+would cost those rows.
 
     python benchmarks/lab/explore_single_shard_logprobs.py            (a GPU: V = 151936, B = 1, 64, 256)
     python benchmarks/lab/explore_single_shard_logprobs.py --cpu      (the interpreter: V = 3000, B = 4; bits only)
