@@ -163,7 +163,7 @@ def test_top_k_rows_take_the_list_and_the_others_the_passes(filters, row_5):
     plan = kernels.plan_token_logprobs(ArgSpec.contiguous(x.shape, "float32"), execute.target(device), has_top_k=True,
                                        has_top_p="top_p" in filters, has_min_p="min_p" in filters, fp64=False,
                                        num_top=3)
-    assert plan.variant == "filters' list, then the pending rows' searches"
+    assert plan.variant.startswith("filters' list, then the pending rows' searches"), plan.variant
     probe = dataclasses.replace(plan, outputs=plan.outputs + ("pending", "fast_done"))
     inputs = dict(logits=torch.from_numpy(x).to(device), tokens=torch.from_numpy(tokens).to(device),
                   temperature=torch.from_numpy(temperature).to(device), num_top=torch.full((1,), 3, dtype=torch.int32,
@@ -323,7 +323,7 @@ def test_top_p_and_min_p_rows_take_the_list_where_they_cut_inside_it(case):
     plan = kernels.plan_token_logprobs(ArgSpec.contiguous(x.shape, "float32"), execute.target(device),
                                        has_top_k=False, has_top_p="top_p" in filters, has_min_p="min_p" in filters,
                                        fp64=False, num_top=2)
-    assert plan.variant == "filters' list, then the pending rows' searches"
+    assert plan.variant.startswith("filters' list, then the pending rows' searches"), plan.variant
     probe = dataclasses.replace(plan, outputs=plan.outputs + ("pending", "fast_done"))
     inputs = dict(logits=torch.from_numpy(x).to(device), tokens=torch.from_numpy(tokens).to(device),
                   temperature=torch.from_numpy(temperature).to(device),
@@ -704,7 +704,9 @@ plans = [(kernels.plan_token_logprobs(ArgSpec.contiguous((64, 151936), "bfloat16
          (kernels.plan_token_logprobs(ArgSpec.contiguous((64, 151936), "bfloat16"), target, has_top_k=True,
                                       has_top_p=True, has_min_p=True, fp64=False, num_top=4), "*bf16"),
          (kernels.plan_token_logprobs(ArgSpec.contiguous((64, 151936), "float32"), target, has_top_k=False,
-                                      has_top_p=True, has_min_p=False, fp64=False, num_top=0), "*fp32")]
+                                      has_top_p=True, has_min_p=False, fp64=False, num_top=0), "*fp32"),
+         (kernels.plan_token_logprobs(ArgSpec.contiguous((2, 151936), "bfloat16"), target, has_top_k=True,
+                                      has_top_p=True, has_min_p=True, fp64=False, num_top=0), "*bf16")]
 inputs = {"tokens": "*i32", "row_valid": "*i32", "seeds": "*i64", "positions": "*i64", "temperature": "*fp32",
           "num_top": "*i32", "top_k": "*i64", "top_p": "*fp32", "min_p": "*fp32"}
 for plan, logits in plans:
@@ -729,12 +731,13 @@ def test_the_single_read_kernels_compile_for_sm90():
     result = subprocess.run([sys.executable, "-c", _COMPILE_SINGLE_READ], capture_output=True, text=True, env=env,
                             timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert result.stdout.count("compiled") == 53  # (the filtered plans' pending rows: searches, kept mass, finish)
-    assert result.stdout.count("compiled top_list_kernel") == 4, result.stdout
-    assert result.stdout.count("compiled row_mass_kernel") == 2, result.stdout
+    assert result.stdout.count("compiled") == 59  # (the filtered plans' pending rows: searches, kept mass, finish)
+    assert result.stdout.count("compiled top_list_kernel") == 5, result.stdout
+    assert result.stdout.count("compiled row_mass_kernel") == 3, result.stdout
     assert "compiled filtered_list_reduce_kernel" in result.stdout
-    assert result.stdout.count("compiled filtered_finish_kernel") == 2, result.stdout
-    assert result.stdout.count("compiled kept_mass_kernel") == 2, result.stdout
+    assert result.stdout.count("compiled filtered_finish_kernel") == 3, result.stdout
+    assert result.stdout.count("compiled kept_mass_kernel") == 2, result.stdout  # (B = 64: the rounds)
+    assert result.stdout.count("compiled pending_search_kernel") == 1, result.stdout  # (B = 2: in one launch)
 
 
 @pytest.mark.parametrize("top_k", [None, 900], ids=["top_p", "top_k+top_p"])
@@ -778,3 +781,92 @@ def test_top_p_search_over_tied_levels_past_the_list(top_k):
     assert len(set(levels_kept)) >= 4, levels_kept  # the boundary moves across the levels
     for name in ("kept", "log_kept_mass"):
         np.testing.assert_allclose(t[FIELDS.index(name)], getattr(ref, name), atol=1e-5, err_msg=name)
+
+
+def _pending_search_variant(plan, groups):
+    """`plan` with pending_search_kernel on `groups` groups of one program (the interpreter's tiling is one group):
+    the rows a group takes one after another, its scratch reused row after row."""
+    import dataclasses
+
+    steps = tuple(dataclasses.replace(s, grid=(groups,) + s.grid[1:]) if s.kernel.fn.__name__ == "pending_search_kernel"
+                  else s for s in plan.launches)
+    buffers = tuple(dataclasses.replace(b, shape=(groups,) + b.shape[1:])
+                    if b.name in ("search_partials", "search_tile_max") else b for b in plan.buffers)
+    return dataclasses.replace(plan, launches=steps, buffers=buffers)
+
+
+@pytest.mark.parametrize("filters", ["k", "p", "k+p+min_p"])
+def test_pending_rows_searched_in_one_launch_equal_the_rounds(filters, monkeypatch):
+    """The pending rows' searches and kept sums as steps of one launch (logprobs_search.pending_search_kernel) give
+    every output of the rounds' route (vocab-parallel searches as one shard, kept_mass_kernel) bit for bit, on a
+    batch of flat rows (kept sets of thousands: pending), language-model-like rows (mostly the list's), rows of
+    per-row k beyond the list, a greedy row and padding rows (num_valid): in the interpreter one group, and three
+    groups taking rows in turn (scratch reused row after row); on a GPU (batches of one or two rows) many programs a
+    row meeting at barriers. A call without a pending row leaves the flags all zero."""
+    import dataclasses
+
+    from jsample.kernels import logprobs_search
+    from torch_backend import _execute as execute
+
+    rng = np.random.default_rng(41)
+    batch, vocab = 21, 3000
+    x = (rng.standard_normal((batch, vocab)) * 3).astype(np.float32)
+    x[::3] *= np.float32(0.02)  # flat rows: top-p keeps most of the row
+    x[4, : vocab - 30] = -np.inf  # 30 finite logits
+    x[5] = np.round(x[5] * 2) / 2  # coarse
+    tokens = rng.integers(0, vocab, size=batch).astype(np.int32)
+    tokens[4] = vocab - 1
+    temperature = rng.choice(np.float32([0.7, 1.0, 1.3]), size=batch)
+    temperature[7] = 0.0  # greedy
+    given = dict(top_k=rng.choice(np.int64([0, 5, 50, 200, 1500]), size=batch),
+                 top_p=rng.choice(np.float32([0.5, 0.9, 0.99, 1.0]), size=batch),
+                 min_p=rng.choice(np.float32([0.0, 0.001, 0.02]), size=batch))
+    names = dict(k=("top_k",), p=("top_p",), **{"k+p+min_p": ("top_k", "top_p", "min_p")})[filters]
+    device = torch.device(TORCH_DEVICE)
+    target = execute.target(device)
+
+    def plan(rows, num_valid=False):  # (uncached: the rounds' plan below is planned with a patched module)
+        return kernels.plan_token_logprobs.__wrapped__(ArgSpec.contiguous((rows, vocab), "float32"), target,
+                                                       has_top_k="top_k" in names, has_top_p="top_p" in names,
+                                                       has_min_p="min_p" in names, fp64=False, num_top=2,
+                                                       row_valid=num_valid)
+
+    def run(plan, rows=slice(None), **extra):
+        inputs = dict(logits=torch.from_numpy(x[rows]).to(device), tokens=torch.from_numpy(tokens[rows]).to(device),
+                      temperature=torch.from_numpy(temperature[rows]).to(device),
+                      num_top=torch.full((1,), 2, dtype=torch.int32, device=device),
+                      **{name: torch.from_numpy(given[name][rows]).to(device) for name in names})
+        probe = dataclasses.replace(plan, outputs=plan.outputs + ("pending",))
+        *out, pending = (a.cpu().numpy() for a in execute.run(probe, device, dict(inputs, **extra)))
+        return out, pending
+
+    with monkeypatch.context() as patch:  # the rounds' route (where the GPU's programs may not wait for each other)
+        patch.setattr(logprobs_search, "pending_search_launch", lambda *args, **kwargs: None)
+        rounds, pending = run(plan(batch))
+    assert 3 <= pending.sum() < batch - 3, pending  # both routes' rows
+    if target.interpreter:  # every batch in one launch: one group, and three taking rows in turn
+        one = plan(batch)
+        assert one.variant.endswith("in one launch"), one.variant
+        outs = [run(one)[0], run(_pending_search_variant(one, 3))[0]]
+    else:  # batches of one or two rows in one launch (their rows' numbers do not depend on the batch)
+        assert plan(2).variant.endswith("in one launch") and not plan(3).variant.endswith("in one launch")
+        pairs = [run(plan(len(range(batch)[i:i + 2])), slice(i, i + 2))[0] for i in range(0, batch, 2)]
+        outs = [[np.concatenate(parts) for parts in zip(*pairs)]]
+    for out in outs:
+        for name, a, b in zip(FIELDS, rounds, out):
+            assert np.array_equal(a, b, equal_nan=True), name
+    _assert_close_to_reference(rounds, token_logprobs_reference(x, tokens, temperature, num_top=2,
+                                                                **{name: given[name] for name in names}), filters)
+    # padding rows (torch's count): the valid rows' numbers, NaN past them
+    valid = 11 if target.interpreter else 1
+    rows = slice(None) if target.interpreter else slice(0, 2)
+    out, pending = run(plan(len(tokens[rows]), True), rows,
+                       row_valid=torch.full((1,), valid, dtype=torch.int64, device=device))
+    assert not pending[valid:].any()
+    for name, a, b in zip(FIELDS, rounds, out):
+        assert np.array_equal(a[:valid], b[:valid], equal_nan=True), name
+    assert np.isnan(out[FIELDS.index("kept")][valid:]).all()
+    # no pending row (every row's kept set within the list): the flags stay zero
+    given.update(top_k=np.full(batch, 3, np.int64), top_p=np.full(batch, 0.5, np.float32))
+    out, pending = run(plan(len(tokens[rows])), rows)
+    assert not pending.any() or "top_k" not in names

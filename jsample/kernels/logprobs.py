@@ -1225,29 +1225,42 @@ def plan_token_logprobs(logits: ArgSpec, target: Target, *, has_top_k: bool, has
         return Plan(scratch + outputs, launches, names, "filters' list")
     searched = has_top_k or has_top_p
     threshold = "kept_threshold" if searched else stand_in
-    if searched:  # the kept set's thresholds of the pending rows: vocab-parallel top_k_top_p_sample's, one shard
-        # (imported here: the vocab-parallel modules build on this one)
-        from jsample.kernels.vocab_parallel_filtered import plan_kept_threshold_shard
-
-        rounds, threshold_launch = plan_kept_threshold_shard(logits, target, has_top_k=has_top_k, has_top_p=has_top_p,
-                                                             fp64=fp64, shards=1, row_valid=True)
-        last = Plan((Buffer("kept_threshold", (batch, 4), "int32"),), (threshold_launch,), ("kept_threshold",))
-        searches = single_shard_plan(ShardedPlan(rounds + (last,)), "search_", {"row_valid": "pending"})
-        scratch += searches.buffers
-        launches += searches.launches
     scratch += (Buffer("kept_sums", (batch, 2, 2 * MASS_PROGRAMS), "int32"),)  # i64 as i32 pairs
     filters = dict(HAS_THRESHOLD=searched, HAS_MIN_P=has_min_p, FP64=fp64)
+    # (imported here: these modules build on this one)
+    from jsample.kernels.logprobs_search import pending_search_launch
+    from jsample.kernels.vocab_parallel_filtered import plan_kept_threshold_shard
+
+    one_launch = searched and pending_search_launch(
+        batch, vocab, row_stride, logits.dtype, fp64, target, row_align=row_align,
+        vocab_align=largest_power_of_two_dividing(vocab, 16), parts=MASS_PROGRAMS, list_size=TOP_LIST,
+        args=("logits", "temperature", args[3], args[4], args[5], "pending", "list_values"), has_top_k=has_top_k,
+        has_top_p=has_top_p, has_min_p=has_min_p)
+    if one_launch:  # the pending rows' searches and kept sums, steps of one launch (logprobs_search)
+        scratch += one_launch[0] + (Buffer("kept_threshold", (batch, 4), "int32"),) + (
+            () if row_valid else (num_rows_buffer(batch),))
+        launches += (one_launch[1],)
+    else:
+        if searched:  # the kept set's thresholds of the pending rows: vocab-parallel top_k_top_p_sample's, one shard
+            rounds, threshold_launch = plan_kept_threshold_shard(logits, target, has_top_k=has_top_k,
+                                                                 has_top_p=has_top_p, fp64=fp64, shards=1,
+                                                                 row_valid=True)
+            last = Plan((Buffer("kept_threshold", (batch, 4), "int32"),), (threshold_launch,), ("kept_threshold",))
+            searches = single_shard_plan(ShardedPlan(rounds + (last,)), "search_", {"row_valid": "pending"})
+            scratch += searches.buffers
+            launches += searches.launches
+        launches += (launch(kept_mass_kernel, (batch, MASS_PROGRAMS),
+                            ("logits", "temperature", args[5], "pending", threshold, "list_values", vocab, row_stride),
+                            ("kept_sums",), LIST=TOP_LIST, MASS_BLOCK=2048, ROW_ALIGN=row_align,
+                            VOCAB_ALIGN=largest_power_of_two_dividing(vocab, 16), num_warps=4, **filters),)
     launches += (
-        launch(kept_mass_kernel, (batch, MASS_PROGRAMS),
-               ("logits", "temperature", args[5], "pending", threshold, "list_values", vocab, row_stride),
-               ("kept_sums",), LIST=TOP_LIST, MASS_BLOCK=2048, ROW_ALIGN=row_align,
-               VOCAB_ALIGN=largest_power_of_two_dividing(vocab, 16), num_warps=4, **filters),
         launch(filtered_finish_kernel, (batch,),
                args + (vocab, row_stride, config.num_blocks, "logprob_stats", "rank_counts", "list_ids", "list_values",
                        threshold, "kept_sums") + tuple(b.name for b in fast + flags[:1]), names,
                REDUCE_BLOCK=config.reduce_block, LIST=TOP_LIST, PARTS=MASS_PROGRAMS, HAS_TOP_K=has_top_k,
-               HAS_TOP_P=has_top_p, HAS_ROW_VALID=row_valid, num_warps=4, **filters))
-    return Plan(scratch + outputs, launches, names, "filters' list, then the pending rows' searches")
+               HAS_TOP_P=has_top_p, HAS_ROW_VALID=row_valid, num_warps=4, **filters),)
+    return Plan(scratch + outputs, launches, names, "filters' list, then the pending rows' searches" +
+                (" in one launch" if one_launch else ""))
 
 
 def top_k_within_list(top_k) -> bool:
