@@ -14,6 +14,8 @@ forms, both shared by the frontends and both summing the normalisers' terms as i
   searches with a single shard, the whole vocabulary on this device (plan_kept_threshold_shard's rounds as one
   plan: plan.single_shard_plan; many programs a row, a flag each for the other rows), sum their kept mass over
   many programs a row (kept_mass_kernel), and filtered_finish_kernel writes every row (the list route's copied).
+  At B <= 2 on a GPU (and in the interpreter) the searches and kept sums are the steps of one launch
+  (logprobs_search.pending_search_kernel), the same brackets and sums.
   Both routes follow the same rules, so a row's numbers do not depend on its route:
 
 1. The row's largest finite logit m, the greedy rule (T < 1e-5 or NaN, or some finite x / T beyond float32:
