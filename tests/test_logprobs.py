@@ -795,7 +795,7 @@ def _pending_search_variant(plan, groups):
     return dataclasses.replace(plan, launches=steps, buffers=buffers)
 
 
-@pytest.mark.parametrize("filters", ["k", "p", "k+p+min_p"])
+@pytest.mark.parametrize("filters", ["p", "k+p+min_p"])
 def test_pending_rows_searched_in_one_launch_equal_the_rounds(filters, monkeypatch):
     """The pending rows' searches and kept sums as steps of one launch (logprobs_search.pending_search_kernel) give
     every output of the rounds' route (vocab-parallel searches as one shard, kept_mass_kernel) bit for bit, on a
@@ -809,7 +809,7 @@ def test_pending_rows_searched_in_one_launch_equal_the_rounds(filters, monkeypat
     from torch_backend import _execute as execute
 
     rng = np.random.default_rng(41)
-    batch, vocab = 21, 3000
+    batch, vocab = 15, 3000
     x = (rng.standard_normal((batch, vocab)) * 3).astype(np.float32)
     x[::3] *= np.float32(0.02)  # flat rows: top-p keeps most of the row
     x[4, : vocab - 30] = -np.inf  # 30 finite logits
@@ -821,7 +821,7 @@ def test_pending_rows_searched_in_one_launch_equal_the_rounds(filters, monkeypat
     given = dict(top_k=rng.choice(np.int64([0, 5, 50, 200, 1500]), size=batch),
                  top_p=rng.choice(np.float32([0.5, 0.9, 0.99, 1.0]), size=batch),
                  min_p=rng.choice(np.float32([0.0, 0.001, 0.02]), size=batch))
-    names = dict(k=("top_k",), p=("top_p",), **{"k+p+min_p": ("top_k", "top_p", "min_p")})[filters]
+    names = dict(p=("top_p",), **{"k+p+min_p": ("top_k", "top_p", "min_p")})[filters]
     device = torch.device(TORCH_DEVICE)
     target = execute.target(device)
 
@@ -858,7 +858,7 @@ def test_pending_rows_searched_in_one_launch_equal_the_rounds(filters, monkeypat
     _assert_close_to_reference(rounds, token_logprobs_reference(x, tokens, temperature, num_top=2,
                                                                 **{name: given[name] for name in names}), filters)
     # padding rows (torch's count): the valid rows' numbers, NaN past them
-    valid = 11 if target.interpreter else 1
+    valid = 9 if target.interpreter else 1
     rows = slice(None) if target.interpreter else slice(0, 2)
     out, pending = run(plan(len(tokens[rows]), True), rows,
                        row_valid=torch.full((1,), valid, dtype=torch.int64, device=device))
