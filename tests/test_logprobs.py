@@ -92,18 +92,19 @@ def test_token_logprobs_equal_the_reference_and_torch_equals_jax(dtype, fp64):
                                                                **filters), (dtype, fp64, filters))
 
 
-@pytest.mark.parametrize("tiling", ["interpreter blocks", "GPU blocks"])
+@pytest.mark.parametrize("tiling", ["interpreter blocks", "GPU blocks", "GPU blocks, 65 of them"])
 def test_top_list_reads_candidate_blocks_and_equals_the_reference(tiling, force_target):
     """num_top >= 1 without filters: the single read's top list (top_list_kernel) over rows of several blocks,
     where the blocks' maxima bound the list well (random rows), badly (the row's largest logits all in one
     block), not at all (every logit equal: every block read), with fewer finite logits than num_top, ties
-    across a block boundary, +inf / NaN beside them; torch == JAX, the reference's ids exactly, fused == separate."""
-    if tiling == "GPU blocks":
+    across a block boundary, +inf / NaN beside them; torch == JAX, the reference's ids exactly, fused == separate.
+    Rows of fewer blocks than the list (5 and 21: top_list_kernel's SHORT_ROW, a program's blocks held at once)
+    and of more (65 blocks: the blocks' maxima bound the list)."""
+    if tiling.startswith("GPU blocks"):
         force_target(large_programs=False)  # blocks of 512 columns (the interpreter's: 4096)
-    block = 512 if tiling == "GPU blocks" else 4096
+    block = 512 if tiling.startswith("GPU blocks") else 4096
     rng = np.random.default_rng(21)
-    # GPU blocks: 21 of them, so the candidate blocks come in several groups (top_list_kernel's _GROUP)
-    vocab = (20 if tiling == "GPU blocks" else 4) * block + 37
+    vocab = dict(zip(["interpreter blocks", "GPU blocks", "GPU blocks, 65 of them"], [4, 20, 64]))[tiling] * block + 37
     x = (rng.standard_normal((7, vocab)) * 3).astype(np.float32)
     x[1, block:2 * block] += 20.0  # the row's 64 largest in one block: the other blocks' maxima bound nothing
     x[2] = 1.5  # every logit equal: the lowest columns, every block read

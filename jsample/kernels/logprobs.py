@@ -57,6 +57,7 @@ TOP_LIST = triton.next_power_of_2(MAX_NUM_TOP)  # top_list_kernel's list: one co
 # top_list_kernel's programs a row (compiled): each lists the candidates of every 8th block, the last merges
 TOP_LIST_PROGRAMS = 8
 MASS_PROGRAMS = 16  # row_mass_kernel's programs a row (top-p's whole-row mass, in contiguous parts)
+SHORT_ROW_COLUMNS = 8192  # top_list_kernel's short rows on a GPU: at most this many columns a program, held at once
 # The normalisers' terms exp(x - m) (in (0, 1]) are summed as integers, floor(term * 2**40): a sum that
 # does not depend on its order, so neither the tiling nor the compiled layout (torch's and JAX's
 # compilers may lay a block out differently, and a float sum's rounding follows the layout) changes
@@ -456,6 +457,7 @@ def top_list_kernel(
     ROWS: tl.constexpr = 1,
     COUNT: tl.constexpr = 0,  # > 0: this many a row (filtered_list_reduce_kernel's list), num_top_ptr unread
     PROGRAMS: tl.constexpr = 1,  # a row's programs (grid dimension 1), a power of two
+    SHORT_ROW: tl.constexpr = False,  # fewer blocks than TOP (list_row_top's short rows): all held at once
 ):
     """Grid (B, PROGRAMS): the row's num_top largest finite logits, reading only the blocks that can hold one.
     The num_top-th largest of the blocks' maxima is a lower bound of the row's num_top-th largest logit (that
@@ -466,7 +468,7 @@ def top_list_kernel(
     program it writes its list sorted; with several, each writes its list, and the last of the row's programs
     to arrive (an atomic count it resets to zero) writes the best num_top of the lists, sorted: the same
     logits (the lists' union holds the row's num_top best in that order). Padding past a row's finite
-    logits: column -1, value -inf."""
+    logits: column -1, value -inf. SHORT_ROW: list_row_top's."""
     b64 = tl.program_id(0).to(tl.int64)
     request = b64 // ROWS
     if COUNT > 0:
@@ -485,16 +487,39 @@ def top_list_kernel(
         row_ptr = logits_ptr + tl.multiple_of(request * request_stride + (b64 % ROWS) * row_stride, ROW_ALIGN)
         maxima_ptr = stats_ptr.to(tl.pointer_type(tl.float64)) + (b64 * STATS) * num_blocks
         list_row_top(row_ptr, 0, V, num_top, maxima_ptr, num_blocks, b64, top_ids_ptr, top_values_ptr, partial_ids_ptr,
-                     partial_values_ptr, arrivals_ptr, BLOCK_V, REDUCE_BLOCK, TOP, PROGRAMS, False)
+                     partial_values_ptr, arrivals_ptr, BLOCK_V, REDUCE_BLOCK, TOP, PROGRAMS, False, SHORT_ROW)
 
 
 @jit
 def list_row_top(row_ptr, first, V, num_top, maxima_ptr, num_blocks, b64, top_ids_ptr, top_values_ptr, partial_ids_ptr,
                  partial_values_ptr, arrivals_ptr, BLOCK_V: tl.constexpr, REDUCE_BLOCK: tl.constexpr,
-                 TOP: tl.constexpr, PROGRAMS: tl.constexpr, FIRST: tl.constexpr):
+                 TOP: tl.constexpr, PROGRAMS: tl.constexpr, FIRST: tl.constexpr, SHORT_ROW: tl.constexpr = False):
     """top_list_kernel's list of row b64 (num_top >= 1): its columns [0, V) at row_ptr (with FIRST, [first, V):
     a vocabulary shard's columns counted from its first block's start), blocks of BLOCK_V whose largest finite
-    logits are at maxima_ptr (f64, num_blocks of them)."""
+    logits are at maxima_ptr (f64, num_blocks of them).
+
+    SHORT_ROW (fewer blocks than TOP, e.g. V = 32000 in blocks of 512), where num_top is above the blocks' count
+    (the num_top-th largest block maximum, the bound, is -inf, and a list that takes its logits one at a time
+    took hundreds of steps: 130 us at B = 1 for the filters' list of 64; fewer take the bound, faster there):
+    the program holds all its blocks at once and takes its num_top best by their threshold (the num_top-th
+    largest key among them, by bisection), the lowest columns among the threshold's ties, into its list's slots
+    in column order; the last program merges the lists by one sort, as with several programs. The same list."""
+    short = False
+    if SHORT_ROW:
+        short = num_top > num_blocks
+    if short:
+        _short_row_top(row_ptr, first, V, num_top, num_blocks, b64, top_ids_ptr, top_values_ptr, partial_ids_ptr,
+                       partial_values_ptr, arrivals_ptr, BLOCK_V, REDUCE_BLOCK, TOP, PROGRAMS, FIRST)
+    else:
+        _bounded_row_top(row_ptr, first, V, num_top, maxima_ptr, num_blocks, b64, top_ids_ptr, top_values_ptr,
+                         partial_ids_ptr, partial_values_ptr, arrivals_ptr, BLOCK_V, REDUCE_BLOCK, TOP, PROGRAMS, FIRST)
+
+
+@jit
+def _bounded_row_top(row_ptr, first, V, num_top, maxima_ptr, num_blocks, b64, top_ids_ptr, top_values_ptr,
+                     partial_ids_ptr, partial_values_ptr, arrivals_ptr, BLOCK_V: tl.constexpr,
+                     REDUCE_BLOCK: tl.constexpr, TOP: tl.constexpr, PROGRAMS: tl.constexpr, FIRST: tl.constexpr):
+    """list_row_top's list where the blocks' maxima bound it (the num_top-th largest of them)."""
     blocks = tl.arange(0, REDUCE_BLOCK)
     block_max = tl.load(maxima_ptr + blocks, mask=blocks < num_blocks, other=float("-inf")).to(tl.float32)
     bound = _kth_largest(block_max, num_top)
@@ -544,6 +569,55 @@ def list_row_top(row_ptr, first, V, num_top, maxima_ptr, num_blocks, b64, top_id
             values = tl.load(partial_values_ptr + every, cache_modifier=".cg")
             ids = tl.load(partial_ids_ptr + every, cache_modifier=".cg")
             _store_merged(values, ids, row_ptr, num_top, b64, top_ids_ptr, top_values_ptr)
+            tl.atomic_xchg(arrivals_ptr + b64, 0, sem="relaxed", scope="gpu")
+
+
+@jit
+def _short_row_top(row_ptr, first, V, num_top, num_blocks, b64, top_ids_ptr, top_values_ptr, partial_ids_ptr,
+                   partial_values_ptr, arrivals_ptr, BLOCK_V: tl.constexpr, REDUCE_BLOCK: tl.constexpr,
+                   TOP: tl.constexpr, PROGRAMS: tl.constexpr, FIRST: tl.constexpr):
+    """list_row_top's SHORT_ROW list: this program's blocks (program_id(1) + i * PROGRAMS) at once, its num_top
+    best finite logits (larger first, the lower column first among equal ones) written to its partial list in
+    column order, then the lists merged by the last program to arrive (with one program, by itself)."""
+    PER: tl.constexpr = (REDUCE_BLOCK + PROGRAMS - 1) // PROGRAMS
+    block_ids = tl.program_id(1) + tl.arange(0, PER) * PROGRAMS
+    cols = tl.reshape(block_ids[:, None] * BLOCK_V + tl.arange(0, BLOCK_V)[None, :], [PER * BLOCK_V])
+    held = (cols < num_blocks * BLOCK_V) & (cols < V)
+    if FIRST:
+        held = held & (cols >= first)
+    x = tl.load(row_ptr + cols, mask=held, other=float("-inf")).to(tl.float32)
+    eligible = held & (tl.abs(x) < float("inf"))
+    keys = _key(x, 0).to(tl.int64)
+    # the num_top-th largest eligible key (every eligible one where fewer: lo stays below them all)
+    lo = tl.full([], -(2**31), tl.int64)
+    hi = tl.full([], 2**31, tl.int64)
+    for _ in range(32):
+        mid = (lo + hi) // 2
+        enough = tl.sum((eligible & (keys >= mid)).to(tl.int32), axis=0) >= num_top
+        lo = tl.where(enough, mid, lo)
+        hi = tl.where(enough, hi, mid)
+    above = eligible & (keys > lo)
+    tie = eligible & (keys == lo)
+    tie_rank = tl.cumsum(tie.to(tl.int32), 0) - 1  # in column order
+    chosen = above | (tie & (tie_rank < num_top - tl.sum(above.to(tl.int32), axis=0)))
+    slot = tl.cumsum(chosen.to(tl.int32), 0) - 1
+    mine = b64 * (PROGRAMS * TOP) + tl.program_id(1) * TOP
+    slots = tl.arange(0, TOP)
+    count = tl.sum(chosen.to(tl.int32), axis=0)
+    tl.store(partial_values_ptr + mine + slots, float("-inf"), mask=slots >= count)
+    tl.store(partial_ids_ptr + mine + slots, -1, mask=slots >= count)
+    tl.store(partial_values_ptr + mine + slot, x, mask=chosen)
+    tl.store(partial_ids_ptr + mine + slot, cols, mask=chosen)
+    tl.debug_barrier()  # every thread's stores before the one release
+    last = True
+    if PROGRAMS > 1:
+        last = tl.atomic_add(arrivals_ptr + b64, 1, sem="acq_rel", scope="gpu") == PROGRAMS - 1
+    if last:
+        every = b64 * (PROGRAMS * TOP) + tl.arange(0, PROGRAMS * TOP)
+        values = tl.load(partial_values_ptr + every, cache_modifier=".cg")
+        ids = tl.load(partial_ids_ptr + every, cache_modifier=".cg")
+        _store_merged(values, ids, row_ptr, num_top, b64, top_ids_ptr, top_values_ptr)
+        if PROGRAMS > 1:
             tl.atomic_xchg(arrivals_ptr + b64, 0, sem="relaxed", scope="gpu")
 
 
@@ -1291,12 +1365,15 @@ def top_list_launch(config, rows: int, vocab: int, row_stride: int, request_stri
     """top_list_kernel's launch after the single read's statistics (`config`: single_read_config's):
     TOP_LIST_PROGRAMS programs a row, one in the interpreter's large programs."""
     programs = 1 if target.large_programs else TOP_LIST_PROGRAMS
+    # fewer blocks than the list (the blocks' maxima bound nothing), few enough to hold a program's at once
+    short_row = config.num_blocks < TOP_LIST and (target.large_programs or
+                                                  config.reduce_block * config.block_v <= SHORT_ROW_COLUMNS * programs)
     return launch(top_list_kernel, (rows, programs), ("logits", valid, "num_top", vocab, row_stride, request_stride,
                                                       config.num_blocks, "logprob_stats"),
                   outputs + ("top_partial_ids", "top_partial_values", "top_arrivals"),
                   BLOCK_V=config.block_v, REDUCE_BLOCK=config.reduce_block, TOP=TOP_LIST, ROW_ALIGN=row_align,
                   VOCAB_ALIGN=config.vocab_align, HAS_ROW_VALID=row_valid, ROWS=rows_a_request, COUNT=count,
-                  PROGRAMS=programs, num_warps=4)
+                  PROGRAMS=programs, SHORT_ROW=short_row, num_warps=4)
 
 
 def top_list_buffers(rows: int, target: Target) -> tuple:
