@@ -985,21 +985,29 @@ def kept_mass_kernel(
         min_p = 0.0
         if HAS_MIN_P:
             min_p = _min_p(min_p_ptr, b64)
-        inverse_t = 1.0 / temperature
         chunk = tl.cdiv(V, parts * MASS_BLOCK) * MASS_BLOCK
-        end = tl.minimum(part * chunk + chunk, V)
-        terms = tl.zeros([MASS_BLOCK], tl.int64)
-        finite = tl.zeros([MASS_BLOCK], tl.int32)
-        for start in range(part * chunk, end, MASS_BLOCK):
-            cols, x = _row_block(row_ptr, start, end, MASS_BLOCK)
-            kept = _kept(x, threshold, temperature, _key(m, 0), min_p, True, HAS_MIN_P, FP64)
-            terms += tl.where(kept, kept_term(x, m, inverse_t), 0)
-            finite += _finite(x).to(tl.int32)
-        kept_sum = tl.sum(terms, axis=0)
-        count = tl.sum(finite.to(tl.int64), axis=0)
+        kept_sum, count = kept_sums(row_ptr, part * chunk, tl.minimum(part * chunk + chunk, V), threshold,
+                                    temperature, m, min_p, HAS_MIN_P, FP64, MASS_BLOCK)
     out = sums_ptr.to(tl.pointer_type(tl.int64)) + b64 * 2 * parts + part
     tl.store(out, kept_sum)
     tl.store(out + parts, count)
+
+
+@jit
+def kept_sums(row_ptr, first, end, threshold, temperature, m, min_p, HAS_MIN_P: tl.constexpr, FP64: tl.constexpr,
+              BLOCK: tl.constexpr):
+    """(the kept terms' sum kept_term(x) over the logits of columns [first, end) the filters keep (_kept: at or
+    above `threshold`, min-p's e), their finite logits' count): a filtered row's part, integer sums (any split of
+    the row adds up to the same sums). `m`: the row's largest finite logit."""
+    inverse_t = 1.0 / temperature
+    terms = tl.zeros([BLOCK], tl.int64)
+    finite = tl.zeros([BLOCK], tl.int32)
+    for start in range(first, end, BLOCK):
+        cols, x = _row_block(row_ptr, start, end, BLOCK)
+        kept = _kept(x, threshold, temperature, _key(m, 0), min_p, True, HAS_MIN_P, FP64)
+        terms += tl.where(kept, kept_term(x, m, inverse_t), 0)
+        finite += _finite(x).to(tl.int32)
+    return tl.sum(terms, axis=0), tl.sum(finite.to(tl.int64), axis=0)
 
 
 @jit

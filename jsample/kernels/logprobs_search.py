@@ -35,7 +35,7 @@ from jsample.kernels.filtered.keys import _key, _key_value, _min_p, _tile_logits
 from jsample.kernels.filtered.one_launch import _gather_partials, _row_barrier
 from jsample.kernels.filtered.search import _chunk_above, _kth_largest_block_key, _narrow, _start_search
 from jsample.kernels.host import jit
-from jsample.kernels.logprobs import _finite, _kept, _row_block, kept_term
+from jsample.kernels.logprobs import _finite, kept_sums
 from jsample.kernels.plan import Buffer, Target, launch
 
 SEARCH_WAYS = 16  # pivots a step: vocab-parallel top_k_top_p_sample's (SHARD_WAYS), so its brackets
@@ -167,18 +167,10 @@ def pending_search_kernel(
             min_p = 0.0
             if HAS_MIN_P:
                 min_p = _min_p(min_p_ptr, b64)
-            inverse_t = 1.0 / temperature
-            terms = tl.zeros([TILE], tl.int64)
-            finite = tl.zeros([TILE], tl.int32)
-            start = first
-            while start < end:
-                cols, x = _row_block(row_ptr, start, end, TILE)
-                kept = _kept(x, threshold, temperature, _key(m, 0), min_p, True, HAS_MIN_P, FP64)
-                terms += tl.where(kept, kept_term(x, m, inverse_t), 0)
-                finite += _finite(x).to(tl.int32)
-                start += TILE
-            tl.store(partials + (2 * num_chunks + c) * WAYS + ways,
-                     tl.where(ways == 0, tl.sum(terms, axis=0), tl.sum(finite.to(tl.int64), axis=0)), mask=ways < 2)
+            kept_sum, count_finite = kept_sums(row_ptr, first, end, threshold, temperature, m, min_p, HAS_MIN_P, FP64,
+                                               TILE)
+            tl.store(partials + (2 * num_chunks + c) * WAYS + ways, tl.where(ways == 0, kept_sum, count_finite),
+                     mask=ways < 2)
             passed += 1
             _row_barrier(arrivals, passed * num_chunks)
             if c == 0:
