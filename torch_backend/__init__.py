@@ -16,6 +16,10 @@ from torch_backend.logprobs import token_logprobs
 from jsample.ops import Logprobs
 from torch_backend.rejection import rejection_sample, synthetic_rejection_sample
 from torch_backend.warmup import precompile
+from torch_backend import _triton_setup
+from jsample import kernels as _kernels
+
+_triton_setup.start(_kernels.INTERPRETER)  # Triton's process set-up in the background (issue 39: the first call)
 
 __all__ = [
     "Logprobs",

@@ -48,7 +48,7 @@ from jsample.kernels.compiles import compile_threads
 from jsample.kernels.plan import ArgSpec, Plan, Target, merged_rounds, resident_programs
 from torch_backend._launch import call_key, kept_tensor
 
-from torch_backend import _fast_path
+from torch_backend import _fast_path, _triton_setup
 from torch_backend._fast_path import entry_point as _entry_point
 
 _TensorGuards = _fast_path.TensorGuards  # None where the fast path is off or this torch lacks them
@@ -323,6 +323,7 @@ def run(plan: Plan, device: torch.device, inputs: dict, remember: tuple = None) 
     """The plan's outputs, computed from `inputs` (name -> tensor or number, on `device`). With
     `remember` = (validated call key, the user's arguments, planning function), an eager call whose
     tensors reached the plan unchanged is remembered for `replay`."""
+    _triton_setup.wait()  # Triton's process set-up, begun at import, before our first use of Triton
     if device.type != "cuda" or not DIRECT_LAUNCHES or not plan.launches or _fast_path.stream_capturing():
         return _run_general(plan, device, inputs)
     if remember is not None and remember[0] is not None:
@@ -577,6 +578,7 @@ def compile_rounds_ahead(rounds: tuple, shards: int, device: torch.device, input
     kernel runs on here): the rounds run one after another between collectives, and would otherwise compile
     their kernels one round at a time."""
     key = (rounds, device)
+    _triton_setup.wait()
     if (key in _ROUNDS_AHEAD or device.type != "cuda" or COMPILE_THREADS < 2 or kernels.INTERPRETER
             or _fast_path.stream_capturing()):
         return

@@ -1,0 +1,84 @@
+"""torch_backend._triton_setup: Triton's once-a-process set-up begun at import (issue 39), behind its fence."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _run(code: str, **env) -> str:
+    full = dict(os.environ, PYTHONPATH=ROOT, **env)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=full, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout
+
+
+def test_the_fence_decides_the_steps(monkeypatch):
+    from torch_backend import _triton_setup
+
+    monkeypatch.setenv("JSAMPLE_WARM_TRITON", "0")
+    assert _triton_setup.steps() == []
+    monkeypatch.setenv("JSAMPLE_WARM_TRITON", "1")
+    assert [step.__name__ for step in _triton_setup.steps()] == ["CudaUtils", "triton_key"]
+    monkeypatch.setenv("JSAMPLE_WARM_TRITON", "")
+    monkeypatch.setattr(_triton_setup, "VERIFIED_TRITON", set())
+    assert _triton_setup.steps() == []  # an unverified Triton: the public path (Triton does both in the first call)
+    monkeypatch.setenv("JSAMPLE_WARM_TRITON", "yes")
+    with pytest.raises(ValueError, match="JSAMPLE_WARM_TRITON must be 0 or 1"):
+        _triton_setup.steps()
+
+
+def test_the_set_up_runs_ahead_and_the_first_call_waits_for_it():
+    """In a fresh process: the key is hashed on a thread started before any call (the CPU has no CUDA library, so
+    the driver utilities' step fails there, quietly: a GPU-less first call raises Triton's own error, as before);
+    wait() joins both; a fork waits too; and the interpreter starts nothing."""
+    out = _run(
+        "import os, threading\n"
+        "from triton.runtime.cache import triton_key\n"
+        "from torch_backend import _triton_setup\n"
+        "assert triton_key.cache_info().currsize == 0\n"
+        "names = _triton_setup.start(False)\n"
+        "print(sorted(names))\n"
+        "assert _triton_setup.start(False) == []  # once\n"
+        "_triton_setup.wait()\n"
+        "assert not _triton_setup._THREADS\n"
+        "assert triton_key.cache_info().currsize == 1  # hashed by the thread: the first compile's lookup is a hit\n"
+        "assert not [t for t in threading.enumerate() if t.name.startswith('jsample-triton-setup')]\n"
+        "print('fork hook', len(_triton_setup._FORK_HOOK))\n"
+        "pid = os.fork()\n"
+        "if pid == 0:\n"
+        "    os._exit(0)\n"
+        "print('child', os.waitpid(pid, 0)[1])\n",
+        JSAMPLE_WARM_TRITON="1")
+    assert out.split("\n")[:3] == ["['jsample-triton-setup-CudaUtils', 'jsample-triton-setup-triton_key']",
+                                   "fork hook 1", "child 0"]
+    out = _run("import torch_backend\nfrom torch_backend import _triton_setup\n"
+               "from triton.runtime.cache import triton_key\n"
+               "print(len(_triton_setup._THREADS), triton_key.cache_info().currsize)\n",
+               JSAMPLE_INTERPRET="1", JSAMPLE_WARM_TRITON="1")
+    assert out.strip() == "0 0"  # interpreted kernels: no set-up thread
+
+
+def test_an_import_with_the_set_up_on_still_samples():
+    """The executor waits for the threads before its first launch (here the interpreter's, with the threads
+    forced on through start(False)): the same token as without them."""
+    out = _run(
+        "import torch, torch_backend\n"
+        "from torch_backend import _triton_setup\n"
+        "_triton_setup.start(False)\n"
+        "logits = torch.randn(3, 300, generator=torch.Generator().manual_seed(0))\n"
+        "seeds = torch.arange(3)\n"
+        "print(torch_backend.gumbel_sample(logits, seeds, seeds, torch.full((3,), 0.7)).tolist(), "
+        "len(_triton_setup._THREADS))\n",
+        JSAMPLE_INTERPRET="1", JSAMPLE_WARM_TRITON="1")
+    import torch
+
+    import torch_backend
+
+    logits = torch.randn(3, 300, generator=torch.Generator().manual_seed(0))
+    seeds = torch.arange(3)
+    expected = torch_backend.gumbel_sample(logits, seeds, seeds, torch.full((3,), 0.7)).tolist()
+    assert out.strip() == f"{expected} 0"
