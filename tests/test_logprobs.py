@@ -92,14 +92,32 @@ def test_token_logprobs_equal_the_reference_and_torch_equals_jax(dtype, fp64):
                                                                **filters), (dtype, fp64, filters))
 
 
+def test_only_the_filters_list_takes_the_short_rows():
+    """top_list_kernel's SHORT_ROW is the plan's choice for the filters' fixed list of 64 over fewer blocks (V = 32000
+    in blocks of 512 on an H200), never for a caller's num_top (read on the device): compiled in, the short rows'
+    code slowed those lists at V = 32000 even where they never took it."""
+    from torch_backend import _execute as torch_execute
+
+    def short_rows(vocab, **filters):
+        plan = kernels.plan_token_logprobs(ArgSpec.contiguous((4, vocab), "float32"), torch_execute.compiled_target(132, 9),
+                                           fp64=False, num_top=20, **filters)
+        return [dict(s.constexprs)["SHORT_ROW"] for s in plan.launches if s.kernel.fn.__name__ == "top_list_kernel"]
+
+    none = dict(has_top_k=False, has_top_p=False, has_min_p=False)
+    assert short_rows(32000, **none) == [False]
+    assert short_rows(32000, **dict(none, has_top_p=True)) == [True]  # the filters' list (num_top's from it)
+    assert short_rows(151936, **dict(none, has_top_p=True)) == [False]  # more blocks than the list
+
+
 @pytest.mark.parametrize("tiling", ["interpreter blocks", "GPU blocks", "GPU blocks, 65 of them"])
 def test_top_list_reads_candidate_blocks_and_equals_the_reference(tiling, force_target):
     """num_top >= 1 without filters: the single read's top list (top_list_kernel) over rows of several blocks,
     where the blocks' maxima bound the list well (random rows), badly (the row's largest logits all in one
     block), not at all (every logit equal: every block read), with fewer finite logits than num_top, ties
     across a block boundary, +inf / NaN beside them; torch == JAX, the reference's ids exactly, fused == separate.
-    Rows of fewer blocks than the list (5 and 21: top_list_kernel's SHORT_ROW, a program's blocks held at once)
-    and of more (65 blocks: the blocks' maxima bound the list)."""
+    Rows of fewer blocks than the list (5 and 21: their bound is -inf for num_top 64) and of more (65 blocks: the
+    blocks' maxima bound the list); and the filters' list of 64 over the same rows (top_k=64, an int: the list alone
+    decides), which takes top_list_kernel's SHORT_ROW where the row has fewer blocks (a program's blocks at once)."""
     if tiling.startswith("GPU blocks"):
         force_target(large_programs=False)  # blocks of 512 columns (the interpreter's: 4096)
     block = 512 if tiling.startswith("GPU blocks") else 4096
@@ -127,6 +145,11 @@ def test_top_list_reads_candidate_blocks_and_equals_the_reference(tiling, force_
             assert list(t[5][2]) == [0, 1, 2, 3, 4] and list(t[5][3][:3]) == [block + 3, 7, 3 * block]
             assert list(t[5][3][3:]) == [-1, -1] and np.isneginf(t[6][3][3:]).all() and (t[5][6] == -1).all()
             assert list(t[5][4][:3]) == [block - 1, block, 3 * block + 5] and t[5][5][0] == block + 2
+    t = _torch(x, tokens, temperature, top_k=64)
+    j = _jax(x, tokens, temperature, top_k=64)
+    for name, a, b in zip(FIELDS, t, j):
+        assert a.dtype == b.dtype and np.array_equal(a, b, equal_nan=True), ("top_k=64", name, a, b)
+    _assert_close_to_reference(t, token_logprobs_reference(x, tokens, temperature, top_k=64), (tiling, "top_k=64"))
     seeds, positions = np.arange(7, dtype=np.int64), np.arange(7, dtype=np.int64)
     sampled, fused = jsample.gumbel_sample(x, seeds, positions, temperature, return_logprobs=True, num_top=5)
     separate = _jax(x, np.asarray(sampled), temperature, num_top=5)
@@ -803,7 +826,7 @@ def test_pending_rows_searched_in_one_launch_equal_the_rounds(filters, monkeypat
     batch of flat rows (kept sets of thousands: pending), language-model-like rows (mostly the list's), rows of
     per-row k beyond the list, a greedy row and padding rows (num_valid): in the interpreter one group, and three
     groups taking rows in turn (scratch reused row after row); on a GPU (batches of one or two rows) many programs a
-    row meeting at barriers. A call without a pending row leaves the flags all zero."""
+    row meeting at barriers, in both frontends. A call without a pending row leaves the flags all zero."""
     import dataclasses
 
     from jsample.kernels import logprobs_search
@@ -853,6 +876,10 @@ def test_pending_rows_searched_in_one_launch_equal_the_rounds(filters, monkeypat
         assert plan(2).variant.endswith("in one launch") and not plan(3).variant.endswith("in one launch")
         pairs = [run(plan(len(range(batch)[i:i + 2])), slice(i, i + 2))[0] for i in range(0, batch, 2)]
         outs = [[np.concatenate(parts) for parts in zip(*pairs)]]
+        # JAX's pairs (its one launch through jax-triton): the same numbers
+        jax_pairs = [_jax(x[i:i + 2], tokens[i:i + 2], temperature[i:i + 2], num_top=2,
+                          **{name: given[name][i:i + 2] for name in names}) for i in range(0, batch, 2)]
+        outs.append([np.concatenate(parts) for parts in zip(*jax_pairs)])
     for out in outs:
         for name, a, b in zip(FIELDS, rounds, out):
             assert np.array_equal(a, b, equal_nan=True), name

@@ -5,6 +5,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -32,8 +33,8 @@ def test_the_fence_decides_the_steps(monkeypatch):
 
 
 def test_the_set_up_runs_ahead_and_the_first_call_waits_for_it():
-    """In a fresh process: the key is hashed on a thread started before any call (the CPU has no CUDA library, so
-    the driver utilities' step fails there, quietly: a GPU-less first call raises Triton's own error, as before);
+    """In a fresh process: the key is hashed on a thread started before any call (on a CPU without CUDA's library
+    the driver utilities' step fails, quietly: a GPU-less first call raises Triton's own error, as before);
     wait() joins both; a fork waits too; and the interpreter starts nothing."""
     out = _run(
         "import os, threading\n"
@@ -52,7 +53,7 @@ def test_the_set_up_runs_ahead_and_the_first_call_waits_for_it():
         "if pid == 0:\n"
         "    os._exit(0)\n"
         "print('child', os.waitpid(pid, 0)[1])\n",
-        JSAMPLE_WARM_TRITON="1")
+        JSAMPLE_WARM_TRITON="1", JSAMPLE_INTERPRET="1")  # (interpreted: the package's import starts nothing itself)
     assert out.split("\n")[:3] == ["['jsample-triton-setup-CudaUtils', 'jsample-triton-setup-triton_key']",
                                    "fork hook 1", "child 0"]
     out = _run("import torch_backend\nfrom torch_backend import _triton_setup\n"
@@ -74,11 +75,25 @@ def test_an_import_with_the_set_up_on_still_samples():
         "print(torch_backend.gumbel_sample(logits, seeds, seeds, torch.full((3,), 0.7)).tolist(), "
         "len(_triton_setup._THREADS))\n",
         JSAMPLE_INTERPRET="1", JSAMPLE_WARM_TRITON="1")
-    import torch
+    without = _run(
+        "import torch, torch_backend\n"
+        "logits = torch.randn(3, 300, generator=torch.Generator().manual_seed(0))\n"
+        "seeds = torch.arange(3)\n"
+        "print(torch_backend.gumbel_sample(logits, seeds, seeds, torch.full((3,), 0.7)).tolist(), 0)\n",
+        JSAMPLE_INTERPRET="1", JSAMPLE_WARM_TRITON="0")
+    assert out.strip() == without.strip()
 
-    import torch_backend
 
-    logits = torch.randn(3, 300, generator=torch.Generator().manual_seed(0))
-    seeds = torch.arange(3)
-    expected = torch_backend.gumbel_sample(logits, seeds, seeds, torch.full((3,), 0.7)).tolist()
-    assert out.strip() == f"{expected} 0"
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="compiled kernels on a GPU")
+def test_importing_on_a_gpu_starts_the_set_up_and_the_first_call_joins_it():
+    """On a GPU machine, importing torch_backend starts both steps (Triton 3.6 / 3.9), the first call joins them
+    and samples, and JSAMPLE_WARM_TRITON=0 starts nothing."""
+    code = ("import torch, torch_backend\n"
+            "from torch_backend import _triton_setup\n"
+            "started = len(_triton_setup._THREADS)\n"
+            "x = torch.randn(2, 1000, device='cuda')\n"
+            "s = torch.arange(2, device='cuda')\n"
+            "token = torch_backend.gumbel_sample(x, s, s, torch.full((2,), 0.7, device='cuda'))\n"
+            "print(started, len(_triton_setup._THREADS), token.shape[0])\n")
+    assert _run(code, JSAMPLE_WARM_TRITON="").split() == ["2", "0", "2"]
+    assert _run(code, JSAMPLE_WARM_TRITON="0").split() == ["0", "0", "2"]

@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 CASE_PRELUDE = r"""
-import hashlib, json, sys
+import hashlib, json, os, sys
 path = sys.argv[1]
 sys.path.insert(0, path)
 sys.path.insert(0, path + "/benchmarks")

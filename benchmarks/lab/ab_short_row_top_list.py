@@ -4,7 +4,7 @@ now holding its blocks at once and taking its best by a threshold (SHORT_ROW). D
 median, us), each checkout in its own process (ab_runs.py), with whether every output (tokens and each Logprobs
 field) agrees bit for bit; V = 151936 (more blocks than the list: unchanged) as a control.
 
-    python benchmarks/lab/ab_short_row_top_list.py BASE_CHECKOUT NEW_CHECKOUT
+    [AB_VOCABS=32000] python benchmarks/lab/ab_short_row_top_list.py BASE_CHECKOUT NEW_CHECKOUT
 """
 
 import sys
@@ -18,6 +18,8 @@ from logit_families import make_logits
 results, digests = {}, {}
 g = torch.Generator(device="cuda").manual_seed(0)
 for V, dtype in ((32000, torch.float32), (32000, torch.bfloat16), (151936, torch.bfloat16)):
+    if str(V) not in os.environ.get("AB_VOCABS", "32000,151936").split(","):
+        continue
     x_all = make_logits("typical", 256, V, g).to(dtype)
     for B in (1, 64, 256):
         x = x_all[:B].contiguous()

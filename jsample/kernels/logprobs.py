@@ -457,7 +457,7 @@ def top_list_kernel(
     ROWS: tl.constexpr = 1,
     COUNT: tl.constexpr = 0,  # > 0: this many a row (filtered_list_reduce_kernel's list), num_top_ptr unread
     PROGRAMS: tl.constexpr = 1,  # a row's programs (grid dimension 1), a power of two
-    SHORT_ROW: tl.constexpr = False,  # fewer blocks than TOP (list_row_top's short rows): all held at once
+    SHORT_ROW: tl.constexpr = False,  # (COUNT = TOP) fewer blocks than TOP (list_row_top's short rows): held at once
 ):
     """Grid (B, PROGRAMS): the row's num_top largest finite logits, reading only the blocks that can hold one.
     The num_top-th largest of the blocks' maxima is a lower bound of the row's num_top-th largest logit (that
@@ -498,7 +498,8 @@ def list_row_top(row_ptr, first, V, num_top, maxima_ptr, num_blocks, b64, top_id
     a vocabulary shard's columns counted from its first block's start), blocks of BLOCK_V whose largest finite
     logits are at maxima_ptr (f64, num_blocks of them).
 
-    SHORT_ROW (fewer blocks than TOP, e.g. V = 32000 in blocks of 512), where num_top is above the blocks' count
+    SHORT_ROW (the filters' list of TOP over fewer blocks than that, e.g. V = 32000 in blocks of 512: the plan
+    decides), where num_top is above the blocks' count
     (the num_top-th largest block maximum, the bound, is -inf, and a list that takes its logits one at a time
     took hundreds of steps: 130 us at B = 1 for the filters' list of 64; fewer take the bound, faster there):
     the program holds all its blocks at once and takes its num_top best by their threshold (the num_top-th
@@ -1373,9 +1374,11 @@ def top_list_launch(config, rows: int, vocab: int, row_stride: int, request_stri
     """top_list_kernel's launch after the single read's statistics (`config`: single_read_config's):
     TOP_LIST_PROGRAMS programs a row, one in the interpreter's large programs."""
     programs = 1 if target.large_programs else TOP_LIST_PROGRAMS
-    # fewer blocks than the list (the blocks' maxima bound nothing), few enough to hold a program's at once
-    short_row = config.num_blocks < TOP_LIST and (target.large_programs or
-                                                  config.reduce_block * config.block_v <= SHORT_ROW_COLUMNS * programs)
+    # the filters' list (`count`: TOP_LIST a row) over fewer blocks than it (the blocks' maxima bound nothing), few
+    # enough to hold a program's at once. Not a caller's num_top (read on the device): compiled in, the short rows'
+    # code slowed its lists at V = 32000 1.1-1.7x even where they never took it (lab INDEX)
+    short_row = config.num_blocks < count and (target.large_programs or
+                                               config.reduce_block * config.block_v <= SHORT_ROW_COLUMNS * programs)
     return launch(top_list_kernel, (rows, programs), ("logits", valid, "num_top", vocab, row_stride, request_stride,
                                                       config.num_blocks, "logprob_stats"),
                   outputs + ("top_partial_ids", "top_partial_values", "top_arrivals"),
