@@ -17,6 +17,9 @@ def describe() -> dict:
 
     * `torch_launch`: eager torch calls through the compiled launchers' entry points ("direct") or
       Triton's public launch ("triton"): torch_backend/_fast_path.py, switch JSAMPLE_TORCH_LAUNCH;
+    * `torch_triton_setup`: Triton's once-a-process set-up (its driver utilities' build, its compiler's hash)
+      begun on threads when torch_backend is imported, or left to the first call: torch_backend/_triton_setup.py,
+      switch JSAMPLE_WARM_TRITON;
     * `jax_cpu_path`: the JAX CPU path's launches as XLA FFI custom calls ("ffi") or `jax.pure_callback`:
       jsample/_jax/_host_call.py, switch JSAMPLE_JAX_CPU_PATH.
 
@@ -32,8 +35,11 @@ def describe() -> dict:
         from torch_backend import _fast_path
 
         found["torch_launch"] = _fast_path.path()
+        from torch_backend import _triton_setup
+
+        found["torch_triton_setup"] = _triton_setup.path()
     except ImportError:
-        found["torch_launch"] = None
+        found["torch_launch"] = found["torch_triton_setup"] = None
     try:
         from jsample._jax import _host_call
         from jsample._jax._launch import on_gpu

@@ -110,7 +110,7 @@ def test_describe_says_what_runs():
     import jsample
 
     found = jsample.describe()
-    for key in ("triton", "kernels", "torch_launch", "jax_cpu_path"):
+    for key in ("triton", "kernels", "torch_launch", "torch_triton_setup", "jax_cpu_path"):
         assert found[key], key
 
 

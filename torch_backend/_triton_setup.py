@@ -60,6 +60,15 @@ def steps() -> list:
     return found
 
 
+def path() -> str:
+    """What jsample.describe() reports: the set-up's steps begun at import, or none."""
+    names = [step.__name__ for step in steps()]
+    if not names:
+        return (f"in the first call (Triton's own; triton {triton.__version__}"
+                + (", JSAMPLE_WARM_TRITON=0)" if choice() == "0" else f" is not among the verified {sorted(VERIFIED_TRITON)})"))
+    return f"begun at import on threads: {', '.join(names)} (triton {triton.__version__}; compiled kernels only)"
+
+
 def _quietly(step) -> None:
     try:
         step()
