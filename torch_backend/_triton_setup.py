@@ -21,14 +21,12 @@ import threading
 
 import triton
 
+from torch_backend._fast_path import _triton_version
+
 # Triton minor versions on which the set-up ahead ran on a GPU (the image's 3.6, and 3.9)
 VERIFIED_TRITON = {(3, 6), (3, 9)}
 _THREADS = []  # the set-up's threads until wait() has joined them
 _FORK_HOOK = []  # registered once
-
-
-def _triton_version() -> tuple:
-    return tuple(int(part) for part in triton.__version__.split(".")[:2])
 
 
 def choice() -> str:
