@@ -26,7 +26,7 @@ from torch_backend._fast_path import _triton_version
 # Triton minor versions on which the set-up ahead ran on a GPU (the image's 3.6, and 3.9)
 VERIFIED_TRITON = {(3, 6), (3, 9)}
 _THREADS = []  # the set-up's threads until wait() has joined them
-_FORK_HOOK = []  # registered once
+_STARTED = []  # start() has run (once a process)
 
 
 def choice() -> str:
@@ -62,8 +62,8 @@ def path() -> str:
     """What jsample.describe() reports: the set-up's steps begun at import, or none."""
     names = [step.__name__ for step in steps()]
     if not names:
-        return (f"in the first call (Triton's own; triton {triton.__version__}"
-                + (", JSAMPLE_WARM_TRITON=0)" if choice() == "0" else f" is not among the verified {sorted(VERIFIED_TRITON)})"))
+        why = "JSAMPLE_WARM_TRITON=0" if choice() == "0" else f"not among the verified {sorted(VERIFIED_TRITON)}"
+        return f"in the first call (Triton's own; triton {triton.__version__}: {why})"
     return f"begun at import on threads: {', '.join(names)} (triton {triton.__version__}; compiled kernels only)"
 
 
@@ -77,16 +77,16 @@ def _quietly(step) -> None:
 def start(interpreter: bool) -> list:
     """Starts the set-up's steps on threads (compiled kernels only: the interpreter needs neither); returns
     their names."""
-    if interpreter or _THREADS:
+    if interpreter or _STARTED:
         return []
+    _STARTED.append(True)
     for step in steps():
         thread = threading.Thread(target=_quietly, args=(step,), name=f"jsample-triton-setup-{step.__name__}",
                                   daemon=True)
         thread.start()
         _THREADS.append(thread)
-    if _THREADS and not _FORK_HOOK:
+    if _THREADS:
         os.register_at_fork(before=wait)
-        _FORK_HOOK.append(wait)
     return [thread.name for thread in _THREADS]
 
 

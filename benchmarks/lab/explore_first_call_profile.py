@@ -7,8 +7,8 @@ stages (and when it finished, from the call's start).
 CASE: top_k_top_p1, top_p1, top_k1, min_p1, gumbel1, gumbel256, rejection4 (the op and its batch; V = 151936
 bfloat16, top_k 50 as a [B] tensor, top_p 0.9, min_p 0.05, temperature 0.8, rejection K = 4 with draft logits).
 The inputs are made on the GPU right after the imports (CUDA's context included), then the call: no time
-between import and the first call but that. Prints the call's seconds, the compiles, and the functions with the most cumulative and own time (ROWS of each;
-ROWS = 0: no profiler, the call's own seconds).
+between import and the first call but that. Prints the call's seconds, the compiles, and the functions with the
+most cumulative and own time (ROWS of each; ROWS = 0: no profiler, the call's own seconds).
 """
 
 import cProfile
