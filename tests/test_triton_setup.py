@@ -64,6 +64,26 @@ def test_the_set_up_runs_ahead_and_the_first_call_waits_for_it():
     assert out.strip() == "0 0"  # interpreted kernels: no set-up thread
 
 
+def test_a_fork_waits_for_the_set_up():
+    """A fork while a set-up step runs waits for it (os.register_at_fork): the child never inherits a half-done step
+    (a step that sleeps stands in for the C compiler's build)."""
+    out = _run(
+        "import os, time\n"
+        "from torch_backend import _triton_setup\n"
+        "done = []\n"
+        "def slow():\n"
+        "    time.sleep(0.5)\n"
+        "    done.append(1)\n"
+        "_triton_setup.steps = lambda: [slow]\n"
+        "print(_triton_setup.start(False))\n"
+        "pid = os.fork()\n"
+        "if pid == 0:\n"
+        "    os._exit(0 if done else 3)\n"
+        "print(len(done), os.waitpid(pid, 0)[1], len(_triton_setup._THREADS))\n",
+        JSAMPLE_INTERPRET="1")
+    assert out.split("\n")[:2] == ["['jsample-triton-setup-slow']", "1 0 0"]
+
+
 def test_an_import_with_the_set_up_on_still_samples():
     """The executor waits for the threads before its first launch (here the interpreter's, with the threads
     forced on through start(False)): the same token as without them."""
