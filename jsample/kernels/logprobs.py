@@ -498,17 +498,13 @@ def list_row_top(row_ptr, first, V, num_top, maxima_ptr, num_blocks, b64, top_id
     a vocabulary shard's columns counted from its first block's start), blocks of BLOCK_V whose largest finite
     logits are at maxima_ptr (f64, num_blocks of them).
 
-    SHORT_ROW (the filters' list of TOP over fewer blocks than that, e.g. V = 32000 in blocks of 512: the plan
-    decides), where num_top is above the blocks' count
-    (the num_top-th largest block maximum, the bound, is -inf, and a list that takes its logits one at a time
-    took hundreds of steps: 130 us at B = 1 for the filters' list of 64; fewer take the bound, faster there):
-    the program holds all its blocks at once and takes its num_top best by their threshold (the num_top-th
-    largest key among them, by bisection), the lowest columns among the threshold's ties, into its list's slots
-    in column order; the last program merges the lists by one sort, as with several programs. The same list."""
-    short = False
+    SHORT_ROW (the plan's choice: the filters' list of TOP over fewer blocks than that, e.g. V = 32000 in blocks
+    of 512, so num_top is above the blocks' count: the num_top-th largest block maximum, the bound, is -inf, and a
+    list that takes its logits one at a time took hundreds of steps, 130 us at B = 1): the program holds all its
+    blocks at once and takes its num_top best by their threshold (the num_top-th largest key among them, by
+    bisection), the lowest columns among the threshold's ties, into its list's slots in column order; the last
+    program merges the lists by one sort, as with several programs. The same list."""
     if SHORT_ROW:
-        short = num_top > num_blocks
-    if short:
         _short_row_top(row_ptr, first, V, num_top, num_blocks, b64, top_ids_ptr, top_values_ptr, partial_ids_ptr,
                        partial_values_ptr, arrivals_ptr, BLOCK_V, REDUCE_BLOCK, TOP, PROGRAMS, FIRST)
     else:
