@@ -516,15 +516,19 @@ def test_shard_kernels_in_one_process_equal_the_unsharded_call(dtype, fp64, plan
     device = torch.device(TORCH_DEVICE)
     force_target(arrival_counters=plan == "one launch", **({} if device.type == "cuda" else dict(large_programs=False)))
     rng = np.random.default_rng(7)
-    batch, vocab = 5, 1030
+    batch, vocab = 6, 1030
     x = torch.from_numpy((rng.standard_normal((batch, vocab)) * 3).astype(np.float32)).to(getattr(torch, dtype))
     x[1, 400:] = -float("inf")  # the shards from 400 on hold no finite logit of row 1
     x[2, 1029] = 3e38  # overflows at T = 0.05: greedy
     x[4, 3] = x[4, 1028] = x[4].max() + 2  # a greedy tie across shards: the lowest column
+    # overflows at T = 0.05 by a large negative logit: the greedy argmax is a tie of three columns, two of them in
+    # one block (the candidate's column is looked up in the block: its lowest) and in different 1024-column chunks
+    x[5, 100] = -3e38
+    x[5, [600, 1025, 1028]] = x[5].max() + 1
     x = x.to(device)
     seeds = torch.from_numpy(rng.integers(-(2**62), 2**62, batch)).to(device)
     positions = torch.arange(batch, device=device)
-    temperature = torch.tensor([1.0, 0.8, 0.05, 2.0, 0.0], device=device)
+    temperature = torch.tensor([1.0, 0.8, 0.05, 2.0, 0.0, 0.05], device=device)
     want = torch_backend.gumbel_sample(x, seeds, positions, temperature, fp64=fp64, num_valid=num_valid)
     # (padding as JAX's uint8 row flags; the filtered tests below take torch's count: common.is_padding)
     flags = (torch.arange(batch, device=device) < num_valid).to(torch.uint8) if num_valid is not None else None
@@ -544,7 +548,7 @@ def test_shard_kernels_in_one_process_equal_the_unsharded_call(dtype, fp64, plan
         combine = execute.plan(kernels.plan_shard_combine, (), device, None, batch=batch, shards=len(sizes))
         got = execute.run(combine, device, dict(gathered_summary=torch.stack(summaries)))[0]
         assert torch.equal(got, want), (sizes, got, want)
-    assert want[2] == 1029 and (want[4] == 3 if num_valid is None else (want[3:] == -1).all())
+    assert want[2] == 1029 and ((want[4], want[5]) == (3, 600) if num_valid is None else (want[3:] == -1).all())
 
 
 def _filtered_grid(batch, vocab, rng):

@@ -10,7 +10,9 @@ columns: the same noise, the same scores, FP32 or FP64) and reduces them to a su
     word 2     its lowest column among that score (global), as store_block_best stores it
     word 3     1 if a block of the shard found the row's scaled logits overflowing (the row is greedy)
     word 4     the shard's largest finite logit (float32 bits): the greedy argmax's candidate
-    word 5     its lowest column (global; -1 when the shard has no finite logit)
+    word 5     its lowest column (global; -1 when the shard has no finite logit): the blocks store only
+               their largest finite logit, taken in their scores' own reduction, and the summary looks
+               the column up in the first block holding the largest (greedy_column_in_block)
 
 Only these SUMMARY_WORDS int32 words a row cross devices (one all-gather, done by the frontends with
 their framework's collective); `shard_combine_kernel` then takes the token on every device: the best
@@ -52,8 +54,7 @@ def shard_partial_kernel(
     row_stride,
     partial_score_ptr,  # [B, num_blocks] f32 (FP64: f64 as f32 pairs)
     partial_index_ptr,  # [B, num_blocks] i32: global columns (-1 - column: the row overflows)
-    greedy_value_ptr,  # [B, num_blocks] f32: the block's largest finite logit
-    greedy_index_ptr,  # [B, num_blocks] i32: its lowest global column (-1: none finite)
+    greedy_value_ptr,  # [B, num_blocks] f32: the block's largest finite logit (-inf: none finite)
     STREAM: tl.constexpr,
     FP64: tl.constexpr,
     BLOCK_V: tl.constexpr,
@@ -67,7 +68,9 @@ def shard_partial_kernel(
     """Grid (B, num_blocks): gumbel_partial_kernel's blocks over this shard's global columns (the row
     pointer moved back by vocab_start, so column c of the row is global column c: store_sampled_block's
     noise, scores, FP64 shortlist and stored columns are the unsharded call's), and each block's greedy
-    candidate. A padding row's programs read nothing (its summary says: no token)."""
+    candidate's value, taken in the scores' own reduction (a reduction of its own for the value and one
+    for its column cost a fifth of the shard's time; the summary finds the column). A padding row's
+    programs read nothing (its summary says: no token)."""
     row = tl.program_id(0)
     if HAS_ROW_VALID:
         if is_padding(row_valid_ptr, row):
@@ -78,10 +81,11 @@ def shard_partial_kernel(
     end = start + aligned(V_shard, VOCAB_ALIGN)
     first_col = start + block * BLOCK_V
     out = row.to(tl.int64) * num_blocks + block
-    x = store_sampled_block(logits_ptr - start, row, row_stride, end, first_col, load_seed(seeds_ptr, row, SEED_WORDS),
-                            tl.load(positions_ptr + row).to(tl.int64), load_temperature(temperature_ptr, row),
-                            partial_score_ptr, partial_index_ptr, out, STREAM, BLOCK_V, ROW_ALIGN, FP64, FAST_MATH)
-    store_greedy_candidate(x, first_col, greedy_value_ptr, greedy_index_ptr, out, BLOCK_V)
+    _, largest = store_sampled_block(logits_ptr - start, row, row_stride, end, first_col,
+                                     load_seed(seeds_ptr, row, SEED_WORDS), tl.load(positions_ptr + row).to(tl.int64),
+                                     load_temperature(temperature_ptr, row), partial_score_ptr, partial_index_ptr, out,
+                                     STREAM, BLOCK_V, ROW_ALIGN, FP64, FAST_MATH, GREEDY_VALUE=True)
+    tl.store(greedy_value_ptr + out, largest)
 
 
 @jit
@@ -101,12 +105,18 @@ def shard_summary_kernel(
     partial_score_ptr,  # shard_partial_kernel's
     partial_index_ptr,
     greedy_value_ptr,
-    greedy_index_ptr,
+    logits_ptr,  # shard_partial_kernel's (the greedy candidate's column is looked up in its block)
+    vocab_start_ptr,
     row_valid_ptr,  # common.is_padding's (read with HAS_ROW_VALID): a padding row's summary says no token
+    V_shard,
+    row_stride,
     num_blocks,
     summary_ptr,  # [B, SUMMARY_WORDS] i32 output
     FP64: tl.constexpr,
     REDUCE_BLOCK: tl.constexpr,  # a power of two >= num_blocks
+    BLOCK_V: tl.constexpr,
+    ROW_ALIGN: tl.constexpr,
+    START_ALIGN: tl.constexpr,
     HAS_ROW_VALID: tl.constexpr = False,
 ):
     """Grid (B,): the shard's summary of a row (the module's docstring), from its blocks as
@@ -116,8 +126,8 @@ def shard_summary_kernel(
         if is_padding(row_valid_ptr, row):
             _store_no_token(summary_ptr, row)
             return
-    _summarize_row(partial_score_ptr, partial_index_ptr, greedy_value_ptr, greedy_index_ptr, row, num_blocks,
-                   summary_ptr, FP64, REDUCE_BLOCK)
+    _summarize_row(partial_score_ptr, partial_index_ptr, greedy_value_ptr, logits_ptr, vocab_start_ptr, V_shard,
+                   row_stride, row, num_blocks, summary_ptr, FP64, REDUCE_BLOCK, BLOCK_V, ROW_ALIGN, START_ALIGN)
 
 
 @jit
@@ -132,8 +142,25 @@ def _store_no_token(summary_ptr, row):
 
 
 @jit
-def _summarize_row(partial_score_ptr, partial_index_ptr, greedy_value_ptr, greedy_index_ptr, row, num_blocks,
-                   summary_ptr, FP64: tl.constexpr, REDUCE_BLOCK: tl.constexpr):
+def greedy_column_in_block(logits_ptr, row, row_stride, V_shard, block, largest, BLOCK_V: tl.constexpr,
+                           ROW_ALIGN: tl.constexpr):
+    """The lowest shard column of block `block` of row `row` whose logit (as FP32) is `largest` (a finite
+    value the block holds): the column of the block's greedy candidate, whose value alone the block's
+    program stored. One block of one row is read again, in chunks of at most 1024 columns."""
+    CHUNK: tl.constexpr = min(BLOCK_V, 1024)
+    row_ptr = logits_ptr + tl.multiple_of(row.to(tl.int64) * row_stride, ROW_ALIGN)
+    column = 2147483647
+    for offset in tl.static_range(0, BLOCK_V, CHUNK):
+        cols = block * BLOCK_V + offset + tl.arange(0, CHUNK)
+        x = tl.load(row_ptr + cols, mask=cols < V_shard, other=float("-inf")).to(tl.float32)
+        column = tl.minimum(column, tl.min(tl.where(x == largest, cols, 2147483647), axis=0))
+    return column
+
+
+@jit
+def _summarize_row(partial_score_ptr, partial_index_ptr, greedy_value_ptr, logits_ptr, vocab_start_ptr, V_shard,
+                   row_stride, row, num_blocks, summary_ptr, FP64: tl.constexpr, REDUCE_BLOCK: tl.constexpr,
+                   BLOCK_V: tl.constexpr, ROW_ALIGN: tl.constexpr, START_ALIGN: tl.constexpr):
     row = row.to(tl.int64)
     blocks = tl.arange(0, REDUCE_BLOCK)
     in_row = blocks < num_blocks
@@ -144,9 +171,10 @@ def _summarize_row(partial_score_ptr, partial_index_ptr, greedy_value_ptr, greed
     best = tl.max(scores, axis=0)
     column = tl.min(tl.where(scores == best, columns, 2147483647), axis=0)
     values = tl.load(greedy_value_ptr + offsets, mask=in_row, other=float("-inf"))
-    value_columns = tl.load(greedy_index_ptr + offsets, mask=in_row, other=-1)
     largest = tl.max(values, axis=0)
-    greedy_column = tl.min(tl.where((values == largest) & (value_columns >= 0), value_columns, 2147483647), axis=0)
+    first_block = tl.min(tl.where(values == largest, blocks, REDUCE_BLOCK), axis=0)  # blocks hold rising columns
+    greedy_column = aligned(tl.load(vocab_start_ptr), START_ALIGN) + greedy_column_in_block(
+        logits_ptr, row, row_stride, V_shard, first_block, largest, BLOCK_V, ROW_ALIGN)
     out = summary_ptr + row * _WORDS
     tl.store(out.to(tl.pointer_type(tl.float64)), best)
     tl.store(out + 2, tl.where(best > float("-inf"), column, -1))
@@ -168,7 +196,6 @@ def shard_one_launch_kernel(
     partial_score_ptr,  # scratch, as shard_partial_kernel's outputs
     partial_index_ptr,
     greedy_value_ptr,
-    greedy_index_ptr,
     arrivals_ptr,  # [B] i32, zero on entry, left zero (one self-resetting counter per row)
     summary_ptr,  # [B, SUMMARY_WORDS] i32 output
     STREAM: tl.constexpr,
@@ -193,13 +220,13 @@ def shard_one_launch_kernel(
                 _store_no_token(summary_ptr, row)
             return
     shard_partial_kernel(logits_ptr, seeds_ptr, positions_ptr, temperature_ptr, vocab_start_ptr, row_valid_ptr,
-                         V_shard, row_stride, partial_score_ptr, partial_index_ptr, greedy_value_ptr, greedy_index_ptr,
-                         STREAM, FP64, BLOCK_V, ROW_ALIGN, START_ALIGN, VOCAB_ALIGN, FAST_MATH, SEED_WORDS, False)
+                         V_shard, row_stride, partial_score_ptr, partial_index_ptr, greedy_value_ptr, STREAM, FP64,
+                         BLOCK_V, ROW_ALIGN, START_ALIGN, VOCAB_ALIGN, FAST_MATH, SEED_WORDS, False)
     num_blocks = tl.num_programs(1)
     tl.debug_barrier()  # every thread's stores before the one release
     if tl.atomic_add(arrivals_ptr + row, 1, sem="acq_rel", scope="gpu") == num_blocks - 1:
-        _summarize_row(partial_score_ptr, partial_index_ptr, greedy_value_ptr, greedy_index_ptr, row, num_blocks,
-                       summary_ptr, FP64, REDUCE_BLOCK)
+        _summarize_row(partial_score_ptr, partial_index_ptr, greedy_value_ptr, logits_ptr, vocab_start_ptr, V_shard,
+                       row_stride, row, num_blocks, summary_ptr, FP64, REDUCE_BLOCK, BLOCK_V, ROW_ALIGN, START_ALIGN)
         tl.atomic_xchg(arrivals_ptr + row, 0, sem="relaxed", scope="gpu")
 
 
@@ -265,12 +292,12 @@ def plan_gumbel_shard(logits: ArgSpec, seeds: ArgSpec, target: Target, *, fp64: 
     valid = "row_valid" if row_valid else "positions"  # the stand-in is never read
     buffers = (Buffer("partial_score", (batch, blocks * (2 if fp64 else 1)), "float32"),
                Buffer("partial_index", (batch, blocks), "int32"), Buffer("greedy_value", (batch, blocks), "float32"),
-               Buffer("greedy_index", (batch, blocks), "int32"), summary)
+               summary)
     if one_launch:
         return Plan(buffers + (Buffer("arrivals", (batch,), "int32", counters=True),), (launch(
             shard_one_launch_kernel, (batch, blocks),
             ("logits", "seeds", "positions", "temperature", "vocab_start", valid, vocab, row_stride),
-            ("partial_score", "partial_index", "greedy_value", "greedy_index", "arrivals", "summary"),
+            ("partial_score", "partial_index", "greedy_value", "arrivals", "summary"),
             STREAM=(STREAM_DRAFT if draft else STREAM_TOKEN).value, FP64=fp64, BLOCK_V=config.block_v,
             ROW_ALIGN=config.row_align, START_ALIGN=start_align, VOCAB_ALIGN=config.vocab_align,
             FAST_MATH=config.fast_math, REDUCE_BLOCK=config.reduce_block, SEED_WORDS=seed_word_count(seeds.shape),
@@ -278,14 +305,16 @@ def plan_gumbel_shard(logits: ArgSpec, seeds: ArgSpec, target: Target, *, fp64: 
     launches = (
         launch(shard_partial_kernel, (batch, blocks),
                ("logits", "seeds", "positions", "temperature", "vocab_start", valid, vocab, row_stride),
-               ("partial_score", "partial_index", "greedy_value", "greedy_index"),
+               ("partial_score", "partial_index", "greedy_value"),
                STREAM=(STREAM_DRAFT if draft else STREAM_TOKEN).value, FP64=fp64, BLOCK_V=config.block_v,
                ROW_ALIGN=config.row_align, START_ALIGN=start_align, VOCAB_ALIGN=config.vocab_align,
                FAST_MATH=config.fast_math,
                SEED_WORDS=seed_word_count(seeds.shape), HAS_ROW_VALID=row_valid, num_warps=config.num_warps),
         launch(shard_summary_kernel, (batch,),
-               ("partial_score", "partial_index", "greedy_value", "greedy_index", valid, blocks), ("summary",),
-               FP64=fp64, REDUCE_BLOCK=config.reduce_block, HAS_ROW_VALID=row_valid, num_warps=1),
+               ("partial_score", "partial_index", "greedy_value", "logits", "vocab_start", valid, vocab, row_stride,
+                blocks), ("summary",),
+               FP64=fp64, REDUCE_BLOCK=config.reduce_block, BLOCK_V=config.block_v, ROW_ALIGN=config.row_align,
+               START_ALIGN=start_align, HAS_ROW_VALID=row_valid, num_warps=1),
     )
     return Plan(buffers, launches, ("summary",), "vocab shard")
 

@@ -52,7 +52,7 @@ import functools
 import triton
 import triton.language as tl
 
-from jsample.kernels.common import aligned, is_padding, load_temperature, noisy_scores
+from jsample.kernels.common import aligned, is_padding, largest_finite, load_temperature, noisy_scores
 from jsample.kernels.filtered.config import (
     PHASE_STATS,
     PHASE_TOP_K,
@@ -71,8 +71,7 @@ from jsample.kernels.gumbel import many_rows_config
 from jsample.kernels.host import jit
 from jsample.kernels.plan import ArgSpec, Buffer, Plan, ShardedPlan, Target, launch
 from jsample.kernels.stream import gumbel_noise, load_seed, seed_word_count, uniform_at
-from jsample.kernels.vocab_parallel import (START_MULTIPLE, SUMMARY_WORDS, plan_shard_combine, shard_summary_kernel,
-                                            store_greedy_candidate)
+from jsample.kernels.vocab_parallel import START_MULTIPLE, SUMMARY_WORDS, plan_shard_combine, shard_summary_kernel
 
 STATE_WORDS = 3  # int64 a row: the search's bracket [lo, hi) and top-p's normaliser
 _STATE_WORDS = tl.constexpr(STATE_WORDS)  # the kernels' copy: a kernel reads only constexpr globals
@@ -299,8 +298,7 @@ def shard_filtered_partial_kernel(
     row_stride,
     partial_score_ptr,  # [B, num_blocks] f32 (FP64: f64 as f32 pairs), as shard_partial_kernel's
     partial_index_ptr,  # [B, num_blocks] i32: global columns (-1 - column: the row overflows)
-    greedy_value_ptr,  # [B, num_blocks] f32: the block's largest finite logit
-    greedy_index_ptr,  # [B, num_blocks] i32: its lowest global column (-1: none finite)
+    greedy_value_ptr,  # [B, num_blocks] f32: the block's largest finite logit (-inf: none, or the block skipped)
     PREV_PHASE: tl.constexpr,
     HAS_MIN_P: tl.constexpr,
     KEY_SHIFT: tl.constexpr,
@@ -318,7 +316,7 @@ def shard_filtered_partial_kernel(
 ):
     """Grid (B, num_blocks): the row's final threshold (its last search round's bracket narrowed), then
     store_filtered_block over this shard's global columns (the row pointer moved back by vocab_start), and each
-    block's greedy candidate from its unfiltered logits: shard_partial_kernel's outputs for the kept set. A
+    block's greedy candidate's value from its unfiltered logits: shard_partial_kernel's outputs for the kept set. A
     block whose tiles' largest key is below the threshold keeps nothing: no candidate, its logits unread (its
     greedy candidate neither: the row's largest logit is kept, so such a block never holds the greedy token),
     unless the row's scaled logits overflow (the stats round's flag): there every block reads its logits, whose
@@ -350,13 +348,12 @@ def shard_filtered_partial_kernel(
             tl.store(partial_score_ptr + out, float("-inf"))
         tl.store(partial_index_ptr + out, first_col)
         tl.store(greedy_value_ptr + out, float("-inf"))
-        tl.store(greedy_index_ptr + out, -1)
         return
     x = store_filtered_block(logits_ptr - start, b64, row_stride, end, first_col, load_seed(seeds_ptr, row, SEED_WORDS),
                              tl.load(positions_ptr + row).to(tl.int64), temperature, min_p_ptr, key_max, count,
                              threshold, partial_score_ptr, partial_index_ptr, out, HAS_MIN_P, KEY_SHIFT, FP64, BLOCK_V,
                              ROW_ALIGN, FAST_MATH).to(tl.float32)
-    store_greedy_candidate(x, first_col, greedy_value_ptr, greedy_index_ptr, out, BLOCK_V)
+    tl.store(greedy_value_ptr + out, largest_finite(x))  # its column: the summary's (greedy_column_in_block)
 
 
 @jit
@@ -733,21 +730,23 @@ def plan_top_k_top_p_shard(logits: ArgSpec, seeds: ArgSpec, target: Target, *, h
     searched = prev_phase != PHASE_STATS
     buffers = (Buffer("partial_score", (batch, blocks * (2 if fp64 else 1)), "float32"),
                Buffer("partial_index", (batch, blocks), "int32"), Buffer("greedy_value", (batch, blocks), "float32"),
-               Buffer("greedy_index", (batch, blocks), "int32"), Buffer("summary", (batch, SUMMARY_WORDS), "int32"))
+               Buffer("summary", (batch, SUMMARY_WORDS), "int32"))
     rounds.append(Plan(buffers, (
         launch(shard_filtered_partial_kernel, (batch, blocks),
                ("logits", "seeds", "positions", "temperature", top_k, top_p, min_p, "vocab_start", valid,
                 "gathered_stats", "state_in" if searched else "gathered_stats",
                 "gathered_sums" if searched else "gathered_stats", "tile_max_in", shards, vocab, row_stride),
-               ("partial_score", "partial_index", "greedy_value", "greedy_index"),
+               ("partial_score", "partial_index", "greedy_value"),
                PREV_PHASE=prev_phase, HAS_MIN_P=has_min_p, KEY_SHIFT=config.key_shift, FP64=fp64,
                BLOCK_V=gumbel.block_v, ROW_ALIGN=gumbel.row_align, START_ALIGN=start_align,
                VOCAB_ALIGN=gumbel.vocab_align, FAST_MATH=gumbel.fast_math, WAYS=config.ways,
                SHARDS_BLOCK=shards_block, TILE=config.threads * config.vec, SEED_WORDS=seed_word_count(seeds.shape),
                HAS_ROW_VALID=row_valid, num_warps=gumbel.num_warps),
         launch(shard_summary_kernel, (batch,),
-               ("partial_score", "partial_index", "greedy_value", "greedy_index", valid, blocks), ("summary",),
-               FP64=fp64, REDUCE_BLOCK=gumbel.reduce_block, HAS_ROW_VALID=row_valid, num_warps=1),
+               ("partial_score", "partial_index", "greedy_value", "logits", "vocab_start", valid, vocab, row_stride,
+                blocks), ("summary",),
+               FP64=fp64, REDUCE_BLOCK=gumbel.reduce_block, BLOCK_V=gumbel.block_v, ROW_ALIGN=gumbel.row_align,
+               START_ALIGN=start_align, HAS_ROW_VALID=row_valid, num_warps=1),
     ), ("summary",), "shard filtered sample"))
     return ShardedPlan(tuple(rounds) + (combine,), "vocab shard, filtered")
 
