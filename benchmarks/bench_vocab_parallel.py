@@ -16,9 +16,12 @@ sampled tokens' logprobs), sharded through two more all-gathers of per-row recor
 (jsample/kernels/vocab_parallel_logprobs.py); with filters, "logprobs_filtered" (token_logprobs of uniform tokens
 with top_k = 50 and top_p = 0.9 as [B] tensors: the kept set's search rounds first) and "top_k_top_p_logprobs"
 (top_k_top_p_sample(top_k=50, top_p=0.9, return_logprobs=True): the lists' tokens, then their filtered logprobs);
-plus the bytes each GPU receives. Every variant is captured as a CUDA graph (one per rotated input set, so
-repeated calls do not measure the L2 cache) and replayed a fixed number of times on both ranks (collectives
-must match), timed with CUDA events; the median of 7 repeats. Tokens of sharded and gather are checked equal.
+plus the bytes each GPU receives. Every variant is captured as one CUDA graph of a call on each rotated input set
+(so that repeated calls do not measure the L2 cache) and replayed a fixed number of times on both ranks
+(collectives must match), timed with CUDA events, divided by the calls; the median of 7 repeats. (Until 5bc34d8 a
+graph a call was replayed in turn: at small batches the host's graph launches, not the GPU, set the pace, 8-25 us a
+call more with NCCL's kernels in the graph; benchmarks/lab/results/vocab_parallel_timing_h200x2.txt.) Tokens of
+sharded and gather are checked equal.
 
     python benchmarks/bench_vocab_parallel.py --out DIR [--vocab 262144] [--batches 1,64,256]
                                               [--ops ...,rejection,rejection_one_hot]
@@ -37,7 +40,10 @@ import harness  # noqa: E402
 REPEATS, REPLAYS = 7, 50
 
 
-def _time_graphs_us(graphs, dist):
+def _time_graph_us(graph, calls, dist):
+    """Device time a call: `graph` (`calls` calls) replayed REPLAYS times back to back between two CUDA events, on
+    every rank at once (a barrier first), divided by the calls; the median of REPEATS. The calls are in one graph so
+    that the host's graph launches (tens of microseconds with NCCL's kernels in them) never pace the GPU."""
     import torch
 
     times = []
@@ -46,26 +52,27 @@ def _time_graphs_us(graphs, dist):
         torch.cuda.synchronize()
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
-        for i in range(REPLAYS):
-            graphs[i % len(graphs)].replay()
+        for _ in range(REPLAYS):
+            graph.replay()
         end.record()
         torch.cuda.synchronize()
-        times.append(start.elapsed_time(end) * 1e3 / REPLAYS)
+        times.append(start.elapsed_time(end) * 1e3 / (REPLAYS * calls))
     return statistics.median(times)
 
 
 def _capture(fn, rotate):
+    """(one CUDA graph of fn(0), .., fn(rotate - 1): a call on each rotated input set, so that the L2 cache does not
+    hold a call's inputs, the number of calls)."""
     import torch
 
-    graphs = []
     for i in range(rotate):
         fn(i)  # compiles, and asks the group its shard sizes, outside the capture
-        torch.cuda.synchronize()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for i in range(rotate):
             fn(i)
-        graphs.append(graph)
-    return graphs
+    return graph, rotate
 
 
 def _same(a, b) -> bool:
@@ -84,7 +91,7 @@ def _time_and_compare(sharded, gather, half, rotate, dist, out) -> tuple:
     per rotated input set) and replayed on every rank, then sharded and gather run once more to compare."""
     import torch
 
-    times = {name: _time_graphs_us(_capture(fn, rotate), dist)
+    times = {name: _time_graph_us(*_capture(fn, rotate), dist)
              for name, fn in (("sharded", sharded), ("gather", gather), ("half", half))}
     sharded(0)
     gather(0)
@@ -312,7 +319,8 @@ def main():
         w.join()
     columns = ["op", "dtype", "batch", "vocab", "shards", "sharded_us", "gather_then_sample_us", "half_vocab_op_us",
                "sharded_vs_gather", "sharded_vs_half", "collectives", "bytes_in_sharded", "bytes_in_gather", "tokens_equal"]
-    notes = ("Two GPUs, NCCL, each variant a CUDA graph replayed 50 times x 7 (median), rank 0's device time. "
+    notes = ("Two GPUs, NCCL, each variant one CUDA graph of a call on each rotated input set, replayed 50 times x 7 "
+             "(median), rank 0's device time a call. "
              "gather = all_gather_into_tensor of the shards + the copy into [B, V] rows + the op; "
              "half = the op on one shard alone. top_k_top_p: top_k=50, top_p=0.9 on every row (top_k a [B] tensor: "
              "the search rounds; top_k_top_p_int: top_k the Python int 50: the shards' lists, one all-gather). "

@@ -3,7 +3,8 @@
 Per batch size (V = 262144 split in two, bf16 and float32), rank 0's device time (CUDA graphs replayed 50 times x 7,
 median; both ranks replay the same graphs) of
   half        gumbel_sample on one shard alone (the target's reference)
-  summary     the shard's first round alone (its summary kernels, no collective)
+  summary     the shard's first round alone (its summary kernels, no collective); where it is two launches,
+              partial / summarize: each launch alone (summarize reads whatever the partials hold: a timing only)
   ag_small    NCCL all_gather_into_tensor of the [B, 6] int32 summaries alone
   ar_small    NCCL all_reduce (MAX) of a [B] int64 alone (the smallest one-collective alternative)
   ag_shards   NCCL all_gather_into_tensor of the [B, V / 2] shards alone (gather-then-sample's collective)
@@ -56,6 +57,7 @@ def _rank(rank, world, args):
     dist.init_process_group("nccl", rank=rank, world_size=world)
     import torch_backend
     from jsample import kernels
+    from jsample.kernels.plan import Plan
     from torch_backend import _execute as execute
     from torch_backend._vocab_parallel import vocab_start
 
@@ -94,6 +96,12 @@ def _rank(rank, world, args):
                 sharded=lambda: torch_backend.gumbel_sample(shard, seeds, positions, temperature,
                                                             vocab_group=dist.group.WORLD),
                 gather=gather)
+            first = sharded_plan.rounds[0]
+            if len(first.launches) == 2:
+                partial = Plan(first.buffers, first.launches[:1], ("partial_score",), "partial alone")
+                summarize = Plan(first.buffers, first.launches[1:], ("summary",), "summary alone")
+                cases["partial"] = lambda: execute.run(partial, device, inputs)
+                cases["summarize"] = lambda: execute.run(summarize, device, inputs)
             times = {name: _time(fn, dist) for name, fn in cases.items()}
             if rank == 0:
                 print(f"{dtype:9s} B={batch:4d} " + " ".join(f"{k}={v:7.1f}" for k, v in times.items()), flush=True)
