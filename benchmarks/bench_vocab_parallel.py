@@ -23,7 +23,8 @@ graph a call was replayed in turn: at small batches the host's graph launches, n
 call more with NCCL's kernels in the graph; benchmarks/lab/results/vocab_parallel_timing_h200x2.txt.) Tokens of
 sharded and gather are checked equal.
 
-    python benchmarks/bench_vocab_parallel.py --out DIR [--vocab 262144] [--batches 1,64,256]
+    python benchmarks/bench_vocab_parallel.py --out DIR [--vocab 262144] [--batches 1,64,256] [--temperature 0.8]
+                                              [--name vocab_parallel]
                                               [--ops ...,rejection,rejection_one_hot]
 """
 
@@ -147,7 +148,7 @@ def _measure(rank, world, args, queue):
                       for _ in range(rotate)]
             seeds = torch.arange(batch, device=device, dtype=torch.int64) * 7919 + 11
             positions = torch.arange(batch, device=device, dtype=torch.int64) + 100
-            temperature = torch.full((batch,), 0.8, device=device)
+            temperature = torch.full((batch,), args.temperature, device=device)
             filters = {}
             if op == "gumbel_logprobs":
                 filters = dict(return_logprobs=True)
@@ -246,7 +247,7 @@ def _measure_rejection(op, dtype, args, rank, world, device) -> list:
         requests = dict(num_draft_tokens=torch.full((batch,), k, device=device),
                         seeds=torch.arange(batch, device=device, dtype=torch.int64) * 7919 + 11,
                         positions=torch.arange(batch, device=device, dtype=torch.int64) + 100,
-                        temperature=torch.full((batch,), 0.8, device=device))
+                        temperature=torch.full((batch,), args.temperature, device=device))
         whole = torch.empty((batch, k + 1, vocab), dtype=torch_dtype, device=device)
         gathered = torch.empty((world, batch, k + 1, shard_size), dtype=torch_dtype, device=device)
         whole_draft = torch.empty((batch, k, vocab), device=device)
@@ -296,6 +297,8 @@ def main():
     parser.add_argument("--out", default=None)
     parser.add_argument("--git-sha", default="")
     parser.add_argument("--vocab", type=int, default=262144)
+    parser.add_argument("--temperature", type=float, default=0.8)  # every row's
+    parser.add_argument("--name", default="vocab_parallel")  # the results files' name
     parser.add_argument("--batches", default="1,64,256")
     parser.add_argument("--dtypes", default="bfloat16,float32")
     parser.add_argument("--ops", default="gumbel,top_k_top_p,top_k_top_p_int,logprobs,logprobs_top20,gumbel_logprobs")
@@ -331,7 +334,8 @@ def main():
              "rejection / rejection_one_hot (in --ops): rejection_sample, K = 4, f32 draft logits or one-hot drafts "
              "(gather: the target's and the draft's shards).")
     if args.out:
-        harness.write_results(args.out, "vocab_parallel", harness.environment(args.git_sha), rows, columns, notes)
+        harness.write_results(args.out, args.name, harness.environment(args.git_sha), rows, columns,
+                              f"Every row's temperature {args.temperature}. " + notes)
     print(json.dumps(rows, indent=1))
 
 

@@ -416,6 +416,10 @@ TORCH_SCRIPT = textwrap.dedent('''
         y3 = x3[:, :k] + torch.from_numpy(rng.standard_normal((batch, k, vocab)).astype(np.float32) * 0.3)
         drafts = y3.argmax(2)
         drafts[0, 1] = vocab  # out of range: rejected
+        # acceptances and rejections at any vocabulary size (the GPU's too): row 2's three drafts accepted (its target
+        # peaked at each), row 1's first accepted and its second rejected, row 3's one draft rejected
+        for row, position, shift in ((2, 0, 50), (2, 1, 50), (2, 2, 50), (1, 0, 50), (1, 1, -30), (3, 0, -30)):
+            x3[row, position, drafts[row, position]] += shift
         x3, y3, drafts = x3.to(device), y3.to(device), drafts.to(device)
         num_drafts = torch.tensor([3, 2, 3, 1, 3, 0], device=device)
         for dtype, method, with_draft, num_valid, num_top in ((torch.float32, "probabilistic", True, None, None),

@@ -2,13 +2,16 @@
 gumbel_sample's own partial launch on the same shard? One GPU, no collective.
 
 Variants of the shard's partial kernel (each block's scores and best as store_sampled_block stores them, then):
-  value_in_reduction  the block's largest finite logit taken in the scores' own reduction (shipped at 5bc34d8)
-  value_apart         that value by a reduction of its own
+  shipped             vocab_parallel.greedy_value: the block's largest finite logit where the row's T < 1, else -inf
+  value_apart         that value by a reduction of its own, at every temperature
   none                no greedy value (a lower bound: not a correct vocab-parallel summary)
+(5bc34d8 took the value in the scores' own reduction, a third value of max_and_magnitude's: no faster than apart,
+results/shard_partial_variants_h200.txt, and dropped.)
 and `gumbel_partial`: gumbel_sample's own first launch on the shard (its partials only). Device time a call, one
 CUDA graph of a call on each rotated input set, replayed 20 times, the median of 7.
 
     python3 benchmarks/lab/explore_shard_partial_variants.py [--batches 64,256,1024] [--dtypes bfloat16,float32]
+                                                             [--temperature 0.8]
 """
 
 import argparse
@@ -22,10 +25,10 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 import triton.language as tl  # noqa: E402
 
-from jsample.kernels.common import (aligned, largest_finite, load_temperature,  # noqa: E402
-                                    store_sampled_block)
+from jsample.kernels.common import aligned, largest_finite, load_temperature, store_sampled_block  # noqa: E402
 from jsample.kernels.host import jit  # noqa: E402
 from jsample.kernels.stream import load_seed  # noqa: E402
+from jsample.kernels.vocab_parallel import greedy_value  # noqa: E402
 
 
 @jit
@@ -46,10 +49,9 @@ def partial_variant_kernel(logits_ptr, seeds_ptr, positions_ptr, temperature_ptr
     position = tl.load(positions_ptr + row).to(tl.int64)
     temperature = load_temperature(temperature_ptr, row)
     if MODE == 0:
-        _, largest = store_sampled_block(logits_ptr - start, row, row_stride, end, first_col, seed, position,
-                                         temperature, partial_score_ptr, partial_index_ptr, out, STREAM, BLOCK_V,
-                                         ROW_ALIGN, FP64, FAST_MATH, GREEDY_VALUE=True)
-        tl.store(greedy_value_ptr + out, largest)
+        x = store_sampled_block(logits_ptr - start, row, row_stride, end, first_col, seed, position, temperature,
+                                partial_score_ptr, partial_index_ptr, out, STREAM, BLOCK_V, ROW_ALIGN, FP64, FAST_MATH)
+        tl.store(greedy_value_ptr + out, greedy_value(x, temperature))
     elif MODE == 1:
         x = store_sampled_block(logits_ptr - start, row, row_stride, end, first_col, seed, position, temperature,
                                 partial_score_ptr, partial_index_ptr, out, STREAM, BLOCK_V, ROW_ALIGN, FP64, FAST_MATH)
@@ -94,6 +96,7 @@ def main():
     parser.add_argument("--vocab", type=int, default=131072)
     parser.add_argument("--batches", default="64,256,1024")
     parser.add_argument("--dtypes", default="bfloat16,float32")
+    parser.add_argument("--temperature", type=float, default=0.8)
     args = parser.parse_args()
     device = torch.device("cuda", 0)
     for dtype in args.dtypes.split(","):
@@ -105,7 +108,7 @@ def main():
                       for _ in range(rotate)]
             seeds = torch.arange(batch, device=device, dtype=torch.int64) * 7919 + 11
             positions = torch.arange(batch, device=device, dtype=torch.int64) + 100
-            temperature = torch.full((batch,), 0.8, device=device)
+            temperature = torch.full((batch,), args.temperature, device=device)
             start = torch.full((1,), 131072, dtype=torch.int32, device=device)
             shard_plan = execute.plan(kernels.plan_gumbel_shard, (shards[0], seeds), device, None, fp64=False,
                                       draft=False, start_align=16)
@@ -114,7 +117,7 @@ def main():
             cases = {}
             if len(shard_plan.launches) == 2:
                 first = shard_plan.launches[0]
-                for mode, name in ((0, "value_in_reduction"), (1, "value_apart"), (2, "none")):
+                for mode, name in ((0, "shipped"), (1, "value_apart"), (2, "none")):
                     variant = dataclasses.replace(first, kernel=partial_variant_kernel,
                                                   constexprs=first.constexprs + (("MODE", mode),))
                     plan = Plan(shard_plan.buffers, (variant,), ("partial_score",), name)
@@ -128,7 +131,7 @@ def main():
             cases["gumbel_sample"] = lambda i: kernels and __import__("torch_backend").gumbel_sample(
                 shards[i], seeds, positions, temperature)
             times = {name: _time(fn, rotate) for name, fn in cases.items()}
-            print(f"{dtype:9s} B={batch:5d} V={args.vocab} " + " ".join(f"{k}={v:7.1f}" for k, v in times.items()),
+            print(f"{dtype:9s} B={batch:5d} V={args.vocab} T={args.temperature} " + " ".join(f"{k}={v:7.1f}" for k, v in times.items()),
                   flush=True)
 
 

@@ -146,37 +146,24 @@ def _maximum_pair(a, b, c, d):
 
 
 @jit
-def _maximum_triple(a, b, c, d, e, f):
-    return tl.maximum(a, d, propagate_nan=tl.PropagateNan.ALL), tl.maximum(b, e), tl.maximum(c, f)
-
-
-@jit
 def largest_finite(y):
     """The largest finite element of a 1-D block (-inf when none is finite)."""
     return tl.max(tl.where(tl.abs(y) < float("inf"), y, float("-inf")), axis=0)
 
 
 @jit
-def max_and_magnitude(x, y, FAST_MATH: tl.constexpr, FINITE_MAX: tl.constexpr = False):
+def max_and_magnitude(x, y, FAST_MATH: tl.constexpr):
     """(max_flagging_nan(x), the largest |y|) in one reduction on a GPU: a second reduction would add
-    its own shuffles and barrier to every block (measured 6-14% of gumbel_sample). FINITE_MAX: also
-    largest_finite(y), a third value of the same reduction (vocab-parallel greedy candidates)."""
-    if FINITE_MAX:
-        if FAST_MATH:
-            return tl.reduce((x, tl.abs(y), tl.where(tl.abs(y) < float("inf"), y, float("-inf"))), 0,
-                             _maximum_triple)
-        else:
-            return max_flagging_nan(x, False), tl.max(tl.abs(y), axis=0), largest_finite(y)
+    its own shuffles and barrier to every block (measured 6-14% of gumbel_sample)."""
+    if FAST_MATH:
+        return tl.reduce((x, tl.abs(y)), 0, _maximum_pair)
     else:
-        if FAST_MATH:
-            return tl.reduce((x, tl.abs(y)), 0, _maximum_pair)
-        else:
-            return max_flagging_nan(x, False), tl.max(tl.abs(y), axis=0)
+        return max_flagging_nan(x, False), tl.max(tl.abs(y), axis=0)
 
 
 @jit
 def noisy_scores(x, noise, temperature, FP64: tl.constexpr, FAST_MATH: tl.constexpr, unfiltered,
-                 MAY_BE_GREEDY: tl.constexpr = True, GREEDY_VALUE: tl.constexpr = False):
+                 MAY_BE_GREEDY: tl.constexpr = True):
     """(scores, their max, whether the row overflows): the Gumbel-max scores x / T + g (x itself when
     T < 1e-5: greedy), where non-candidates (padding, non-finite logits, NaN scores) score -inf, and
     whether some finite logit of `unfiltered` (x before a filter dropped any) overflows
@@ -188,24 +175,17 @@ def noisy_scores(x, noise, temperature, FP64: tl.constexpr, FAST_MATH: tl.conste
     the raw scores are the answer: the masks below (3 instructions a column) run only for blocks
     with a NaN or +inf score, which max_flagging_nan finds at the cost of the plain max.
     MAY_BE_GREEDY=False: the caller has ruled greedy rows out (a greedy branch here is compiled even
-    where never taken, and the compiler may run its max for every row). GREEDY_VALUE: a fourth value,
-    largest_finite(unfiltered), taken in the scores' own reduction (vocab-parallel greedy candidates)."""
+    where never taken, and the compiler may run its max for every row)."""
     overflow = False
-    greedy_value = float("-inf")
     if MAY_BE_GREEDY and is_greedy(temperature):
         score = x
         best = max_flagging_nan(score, FAST_MATH)
-        if GREEDY_VALUE:
-            greedy_value = largest_finite(unfiltered)
     else:
         if FAST_MATH and not FP64:
             score = tl.fma(x, inverse_temperature(temperature, FP64), noise)
         else:
             score = x * inverse_temperature(temperature, FP64) + noise
-        if GREEDY_VALUE:
-            best, magnitude, greedy_value = max_and_magnitude(score, unfiltered, FAST_MATH, True)
-        else:
-            best, magnitude = max_and_magnitude(score, unfiltered, FAST_MATH)
+        best, magnitude = max_and_magnitude(score, unfiltered, FAST_MATH)
         overflow = overflow_from_magnitude(unfiltered, magnitude, temperature)
     if not (best < float("inf")):
         if MAY_BE_GREEDY and is_greedy(temperature):
@@ -215,10 +195,7 @@ def noisy_scores(x, noise, temperature, FP64: tl.constexpr, FAST_MATH: tl.conste
             candidate = (x < float("inf")) & (score > float("-inf"))
         score = tl.where(candidate, score, float("-inf"))
         best = tl.max(score, axis=0)
-    if GREEDY_VALUE:
-        return score, best, overflow, greedy_value
-    else:
-        return score, best, overflow
+    return score, best, overflow
 
 
 @jit
@@ -546,16 +523,14 @@ def _best_lowest_count_min(score_a, column_a, count_a, pending_a, score_b, colum
 @jit
 def store_sampled_block(logits_ptr, row, row_stride, V, first_col, seed, position, temperature, partial_score_ptr,
                         partial_index_ptr, out, STREAM: tl.constexpr, BLOCK_V: tl.constexpr, ROW_ALIGN: tl.constexpr,
-                        FP64: tl.constexpr, FAST_MATH: tl.constexpr, GREEDY_VALUE: tl.constexpr = False):
+                        FP64: tl.constexpr, FAST_MATH: tl.constexpr):
     """Block partials (store_block_best, at `out`) of the Gumbel-max sample of row `row`'s columns
     first_col .. first_col + BLOCK_V - 1, flagged when the row's scaled logits overflow: every
     unfiltered Gumbel-max in jsample (gumbel_sample, and rejection_sample's sampled rows) runs this.
-    Returns the block's logits as FP32 (-inf for padding); GREEDY_VALUE: (those logits, their largest
-    finite one, from the scores' own reduction where FP32 scores are taken)."""
+    Returns the block's logits as FP32 (-inf for padding)."""
     cols = first_col + tl.arange(0, BLOCK_V)
     row_ptr = logits_ptr + tl.multiple_of(row.to(tl.int64) * row_stride, ROW_ALIGN)
     x32 = load_block(row_ptr, cols, V, False)
-    greedy_value = float("-inf")
     if FP64 and not is_greedy(temperature):  # FP64 scores only for a shortlist (fp64_sampled_best)
         lo, hi = fp64_words_block(seed, position, first_col, STREAM, BLOCK_V, FAST_MATH)
         best64, best_offset, overflow64 = fp64_sampled_best(x32, lo, hi, row_ptr, first_col, V, seed, position,
@@ -563,8 +538,6 @@ def store_sampled_block(logits_ptr, row, row_stride, V, first_col, seed, positio
         tl.store(partial_score_ptr.to(tl.pointer_type(tl.float64)) + out, best64)
         column = (first_col + best_offset).to(tl.int32)
         tl.store(partial_index_ptr + out, tl.where(overflow64, -1 - column, column))
-        if GREEDY_VALUE:
-            greedy_value = largest_finite(x32)
     else:
         x = x32
         if FP64:
@@ -573,18 +546,9 @@ def store_sampled_block(logits_ptr, row, row_stride, V, first_col, seed, positio
             noise = tl.zeros_like(x)
         else:
             noise = block_noise(seed, position, first_col, STREAM, BLOCK_V, FP64, FAST_MATH)
-        if GREEDY_VALUE and not FP64:
-            score, best, overflow, greedy_value = noisy_scores(x, noise, temperature, FP64, FAST_MATH, x,
-                                                               GREEDY_VALUE=True)
-        else:
-            score, best, overflow = noisy_scores(x, noise, temperature, FP64, FAST_MATH, x)
-            if GREEDY_VALUE:
-                greedy_value = largest_finite(x32)
+        score, best, overflow = noisy_scores(x, noise, temperature, FP64, FAST_MATH, x)
         store_block_best(partial_score_ptr, partial_index_ptr, out, score, best, first_col, FP64, overflow)
-    if GREEDY_VALUE:
-        return x32, greedy_value
-    else:
-        return x32
+    return x32
 
 
 @jit

@@ -9,10 +9,11 @@ columns: the same noise, the same scores, FP32 or FP64) and reduces them to a su
     words 0-1  the shard's best score (float64; an FP32 score is exact in it)
     word 2     its lowest column among that score (global), as store_block_best stores it
     word 3     1 if a block of the shard found the row's scaled logits overflowing (the row is greedy)
-    word 4     the shard's largest finite logit (float32 bits): the greedy argmax's candidate
+    word 4     the shard's largest finite logit (float32 bits): the greedy argmax's candidate (-inf where
+               the row's temperature is at least 1: no finite logit overflows, the combine never reads it)
     word 5     its lowest column (global; -1 when the shard has no finite logit): the blocks store only
-               their largest finite logit, taken in their scores' own reduction, and the summary looks
-               the column up in the first block holding the largest (greedy_column_in_block)
+               their largest finite logit, and the summary looks the column up in the first block holding
+               the largest (greedy_column_in_block)
 
 Only these SUMMARY_WORDS int32 words a row cross devices (one all-gather, done by the frontends with
 their framework's collective); `shard_combine_kernel` then takes the token on every device: the best
@@ -31,7 +32,7 @@ import functools
 import triton
 import triton.language as tl
 
-from jsample.kernels.common import aligned, is_padding, load_temperature, store_sampled_block
+from jsample.kernels.common import aligned, is_padding, largest_finite, load_temperature, store_sampled_block
 from jsample.kernels.gumbel import ONE_LAUNCH_MAX_PROGRAMS, gumbel_launch_config, many_rows_config
 from jsample.kernels.host import jit
 from jsample.kernels.plan import ArgSpec, Buffer, Plan, ShardedPlan, Target, launch
@@ -68,8 +69,7 @@ def shard_partial_kernel(
     """Grid (B, num_blocks): gumbel_partial_kernel's blocks over this shard's global columns (the row
     pointer moved back by vocab_start, so column c of the row is global column c: store_sampled_block's
     noise, scores, FP64 shortlist and stored columns are the unsharded call's), and each block's greedy
-    candidate's value, taken in the scores' own reduction (a reduction of its own for the value and one
-    for its column cost a fifth of the shard's time; the summary finds the column). A padding row's
+    candidate's value (greedy_value; the summary finds its column, greedy_column_in_block). A padding row's
     programs read nothing (its summary says: no token)."""
     row = tl.program_id(0)
     if HAS_ROW_VALID:
@@ -81,11 +81,23 @@ def shard_partial_kernel(
     end = start + aligned(V_shard, VOCAB_ALIGN)
     first_col = start + block * BLOCK_V
     out = row.to(tl.int64) * num_blocks + block
-    _, largest = store_sampled_block(logits_ptr - start, row, row_stride, end, first_col,
-                                     load_seed(seeds_ptr, row, SEED_WORDS), tl.load(positions_ptr + row).to(tl.int64),
-                                     load_temperature(temperature_ptr, row), partial_score_ptr, partial_index_ptr, out,
-                                     STREAM, BLOCK_V, ROW_ALIGN, FP64, FAST_MATH, GREEDY_VALUE=True)
-    tl.store(greedy_value_ptr + out, largest)
+    temperature = load_temperature(temperature_ptr, row)
+    x = store_sampled_block(logits_ptr - start, row, row_stride, end, first_col, load_seed(seeds_ptr, row, SEED_WORDS),
+                            tl.load(positions_ptr + row).to(tl.int64), temperature, partial_score_ptr,
+                            partial_index_ptr, out, STREAM, BLOCK_V, ROW_ALIGN, FP64, FAST_MATH)
+    tl.store(greedy_value_ptr + out, greedy_value(x, temperature))
+
+
+@jit
+def greedy_value(x, temperature):
+    """A block's greedy candidate's value: its largest finite logit, where the row's temperature lets a finite logit
+    overflow when scaled (T < 1: common.overflow_from_magnitude's rule), on this shard or another; else -inf, which
+    the combine never reads (it reads the candidates of overflowing rows only). That spares the most common rows
+    (T = 1) the reduction, a tenth of the block's time."""
+    value = float("-inf")
+    if 1.0 / temperature.to(tl.float32) > 1.0:
+        value = largest_finite(x)
+    return value
 
 
 @jit

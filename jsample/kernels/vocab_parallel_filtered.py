@@ -52,7 +52,7 @@ import functools
 import triton
 import triton.language as tl
 
-from jsample.kernels.common import aligned, is_padding, largest_finite, load_temperature, noisy_scores
+from jsample.kernels.common import aligned, is_padding, load_temperature, noisy_scores
 from jsample.kernels.filtered.config import (
     PHASE_STATS,
     PHASE_TOP_K,
@@ -71,7 +71,8 @@ from jsample.kernels.gumbel import many_rows_config
 from jsample.kernels.host import jit
 from jsample.kernels.plan import ArgSpec, Buffer, Plan, ShardedPlan, Target, launch
 from jsample.kernels.stream import gumbel_noise, load_seed, seed_word_count, uniform_at
-from jsample.kernels.vocab_parallel import START_MULTIPLE, SUMMARY_WORDS, plan_shard_combine, shard_summary_kernel
+from jsample.kernels.vocab_parallel import (START_MULTIPLE, SUMMARY_WORDS, greedy_value, plan_shard_combine,
+                                            shard_summary_kernel)
 
 STATE_WORDS = 3  # int64 a row: the search's bracket [lo, hi) and top-p's normaliser
 _STATE_WORDS = tl.constexpr(STATE_WORDS)  # the kernels' copy: a kernel reads only constexpr globals
@@ -353,7 +354,7 @@ def shard_filtered_partial_kernel(
                              tl.load(positions_ptr + row).to(tl.int64), temperature, min_p_ptr, key_max, count,
                              threshold, partial_score_ptr, partial_index_ptr, out, HAS_MIN_P, KEY_SHIFT, FP64, BLOCK_V,
                              ROW_ALIGN, FAST_MATH).to(tl.float32)
-    tl.store(greedy_value_ptr + out, largest_finite(x))  # its column: the summary's (greedy_column_in_block)
+    tl.store(greedy_value_ptr + out, greedy_value(x, temperature))  # its column: the summary's
 
 
 @jit
