@@ -3,7 +3,7 @@
 # jax-triton: see benchmarks/results/README.md). Writes to $OUT (default benchmarks/results).
 #   bash benchmarks/run_gpu.sh [tests] [multi] [bench] [eager] [loop] [rejection] [filtered] [variants] [digest]
 #                              [digest_filtered] [compile] [padding] [digest_ab] [second_process] [logprobs]
-#                              [vocab_parallel]
+#                              [vocab_parallel] [vocab_parallel_tests] [vocab_parallel_bench]
 #   (default: tests bench)
 # `multi` needs two or more GPUs.
 set -uo pipefail
@@ -33,11 +33,17 @@ for step in $steps; do
         timeout -s INT 300 python3 -m pytest tests/test_multi_gpu.py -q -rA -p no:cacheprovider; } \
         > "$OUT/gpu_tests_multi_gpu.txt" 2>&1
       tail -3 "$OUT/gpu_tests_multi_gpu.txt" ;;
-    vocab_parallel)  # two GPUs: vocab-parallel tests (NCCL, shard_map) and the sharded-vs-gather benchmark
+    vocab_parallel)  # two GPUs: vocab-parallel tests (NCCL, then shard_map: its compiles alone take minutes with
+      # jax-triton 0.3's PTX, which XLA hands ptxas one kernel at a time), then the sharded-vs-gather benchmark;
+      # a device call allows 600 s: run the steps `vocab_parallel_tests` and `vocab_parallel_bench` in two calls
+      OUT="$OUT" bash benchmarks/run_gpu.sh vocab_parallel_tests vocab_parallel_bench ;;
+    vocab_parallel_tests)
       { echo "commit $SHA"; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-        timeout -s INT 240 python3 -m pytest tests/test_multi_gpu.py -v -rA -p no:cacheprovider -k vocab_parallel -x; } \
-        > "$OUT/gpu_tests_vocab_parallel.txt" 2>&1
-      tail -3 "$OUT/gpu_tests_vocab_parallel.txt"
+        timeout -s INT 200 python3 -m pytest tests/test_multi_gpu.py -v -rA -p no:cacheprovider -k vocab_parallel_torch
+        timeout -s INT 380 python3 -m pytest tests/test_multi_gpu.py -v -rA -p no:cacheprovider -k vocab_parallel_jax
+      } > "$OUT/gpu_tests_vocab_parallel.txt" 2>&1
+      tail -3 "$OUT/gpu_tests_vocab_parallel.txt" ;;
+    vocab_parallel_bench)
       timeout -s INT 300 python3 benchmarks/bench_vocab_parallel.py --out "$OUT" --git-sha "$SHA" \
         > "$OUT/bench_vocab_parallel_log.txt" 2>&1
       tail -n 8 "$OUT/bench_vocab_parallel_log.txt" ;;
