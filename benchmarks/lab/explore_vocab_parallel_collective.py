@@ -18,34 +18,15 @@ NCCL's environment (NCCL_PROTO, NCCL_ALGO, ...) is the caller's: run the script 
 
 import argparse
 import os
-import statistics
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-REPEATS, REPLAYS = 7, 50
-
-
 def _time(fn, dist):
-    import torch
+    """bench_vocab_parallel's device time a call, of a graph of one call (replayed 50 times x 7, the median)."""
+    from bench_vocab_parallel import _capture, _time_graph_us
 
-    fn()
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        fn()
-    times = []
-    for _ in range(REPEATS):
-        dist.barrier()
-        torch.cuda.synchronize()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(REPLAYS):
-            graph.replay()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end) * 1e3 / REPLAYS)
-    return statistics.median(times)
+    return _time_graph_us(*_capture(lambda i: fn(), 1), dist)
 
 
 def _rank(rank, world, args):
