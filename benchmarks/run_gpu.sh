@@ -33,14 +33,15 @@ for step in $steps; do
         timeout -s INT 300 python3 -m pytest tests/test_multi_gpu.py -q -rA -p no:cacheprovider; } \
         > "$OUT/gpu_tests_multi_gpu.txt" 2>&1
       tail -3 "$OUT/gpu_tests_multi_gpu.txt" ;;
-    vocab_parallel)  # two GPUs: vocab-parallel tests (NCCL, then shard_map: its compiles alone take minutes with
-      # jax-triton 0.3's PTX, which XLA hands ptxas one kernel at a time), then the sharded-vs-gather benchmark;
+    vocab_parallel)  # two GPUs: vocab-parallel tests (NCCL, then shard_map in two parts: their compiles take minutes
+      # with jax-triton 0.3's PTX, which XLA hands ptxas one kernel at a time), then the sharded-vs-gather benchmark;
       # a device call allows 600 s: run the steps `vocab_parallel_tests` and `vocab_parallel_bench` in two calls
       OUT="$OUT" bash benchmarks/run_gpu.sh vocab_parallel_tests vocab_parallel_bench ;;
     vocab_parallel_tests)
       { echo "commit $SHA"; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-        timeout -s INT 200 python3 -m pytest tests/test_multi_gpu.py -v -rA -p no:cacheprovider -k vocab_parallel_torch
-        timeout -s INT 380 python3 -m pytest tests/test_multi_gpu.py -v -rA -p no:cacheprovider -k vocab_parallel_jax
+        for part in vocab_parallel_torch "vocab_parallel_jax and samplers" "vocab_parallel_jax and rejection"; do
+          timeout -s INT 190 python3 -m pytest tests/test_multi_gpu.py -v -rA -p no:cacheprovider -k "$part"
+        done
       } > "$OUT/gpu_tests_vocab_parallel.txt" 2>&1
       tail -3 "$OUT/gpu_tests_vocab_parallel.txt" ;;
     vocab_parallel_bench)

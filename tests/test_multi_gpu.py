@@ -174,11 +174,21 @@ def test_multi_gpu_vocab_parallel_torch_nccl_equals_the_unsharded_call(sizes, tm
 
 
 @needs_two_gpus
-def test_multi_gpu_vocab_parallel_jax_shard_map_equals_the_unsharded_call(tmp_path):
-    """gumbel_sample and top_k_top_p_sample (vocab_axis=...) in shard_map and plain jit over two GPUs (V up to
-    262144): the unsharded call's tokens, and the compiled module all-gathers only O(B) records."""
+def test_multi_gpu_vocab_parallel_jax_shard_map_samplers_equal_the_unsharded_call(tmp_path):
+    """gumbel_sample, token_logprobs and top_k_top_p_sample (vocab_axis=...) in shard_map and plain jit over two GPUs
+    (V up to 262144): the unsharded call's tokens and numbers, and the compiled module all-gathers only O(B) records."""
     from test_vocab_parallel import JAX_SCRIPT, _run
 
-    out = _run(JAX_SCRIPT, env=dict(VP_DEVICES="gpu"), tmp_path=tmp_path)
+    out = _run(JAX_SCRIPT, env=dict(VP_DEVICES="gpu", VP_PART="samplers"), tmp_path=tmp_path)
     assert all(f"shards 2 vocab {v} ok" in out for v in (808, 151936, 262144)) and "errors ok" in out, out
-    assert out.count("filtered shards 2 ok") == 3 and "filtered logprobs shards 2 vocab 151936 ok" in out, out
+    assert out.count("filtered shards 2 ok") == 3 and out.count("logprobs shards 2 ok") == 3, out
+
+
+@needs_two_gpus
+def test_multi_gpu_vocab_parallel_jax_shard_map_filtered_logprobs_and_rejection_equal_the_unsharded_call(tmp_path):
+    """token_logprobs with filters and rejection_sample (vocab_axis=...) over two GPUs at V = 151936: the unsharded
+    call's numbers and tokens (the other half of the script above: its compiles alone take minutes on a GPU)."""
+    from test_vocab_parallel import JAX_SCRIPT, _run
+
+    out = _run(JAX_SCRIPT, env=dict(VP_DEVICES="gpu", VP_PART="rest"), tmp_path=tmp_path)
+    assert "filtered logprobs shards 2 vocab 151936 ok" in out and "rejection shards 2 vocab 151936 ok" in out, out

@@ -26,9 +26,14 @@ JAX_SCRIPT = textwrap.dedent('''
     if shard_map is None:
         from jax.experimental.shard_map import shard_map
 
+    # on two GPUs the run is split in two (each part's compiles take minutes): "samplers" (gumbel_sample, token_logprobs,
+    # top_k_top_p_sample) and "rest" (filtered logprobs and rejection_sample, at V = 151936 only)
+    PART = os.environ.get("VP_PART", "all")
+    SAMPLERS, REST = PART != "rest", PART != "samplers"
     rng = np.random.default_rng(42)
     batch = 7
-    for shards, vocab in ((1, 301), (2, 808)) + (((2, 151936), (2, 262144)) if ON_GPU else ()):
+    vocabs = ((1, 301), (2, 808)) + (((2, 151936), (2, 262144)) if ON_GPU else ())
+    for shards, vocab in (((2, 151936),) if ON_GPU and PART == "rest" else vocabs):
         mesh = Mesh(np.array(jax.devices()[:shards]), ("tp",))
         x = (rng.standard_normal((batch, vocab)) * 3).astype(np.float32)
         x[1] = -np.inf  # no finite logit: -1
@@ -42,6 +47,7 @@ JAX_SCRIPT = textwrap.dedent('''
         # FP32 alone, then bfloat16, FP64 and the draft stream at 2 shards
         variants = [("float32", False, False)] + ([("bfloat16", False, False), ("float32", True, False),
                                                   ("bfloat16", False, True)] if shards == 2 else [])
+        variants = variants if SAMPLERS else []
         for dtype, fp64, draft in variants:
             logits = x.astype(getattr(ml_dtypes, dtype, dtype))
             want = np.asarray(jsample.gumbel_sample(logits, seeds, positions, temperature, fp64=fp64, draft=draft))
@@ -64,7 +70,7 @@ JAX_SCRIPT = textwrap.dedent('''
                                            for line in gathers), gathers
                     assert all(f"[{shards},{batch},6]" in line.split("all-gather(")[0] for line in gathers), gathers
                     assert not [line for line in hlo.splitlines() if "all-reduce(" in line or "all-to-all(" in line]
-        if shards == 2:  # padding rows (num_valid, a device scalar): -1, their logits unread on every shard
+        if shards == 2 and SAMPLERS:  # padding rows (num_valid, a device scalar): -1, their logits unread
             want = np.asarray(jsample.gumbel_sample(x, seeds, positions, temperature, num_valid=np.int32(4)))
             call = lambda l, s, p, t, n: jsample.gumbel_sample(l, s, p, t, num_valid=n, vocab_axis="tp")
             sharded = jax.jit(shard_map(call, mesh=mesh, in_specs=(P(None, "tp"), P(), P(), P(), P()), out_specs=P()))
@@ -87,9 +93,10 @@ JAX_SCRIPT = textwrap.dedent('''
                 for got, want in zip(numbers, want_numbers):
                     assert np.array_equal(np.asarray(got), np.asarray(want), equal_nan=True), (got, want)
             assert np.isnan(np.asarray(want_numbers.raw)[4:]).all()
-        print("shards", shards, "vocab", vocab, "ok")
-        if shards == 2:  # token_logprobs: two all-gathers of per-row records, the unsharded call's numbers
-            tokens = np.int64([5, -1, vocab - 3, 7, 2, vocab // 2 + 1, vocab - 1])  # row 4: a NaN logit
+        if SAMPLERS:
+            print("shards", shards, "vocab", vocab, "ok")
+        tokens = np.int64([5, -1, vocab - 3, 7, 2, vocab // 2 + 1, vocab - 1])  # row 4: a NaN logit
+        if shards == 2 and SAMPLERS:  # token_logprobs: two all-gathers of per-row records, the unsharded call's
             for dtype, num_top in (("float32", 0), ("bfloat16", 5)):
                 logits = x.astype(getattr(ml_dtypes, dtype, dtype))
                 want = jsample.token_logprobs(logits, tokens, temperature, num_top=num_top)
@@ -112,7 +119,7 @@ JAX_SCRIPT = textwrap.dedent('''
                     assert not [line for line in hlo.splitlines() if "all-reduce(" in line or "all-to-all(" in line]
             assert np.isnan(np.asarray(want.raw)[[1, 4]]).all() and np.asarray(want.rank)[1] == 0
             print("logprobs shards", shards, "ok")
-        if shards == 2 and (not ON_GPU or vocab == 151936):  # (each dtype and flag set a compile on the GPU)
+        if shards == 2 and REST and (not ON_GPU or vocab == 151936):  # (each dtype and flag set a compile on a GPU)
             # with filters: the kept set's searches first; top_k_top_p_sample's return_logprobs after its tokens
             rows = dict(top_k=np.int64([3, 50, 7, 1000, 2, 5, 9]),
                         top_p=np.float32([0.9, 0.5, 0.95, 0.3, 1, 0.8, 0.99]),
@@ -166,7 +173,7 @@ JAX_SCRIPT = textwrap.dedent('''
                 assert np.array_equal(np.asarray(a), np.asarray(b), equal_nan=True), (name, a, b)
             print("filtered logprobs shards", shards, "vocab", vocab, "ok")
         # top_k_top_p_sample: the kept set's searches over the shards (a round an all-gather of integer sums)
-        if shards == 2:
+        if shards == 2 and SAMPLERS:
             x[6] = x[6, 0]  # a row of equal logits: top-k's threshold tied across both shards, top-p keeps all
             top_k = np.int64([40, 3, 20, 1000, 2, 7, 5])
             top_p = np.float32([0.4, 0.5, 0.8, 0.2, 0.3, 0.6, 0.7])
@@ -241,7 +248,7 @@ JAX_SCRIPT = textwrap.dedent('''
             got = np.asarray(sharded(x, seeds, positions, temperature, top_k, top_p, np.int32(4)))
             assert np.array_equal(got, want) and (got[4:] == -1).all(), (got, want)
             print("filtered shards", shards, "ok")
-        if shards == 2 and (not ON_GPU or vocab == 151936):
+        if shards == 2 and REST and (not ON_GPU or vocab == 151936):
             # rejection_sample: [B, K+1, V / 2] shards, a block cut by the split (heads), return_logprobs after
             k = 3
             x3 = (rng.standard_normal((batch, k + 1, vocab)) * 2).astype(np.float32)
