@@ -253,7 +253,8 @@ def fp64_noise_estimate(lo, hi, FAST_MATH: tl.constexpr = False):
         g = tl.fma(log2_approx(m), -LN2, NEG_LN_LN2)
     else:
         u = hi.to(tl.float32) * TWO_POW_M32 + TWO_POW_M33
-        one_minus_u = (~hi).to(tl.float32) * TWO_POW_M32 + TWO_POW_M33
+        # ~hi as hi ^ 0xFFFFFFFF: Triton 3.6's interpreter inverts by a Python -1, which NumPy 2 refuses for uint32
+        one_minus_u = (hi ^ 0xFFFFFFFF).to(tl.float32) * TWO_POW_M32 + TWO_POW_M33
         series = u * (1.0 + u * (0.5 + u * (0.3333333432674408 + u * 0.25)))
         big = -tl.log(one_minus_u)
         g = -tl.log(tl.where(hi < 67108864, series, big))
