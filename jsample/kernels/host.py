@@ -14,7 +14,8 @@ The interpreter needs two things for the duration of an interpreted launch of a 
   cannot call them. Their interpreted stand-ins are swapped in, and the originals put back after.
 - cheap device-function calls: Triton's interpreter re-patches the language on every call of a @jit
   function, dozens per program (half of a rejection_sample call's CPU time); inside a running kernel
-  that is skipped (`_patch_lang_once`).
+  that is skipped (`_patch_lang_once`), which also gives a scalar's index Triton 3.9's form (Triton
+  3.6's fails under NumPy >= 2.4).
 NumPy's warnings (an overflowing exp of a hostile logit, an all-NaN masked-out lane: values the
 kernels handle) are silenced for the launch only (np.errstate, and the interpreter module's
 RuntimeWarnings in a warnings.catch_warnings block, restored when the launch returns).
@@ -79,7 +80,15 @@ def _patch_lang_once(fn, _original=getattr(interpreter, "_patch_lang", None)):
     languages = [value for value in fn.__globals__.values() if value is tl or value is tl.core]
     if languages and all(not tl.core.is_builtin(language.load) for language in languages):
         return interpreter._LangPatchScope()  # already patched: nothing to do, nothing to restore
-    return _original(fn)
+    scope = _original(fn)
+    # a scalar's index as Triton 3.9's interpreter takes it: Triton 3.6's int() of the value's 1-element array is an
+    # error from NumPy 2.4 on (every tl.range over a loaded or program-id bound failed); restored with the scope
+    scope.set_attr(tl.core.tensor, "__index__", _index_of_scalar)
+    return scope
+
+
+def _index_of_scalar(self):
+    return int(self.handle.data.squeeze())
 
 
 @contextlib.contextmanager
