@@ -104,10 +104,9 @@ def greedy_value(x, temperature):
 def store_greedy_candidate(x, first_col, greedy_value_ptr, greedy_index_ptr, out, BLOCK_V: tl.constexpr):
     """The block's greedy candidate, from its unfiltered logits `x` (columns first_col ..): its largest finite
     logit and that logit's lowest global column (-1: none finite)."""
-    finite = tl.abs(x) < float("inf")
-    largest = tl.max(tl.where(finite, x, float("-inf")), axis=0)
+    largest = largest_finite(x)
     cols = first_col + tl.arange(0, BLOCK_V)
-    column = tl.min(tl.where(finite & (x == largest), cols, 2147483647), axis=0)
+    column = tl.min(tl.where(x == largest, cols, 2147483647), axis=0)  # (finite where largest is: else unread)
     tl.store(greedy_value_ptr + out, largest)
     tl.store(greedy_index_ptr + out, tl.where(largest > float("-inf"), column, -1))
 
