@@ -20,6 +20,9 @@ def describe() -> dict:
     * `torch_triton_setup`: Triton's once-a-process set-up (its driver utilities' build, its compiler's hash)
       begun on threads when torch_backend is imported, or left to the first call: torch_backend/_triton_setup.py,
       switch JSAMPLE_WARM_TRITON;
+    * `torch_compile_behind`: whether an eager call of a plan that takes seconds to compile runs its stand-in while
+      it compiles on a thread: torch_backend/_compile_behind.py, switch JSAMPLE_COMPILE_BEHIND (no private
+      internals: reported for what a first call does);
     * `jax_cpu_path`: the JAX CPU path's launches as XLA FFI custom calls ("ffi") or `jax.pure_callback`:
       jsample/_jax/_host_call.py, switch JSAMPLE_JAX_CPU_PATH.
 
@@ -38,8 +41,11 @@ def describe() -> dict:
         from torch_backend import _triton_setup
 
         found["torch_triton_setup"] = _triton_setup.path()
+        from torch_backend import _compile_behind
+
+        found["torch_compile_behind"] = "on" if _compile_behind.enabled() else "off (JSAMPLE_COMPILE_BEHIND=0)"
     except ImportError:
-        found["torch_launch"] = found["torch_triton_setup"] = None
+        found["torch_launch"] = found["torch_triton_setup"] = found["torch_compile_behind"] = None
     try:
         from jsample._jax import _host_call
         from jsample._jax._launch import on_gpu

@@ -48,7 +48,7 @@ from jsample.kernels.compiles import compile_threads
 from jsample.kernels.plan import ArgSpec, Plan, Target, merged_rounds, resident_programs
 from torch_backend._launch import call_key, kept_tensor
 
-from torch_backend import _fast_path, _triton_setup
+from torch_backend import _compile_behind, _fast_path, _triton_setup
 from torch_backend._fast_path import entry_point as _entry_point
 
 _TensorGuards = _fast_path.TensorGuards  # None where the fast path is off or this torch lacks them
@@ -319,11 +319,29 @@ def _launch_direct(entry: _Replay, env: list) -> tuple:
     return tuple(outputs) if recipe.outputs_in_order else tuple([outputs[i] for i in recipe.output_positions])
 
 
-def run(plan: Plan, device: torch.device, inputs: dict, remember: tuple = None) -> tuple:
+def run(plan: Plan, device: torch.device, inputs: dict, remember: tuple = None, behind: bool = True) -> tuple:
     """The plan's outputs, computed from `inputs` (name -> tensor or number, on `device`). With
     `remember` = (validated call key, the user's arguments, planning function), an eager call whose
-    tensors reached the plan unchanged is remembered for `replay`."""
+    tensors reached the plan unchanged is remembered for `replay`. A plan with a stand-in
+    (Plan.while_compiling) runs it while its own kernels compile behind it (torch_backend/_compile_behind.py;
+    `behind=False`: the plan itself, compiled here if need be)."""
     _triton_setup.wait()  # Triton's process set-up, begun at import, before our first use of Triton
+    if plan.while_compiling is None or device.type != "cuda" or _fast_path.stream_capturing():
+        return _run(plan, device, inputs, remember)
+    index = device.index if device.index is not None else _fast_path.current_device()
+    if _compile_behind.compiled(plan, index):
+        return _run(plan, device, inputs, remember)
+    facts = tuple((str(v.dtype), v.data_ptr() % 16 == 0) if isinstance(v, torch.Tensor) else type(v).__name__
+                  for v in inputs.values())
+    chosen, after = _compile_behind.choose(plan, index, facts, torch.cuda.get_device_capability(index), behind)
+    try:
+        return _run(chosen, device, inputs, remember if chosen is plan else None)  # (a stand-in's call: not replayed)
+    finally:  # (also where the call raised: the state chosen waits for it)
+        if after is not None:
+            after(_compile_only(plan, index, inputs))
+
+
+def _run(plan: Plan, device: torch.device, inputs: dict, remember: tuple) -> tuple:
     if device.type != "cuda" or not DIRECT_LAUNCHES or not plan.launches or _fast_path.stream_capturing():
         return _run_general(plan, device, inputs)
     if remember is not None and remember[0] is not None:
@@ -334,6 +352,28 @@ def run(plan: Plan, device: torch.device, inputs: dict, remember: tuple = None) 
         with torch.cuda.device(device):
             return _run_eager(plan, recipe, device, device.index, inputs)
     return _run_eager(plan, recipe, device, current, inputs)
+
+
+def _compile_only(plan: Plan, index: int, inputs: dict):
+    """A function that compiles the plan's kernels for these inputs (their dtypes and alignments; the buffers'
+    as the executor aligns them) through Triton's public warmup, launching nothing and holding no tensor."""
+    values = {name: _Pointer(value.data_ptr(), value.dtype) if isinstance(value, torch.Tensor) else value
+              for name, value in inputs.items()}
+    for buffer in plan.buffers:
+        values.setdefault(buffer.name, _Pointer(1 << 20, _DTYPES[buffer.dtype]))
+    steps = [([values[a] if isinstance(a, str) else a for a in step.args] + [values[o] for o in step.outputs])
+             for step in plan.launches]
+
+    def compile_plan():
+        with torch.cuda.device(index):
+            for step, args in zip(plan.launches, steps):
+                options = dict(num_warps=step.num_warps, num_stages=step.num_stages,
+                               enable_fp_fusion=step.enable_fp_fusion)
+                if step.pdl:
+                    options["launch_pdl"] = True
+                step.kernel.warmup(*args, grid=step.grid, **dict(step.constexprs), **options)
+
+    return compile_plan
 
 
 def _recipe(plan: Plan) -> "_Recipe":

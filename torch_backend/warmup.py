@@ -100,7 +100,7 @@ def _call(case: WarmupCase, device, capture: bool) -> None:
         plan = _plan(case.op, case.batch, case.vocab, case.dtype, case.k, flags, target)
         inputs = _inputs(case, device)
         if target.arrival_counters:
-            execute.run(plan, device, inputs)
+            execute.run(plan, device, inputs, behind=False)  # (the plan itself, not a stand-in while it compiles)
         else:
             execute._run_general(plan, device, inputs)
     if device.type == "cuda":

@@ -73,10 +73,12 @@ def compile_key(step, frontend: str) -> tuple:
 
 
 def count_compilations(plans, frontend: str) -> dict:
-    """{kernel name: the set of distinct compile keys} over the launches of `plans`."""
+    """{kernel name: the set of distinct compile keys} over the launches of `plans` (in torch's, also of their
+    stand-ins, Plan.while_compiling: a first eager call runs and compiles those)."""
     keys = defaultdict(set)
     for plan in plans:
-        for step in plan.launches:
+        stand_in = plan.while_compiling if frontend == "torch" else None
+        for step in plan.launches + (stand_in.launches if stand_in is not None else ()):
             keys[_kernel_name(step.kernel)].add(compile_key(step, frontend))
     return dict(keys)
 

@@ -137,6 +137,11 @@ class Plan:
     launches: tuple  # Launch, in order
     outputs: tuple  # buffer names returned, in order
     variant: str = ""  # a name for tests and benchmarks
+    # the same op's plan on the same inputs, with the same outputs and tokens, that an eager call may run while
+    # this plan's kernels are not compiled yet (seconds to compile, its few kernels one after another) and
+    # compile in the background: the launches' plan of kernels that compile side by side in less time
+    # (torch's executor only; JAX compiles at lowering and keeps the plan it lowered)
+    while_compiling: "Plan" = None
 
     def buffer(self, name: str) -> Buffer:
         return next(b for b in self.buffers if b.name == name)

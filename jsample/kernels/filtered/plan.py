@@ -2,6 +2,7 @@
 plan, their tilings and every launch).
 """
 
+import dataclasses
 import functools
 
 import triton
@@ -108,7 +109,14 @@ def plan_top_k_top_p_sample(logits: ArgSpec, seeds: ArgSpec, target: Target, *, 
             LIST=one_list, COLLECT_VEC=collect_tile // one.threads,
             TILE_BLOCKS=max(1, collect_tile // one.gumbel.block_v),
             num_warps=one.num_warps, **options),)
-        return Plan(buffers, launches, ("tokens",), "one launch")
+        # its one kernel is the longest of jsample's to compile (2-3 s on an H200's host, issue 39): a first eager
+        # call runs the launches' plan, whose dozen small kernels compile side by side in less, while it compiles
+        stand_in = None
+        if not target.interpreter:
+            stand_in = plan_top_k_top_p_sample(logits, seeds, dataclasses.replace(target, resident_programs=0),
+                                               has_top_k=has_top_k, has_top_p=has_top_p, has_min_p=has_min_p,
+                                               fp64=fp64, row_valid=row_valid)
+        return Plan(buffers, launches, ("tokens",), "one launch", while_compiling=stand_in)
     # int64 state and partials as pairs of int32 words (no jax_enable_x64 needed); the search
     # launches alternate between two of each (each reads the one before's)
     words = 2 if fp64 else 1  # f64 partial scores are stored as two f32 words
