@@ -39,7 +39,7 @@ for step in $steps; do
       OUT="$OUT" bash benchmarks/run_gpu.sh vocab_parallel_tests vocab_parallel_bench ;;
     vocab_parallel_tests)
       { echo "commit $SHA"; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-        timeout -s INT 190 python3 -m pytest tests/test_multi_gpu.py -v -rA -p no:cacheprovider -k vocab_parallel_torch
+        timeout -s INT 250 python3 -m pytest tests/test_multi_gpu.py -v -rA -p no:cacheprovider -k vocab_parallel_torch
         # the two JAX parts side by side (each compiles its kernels with ptxas in XLA, one at a time)
         for part in samplers rejection; do
           timeout -s INT 300 python3 -m pytest tests/test_multi_gpu.py -v -rA -p no:cacheprovider \
