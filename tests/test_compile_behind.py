@@ -18,8 +18,15 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FACTS = (("torch.bfloat16", True), ("torch.int64", True), "float")
 
 
+class _Kernel:
+    """A kernel as the markers see it: a source hash and a name (hashed by identity, as Triton's JITFunction)."""
+
+    def __init__(self, source):
+        self.cache_key, self.fn = source, types.SimpleNamespace(__name__="slow_kernel")
+
+
 def _plans(source="source-hash", **constexprs):
-    kernel = types.SimpleNamespace(cache_key=source, fn=types.SimpleNamespace(__name__="slow_kernel"))
+    kernel = _Kernel(source)
     stand_in = Plan((), (), ("tokens",), "stand-in")
     step = Launch(kernel, (1, 4), ("logits", 151936), ("tokens",), tuple(constexprs.items()) or (("CHUNK", 8),), 8)
     return Plan((), (step,), ("tokens",), "slow", while_compiling=stand_in), stand_in
@@ -45,15 +52,24 @@ def test_a_cold_plan_runs_its_stand_in_until_compiled_behind_it(fresh):
     chosen, after = _compile_behind.choose(plan, 0, FACTS, (9, 0))
     assert chosen is stand_in and after is not None
     after(compile_plan)
-    assert _compile_behind.states() == {("slow", 0): "compiling"}
+    assert _compile_behind.states() == [("slow", 0, "compiling")]
     assert _compile_behind.choose(plan, 0, FACTS, (9, 0)) == (stand_in, None)  # still compiling
     assert not _compile_behind.compiled(plan, 0)
     assert not os.path.exists(os.path.join(fresh, "jsample-compiled"))
+    # a capture's plan of the same launches (another Plan: another target) waits for the compile, not compiling it too
+    twin = Plan((), plan.launches, ("tokens",), "capture's", while_compiling=stand_in)
+    waiter = threading.Thread(target=_compile_behind.wait_for, args=(twin, 0))
+    waiter.start()
+    waiter.join(0.3)
+    assert waiter.is_alive()
+    _compile_behind.wait_for(twin, 1)  # another device's: nothing compiling there
     release.set()
+    waiter.join(10)
+    assert not waiter.is_alive()
     _compile_behind.wait()
     assert compiled == [True]
     assert _compile_behind.choose(plan, 0, FACTS, (9, 0)) == (plan, None)
-    assert _compile_behind.compiled(plan, 0) and _compile_behind.states() == {("slow", 0): "compiled"}
+    assert _compile_behind.compiled(plan, 0) and _compile_behind.states() == [("slow", 0, "compiled")]
     # another device of the same capability loads it from Triton's cache (the marker); another capability compiles
     assert _compile_behind.choose(plan, 1, FACTS, (9, 0))[0] is plan
     assert _compile_behind.choose(plan, 2, FACTS, (10, 0))[0] is stand_in
@@ -148,16 +164,29 @@ def test_a_first_call_runs_the_stand_in_then_the_one_launch_plan(tmp_path):
         "    return torch_backend.top_k_top_p_sample(logits, seeds, positions + position, temperature, top_k=50,\n"
         "                                            top_p=0.9).tolist()\n"
         "first = [sample(i) for i in range(20)]\n"
-        "print('first', sorted(set(_compile_behind.states().values())))\n"
+        "print('first', sorted(set(s for *_, s in _compile_behind.states())))\n"
         "_compile_behind.wait()\n"
         "after = [sample(i) for i in range(20)]\n"
-        "print('after', sorted(set(_compile_behind.states().values())))\n"
-        "print('tokens', first == after, first)\n")
+        "print('after', sorted(set(s for *_, s in _compile_behind.states())))\n"
+        "print('tokens', first == after, first)\n"
+        "if capture:\n"  # a capture right after a cold first call: it waits for the compile behind, records the plan
+        "    import triton\n"
+        "    names = []\n"
+        "    triton.knobs.runtime.jit_post_compile_hook = lambda *a, **k: names.append(getattr(k.get('fn'), 'name', '?'))\n"
+        "    two = torch.cat([logits, logits.flip(1)]).contiguous()\n"  # B = 2: the one-launch kernel's other tiling
+        "    s2, p2, t2 = torch.arange(2, device='cuda') + 11, torch.arange(2, device='cuda') + 5, temperature.repeat(2)\n"
+        "    eager = torch_backend.top_k_top_p_sample(two, s2, p2, t2, top_k=50, top_p=0.9)\n"
+        "    state = sorted(set(s for *_, s in _compile_behind.states()))\n"
+        "    graph = torch.cuda.CUDAGraph()\n"
+        "    with torch.cuda.graph(graph):\n"
+        "        out = torch_backend.top_k_top_p_sample(two, s2, p2, t2, top_k=50, top_p=0.9)\n"
+        "    graph.replay()\n"
+        "    print('graph', out.tolist() == eager.tolist(), state, names.count('filtered_one_launch_kernel'))\n")
     env = dict(os.environ, PYTHONPATH=ROOT, TRITON_CACHE_DIR=str(tmp_path))
     env.pop("JSAMPLE_COMPILE_BEHIND", None)
 
-    def run(**extra):
-        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=dict(env, **extra),
+    def run(capture=False, **extra):
+        done = subprocess.run([sys.executable, "-c", f"capture = {capture}\n" + code], capture_output=True, text=True, env=dict(env, **extra),
                               timeout=300)
         assert done.returncode == 0, done.stderr[-3000:]
         return dict(line.split(" ", 1) for line in done.stdout.strip().split("\n"))
@@ -171,3 +200,8 @@ def test_a_first_call_runs_the_stand_in_then_the_one_launch_plan(tmp_path):
     assert warm["tokens"] == cold["tokens"]
     off = run(JSAMPLE_COMPILE_BEHIND="0")
     assert off["first"] == "['compiled']" and off["tokens"] == cold["tokens"]
+    # a first call at another shape (its stand-in, its compile behind begun), then a CUDA graph of it captured at once
+    captured = run(capture=True)
+    # (the one-launch kernel compiled once, behind the eager call: the capture waited for it; the states after the
+    # eager call: B = 1's compiled, B = 2's compiling)
+    assert captured["graph"] == "True ['compiled', 'compiling'] 1", captured

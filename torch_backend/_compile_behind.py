@@ -17,7 +17,8 @@ stand-in (`Plan.while_compiling`), and an eager call chooses here which of the t
 
 So the first call costs the stand-in's compile, not the plan's; later calls reach the plan's speed seconds later; a
 later process with the same cache runs the plan from its first call. Nothing here decides a token. Only eager calls
-outside CUDA-graph captures choose (a capture compiles what it records in the foreground, as before), and
+outside CUDA-graph captures choose (a capture records the plan itself: it waits for a compile behind it that an eager
+call began, and compiles in the foreground what none did), and
 `precompile` compiles the plans themselves (`behind=False`), leaving their markers. JSAMPLE_COMPILE_BEHIND=0 turns
 it off (every call runs its plan, compiling it in the foreground). A fork waits for the threads (os.register_at_fork):
 no child inherits a half-done compile's locks.
@@ -31,6 +32,7 @@ import triton
 
 _LOCK = threading.Lock()
 _STATES = {}  # (plan, device index) -> _Compiling, or True: the plan's kernels are compiled (or their marker found)
+_COMPILING = {}  # (plan's launches, device index) -> _Compiling: found by plans of the same launches (a capture's)
 _THREADS = []  # compile threads not yet joined by wait()
 _FORK_HOOK = []
 
@@ -115,7 +117,7 @@ def choose(plan, device_index: int, facts: tuple, capability: tuple, behind: boo
             if not behind or not enabled() or (path is not None and os.path.exists(path)):
                 _STATES[(plan, device_index)] = True
                 return plan, (lambda compile_plan: _leave_marker(path)) if path is not None else None
-            state = _STATES[(plan, device_index)] = _Compiling()
+            state = _STATES[(plan, device_index)] = _COMPILING[(plan.launches, device_index)] = _Compiling()
             return plan.while_compiling, lambda compile_plan: _start(compile_plan, state, path)
     return choose(plan, device_index, facts, capability, behind)
 
@@ -143,6 +145,14 @@ def _start(compile_plan, state: _Compiling, path: str) -> None:
     thread.start()
 
 
+def wait_for(plan, device_index: int) -> None:
+    """Returns once a compile behind a plan of the same launches on this device, if one was begun, has ended: a
+    CUDA-graph capture records the plan itself, and then loads what that compile made instead of compiling it too."""
+    state = _COMPILING.get((plan.launches, device_index))
+    if state is not None:
+        state.done.wait()
+
+
 def wait() -> None:
     """Returns once every compile begun here has finished (precompile, tests, a fork)."""
     while _THREADS:
@@ -156,10 +166,10 @@ def wait() -> None:
             pass
 
 
-def states() -> dict:
-    """{(plan variant, device index): "compiled" or "compiling"}: what calls of each plan seen here run."""
-    return {(plan.variant, index): "compiled" if state is True or state.done.is_set() else "compiling"
-            for (plan, index), state in list(_STATES.items())}
+def states() -> list:
+    """[(plan variant, device index, "compiled" or "compiling")] for each plan seen here: what its calls run."""
+    return [(plan.variant, index, "compiled" if state is True or state.done.is_set() else "compiling")
+            for (plan, index), state in list(_STATES.items())]
 
 
 def forget() -> None:
@@ -167,3 +177,4 @@ def forget() -> None:
     wait()
     with _LOCK:
         _STATES.clear()
+        _COMPILING.clear()

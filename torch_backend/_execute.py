@@ -326,9 +326,12 @@ def run(plan: Plan, device: torch.device, inputs: dict, remember: tuple = None, 
     (Plan.while_compiling) runs it while its own kernels compile behind it (torch_backend/_compile_behind.py;
     `behind=False`: the plan itself, compiled here if need be)."""
     _triton_setup.wait()  # Triton's process set-up, begun at import, before our first use of Triton
-    if plan.while_compiling is None or device.type != "cuda" or _fast_path.stream_capturing():
+    if plan.while_compiling is None or device.type != "cuda":
         return _run(plan, device, inputs, remember)
     index = device.index if device.index is not None else _fast_path.current_device()
+    if _fast_path.stream_capturing():  # the plan itself, compiled once: by an eager call's compile behind, or here
+        _compile_behind.wait_for(plan, index)
+        return _run(plan, device, inputs, remember)
     if _compile_behind.compiled(plan, index):
         return _run(plan, device, inputs, remember)
     facts = tuple((str(v.dtype), v.data_ptr() % 16 == 0) if isinstance(v, torch.Tensor) else type(v).__name__

@@ -51,14 +51,14 @@ t0 = time.perf_counter()
 tokens = [call(0).tolist()]
 first = time.perf_counter() - t0
 first_compiles = len(compiles)
-state = sorted(set(_compile_behind.states().values()))
+state = sorted(set(s for *_, s in _compile_behind.states()))
 t0 = time.perf_counter()
 _compile_behind.wait()
 behind = time.perf_counter() - t0
 tokens += [call(i).tolist() for i in range(1, 16)]
 print(json.dumps(dict(ready=ready, first=first, compiles=first_compiles, state=state, behind=behind,
                       later_compiles=len(compiles) - first_compiles, tokens=tokens,
-                      after=sorted(set(_compile_behind.states().values())))))
+                      after=sorted(set(s for *_, s in _compile_behind.states())))))
 """
 
 
