@@ -24,6 +24,9 @@ kernel on the caller's current CUDA stream. Eager calls cost little host time:
   `warmup` in threads, which overlap the compilers' native passes, ptxas and the launchers' builds; their
   Python holds the GIL): the launches' plan of top_k_top_p_sample, a dozen kernels, 13.5 -> 7 s a first
   call on an H200's host (issue 39; benchmarks/lab/INDEX.md);
+* a plan that names a stand-in (Plan.while_compiling: top_k_top_p_sample's one-launch plan, seconds to compile) runs
+  it at eager calls until its own kernels, compiled on a thread behind it, are ready (torch_backend/_compile_behind.py;
+  a CUDA-graph capture records the plan itself, waiting for such a compile rather than doing it again);
 * the scratch buffers of a call live in one workspace, reused by the next call of the same thread on
   the same stream and device (stream order puts that call's launches after this one's; another
   thread or stream gets a workspace of its own), and allocated per call while a CUDA graph is being
