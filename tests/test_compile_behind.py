@@ -205,3 +205,31 @@ def test_a_first_call_runs_the_stand_in_then_the_one_launch_plan(tmp_path):
     # (the one-launch kernel compiled once, behind the eager call: the capture waited for it; the states after the
     # eager call: B = 1's compiled, B = 2's compiling)
     assert captured["graph"] == "True ['compiled', 'compiling'] 1", captured
+
+
+def test_a_fork_waits_for_a_compile_behind(tmp_path):
+    """A fork while a compile runs behind a stand-in waits for it (os.register_at_fork): no child inherits a half-done
+    compile (a compile that sleeps stands in for Triton's)."""
+    code = (
+        "import os, time, types\n"
+        "from jsample.kernels.plan import Launch, Plan\n"
+        "from torch_backend import _compile_behind\n"
+        "class Kernel:\n"
+        "    cache_key, fn = 'source', types.SimpleNamespace(__name__='slow_kernel')\n"
+        "plan = Plan((), (Launch(Kernel(), (1,), (), (), (), 4),), (), 'slow',\n"
+        "            while_compiling=Plan((), (), (), 'stand-in'))\n"
+        "done = []\n"
+        "def slow():\n"
+        "    time.sleep(0.5)\n"
+        "    done.append(1)\n"
+        "chosen, after = _compile_behind.choose(plan, 0, (), (9, 0))\n"
+        "after(slow)\n"
+        "pid = os.fork()\n"
+        "if pid == 0:\n"
+        "    os._exit(0 if done else 3)\n"
+        "print(chosen.variant, len(done), os.waitpid(pid, 0)[1], len(_compile_behind._THREADS))\n")
+    env = dict(os.environ, PYTHONPATH=ROOT, TRITON_CACHE_DIR=str(tmp_path), JSAMPLE_INTERPRET="1")
+    env.pop("JSAMPLE_COMPILE_BEHIND", None)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip() == "stand-in 1 0 0"

@@ -30,6 +30,8 @@ import threading
 
 import triton
 
+from torch_backend._triton_setup import join_all
+
 _LOCK = threading.Lock()
 _STATES = {}  # (plan, device index) -> _Compiling, or True: the plan's kernels are compiled (or their marker found)
 _COMPILING = {}  # (plan's launches, device index) -> _Compiling: found by plans of the same launches (a capture's)
@@ -155,15 +157,7 @@ def wait_for(plan, device_index: int) -> None:
 
 def wait() -> None:
     """Returns once every compile begun here has finished (precompile, tests, a fork)."""
-    while _THREADS:
-        thread = _THREADS[0]
-        if thread is threading.current_thread():
-            return
-        thread.join()
-        try:
-            _THREADS.remove(thread)
-        except ValueError:  # another caller joined it first
-            pass
+    join_all(_THREADS)
 
 
 def states() -> list:

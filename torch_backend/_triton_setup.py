@@ -92,12 +92,17 @@ def start(interpreter: bool) -> list:
 
 def wait() -> None:
     """Returns once the set-up's threads have finished (at once when none runs)."""
-    while _THREADS:
-        thread = _THREADS[0]
-        if thread is threading.current_thread():  # (a step that forked: never here, but never a deadlock)
+    join_all(_THREADS)
+
+
+def join_all(threads: list) -> None:
+    """Joins the threads of `threads`, removing each as it ends (several callers may join at once)."""
+    while threads:
+        thread = threads[0]
+        if thread is threading.current_thread():  # (a thread that forked: never here, but never a deadlock)
             return
         thread.join()
         try:
-            _THREADS.remove(thread)
+            threads.remove(thread)
         except ValueError:  # another caller joined it first
             pass
