@@ -341,10 +341,14 @@ def run(plan: Plan, device: torch.device, inputs: dict, remember: tuple = None, 
                   for v in inputs.values())
     chosen, after = _compile_behind.choose(plan, index, facts, torch.cuda.get_device_capability(index), behind)
     try:
-        return _run(chosen, device, inputs, remember if chosen is plan else None)  # (a stand-in's call: not replayed)
-    finally:  # (also where the call raised: the state chosen waits for it)
-        if after is not None:
+        outputs = _run(chosen, device, inputs, remember if chosen is plan else None)  # (a stand-in's: not replayed)
+    except BaseException:
+        if after is not None and chosen is not plan:  # the compile behind starts all the same (its state waits for it)
             after(_compile_only(plan, index, inputs))
+        raise
+    if after is not None:  # the compile behind, or the marker of the plan just compiled here
+        after(_compile_only(plan, index, inputs))
+    return outputs
 
 
 def _run(plan: Plan, device: torch.device, inputs: dict, remember: tuple) -> tuple:
