@@ -1,4 +1,4 @@
-"""torch_backend._compile_behind: a plan that takes seconds to compile runs its stand-in while it compiles (issue 39)."""
+"""torch_backend._compile_behind: a plan that takes seconds to compile runs a stand-in while it compiles (issue 39)."""
 
 import os
 import subprocess
@@ -172,9 +172,12 @@ def test_a_first_call_runs_the_stand_in_then_the_one_launch_plan(tmp_path):
         "if capture:\n"  # a capture right after a cold first call: it waits for the compile behind, records the plan
         "    import triton\n"
         "    names = []\n"
-        "    triton.knobs.runtime.jit_post_compile_hook = lambda *a, **k: names.append(getattr(k.get('fn'), 'name', '?'))\n"
+        "    def hook(*args, **kwargs):\n"
+        "        names.append(getattr(kwargs.get('fn'), 'name', '?'))\n"
+        "    triton.knobs.runtime.jit_post_compile_hook = hook\n"
         "    two = torch.cat([logits, logits.flip(1)]).contiguous()\n"  # B = 2: the one-launch kernel's other tiling
-        "    s2, p2, t2 = torch.arange(2, device='cuda') + 11, torch.arange(2, device='cuda') + 5, temperature.repeat(2)\n"
+        "    s2, p2 = torch.arange(2, device='cuda') + 11, torch.arange(2, device='cuda') + 5\n"
+        "    t2 = temperature.repeat(2)\n"
         "    eager = torch_backend.top_k_top_p_sample(two, s2, p2, t2, top_k=50, top_p=0.9)\n"
         "    state = sorted(set(s for *_, s in _compile_behind.states()))\n"
         "    graph = torch.cuda.CUDAGraph()\n"
@@ -186,8 +189,8 @@ def test_a_first_call_runs_the_stand_in_then_the_one_launch_plan(tmp_path):
     env.pop("JSAMPLE_COMPILE_BEHIND", None)
 
     def run(capture=False, **extra):
-        done = subprocess.run([sys.executable, "-c", f"capture = {capture}\n" + code], capture_output=True, text=True, env=dict(env, **extra),
-                              timeout=300)
+        done = subprocess.run([sys.executable, "-c", f"capture = {capture}\n" + code], capture_output=True, text=True,
+                              env=dict(env, **extra), timeout=300)
         assert done.returncode == 0, done.stderr[-3000:]
         return dict(line.split(" ", 1) for line in done.stdout.strip().split("\n"))
 

@@ -64,8 +64,9 @@ def marker_key(plan, facts: tuple, capability: tuple) -> str:
         source = getattr(step.kernel, "cache_key", None)
         if not isinstance(source, str):
             return None
-        parts.append((getattr(getattr(step.kernel, "fn", step.kernel), "__name__", ""), source, step.args, step.constexprs, step.num_warps,
-                      step.num_stages, step.enable_fp_fusion, step.pdl))
+        name = getattr(getattr(step.kernel, "fn", step.kernel), "__name__", "")
+        parts.append((name, source, step.args, step.constexprs, step.num_warps, step.num_stages, step.enable_fp_fusion,
+                      step.pdl))
     return hashlib.sha256(repr(parts).encode()).hexdigest()
 
 
