@@ -14,7 +14,7 @@ import pytest
 
 from jsample import kernels
 from jsample._jax import _execute as jax_execute
-from jsample.kernels.compiles import compile_key, count_compilations, integer_class
+from jsample.kernels.compiles import compile_key, count_compilations, integer_class, with_stand_ins
 from jsample.kernels.plan import ArgSpec
 from jsample.kernels.warmup import _vocab_parallel_plan, input_specs, warmup_cases
 from torch_backend import _execute as torch_execute
@@ -119,7 +119,7 @@ def _flag_sets(op):
 def tilings(plans, frontend):
     """{kernel: the distinct sets of compile keys one plan asks of it}, over `plans`."""
     found = {}
-    for plan in _with_stand_ins(plans, frontend):
+    for plan in with_stand_ins(plans, frontend):
         per_plan = {}
         for step in plan.launches:
             per_plan.setdefault(step.kernel, set()).add(compile_key(step, frontend))
@@ -127,14 +127,6 @@ def tilings(plans, frontend):
             found.setdefault(kernel.__name__ if hasattr(kernel, "__name__") else kernel.fn.__name__, set()).add(
                 frozenset(keys))
     return found
-
-
-def _with_stand_ins(plans, frontend):
-    """The plans and, in torch's, their stand-ins (Plan.while_compiling: a first eager call runs those)."""
-    for plan in plans:
-        yield plan
-        if frontend == "torch" and plan.while_compiling is not None:
-            yield plan.while_compiling
 
 
 OPS = ("gumbel_sample", "top_k_top_p_sample", "rejection_sample", "synthetic_rejection_sample", "token_logprobs",

@@ -157,7 +157,7 @@ def wait_for(plan, device_index: int) -> None:
 
 
 def wait() -> None:
-    """Returns once every compile begun here has finished (precompile, tests, a fork)."""
+    """Returns once every compile begun here has finished (tests, benchmarks, a fork)."""
     join_all(_THREADS)
 
 

@@ -72,13 +72,19 @@ def compile_key(step, frontend: str) -> tuple:
             step.enable_fp_fusion, step.pdl)
 
 
-def count_compilations(plans, frontend: str) -> dict:
-    """{kernel name: the set of distinct compile keys} over the launches of `plans` (in torch's, also of their
-    stand-ins, Plan.while_compiling: a first eager call runs and compiles those)."""
-    keys = defaultdict(set)
+def with_stand_ins(plans, frontend: str):
+    """The plans and, in torch's, their stand-ins (Plan.while_compiling: a first eager call runs and compiles those)."""
     for plan in plans:
-        stand_in = plan.while_compiling if frontend == "torch" else None
-        for step in plan.launches + (stand_in.launches if stand_in is not None else ()):
+        yield plan
+        if frontend == "torch" and plan.while_compiling is not None:
+            yield plan.while_compiling
+
+
+def count_compilations(plans, frontend: str) -> dict:
+    """{kernel name: the set of distinct compile keys} over the launches of `plans` (with_stand_ins')."""
+    keys = defaultdict(set)
+    for plan in with_stand_ins(plans, frontend):
+        for step in plan.launches:
             keys[_kernel_name(step.kernel)].add(compile_key(step, frontend))
     return dict(keys)
 
